@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Every test suite, in order of cost. Fails on the first failing suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export NODE_PATH=/usr/share/nodejs
+start=$(date +%s)
+
+echo "== C++ suite, native (Catch2)"
+[[ -f build/native/build.ninja ]] || cmake --preset native >/dev/null
+cmake --build build/native
+ctest --test-dir build/native --output-on-failure
+
+echo "== C++ suite, native under ASan + UBSan"
+[[ -f build/native-asan/build.ninja ]] || cmake --preset native-asan >/dev/null
+cmake --build build/native-asan
+ctest --test-dir build/native-asan --output-on-failure
+
+echo "== C++ suite, compiled to wasm and run by Node (Catch2)"
+cmake --build build/wasm --target mha_tests
+ctest --test-dir build/wasm --output-on-failure
+
+echo "== JS tests (node:test)"
+node --test --test-reporter=spec tests/js/
+
+echo "== Browser tests (playwright-core + /usr/bin/chromium)"
+node --test --test-reporter=spec tests/browser/
+
+echo "npm test: all suites passed in $(( $(date +%s) - start )) s"

@@ -1,0 +1,98 @@
+// Embind bindings: marshalling only. JavaScript passes heap addresses (as unsigned integers) and
+// dims; every function returns an mha::Status code that web/src turns into a precise JS error.
+// All semantics live in src/mha; nothing here computes.
+#include <emscripten/bind.h>
+
+#include <cstdint>
+#include <string>
+
+#include "mha/attention.hpp"
+#include "mha/heads.hpp"
+#include "mha/reference.hpp"
+
+#ifndef MHA_VERSION
+#error "MHA_VERSION must be defined by the build (it comes from package.json)"
+#endif
+
+namespace {
+
+// Scratch reused by every call of this instance (each wasm instance has its own memory and globals).
+mha::Workspace g_workspace;
+
+template <typename T>
+T* at(uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+mha::AttentionArgs make_args(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t mask, int32_t batch,
+                             int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, bool causal,
+                             float scale) {
+  mha::AttentionArgs args;
+  args.shape = mha::AttentionShape{batch, seq_len, kv_seq_len, d_model, num_heads};
+  args.q = mha::dense_view(at<const float>(q), seq_len, d_model);
+  args.k = mha::dense_view(at<const float>(k), kv_seq_len, d_model);
+  args.v = mha::dense_view(at<const float>(v), kv_seq_len, d_model);
+  args.out = mha::dense_view(at<float>(out), seq_len, d_model);
+  args.mask = at<const uint8_t>(mask);
+  args.causal = causal;
+  args.scale = scale;
+  return args;
+}
+
+int32_t attention(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t mask, int32_t batch,
+                  int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, bool causal,
+                  float scale) {
+  const auto args = make_args(q, k, v, out, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal, scale);
+  return static_cast<int32_t>(mha::attention(args, g_workspace));
+}
+
+int32_t attention_reference(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t mask, int32_t batch,
+                            int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, bool causal,
+                            float scale) {
+  const auto args = make_args(q, k, v, out, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal, scale);
+  return static_cast<int32_t>(mha::reference_attention(args));
+}
+
+int32_t attention_weights(uintptr_t q, uintptr_t k, uintptr_t weights, uintptr_t mask, int32_t batch,
+                          int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, bool causal,
+                          float scale) {
+  const auto args = make_args(q, k, 0, 0, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal, scale);
+  return static_cast<int32_t>(mha::reference_attention_weights(args, at<float>(weights)));
+}
+
+int32_t split_heads(uintptr_t x, uintptr_t xh, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
+  return static_cast<int32_t>(mha::split_heads(at<const float>(x), batch, seq_len, d_model, num_heads, at<float>(xh)));
+}
+
+int32_t merge_heads(uintptr_t xh, uintptr_t x, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
+  return static_cast<int32_t>(mha::merge_heads(at<const float>(xh), batch, seq_len, d_model, num_heads, at<float>(x)));
+}
+
+float default_scale(int32_t head_dim) { return mha::default_scale(head_dim); }
+
+void release_scratch() { g_workspace.release(); }
+
+std::string version() { return MHA_VERSION; }
+
+// True when the kernel was compiled for WebAssembly SIMD128.
+bool simd() {
+#ifdef __wasm_simd128__
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+EMSCRIPTEN_BINDINGS(mha_wasm) {
+  emscripten::function("attention", &attention);
+  emscripten::function("attentionReference", &attention_reference);
+  emscripten::function("attentionWeights", &attention_weights);
+  emscripten::function("splitHeads", &split_heads);
+  emscripten::function("mergeHeads", &merge_heads);
+  emscripten::function("defaultScale", &default_scale);
+  emscripten::function("releaseScratch", &release_scratch);
+  emscripten::function("version", &version);
+  emscripten::function("simd", &simd);
+}

@@ -1,0 +1,526 @@
+/**
+ * mha-wasm: exact, fast multi-head attention for the web.
+ *
+ * A thin layer over the WebAssembly module built from `src/` (C++17 + xsimd, SIMD128). It validates
+ * arguments, copies inputs into the wasm heap, calls the kernel and copies the result out. Shapes are
+ * row-major, outermost first, with these letters: B batch, S query length, T key/value length,
+ * H heads, Dh = D / H head size, D model size.
+ *
+ * @packageDocumentation
+ */
+import createMhaModule from './mha.js';
+import type { MhaWasmModule } from './mha.js';
+import { VERSION } from './version.js';
+
+/** Options of {@link createMHA}. */
+export interface CreateOptions {
+  /**
+   * Worker threads for the kernel: a count, or `'auto'` for one per core. This build is
+   * single-threaded, so any request runs on the calling thread and `info.threads` reports 1.
+   */
+  threads?: number | 'auto';
+}
+
+/** What the loaded module is. */
+export interface MHAInfo {
+  /** Package version; the wasm file reports the same one (checked at load). */
+  version: string;
+  /** True when the kernel runs on WebAssembly SIMD128. */
+  simd: boolean;
+  /** Threads the kernel actually uses. */
+  threads: number;
+}
+
+/** Dims shared by every function: q is (batch, seqLen, dModel), heads split dModel into numHeads. */
+export interface HeadShape {
+  /** B, an integer >= 1. */
+  batch: number;
+  /** S, query rows per batch item, an integer >= 1. */
+  seqLen: number;
+  /** D, model size, an integer >= 1 and a multiple of numHeads. */
+  dModel: number;
+  /** H, an integer >= 1 that divides dModel; headDim = dModel / numHeads. */
+  numHeads: number;
+}
+
+/** Options of {@link MHA.attentionWeights}. */
+export interface AttentionWeightsOptions extends HeadShape {
+  /** T, key/value rows per batch item (cross-attention); defaults to seqLen. */
+  kvSeqLen?: number;
+  /**
+   * Boolean mask (batch, seqLen, kvSeqLen), shared by all heads: nonzero / true = may attend.
+   * A query row with no visible key gives NaN for that row, as PyTorch does.
+   */
+  mask?: Uint8Array | boolean[];
+  /** Query i sees key j only when j <= i (upper-left aligned when seqLen != kvSeqLen). ANDed with mask. */
+  causal?: boolean;
+  /** Multiplies q.k before the softmax; any finite number. Defaults to 1 / sqrt(headDim). */
+  scale?: number;
+}
+
+/** Options of {@link MHA.multiHeadAttention}. */
+export interface AttentionOptions extends AttentionWeightsOptions {
+  /** Preallocated output (batch, seqLen, dModel) to write into and return. It may alias q, k or v. */
+  out?: Float32Array;
+}
+
+/** A loaded mha-wasm instance. Each has its own wasm memory; none shares state with another. */
+export interface MHA {
+  /** What was loaded. */
+  readonly info: MHAInfo;
+  /**
+   * Multi-head scaled dot-product attention, the spec's `multi_head_attention(q, k, v, num_heads, mask)`:
+   * per head h, `softmax(q_h k_h^T * scale) v_h`, heads merged back into dModel.
+   *
+   * @param q - Float32Array (batch, seqLen, dModel)
+   * @param k - Float32Array (batch, kvSeqLen, dModel)
+   * @param v - Float32Array (batch, kvSeqLen, dModel)
+   * @param options - dims, and the optional mask, causal flag, scale and output buffer
+   * @returns Float32Array (batch, seqLen, dModel): `options.out` when given, else a new array
+   * @throws TypeError when an argument has the wrong type or is missing
+   * @throws RangeError when a dim or length is wrong, or the buffers do not fit in wasm memory
+   * @example
+   * ```ts
+   * const out = mha.multiHeadAttention(q, k, v, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
+   * ```
+   */
+  multiHeadAttention(q: Float32Array, k: Float32Array, v: Float32Array, options: AttentionOptions): Float32Array;
+  /**
+   * The spec's `_split_heads`: (batch, seqLen, dModel) -> (batch, numHeads, seqLen, headDim).
+   *
+   * @param x - Float32Array (batch, seqLen, dModel)
+   * @param shape - dims of x and the head count
+   * @returns a new Float32Array (batch, numHeads, seqLen, headDim)
+   * @throws TypeError / RangeError as {@link MHA.multiHeadAttention}
+   * @example
+   * ```ts
+   * const xh = mha.splitHeads(x, { batch: 1, seqLen: 4, dModel: 8, numHeads: 2 });
+   * ```
+   */
+  splitHeads(x: Float32Array, shape: HeadShape): Float32Array;
+  /**
+   * Inverse of {@link MHA.splitHeads}: (batch, numHeads, seqLen, headDim) -> (batch, seqLen, dModel),
+   * bit-exactly.
+   *
+   * @param xh - Float32Array (batch, numHeads, seqLen, headDim)
+   * @param shape - dims of the merged tensor and the head count
+   * @returns a new Float32Array (batch, seqLen, dModel)
+   * @throws TypeError / RangeError as {@link MHA.multiHeadAttention}
+   * @example
+   * ```ts
+   * const x2 = mha.mergeHeads(mha.splitHeads(x, shape), shape); // equals x
+   * ```
+   */
+  mergeHeads(xh: Float32Array, shape: HeadShape): Float32Array;
+  /**
+   * The softmax attention probabilities of every head, (batch, numHeads, seqLen, kvSeqLen). Computed
+   * by the double-precision reference; meant for inspection and visualization, it materializes
+   * B*H*S*T floats.
+   *
+   * @param q - Float32Array (batch, seqLen, dModel)
+   * @param k - Float32Array (batch, kvSeqLen, dModel)
+   * @param options - dims, and the optional mask, causal flag and scale
+   * @returns a new Float32Array (batch, numHeads, seqLen, kvSeqLen); fully hidden rows are NaN
+   * @throws TypeError / RangeError as {@link MHA.multiHeadAttention}
+   * @example
+   * ```ts
+   * const w = mha.attentionWeights(q, k, { batch: 1, seqLen: 3, dModel: 4, numHeads: 2, causal: true });
+   * ```
+   */
+  attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array;
+  /**
+   * Frees this instance's scratch memory. Later calls still work (they allocate again).
+   */
+  dispose(): void;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors. Messages name the parameter, say what was expected and what was given.
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return `Array(${value.length})`;
+  if (ArrayBuffer.isView(value)) {
+    return `${value.constructor.name}(${(value as unknown as { length?: number }).length ?? value.byteLength})`;
+  }
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return String(value);
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (typeof value === 'object') return (value as object).constructor?.name ?? 'object';
+  return typeof value;
+}
+
+function checkOptionsObject(name: string, options: unknown, allowed: readonly string[]): Record<string, unknown> {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new TypeError(`${name}: expected an options object, got ${describe(options)}`);
+  }
+  for (const key of Object.keys(options)) {
+    if (!allowed.includes(key)) {
+      throw new TypeError(`${name}: unknown option "${key}" (expected one of ${allowed.join(', ')})`);
+    }
+  }
+  return options as Record<string, unknown>;
+}
+
+function checkDim(name: string, value: unknown): number {
+  if (typeof value !== 'number') {
+    throw new TypeError(`${name}: expected a positive integer, got ${describe(value)}`);
+  }
+  if (!Number.isInteger(value) || value < 1 || value > 0x7fffffff) {
+    throw new RangeError(`${name}: expected a positive integer below 2^31, got ${describe(value)}`);
+  }
+  return value;
+}
+
+function checkFloat32(name: string, value: unknown, expected: number, formula: string): Float32Array {
+  if (!(value instanceof Float32Array)) {
+    throw new TypeError(`${name}: expected Float32Array of length ${expected} (${formula}), got ${describe(value)}`);
+  }
+  if (value.length !== expected) {
+    throw new RangeError(`${name}: expected Float32Array of length ${expected} (${formula}), got length ${value.length}`);
+  }
+  return value;
+}
+
+/** Largest element count of any one tensor: flat indices stay within int32, as in the C++ core. */
+const MAX_ELEMENTS = 2 ** 31;
+
+interface Dims {
+  batch: number;
+  seqLen: number;
+  kvSeqLen: number;
+  dModel: number;
+  numHeads: number;
+  headDim: number;
+}
+
+function checkDims(fn: string, o: Record<string, unknown>, withKv: boolean): Dims {
+  const batch = checkDim(`${fn}: batch`, o.batch);
+  const seqLen = checkDim(`${fn}: seqLen`, o.seqLen);
+  const dModel = checkDim(`${fn}: dModel`, o.dModel);
+  const numHeads = checkDim(`${fn}: numHeads`, o.numHeads);
+  const kvSeqLen = withKv && o.kvSeqLen !== undefined ? checkDim(`${fn}: kvSeqLen`, o.kvSeqLen) : seqLen;
+  if (dModel % numHeads !== 0) {
+    throw new RangeError(
+      `${fn}: dModel: expected a multiple of numHeads (${numHeads}), got ${dModel} (${dModel} % ${numHeads} = ${dModel % numHeads})`,
+    );
+  }
+  for (const [what, count] of [
+    ['batch*seqLen*dModel', batch * seqLen * dModel],
+    ['batch*kvSeqLen*dModel', batch * kvSeqLen * dModel],
+    ['batch*seqLen*kvSeqLen', batch * seqLen * kvSeqLen],
+  ] as const) {
+    if (count >= MAX_ELEMENTS) {
+      throw new RangeError(`${fn}: shape too large: ${what} = ${count} elements, expected fewer than 2^31`);
+    }
+  }
+  return { batch, seqLen, kvSeqLen, dModel, numHeads, headDim: dModel / numHeads };
+}
+
+function checkScale(fn: string, value: unknown, headDim: number): number {
+  if (value === undefined) return Math.fround(1 / Math.sqrt(headDim));
+  if (typeof value !== 'number') throw new TypeError(`${fn}: scale: expected a finite number, got ${describe(value)}`);
+  if (!Number.isFinite(value)) throw new RangeError(`${fn}: scale: expected a finite number, got ${value}`);
+  return value;
+}
+
+function checkCausal(fn: string, value: unknown): boolean {
+  if (value === undefined) return false;
+  if (typeof value !== 'boolean') throw new TypeError(`${fn}: causal: expected a boolean, got ${describe(value)}`);
+  return value;
+}
+
+function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | boolean[] | undefined {
+  if (value === undefined || value === null) return undefined;
+  const expected = d.batch * d.seqLen * d.kvSeqLen;
+  const formula = `batch*seqLen*kvSeqLen = ${d.batch}*${d.seqLen}*${d.kvSeqLen}`;
+  if (!(value instanceof Uint8Array) && !Array.isArray(value)) {
+    throw new TypeError(`${fn}: mask: expected Uint8Array or boolean[] of length ${expected} (${formula}), got ${describe(value)}`);
+  }
+  if (value.length !== expected) {
+    throw new RangeError(`${fn}: mask: expected length ${expected} (${formula}), got length ${value.length}`);
+  }
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      if (typeof value[i] !== 'boolean') {
+        throw new TypeError(`${fn}: mask: expected boolean[] entries, got ${describe(value[i])} at index ${i}`);
+      }
+    }
+  }
+  return value;
+}
+
+// Status codes of src/mha/shape.hpp. JS validation runs first, so these only surface if the two
+// layers ever disagree; the message still says what the core refused.
+const STATUS_MESSAGES: Record<number, string> = {
+  1: 'a dimension is not positive',
+  2: 'dModel is not divisible by numHeads',
+  3: 'a tensor is too large for 32-bit indexing',
+  4: 'a buffer is missing',
+  5: 'scale is not finite',
+  6: 'out of wasm memory for the kernel scratch',
+};
+
+function checkStatus(fn: string, status: number): void {
+  if (status === 0) return;
+  const message = STATUS_MESSAGES[status] ?? `unknown status ${status}`;
+  throw new RangeError(`${fn}: the wasm core rejected the call: ${message}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading. The compiled WebAssembly.Module is fetched and compiled once per process/page
+// (memoized); every createMHA() call instantiates it afresh, so instances share no state.
+
+let compiledModule: Promise<WebAssembly.Module> | undefined;
+
+const WASM_MAGIC = [0x00, 0x61, 0x73, 0x6d];
+
+function isNode(): boolean {
+  const p = (globalThis as { process?: { versions?: { node?: string } } }).process;
+  return typeof p?.versions?.node === 'string' && typeof (globalThis as { window?: unknown }).window === 'undefined';
+}
+
+async function readWasmBytes(url: URL): Promise<Uint8Array<ArrayBuffer>> {
+  if (url.protocol === 'file:' && isNode()) {
+    // Hidden from bundlers: this branch only ever runs in Node.
+    const fsModule = 'node:fs/promises';
+    const fs = (await import(/* webpackIgnore: true */ /* @vite-ignore */ fsModule)) as {
+      readFile(path: URL): Promise<Uint8Array<ArrayBuffer>>;
+    };
+    const data = await fs.readFile(url);
+    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  }
+  const response = await fetch(url);
+  if (!response.ok) {
+    throw new Error(`mha-wasm: fetching ${url.href} failed: HTTP ${response.status} ${response.statusText}`);
+  }
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+async function compileModule(): Promise<WebAssembly.Module> {
+  const url = new URL('./mha.wasm', import.meta.url);
+  const bytes = await readWasmBytes(url);
+  if (bytes.length < 4 || WASM_MAGIC.some((b, i) => bytes[i] !== b)) {
+    const head = Array.from(bytes.subarray(0, 4), (b) => b.toString(16).padStart(2, '0')).join(' ');
+    throw new Error(
+      `mha-wasm: ${url.href} is not a WebAssembly file: expected magic bytes 00 61 73 6d, got ${head || 'an empty file'}`,
+    );
+  }
+  return WebAssembly.compile(bytes);
+}
+
+async function instantiate(): Promise<MhaWasmModule> {
+  compiledModule ??= compileModule().catch((error: unknown) => {
+    compiledModule = undefined; // let a later call retry (e.g. after a network error)
+    throw error;
+  });
+  const wasmModule = await compiledModule;
+  return createMhaModule({
+    instantiateWasm(imports, done) {
+      WebAssembly.instantiate(wasmModule, imports).then((instance) => done(instance, wasmModule));
+      return {};
+    },
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Heap staging. One allocation per instance is reused for every call and only grows, so steady-state
+// calls allocate nothing and the wasm heap cannot fragment under mixed calls.
+
+class Arena {
+  private address = 0;
+  private bytes = 0;
+
+  constructor(private readonly wasm: MhaWasmModule) {}
+
+  /** Returns a base address with room for `bytes`, or throws a RangeError naming `fn`. */
+  reserve(fn: string, bytes: number): number {
+    if (bytes <= this.bytes) return this.address;
+    this.release();
+    const address = bytes < 2 ** 31 ? this.wasm._malloc(bytes) : 0;
+    if (address === 0) {
+      throw new RangeError(`${fn}: the inputs and output need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`);
+    }
+    this.address = address;
+    this.bytes = bytes;
+    return address;
+  }
+
+  release(): void {
+    if (this.address !== 0) this.wasm._free(this.address);
+    this.address = 0;
+    this.bytes = 0;
+  }
+}
+
+/** Lays buffers out back to back, each 16-byte aligned, and returns their addresses. */
+function layout(base: number, sizes: readonly number[]): number[] {
+  const addresses: number[] = [];
+  let offset = base;
+  for (const size of sizes) {
+    addresses.push(offset);
+    offset += Math.ceil(size / 16) * 16;
+  }
+  return addresses;
+}
+
+function totalBytes(sizes: readonly number[]): number {
+  return sizes.reduce((sum, size) => sum + Math.ceil(size / 16) * 16, 0);
+}
+
+function writeMask(wasm: MhaWasmModule, address: number, mask: Uint8Array | boolean[]): void {
+  if (mask instanceof Uint8Array) {
+    wasm.HEAPU8.set(mask, address);
+    return;
+  }
+  const heap = wasm.HEAPU8;
+  for (let i = 0; i < mask.length; i++) heap[address + i] = mask[i] ? 1 : 0;
+}
+
+const ATTENTION_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'out'] as const;
+const WEIGHTS_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale'] as const;
+const HEAD_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads'] as const;
+const CREATE_KEYS = ['threads'] as const;
+
+class Instance implements MHA {
+  readonly info: MHAInfo;
+  private readonly arena: Arena;
+
+  constructor(private readonly wasm: MhaWasmModule) {
+    this.arena = new Arena(wasm);
+    this.info = Object.freeze({ version: wasm.version(), simd: wasm.simd(), threads: 1 });
+  }
+
+  multiHeadAttention(q: Float32Array, k: Float32Array, v: Float32Array, options: AttentionOptions): Float32Array {
+    const fn = 'multiHeadAttention';
+    const o = checkOptionsObject(`${fn}: options`, options, ATTENTION_KEYS);
+    const d = checkDims(fn, o, true);
+    const qFormula = `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`;
+    const kvFormula = `batch*kvSeqLen*dModel = ${d.batch}*${d.kvSeqLen}*${d.dModel}`;
+    const qLength = d.batch * d.seqLen * d.dModel;
+    const kvLength = d.batch * d.kvSeqLen * d.dModel;
+    checkFloat32(`${fn}: q`, q, qLength, qFormula);
+    checkFloat32(`${fn}: k`, k, kvLength, kvFormula);
+    checkFloat32(`${fn}: v`, v, kvLength, kvFormula);
+    const mask = checkMask(fn, o.mask, d);
+    const causal = checkCausal(fn, o.causal);
+    const scale = checkScale(fn, o.scale, d.headDim);
+    const out = o.out === undefined ? undefined : checkFloat32(`${fn}: out`, o.out, qLength, qFormula);
+
+    const sizes = [qLength * 4, kvLength * 4, kvLength * 4, qLength * 4, mask ? mask.length : 0];
+    const base = this.arena.reserve(fn, totalBytes(sizes));
+    const [qAt, kAt, vAt, outAt, maskAt] = layout(base, sizes) as [number, number, number, number, number];
+    // Views are taken after the only allocation of the call: malloc may grow (and so detach) memory.
+    const heap = this.wasm.HEAPF32;
+    heap.set(q, qAt >>> 2);
+    heap.set(k, kAt >>> 2);
+    heap.set(v, vAt >>> 2);
+    if (mask) writeMask(this.wasm, maskAt, mask);
+    const status = this.wasm.attention(qAt, kAt, vAt, outAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
+      d.dModel, d.numHeads, causal, scale);
+    checkStatus(fn, status);
+    const result = out ?? new Float32Array(qLength);
+    // The kernel's scratch may have grown memory: take a fresh view to copy out.
+    result.set(this.wasm.HEAPF32.subarray(outAt >>> 2, (outAt >>> 2) + qLength));
+    return result;
+  }
+
+  attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array {
+    const fn = 'attentionWeights';
+    const o = checkOptionsObject(`${fn}: options`, options, WEIGHTS_KEYS);
+    const d = checkDims(fn, o, true);
+    const qLength = d.batch * d.seqLen * d.dModel;
+    const kLength = d.batch * d.kvSeqLen * d.dModel;
+    checkFloat32(`${fn}: q`, q, qLength, `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`);
+    checkFloat32(`${fn}: k`, k, kLength, `batch*kvSeqLen*dModel = ${d.batch}*${d.kvSeqLen}*${d.dModel}`);
+    const mask = checkMask(fn, o.mask, d);
+    const causal = checkCausal(fn, o.causal);
+    const scale = checkScale(fn, o.scale, d.headDim);
+    const weightsLength = d.batch * d.numHeads * d.seqLen * d.kvSeqLen;
+    if (weightsLength >= MAX_ELEMENTS) {
+      throw new RangeError(
+        `${fn}: shape too large: batch*numHeads*seqLen*kvSeqLen = ${weightsLength} weights, expected fewer than 2^31`,
+      );
+    }
+
+    const sizes = [qLength * 4, kLength * 4, weightsLength * 4, mask ? mask.length : 0];
+    const base = this.arena.reserve(fn, totalBytes(sizes));
+    const [qAt, kAt, wAt, maskAt] = layout(base, sizes) as [number, number, number, number];
+    const heap = this.wasm.HEAPF32;
+    heap.set(q, qAt >>> 2);
+    heap.set(k, kAt >>> 2);
+    if (mask) writeMask(this.wasm, maskAt, mask);
+    const status = this.wasm.attentionWeights(qAt, kAt, wAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
+      d.dModel, d.numHeads, causal, scale);
+    checkStatus(fn, status);
+    return this.wasm.HEAPF32.slice(wAt >>> 2, (wAt >>> 2) + weightsLength);
+  }
+
+  splitHeads(x: Float32Array, shape: HeadShape): Float32Array {
+    return this.permuteHeads('splitHeads', 'x', x, shape, true);
+  }
+
+  mergeHeads(xh: Float32Array, shape: HeadShape): Float32Array {
+    return this.permuteHeads('mergeHeads', 'xh', xh, shape, false);
+  }
+
+  dispose(): void {
+    this.arena.release();
+    this.wasm.releaseScratch();
+  }
+
+  private permuteHeads(fn: string, name: string, x: Float32Array, shape: HeadShape, split: boolean): Float32Array {
+    const o = checkOptionsObject(`${fn}: shape`, shape, HEAD_KEYS);
+    const d = checkDims(fn, o, false);
+    const length = d.batch * d.seqLen * d.dModel;
+    const formula = split
+      ? `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`
+      : `batch*numHeads*seqLen*headDim = ${d.batch}*${d.numHeads}*${d.seqLen}*${d.headDim}`;
+    checkFloat32(`${fn}: ${name}`, x, length, formula);
+    const sizes = [length * 4, length * 4];
+    const base = this.arena.reserve(fn, totalBytes(sizes));
+    const [fromAt, toAt] = layout(base, sizes) as [number, number];
+    this.wasm.HEAPF32.set(x, fromAt >>> 2);
+    const status = split
+      ? this.wasm.splitHeads(fromAt, toAt, d.batch, d.seqLen, d.dModel, d.numHeads)
+      : this.wasm.mergeHeads(fromAt, toAt, d.batch, d.seqLen, d.dModel, d.numHeads);
+    checkStatus(fn, status);
+    return this.wasm.HEAPF32.slice(toAt >>> 2, (toAt >>> 2) + length);
+  }
+}
+
+/**
+ * Loads the WebAssembly module and returns a ready instance. The `.wasm` file is located next to this
+ * script (`new URL('./mha.wasm', import.meta.url)`), read from disk in Node and fetched in browsers.
+ * Compilation is memoized; each call returns a new, independent instance.
+ *
+ * @param options - `{ threads }`; see {@link CreateOptions}
+ * @returns a promise of an {@link MHA} instance
+ * @throws TypeError / RangeError for bad options; Error when the wasm cannot be loaded or its version
+ *   differs from this script's
+ * @example
+ * ```ts
+ * import { createMHA } from 'mha-wasm';
+ * const mha = await createMHA();
+ * const out = mha.multiHeadAttention(q, k, v, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
+ * ```
+ */
+export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
+  const o = checkOptionsObject('createMHA: options', options, CREATE_KEYS);
+  if (o.threads !== undefined && o.threads !== 'auto') {
+    if (typeof o.threads !== 'number') {
+      throw new TypeError(`createMHA: threads: expected a positive integer or 'auto', got ${describe(o.threads)}`);
+    }
+    if (!Number.isInteger(o.threads) || o.threads < 1) {
+      throw new RangeError(`createMHA: threads: expected a positive integer or 'auto', got ${o.threads}`);
+    }
+  }
+  const wasm = await instantiate();
+  const wasmVersion = wasm.version();
+  if (wasmVersion !== VERSION) {
+    throw new Error(`mha-wasm: version mismatch: the script is ${VERSION} but mha.wasm is ${wasmVersion}; serve files of one release`);
+  }
+  return new Instance(wasm);
+}
+
+/** The package version of this script. */
+export const version: string = VERSION;
