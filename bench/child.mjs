@@ -1,0 +1,40 @@
+// Child process: runs one (implementation, shape) measurement and reports it to the parent over IPC.
+// A crash, OOM or timeout here costs only this row.
+import { IMPLS } from './impls/index.mjs';
+import { shapeByName } from './lib/shapes.mjs';
+import { measure } from './lib/measure.mjs';
+import { measureCeiling } from './lib/ceiling.mjs';
+
+const config = JSON.parse(process.argv[2]);
+const send = (msg) => new Promise((resolve) => (process.send ? process.send(msg, () => resolve()) : (console.log(JSON.stringify(msg)), resolve())));
+const maxRss = () => process.resourceUsage().maxRSS * 1024;
+
+async function main() {
+  if (config.impl === 'ceiling') {
+    const r = measureCeiling();
+    await send({ type: 'result', result: { impl: 'ceiling', status: 'ok', ...r, peakRssBytes: maxRss() } });
+    return;
+  }
+  const entry = IMPLS[config.impl];
+  if (!entry) throw new Error(`unknown implementation "${config.impl}"`);
+  const shape = shapeByName(config.shape);
+  const result = await measure({
+    impl: config.impl,
+    load: entry.load,
+    shape,
+    seed: config.seed,
+    budgetMs: config.budgetMs,
+    minReps: config.minReps,
+    onPhase: (phase) => send({ type: 'phase', phase, rss: maxRss() }),
+  });
+  result.peakRssBytes = maxRss();
+  await send({ type: 'result', result });
+}
+
+main().then(
+  () => process.exit(0),
+  async (error) => {
+    await send({ type: 'error', error: String(error?.stack ?? error).split('\n').slice(0, 4).join(' | '), peakRssBytes: maxRss() });
+    process.exit(1);
+  },
+);

@@ -1,0 +1,110 @@
+// Single-core WASM SIMD ceiling: a hand-assembled module whose hot loop runs 12 independent
+// f32x4 multiply+add chains (x_i = x_i * m + c), 8 FLOPs per chain per step, no loads or stores.
+// The bytes are emitted here directly (no build step). Isomorphic: no imports.
+
+const CHAINS = 12;
+const UNROLL = 4; // steps per loop iteration, to keep loop overhead negligible
+
+function uleb(n) {
+  const out = [];
+  do {
+    let byte = n & 0x7f;
+    n >>>= 7;
+    if (n !== 0) byte |= 0x80;
+    out.push(byte);
+  } while (n !== 0);
+  return out;
+}
+
+function f32bytes(x) {
+  return [...new Uint8Array(new Float32Array([x]).buffer)];
+}
+
+const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(0))];
+const section = (id, body) => [id, ...uleb(body.length), ...body];
+const vec = (items) => [...uleb(items.length), ...items.flat()];
+
+// Opcodes.
+const I32 = 0x7f, F32 = 0x7d, V128 = 0x7b;
+const LOCAL_GET = 0x20, LOCAL_SET = 0x21, LOCAL_TEE = 0x22;
+const F32_CONST = 0x43, I32_CONST = 0x41, I32_SUB = 0x6b, F32_ADD = 0x92;
+const LOOP = 0x03, BR_IF = 0x0d, END = 0x0b, BLOCKTYPE_EMPTY = 0x40;
+const SIMD = 0xfd;
+const F32X4_SPLAT = [SIMD, ...uleb(19)];
+const F32X4_EXTRACT_LANE = [SIMD, ...uleb(31)];
+const F32X4_ADD = [SIMD, ...uleb(228)];
+const F32X4_MUL = [SIMD, ...uleb(230)];
+
+/** Bytes of the module: export `run(iterations: i32) -> f32`. */
+export function ceilingModuleBytes() {
+  // Locals: 0 = iterations (param), 1..12 = chains, 13 = m, 14 = c.
+  const M = CHAINS + 1, C = CHAINS + 2;
+  const body = [];
+  body.push(F32_CONST, ...f32bytes(0.9999), ...F32X4_SPLAT, LOCAL_SET, M);
+  body.push(F32_CONST, ...f32bytes(1e-4), ...F32X4_SPLAT, LOCAL_SET, C);
+  for (let i = 1; i <= CHAINS; i++) body.push(F32_CONST, ...f32bytes(1 + i / 64), ...F32X4_SPLAT, LOCAL_SET, i);
+  body.push(LOOP, BLOCKTYPE_EMPTY);
+  for (let u = 0; u < UNROLL; u++) {
+    for (let i = 1; i <= CHAINS; i++) {
+      body.push(LOCAL_GET, i, LOCAL_GET, M, ...F32X4_MUL, LOCAL_GET, C, ...F32X4_ADD, LOCAL_SET, i);
+    }
+  }
+  // iterations -= 1; continue while nonzero
+  body.push(LOCAL_GET, 0, I32_CONST, 1, I32_SUB, LOCAL_TEE, 0, BR_IF, 0, END);
+  // Result: sum of lane 0 of every chain (keeps all chains live).
+  body.push(F32_CONST, ...f32bytes(0));
+  for (let i = 1; i <= CHAINS; i++) body.push(LOCAL_GET, i, ...F32X4_EXTRACT_LANE, 0, F32_ADD);
+  body.push(END);
+  const locals = vec([[...uleb(CHAINS + 2), V128]]);
+  const func = [...locals, ...body];
+  return new Uint8Array([
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+    ...section(1, vec([[0x60, ...vec([[I32]]), ...vec([[F32]])]])), // type: (i32) -> f32
+    ...section(3, vec([uleb(0)])), // function 0 has type 0
+    ...section(7, vec([[...str('run'), 0x00, 0x00]])), // export "run" = func 0
+    ...section(10, vec([[...uleb(func.length), ...func]])),
+  ]);
+}
+
+/** FLOPs of run(iterations). */
+export const flopsPerIteration = CHAINS * UNROLL * 8;
+
+/**
+ * Measures peak GFLOP/s: calibrates a call to ~targetMs, then takes the best of `trials` calls.
+ * Synchronous; returns { gflops, samples, iterations, ... }.
+ */
+export function measureCeiling({ targetMs = 100, trials = 15 } = {}) {
+  const bytes = ceilingModuleBytes();
+  const instance = new WebAssembly.Instance(new WebAssembly.Module(bytes), {});
+  const run = instance.exports.run;
+  let iterations = 1 << 14;
+  for (;;) {
+    const t = performance.now();
+    run(iterations);
+    const ms = performance.now() - t;
+    if (ms > targetMs / 4 || iterations > 1 << 28) {
+      iterations = Math.max(1, Math.round((iterations * targetMs) / Math.max(ms, 1e-3)));
+      break;
+    }
+    iterations *= 4;
+  }
+  const samples = [];
+  let sink = 0;
+  for (let t = 0; t < trials; t++) {
+    const t0 = performance.now();
+    sink += run(iterations);
+    const ms = performance.now() - t0;
+    samples.push((iterations * flopsPerIteration) / (ms * 1e6));
+  }
+  const sorted = [...samples].sort((a, b) => a - b);
+  return {
+    gflops: sorted[sorted.length - 1],
+    medianGflops: sorted[Math.floor(sorted.length / 2)],
+    samples,
+    iterations,
+    chains: CHAINS,
+    unroll: UNROLL,
+    moduleBytes: bytes.length,
+    checksum: sink,
+  };
+}

@@ -1,0 +1,38 @@
+// Describes the machine and the build being measured (Node only).
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+
+export function environment(repoRoot) {
+  let commit = 'unknown';
+  let dirty = false;
+  try {
+    commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: repoRoot, encoding: 'utf8' }).trim();
+    dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'web', 'dist'], { cwd: repoRoot, encoding: 'utf8' }).trim() !== '';
+  } catch {}
+  let wasmSha = 'missing';
+  try {
+    wasmSha = createHash('sha256').update(readFileSync(new URL('dist/mha.wasm', `file://${repoRoot}/`))).digest('hex');
+  } catch {}
+  const versions = {};
+  for (const pkg of ['onnxruntime-web', '@tensorflow/tfjs-core', '@tensorflow/tfjs-backend-wasm', 'onnx-proto', 'playwright-core']) {
+    try {
+      versions[pkg] = JSON.parse(readFileSync(`${repoRoot}/node_modules/${pkg}/package.json`, 'utf8')).version;
+    } catch {
+      versions[pkg] = 'missing';
+    }
+  }
+  return {
+    date: new Date().toISOString(),
+    node: process.version,
+    v8: process.versions.v8,
+    platform: `${os.platform()} ${os.release()} ${os.arch()}`,
+    cpu: os.cpus()[0]?.model?.trim() ?? 'unknown',
+    cores: os.cpus().length,
+    totalMemGiB: +(os.totalmem() / 2 ** 30).toFixed(1),
+    commit: commit + (dirty ? '+dirty' : ''),
+    wasmSha,
+    versions,
+  };
+}

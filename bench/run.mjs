@@ -1,0 +1,153 @@
+#!/usr/bin/env node
+// mha-wasm benchmark driver. Every (implementation, shape) pair runs in its own child process with a
+// timeout, so an OOM or crash costs only that row. See bench/README.md.
+//
+//   node bench/run.mjs [--shapes a,b] [--impls a,b] [--quick] [--budget ms] [--timeout s]
+//                      [--seed n] [--out dir] [--browser] [--no-ceiling]
+import { fork } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { SHAPES, shapeByName, describeShape, flopsOf } from './lib/shapes.mjs';
+import { IMPL_NAMES } from './impls/index.mjs';
+import { DEFAULT_SEED } from './lib/prng.mjs';
+import { markdown, svg, speedups, statusText, IMPL_LABELS } from './lib/report.mjs';
+import { environment } from './lib/env.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repoRoot = resolve(here, '..');
+
+function parseArgs(argv) {
+  const o = { quick: false, browser: false, ceiling: true, seed: DEFAULT_SEED, out: join(here, 'results') };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const [key, inline] = a.includes('=') ? [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] : [a, undefined];
+    const value = () => inline ?? argv[++i];
+    switch (key) {
+      case '--shapes': o.shapes = value().split(',').filter(Boolean); break;
+      case '--impls': o.impls = value().split(',').filter(Boolean); break;
+      case '--quick': o.quick = true; break;
+      case '--browser': o.browser = true; break;
+      case '--no-ceiling': o.ceiling = false; break;
+      case '--budget': o.budgetMs = Number(value()); break;
+      case '--timeout': o.timeoutS = Number(value()); break;
+      case '--seed': o.seed = Number(value()); break;
+      case '--out': o.out = resolve(value()); break;
+      case '--help': case '-h':
+        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 6).join('\n'));
+        process.exit(0);
+        break;
+      default: throw new Error(`unknown argument "${a}" (try --help)`);
+    }
+  }
+  o.shapes ??= o.quick ? ['seed', 'bert', 'causal512', 'cross'] : SHAPES.map((s) => s.name);
+  o.shapes.forEach(shapeByName); // validates names
+  o.impls ??= o.browser ? ['mha-wasm', 'plain-js'] : IMPL_NAMES;
+  for (const i of o.impls) if (!IMPL_NAMES.includes(i)) throw new Error(`unknown implementation "${i}" (expected one of ${IMPL_NAMES.join(', ')})`);
+  o.budgetMs ??= o.quick ? 1000 : 3000;
+  o.timeoutS ??= o.quick ? 120 : 300;
+  return o;
+}
+
+/** Peak resident set of a live process, from /proc (Linux); 0 elsewhere. */
+function vmHwm(pid) {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function runChild(config, timeoutS) {
+  return new Promise((resolveRun) => {
+    const child = fork(join(here, 'child.mjs'), [JSON.stringify(config)], {
+      execArgv: ['--max-old-space-size=16384'],
+      stdio: ['ignore', 'inherit', 'pipe', 'ipc'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (d) => { stderr = (stderr + d).slice(-4000); });
+    let result = null;
+    let phase = 'start';
+    let peak = 0;
+    let timedOut = false;
+    const poll = setInterval(() => { peak = Math.max(peak, vmHwm(child.pid)); }, 100);
+    const timer = setTimeout(() => { timedOut = true; child.kill('SIGKILL'); }, timeoutS * 1000);
+    child.on('message', (msg) => {
+      if (msg.type === 'phase') { phase = msg.phase; peak = Math.max(peak, msg.rss ?? 0); }
+      else if (msg.type === 'result') result = msg.result;
+      else if (msg.type === 'error') { result = { status: 'error', error: msg.error, peakRssBytes: msg.peakRssBytes }; }
+    });
+    child.on('exit', (code, signal) => {
+      clearInterval(poll);
+      clearTimeout(timer);
+      const base = { impl: config.impl, shape: config.shape, phase };
+      if (timedOut) { resolveRun({ ...base, ...result, status: 'timeout', error: `no result within ${timeoutS} s (killed in phase "${phase}")`, peakRssBytes: peak, exitCode: code, signal }); return; }
+      if (result && (result.status === 'ok' || result.status === 'wrong')) {
+        resolveRun({ ...base, ...result, peakRssBytes: Math.max(peak, result.peakRssBytes ?? 0), exitCode: code });
+        return;
+      }
+      if (result && result.status === 'error') {
+        resolveRun({ ...base, ...result, peakRssBytes: Math.max(peak, result.peakRssBytes ?? 0), exitCode: code, signal });
+        return;
+      }
+      const tail = stderr.trim().split('\n').filter(Boolean).slice(-3).join(' | ');
+      resolveRun({ ...base, status: 'crash', error: tail || `child died without a result`, exitCode: code, signal, peakRssBytes: peak });
+    });
+  });
+}
+
+function fmtRow(r) {
+  const name = `${(IMPL_LABELS[r.impl] ?? r.impl).padEnd(18)} ${r.shape.padEnd(10)}`;
+  if (r.status !== 'ok') return `${name} ${statusText(r)}: ${String(r.error).slice(0, 160)}`;
+  return `${name} ${r.medianMs.toFixed(2).padStart(10)} ms  ${r.gflops.toFixed(2).padStart(6)} GFLOP/s  first ${r.firstCallMs.toFixed(1)} ms  reps ${r.reps}${r.extrapolated ? '  (extrapolated)' : ''}`;
+}
+
+function writeOutputs(run, outDir, prefix) {
+  mkdirSync(outDir, { recursive: true });
+  speedups(run.results);
+  const md = markdown(run);
+  writeFileSync(join(outDir, `${prefix}.md`), md);
+  writeFileSync(join(outDir, `${prefix}.json`), JSON.stringify(run, null, 1) + '\n');
+  writeFileSync(join(outDir, `${prefix}.svg`), svg(run));
+  return md;
+}
+
+async function main() {
+  const opts = parseArgs(process.argv.slice(2));
+  if (opts.browser) {
+    const { runBrowser } = await import('./browser/run-browser.mjs');
+    const run = await runBrowser({ ...opts, repoRoot, env: environment(repoRoot) });
+    const md = writeOutputs(run, opts.out, 'browser-latest');
+    console.log('\n' + md);
+    console.error(`wrote ${join(opts.out, 'browser-latest.{md,json,svg}')}`);
+    return;
+  }
+  const started = Date.now();
+  const env = environment(repoRoot);
+  const run = { mode: 'node', env, options: { ...opts, out: undefined }, ceiling: null, results: [] };
+  console.error(`mha-wasm bench: ${opts.shapes.length} shapes × ${opts.impls.length} implementations, budget ${opts.budgetMs} ms/row, timeout ${opts.timeoutS} s/row`);
+  if (opts.ceiling) {
+    const c = await runChild({ impl: 'ceiling' }, 60);
+    run.ceiling = c.status === 'ok' ? c : { gflops: undefined, error: c.error };
+    console.error(`ceiling: ${c.gflops?.toFixed(1) ?? 'failed'} GFLOP/s (12 f32x4 mul+add chains, one core)`);
+  }
+  for (const name of opts.shapes) {
+    const shape = shapeByName(name);
+    console.error(`-- ${name} ${describeShape(shape)}: ${(flopsOf(shape) / 1e9).toFixed(3)} GFLOP per call`);
+    for (const impl of opts.impls) {
+      const r = await runChild({ impl, shape: name, seed: opts.seed, budgetMs: opts.budgetMs, minReps: 3 }, opts.timeoutS);
+      run.results.push(r);
+      console.error('   ' + fmtRow(r));
+    }
+  }
+  run.totalSeconds = (Date.now() - started) / 1000;
+  const md = writeOutputs(run, opts.out, 'latest');
+  console.log('\n' + md);
+  console.error(`wrote ${join(opts.out, 'latest.{md,json,svg}')} in ${run.totalSeconds.toFixed(0)} s`);
+}
+
+main().catch((error) => {
+  console.error(error?.stack ?? error);
+  process.exit(1);
+});
