@@ -2,6 +2,7 @@
 // dims; every function returns an mha::Status code that web/src turns into a precise JS error.
 // All semantics live in src/mha; nothing here computes.
 #include <emscripten/bind.h>
+#include <malloc.h>
 
 #include <cstdint>
 #include <string>
@@ -72,6 +73,9 @@ float default_scale(int32_t head_dim) { return mha::default_scale(head_dim); }
 
 void release_scratch() { g_workspace.release(); }
 
+// Bytes currently allocated by malloc in this instance (for leak checks and memory reporting).
+double heap_bytes_in_use() { return static_cast<double>(mallinfo().uordblks); }
+
 std::string version() { return MHA_VERSION; }
 
 // True when the kernel was compiled for WebAssembly SIMD128.
@@ -93,6 +97,7 @@ EMSCRIPTEN_BINDINGS(mha_wasm) {
   emscripten::function("mergeHeads", &merge_heads);
   emscripten::function("defaultScale", &default_scale);
   emscripten::function("releaseScratch", &release_scratch);
+  emscripten::function("heapBytesInUse", &heap_bytes_in_use);
   emscripten::function("version", &version);
   emscripten::function("simd", &simd);
 }

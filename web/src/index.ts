@@ -129,7 +129,14 @@ export interface MHA {
    */
   attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array;
   /**
-   * Frees this instance's scratch memory. Later calls still work (they allocate again).
+   * Memory of this instance's wasm heap: `wasmMemoryBytes` is the size of its WebAssembly.Memory
+   * (it only grows), `heapBytesInUse` what malloc has handed out (staging buffers and scratch, reused
+   * across calls). Both stay flat over repeated calls of the same shapes.
+   */
+  memoryStats(): { wasmMemoryBytes: number; heapBytesInUse: number };
+  /**
+   * Frees this instance's staging buffers and scratch memory. The instance stays usable: later calls
+   * allocate again. The WebAssembly.Memory itself cannot shrink; drop the instance to release it.
    */
   dispose(): void;
 }
@@ -153,8 +160,9 @@ function checkOptionsObject(name: string, options: unknown, allowed: readonly st
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new TypeError(`${name}: expected an options object, got ${describe(options)}`);
   }
-  for (const key of Object.keys(options)) {
-    if (!allowed.includes(key)) {
+  for (const [key, value] of Object.entries(options)) {
+    // A key spelled wrong is a bug worth an error; a key explicitly set to undefined is not.
+    if (!allowed.includes(key) && value !== undefined) {
       throw new TypeError(`${name}: unknown option "${key}" (expected one of ${allowed.join(', ')})`);
     }
   }
@@ -461,6 +469,10 @@ class Instance implements MHA {
 
   mergeHeads(xh: Float32Array, shape: HeadShape): Float32Array {
     return this.permuteHeads('mergeHeads', 'xh', xh, shape, false);
+  }
+
+  memoryStats(): { wasmMemoryBytes: number; heapBytesInUse: number } {
+    return { wasmMemoryBytes: this.wasm.HEAPU8.length, heapBytesInUse: this.wasm.heapBytesInUse() };
   }
 
   dispose(): void {

@@ -14,6 +14,7 @@ export interface MhaWasmModule {
   mergeHeads(xh: number, x: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
   defaultScale(headDim: number): number;
   releaseScratch(): void;
+  heapBytesInUse(): number;
   version(): string;
   simd(): boolean;
 }
