@@ -416,6 +416,10 @@ function renderHeatmaps(state) {
       role: 'img',
       'aria-label': `Head ${h}: attention weights, ${S} queries (rows) by ${T} keys (columns). Focus and use the arrow keys to read cells.`,
       'data-head': String(h),
+      // plot geometry in CSS pixels, for tests and tools
+      'data-left': String(layout.left),
+      'data-top': String(layout.top),
+      'data-cell': String(layout.cell),
     });
     canvas.style.width = `${layout.width}px`;
     canvas.style.aspectRatio = `${layout.width} / ${layout.height}`;
@@ -631,6 +635,7 @@ async function copyCode() {
 
 let worker = null;
 let jobTimer = 0;
+let jobCount = 0; // body[data-job]; the panels record the job they show in data-job when done
 
 function resetWorkerPanels() {
   for (const id of ['exact-diff', 'ref-diff', 'split-ok']) $(id).textContent = '…';
@@ -643,6 +648,7 @@ function resetWorkerPanels() {
   $('progress').value = 0;
   $('progress-text').textContent = 'starting…';
   $('timing').dataset.state = 'running';
+  $('checks').dataset.state = 'running';
 }
 
 function startJob(job) {
@@ -650,6 +656,8 @@ function startJob(job) {
   worker?.terminate();
   worker = null;
   resetWorkerPanels();
+  job.id = String(++jobCount);
+  document.body.dataset.job = job.id;
   jobTimer = setTimeout(() => {
     const w = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
     worker = w;
@@ -678,6 +686,7 @@ function onWorkerMessage(msg, job) {
     $('ref-verdict').className = `verdict ${fine ? 'ok' : 'bad'}`;
     $('split-ok').textContent = msg.splitOk ? 'yes' : 'NO';
     $('split-ok').className = msg.splitOk ? 'ok' : 'bad';
+    $('checks').dataset.job = job.id;
     $('checks').dataset.state = 'done';
   } else if (msg.type === 'progress') {
     const phase = msg.phase === 'wasm' ? 0 : 1;
@@ -695,11 +704,13 @@ function onWorkerMessage(msg, job) {
       `Medians of ${msg.wasm.samples} and ${msg.js.samples} samples (${msg.wasm.reps} and ${msg.js.reps} calls each) after warm-up; ` +
       `about ${(flops / (msg.wasm.median * 1e6)).toFixed(2)} GFLOP/s for mha-wasm. Same inputs, same mask, same output. ` +
       'Shared machines are noisy: read the ratio, not the absolute numbers.';
+    $('timing').dataset.job = job.id;
     $('timing').dataset.state = 'done';
     worker?.terminate();
     worker = null;
   } else if (msg.type === 'error') {
     $('progress-text').textContent = `failed: ${msg.message}`;
+    $('timing').dataset.job = job.id;
     $('timing').dataset.state = 'error';
   }
 }
@@ -726,6 +737,7 @@ function fillSelect(select, labels, keep) {
 
 let lastJobKey = '';
 let lastRender = null;
+let renderCount = 0; // body[data-renders]: lets tests wait for the render that follows a change
 
 function update({ keepItem = true, rerun = false } = {}) {
   syncSourceControls();
@@ -788,6 +800,7 @@ function update({ keepItem = true, rerun = false } = {}) {
   renderHeatmaps(st);
   renderSplitMerge(st);
   renderCode(cfg, maskInfo);
+  document.body.dataset.renders = String(++renderCount);
   document.body.dataset.ready = 'true';
 
   // Picking another item or token changes nothing the worker computes.
