@@ -19,6 +19,15 @@ export interface CreateOptions {
    * single-threaded, so any request runs on the calling thread and `info.threads` reports 1.
    */
   threads?: number | 'auto';
+  /**
+   * Where to fetch `mha.wasm` from, for a CDN or custom hosting: an absolute URL, a URL relative to
+   * the page (`document.baseURI`), or in Node a `file:` URL or a file path. The file must be the
+   * `mha.wasm` of this same release (`mha-wasm/mha.wasm` in the package). Default: the file next to
+   * this script, `new URL('./mha.wasm', import.meta.url)`, which bundlers rewrite.
+   */
+  wasmUrl?: string | URL;
+  /** The bytes of `mha.wasm`, when you load them yourself. Exclusive with `wasmUrl`. */
+  wasmBinary?: ArrayBuffer | Uint8Array;
 }
 
 /** What the loaded module is. */
@@ -275,59 +284,209 @@ function checkStatus(fn: string, status: number): void {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Loading. The compiled WebAssembly.Module is fetched and compiled once per process/page
-// (memoized); every createMHA() call instantiates it afresh, so instances share no state.
+// Loading. A WebAssembly.Module is fetched and compiled once per source (memoized: the default URL,
+// each custom wasmUrl, each wasmBinary object); every createMHA() call instantiates it afresh, so
+// instances share no state.
 
-let compiledModule: Promise<WebAssembly.Module> | undefined;
+/** Where the wasm comes from: a URL to fetch, a file path (Node), or bytes given by the caller. */
+type WasmSource =
+  | { kind: 'url'; url: URL; label: string }
+  | { kind: 'path'; path: string; label: string }
+  | { kind: 'bytes'; bytes: ArrayBuffer | Uint8Array; label: string };
+
+const compiledByKey = new Map<string, Promise<WebAssembly.Module>>();
+const compiledByBinary = new WeakMap<object, Promise<WebAssembly.Module>>();
 
 const WASM_MAGIC = [0x00, 0x61, 0x73, 0x6d];
+/** What every load error says was expected. */
+const EXPECTED = `expected the WebAssembly file mha.wasm of mha-wasm ${VERSION}`;
 
 function isNode(): boolean {
   const p = (globalThis as { process?: { versions?: { node?: string } } }).process;
   return typeof p?.versions?.node === 'string' && typeof (globalThis as { window?: unknown }).window === 'undefined';
 }
 
-async function readWasmBytes(url: URL): Promise<Uint8Array<ArrayBuffer>> {
-  if (url.protocol === 'file:' && isNode()) {
-    // Hidden from bundlers: this branch only ever runs in Node.
-    const fsModule = 'node:fs/promises';
-    const fs = (await import(/* webpackIgnore: true */ /* @vite-ignore */ fsModule)) as {
-      readFile(path: URL): Promise<Uint8Array<ArrayBuffer>>;
-    };
-    const data = await fs.readFile(url);
-    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-  }
-  const response = await fetch(url);
-  if (!response.ok) {
-    throw new Error(`mha-wasm: fetching ${url.href} failed: HTTP ${response.status} ${response.statusText}`);
-  }
-  return new Uint8Array(await response.arrayBuffer());
+function defaultSource(): WasmSource {
+  // Keep this expression literal: Vite, webpack 5 and Parcel recognize `new URL('<file>', import.meta.url)`
+  // and emit the file as an asset with a rewritten URL.
+  const url = new URL('./mha.wasm', import.meta.url);
+  return { kind: 'url', url, label: url.href };
 }
 
-async function compileModule(): Promise<WebAssembly.Module> {
-  const url = new URL('./mha.wasm', import.meta.url);
-  const bytes = await readWasmBytes(url);
-  if (bytes.length < 4 || WASM_MAGIC.some((b, i) => bytes[i] !== b)) {
-    const head = Array.from(bytes.subarray(0, 4), (b) => b.toString(16).padStart(2, '0')).join(' ');
+function sourceFromOptions(o: Record<string, unknown>): WasmSource {
+  if (o.wasmUrl !== undefined && o.wasmBinary !== undefined) {
+    throw new TypeError('createMHA: expected at most one of wasmUrl and wasmBinary, got both');
+  }
+  if (o.wasmBinary !== undefined) {
+    const b = o.wasmBinary;
+    if (!(b instanceof ArrayBuffer) && !(b instanceof Uint8Array)) {
+      throw new TypeError(`createMHA: wasmBinary: expected an ArrayBuffer or Uint8Array holding mha.wasm, got ${describe(b)}`);
+    }
+    return { kind: 'bytes', bytes: b, label: `wasmBinary (${b.byteLength} bytes)` };
+  }
+  if (o.wasmUrl === undefined) return defaultSource();
+  const u = o.wasmUrl;
+  if (u instanceof URL) return { kind: 'url', url: u, label: u.href };
+  if (typeof u !== 'string') {
+    throw new TypeError(`createMHA: wasmUrl: expected a string or URL, got ${describe(u)}`);
+  }
+  if (u === '') throw new RangeError('createMHA: wasmUrl: expected a URL or path, got an empty string');
+  if (isNode()) {
+    // In Node a string is a URL when it has a scheme (http:, file:, data:), else a file path
+    // (a Windows drive letter such as C: is a path too).
+    const scheme = /^([a-zA-Z][a-zA-Z0-9+.-]+):/.exec(u);
+    if (scheme && scheme[1]!.length > 1) return { kind: 'url', url: new URL(u), label: u };
+    return { kind: 'path', path: u, label: u };
+  }
+  const base = (globalThis as { document?: { baseURI?: string } }).document?.baseURI
+    ?? (globalThis as { location?: { href?: string } }).location?.href;
+  let url: URL;
+  try {
+    url = new URL(u, base);
+  } catch {
+    throw new RangeError(`createMHA: wasmUrl: expected an absolute URL or one relative to the page, got ${describe(u)}`);
+  }
+  return { kind: 'url', url, label: url.href };
+}
+
+async function readFileNode(path: string | URL): Promise<Uint8Array<ArrayBuffer>> {
+  // Hidden from bundlers: this branch only ever runs in Node.
+  const fsModule = 'node:fs/promises';
+  const fs = (await import(/* webpackIgnore: true */ /* @vite-ignore */ fsModule)) as {
+    readFile(path: string | URL): Promise<Uint8Array<ArrayBuffer>>;
+  };
+  const data = await fs.readFile(path);
+  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}
+
+/** Returns the bytes and, for HTTP, the response's content type (to explain a wrong file). */
+async function readWasmBytes(source: WasmSource): Promise<{ bytes: Uint8Array; contentType?: string }> {
+  if (source.kind === 'bytes') {
+    const b = source.bytes;
+    return { bytes: b instanceof Uint8Array ? b : new Uint8Array(b) };
+  }
+  if (source.kind === 'path' || (source.url.protocol === 'file:' && isNode())) {
+    const where = source.kind === 'path' ? source.path : source.url;
+    try {
+      return { bytes: await readFileNode(where) };
+    } catch (error) {
+      throw new Error(`mha-wasm: reading ${source.label} failed (${errorText(error)}); ${EXPECTED}`, { cause: error });
+    }
+  }
+  let response: Response;
+  try {
+    response = await fetch(source.url);
+  } catch (error) {
+    throw new Error(`mha-wasm: fetching ${source.label} failed (${errorText(error)}); ${EXPECTED}`, { cause: error });
+  }
+  if (!response.ok) {
     throw new Error(
-      `mha-wasm: ${url.href} is not a WebAssembly file: expected magic bytes 00 61 73 6d, got ${head || 'an empty file'}`,
+      `mha-wasm: fetching ${source.label} failed: HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ''}; ` +
+        `${EXPECTED} there (host it, or pass createMHA({ wasmUrl }) / ({ wasmBinary }))`,
     );
   }
-  return WebAssembly.compile(bytes);
+  const contentType = response.headers.get('content-type') ?? undefined;
+  return { bytes: new Uint8Array(await response.arrayBuffer()), ...(contentType ? { contentType } : {}) };
 }
 
-async function instantiate(): Promise<MhaWasmModule> {
-  compiledModule ??= compileModule().catch((error: unknown) => {
-    compiledModule = undefined; // let a later call retry (e.g. after a network error)
+function errorText(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    const text = typeof code === 'string' && !error.message.includes(code) ? `${code}: ${error.message}` : error.message;
+    // Node's fetch says only "fetch failed"; the reason (ECONNREFUSED, ENOTFOUND, ...) is its cause.
+    return error.cause !== undefined && error.cause !== null ? `${text}: ${errorText(error.cause)}` : text;
+  }
+  return String(error);
+}
+
+/** Throws a precise Error unless `bytes` start with the wasm magic number. */
+function checkMagic(label: string, bytes: Uint8Array, contentType: string | undefined): void {
+  if (bytes.length >= 4 && WASM_MAGIC.every((b, i) => bytes[i] === b)) return;
+  const head = Array.from(bytes.subarray(0, 4), (b) => b.toString(16).padStart(2, '0')).join(' ');
+  const text = new TextDecoder('utf-8', { fatal: false }).decode(bytes.subarray(0, 64)).trimStart().toLowerCase();
+  const looksHtml = text.startsWith('<!doctype html') || text.startsWith('<html') || text.startsWith('<') ||
+    (contentType ?? '').includes('html');
+  const what = bytes.length === 0
+    ? 'an empty file'
+    : `${bytes.length} bytes starting ${head}${looksHtml ? ', an HTML page (a dev server or CDN fallback page instead of the file?)' : ''}`;
+  throw new Error(
+    `mha-wasm: ${label} is not a WebAssembly file: ${EXPECTED} (magic bytes 00 61 73 6d), got ${what}` +
+      `${contentType ? ` served as ${contentType}` : ''}`,
+  );
+}
+
+async function compileModule(source: WasmSource): Promise<WebAssembly.Module> {
+  const { bytes, contentType } = await readWasmBytes(source);
+  checkMagic(source.label, bytes, contentType);
+  try {
+    return await WebAssembly.compile(bytes as Uint8Array<ArrayBuffer>);
+  } catch (error) {
+    throw new Error(`mha-wasm: ${source.label} does not compile as WebAssembly (${errorText(error)}); ${EXPECTED}`, {
+      cause: error,
+    });
+  }
+}
+
+function compiled(source: WasmSource): Promise<WebAssembly.Module> {
+  const forget = (): void => {
+    // Let a later call retry (e.g. after a network error).
+    if (source.kind === 'bytes') compiledByBinary.delete(source.bytes);
+    else compiledByKey.delete(key);
+  };
+  const key = source.kind === 'url' ? `url:${source.url.href}` : source.kind === 'path' ? `path:${source.path}` : '';
+  const cached = source.kind === 'bytes' ? compiledByBinary.get(source.bytes) : compiledByKey.get(key);
+  if (cached) return cached;
+  const promise = compileModule(source).catch((error: unknown) => {
+    forget();
     throw error;
   });
-  const wasmModule = await compiledModule;
-  return createMhaModule({
-    instantiateWasm(imports, done) {
-      WebAssembly.instantiate(wasmModule, imports).then((instance) => done(instance, wasmModule));
-      return {};
-    },
+  if (source.kind === 'bytes') compiledByBinary.set(source.bytes, promise);
+  else compiledByKey.set(key, promise);
+  return promise;
+}
+
+/** Exports the glue and the TS layer need; a module without them is not this release's mha.wasm. */
+const REQUIRED_API = ['version', 'simd', 'attention', 'attentionWeights', 'splitHeads', 'mergeHeads',
+  'heapBytesInUse', 'releaseScratch', '_malloc', '_free'] as const;
+
+async function instantiate(source: WasmSource): Promise<MhaWasmModule> {
+  const wasmModule = await compiled(source);
+  const mismatch = (detail: string, cause?: unknown): Error =>
+    new Error(
+      `mha-wasm: ${source.label} does not match this script (mha-wasm ${VERSION}): ${detail}; ${EXPECTED}, ` +
+        'from the same release as the script',
+      cause === undefined ? undefined : { cause },
+    );
+  const exported = WebAssembly.Module.exports(wasmModule);
+  if (!exported.some((e) => e.kind === 'memory')) {
+    const names = exported.map((e) => e.name).join(', ');
+    throw mismatch(`it is a WebAssembly module without a memory export (exports: ${names || 'none'})`);
+  }
+  const wasm = await new Promise<MhaWasmModule>((resolve, reject) => {
+    createMhaModule({
+      instantiateWasm(imports, done) {
+        // Errors here (a LinkError, or the glue failing on missing exports inside done()) would
+        // otherwise leave the glue's ready promise pending forever.
+        WebAssembly.instantiate(wasmModule, imports)
+          .then((instance) => done(instance, wasmModule))
+          .catch((error: unknown) => reject(mismatch(errorText(error), error)));
+        return {};
+      },
+    }).then(resolve, (error: unknown) => reject(mismatch(errorText(error), error)));
   });
+  const missing = REQUIRED_API.filter((name) => typeof (wasm as unknown as Record<string, unknown>)[name] !== 'function');
+  if (missing.length > 0) throw mismatch(`it lacks ${missing.join(', ')}`);
+  return wasm;
+}
+
+/** The glue and the .wasm must come from one release: the wasm reports its version. */
+function checkWasmVersion(label: string, wasmVersion: string): void {
+  if (wasmVersion !== VERSION) {
+    throw new Error(
+      `mha-wasm: version mismatch: the script is ${VERSION} but ${label} is ${wasmVersion}; ` +
+        'serve the mha.wasm of the script\'s release',
+    );
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,7 +546,7 @@ function writeMask(wasm: MhaWasmModule, address: number, mask: Uint8Array | bool
 const ATTENTION_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'out'] as const;
 const WEIGHTS_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale'] as const;
 const HEAD_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads'] as const;
-const CREATE_KEYS = ['threads'] as const;
+const CREATE_KEYS = ['threads', 'wasmUrl', 'wasmBinary'] as const;
 
 class Instance implements MHA {
   readonly info: MHAInfo;
@@ -501,14 +660,17 @@ class Instance implements MHA {
 }
 
 /**
- * Loads the WebAssembly module and returns a ready instance. The `.wasm` file is located next to this
- * script (`new URL('./mha.wasm', import.meta.url)`), read from disk in Node and fetched in browsers.
- * Compilation is memoized; each call returns a new, independent instance.
+ * Loads the WebAssembly module and returns a ready instance. By default the `.wasm` file is located
+ * next to this script (`new URL('./mha.wasm', import.meta.url)`, which Vite and webpack rewrite), read
+ * from disk in Node and fetched in browsers; `wasmUrl` or `wasmBinary` override that. Compilation is
+ * memoized per source; each call returns a new, independent instance.
  *
- * @param options - `{ threads }`; see {@link CreateOptions}
+ * @param options - `{ threads, wasmUrl, wasmBinary }`; see {@link CreateOptions}
  * @returns a promise of an {@link MHA} instance
- * @throws TypeError / RangeError for bad options; Error when the wasm cannot be loaded or its version
- *   differs from this script's
+ * @throws TypeError / RangeError for bad options (both wasmUrl and wasmBinary given, wrong types)
+ * @throws Error when the wasm cannot be read (HTTP error, missing file), is not WebAssembly (e.g. an
+ *   HTML page), is not this package's module, or reports another version than this script; the message
+ *   names what was fetched and what was expected
  * @example
  * ```ts
  * import { createMHA } from 'mha-wasm';
@@ -526,11 +688,9 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
       throw new RangeError(`createMHA: threads: expected a positive integer or 'auto', got ${o.threads}`);
     }
   }
-  const wasm = await instantiate();
-  const wasmVersion = wasm.version();
-  if (wasmVersion !== VERSION) {
-    throw new Error(`mha-wasm: version mismatch: the script is ${VERSION} but mha.wasm is ${wasmVersion}; serve files of one release`);
-  }
+  const source = sourceFromOptions(o);
+  const wasm = await instantiate(source);
+  checkWasmVersion(source.label, wasm.version());
   return new Instance(wasm);
 }
 
