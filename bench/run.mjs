@@ -97,10 +97,12 @@ function runChild(config, timeoutS) {
   });
 }
 
+const fmtMs = (x) => (x >= 100 ? x.toFixed(0) : x >= 1 ? x.toFixed(2) : x.toPrecision(3));
+
 function fmtRow(r) {
   const name = `${(IMPL_LABELS[r.impl] ?? r.impl).padEnd(18)} ${r.shape.padEnd(10)}`;
   if (r.status !== 'ok') return `${name} ${statusText(r)}: ${String(r.error).slice(0, 160)}`;
-  return `${name} ${r.medianMs.toPrecision(4).padStart(10)} ms  ${r.gflops.toFixed(2).padStart(6)} GFLOP/s  first ${r.firstCallMs.toFixed(1)} ms  reps ${r.reps}${r.extrapolated ? '  (extrapolated)' : ''}`;
+  return `${name} ${fmtMs(r.medianMs).padStart(10)} ms  ${r.gflops.toFixed(2).padStart(6)} GFLOP/s  first ${fmtMs(r.firstCallMs)} ms  reps ${r.reps}${r.extrapolated ? '  (extrapolated)' : ''}`;
 }
 
 function writeOutputs(run, outDir, prefix) {

@@ -96,7 +96,7 @@ export async function measure({ impl, load, shape, seed = DEFAULT_SEED, budgetMs
     return result;
   }
 
-  // Warm-up: lets V8 tier the code up. One call when calls are slow, else >= 2 calls and >= 300 ms.
+  // Warm-up: lets V8 tier the code up: >= 2 calls and >= 300 ms; none when the first call took > 2 s.
   phase('warmup');
   const firstRaw = result.firstCallMs / factor;
   let warm = 0;
@@ -120,13 +120,16 @@ export async function measure({ impl, load, shape, seed = DEFAULT_SEED, budgetMs
     batch = est < 1 ? Math.min(1000, Math.ceil(1 / Math.max(est, 0.001))) : 1;
   }
   const samples = [];
-  // Slow rows: fewer repeats keep the whole run within minutes (a 60 s call gets one timed repeat).
-  const wantMin = firstRaw > 20000 ? 1 : firstRaw > 5000 ? Math.min(minReps, 2) : minReps;
+  // Slow rows: fewer repeats keep the whole run within minutes. Decided from the first timed
+  // (warm) sample, not the first call, which is slower while V8 tiers up.
+  let wantMin = minReps;
   const tStart = now();
   while (samples.length < maxReps && (samples.length < wantMin || now() - tStart < budgetMs)) {
     const t = now();
     for (let n = 0; n < batch; n++) await instance.run(q, k, v);
-    samples.push(((now() - t) / batch) * factor);
+    const raw = (now() - t) / batch;
+    samples.push(raw * factor);
+    if (samples.length === 1) wantMin = raw > 20000 ? 1 : raw > 5000 ? Math.min(minReps, 2) : minReps;
   }
   result.callsPerSample = batch;
   result.samplesMs = samples;
