@@ -304,8 +304,9 @@ function drawHeatmap(canvas, h, highlight) {
   }
 }
 
-function renderLegend(maxW) {
-  const ticks = [0, maxW / 2, maxW].map((w) => el('span', {}, w.toFixed(2)));
+function renderLegend(maxW, clipped) {
+  const digits = maxW < 0.1 ? 3 : 2;
+  const ticks = [0, maxW / 2, maxW].map((w, i) => el('span', {}, `${i === 2 && clipped ? '≥ ' : ''}${w.toFixed(digits)}`));
   $('legend').replaceChildren(
     el('div', { class: 'legend-scale' },
       el('span', { class: 'legend-title' }, 'weight'),
@@ -398,9 +399,14 @@ function renderHeatmaps(state) {
   const S = cfg.seqLen;
   const T = cfg.seqLen;
   const H = cfg.numHeads;
-  let maxW = 0;
-  for (const w of weights) if (w > maxW) maxW = w;
+  // Shared scale: 0 to the 99.5th percentile of all drawn weights, so one saturated row (a causal
+  // row 0 has weight 1) does not wash out the rest; larger weights saturate and the legend says so.
+  const finite = weights.filter((w) => w > 0);
+  finite.sort();
+  const trueMax = finite.length ? finite[finite.length - 1] : 0;
+  let maxW = finite.length ? finite[Math.min(finite.length - 1, Math.floor(finite.length * 0.995))] : 1;
   if (!(maxW > 0)) maxW = 1;
+  const clipped = trueMax > maxW * 1.0001;
   const nanRow = Array.from({ length: S }, (_, i) => Number.isNaN(weights[i * T]));
   const layout = heatLayout(S, T, H, rowLabels, rowLabels, $('heatmaps').clientWidth || 300);
   heat.data = { S, T, H, weights, maxW, nanRow, visible: visibleItem, rowLabels, colLabels: rowLabels, layout };
@@ -442,12 +448,12 @@ function renderHeatmaps(state) {
   $('heatmaps').replaceChildren(...figures);
   $('heatmaps').style.gridTemplateColumns = `repeat(${layout.cols}, minmax(0, 1fr))`;
   $('heatmaps').dataset.heads = String(H);
-  renderLegend(maxW);
+  renderLegend(maxW, clipped);
   const nan = nanRow.filter(Boolean).length;
   $('heat-sub').replaceChildren(
     `Batch item ${state.item}: rows are queries, columns are keys; each row sums to 1. From `,
     el('code', {}, 'mha.attentionWeights'),
-    `. Shared color scale (0 to ${maxW.toFixed(3)}). ` + (nan ? `${nan} fully masked row${nan > 1 ? 's' : ''}: NaN, as in PyTorch. ` : '') +
+    `. Shared color scale, 0 to ${maxW.toFixed(3)}${clipped ? ' (larger weights saturate)' : ''}. ` + (nan ? `${nan} fully masked row${nan > 1 ? 's' : ''}: NaN, as in PyTorch. ` : '') +
       'Hover a cell, or focus a map and use the arrow keys.',
   );
 }
@@ -468,7 +474,7 @@ function strip(values, H, Dh, labelFor) {
 }
 
 function miniMatrix(qh, h, S, Dh, t) {
-  const px = Math.max(2, Math.min(10, Math.floor(120 / Math.max(S, Dh))));
+  const px = Math.max(1, Math.min(10, Math.floor(120 / Math.max(S, Dh))));
   const canvas = el('canvas', { width: Dh * px, height: S * px, role: 'img', 'aria-label': `head ${h} of q after the transpose: ${S} rows by ${Dh} columns; row ${t} highlighted` });
   canvas.style.width = `${Dh * px}px`;
   const ctx = canvas.getContext('2d');
@@ -698,11 +704,15 @@ function onWorkerMessage(msg, job) {
     $('t-speedup').textContent = `${(msg.js.median / msg.wasm.median).toFixed(1)}×`;
     $('progress').value = 1;
     $('progress-text').textContent = 'done';
-    const { batch: B, seqLen: S, dModel: D } = job.opts;
-    const flops = 4 * B * S * S * D; // two matmuls, 2 flops per multiply-add
+    const { batch: B, seqLen: S, dModel: D, mask, causal } = job.opts;
+    // Two matmuls over the visible (query, key) pairs, 2 flops per multiply-add.
+    let pairs = B * S * S;
+    if (causal) pairs = (B * S * (S + 1)) / 2;
+    else if (mask) pairs = mask.reduce((n, m) => n + (m ? 1 : 0), 0);
+    const flops = 4 * pairs * D;
     $('t-note').textContent =
       `Medians of ${msg.wasm.samples} and ${msg.js.samples} samples (${msg.wasm.reps} and ${msg.js.reps} calls each) after warm-up; ` +
-      `about ${(flops / (msg.wasm.median * 1e6)).toFixed(2)} GFLOP/s for mha-wasm. Same inputs, same mask, same output. ` +
+      `about ${(flops / (msg.wasm.median * 1e6)).toFixed(2)} GFLOP/s for mha-wasm (visible query-key pairs only). Same inputs, same mask, same output. ` +
       'Shared machines are noisy: read the ratio, not the absolute numbers.';
     $('timing').dataset.job = job.id;
     $('timing').dataset.state = 'done';
@@ -848,6 +858,14 @@ async function main() {
   controls.token.addEventListener('change', () => update());
   $('rerun').addEventListener('click', () => update({ rerun: true }));
   $('copy').addEventListener('click', copyCode);
+  $('preset-large').addEventListener('click', () => {
+    document.querySelector('input[name="source"][value="random"]').checked = true;
+    Object.assign(controls.batch, { value: '4' });
+    Object.assign(controls.seqLen, { value: '128' });
+    Object.assign(controls.dModel, { value: '512' });
+    Object.assign(controls.numHeads, { value: '8' });
+    update({ keepItem: false });
+  });
 
   // Heatmaps are sized to their container: redraw (without recomputing) when its width changes.
   let lastWidth = 0;
