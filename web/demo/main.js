@@ -800,6 +800,12 @@ function update({ keepItem = true, rerun = false } = {}) {
     return;
   }
 
+  $('mask-help').textContent = {
+    none: 'Every query sees every key.',
+    causal: 'Query i sees keys 0..i only (the causal flag).',
+    padding: `Item b sees only its first ${maskInfo.lengths?.join(' / ')} keys: a (B, S, T) mask, nonzero = attend.`,
+    random: 'About 35% of (query, key) pairs hidden, and one query row per item fully hidden: its output is NaN.',
+  }[cfg.mask];
   const mode = cfg.source === 'sentence' ? 'sentences' : `seeded random data (seed ${cfg.seed})`;
   const padNote = maskInfo.lengths ? `; valid lengths ${maskInfo.lengths.join(', ')}` : '';
   $('derived').textContent =
