@@ -470,7 +470,13 @@ function strip(values, H, Dh, labelFor) {
       el('span', { class: 'seg', style: `flex-grow:${Dh}; --head:${headColor(h)}`, title: labelFor(h), 'aria-label': labelFor(h), role: 'img' }, ...cells),
     );
   }
-  return el('div', { class: 'strip' }, ...segments);
+  const bar = el('div', { class: 'strip' }, ...segments);
+  if (H > 8) return bar;
+  // Column ranges under each head's run (only while they fit).
+  const ticks = Array.from({ length: H }, (_, h) =>
+    el('span', { style: `flex-grow:${Dh}; color:${headColor(h, 38)}` }, H <= 4 ? `h${h} · ${h * Dh}–${(h + 1) * Dh - 1}` : `h${h}`),
+  );
+  return el('div', { class: 'strip-wrap' }, bar, el('div', { class: 'strip-ticks', 'aria-hidden': 'true' }, ...ticks));
 }
 
 function miniMatrix(qh, h, S, Dh, t) {
@@ -548,9 +554,9 @@ function renderSplitMerge(state) {
     ...splitMergeSteps(B, S, D, H).map((step) =>
       el('tr', { class: step.contiguous ? '' : 'noncontig' },
         el('th', { scope: 'row' }, el('code', {}, step.op)),
-        el('td', {}, el('span', { class: 'letters' }, `(${step.letters})`), ` = ${tuple(step.shape)}`),
-        el('td', {}, el('code', {}, tuple(step.strides))),
-        el('td', {}, step.contiguous ? 'contiguous' : 'strided view', el('small', {}, ` · ${step.note}`)),
+        el('td', { 'data-label': 'shape' }, el('span', { class: 'letters' }, `(${step.letters})`), ` = ${tuple(step.shape)}`),
+        el('td', { 'data-label': 'strides' }, el('code', {}, tuple(step.strides))),
+        el('td', { 'data-label': 'memory' }, step.contiguous ? 'contiguous' : 'strided view', el('small', {}, ` · ${step.note}`)),
       ),
     ),
   );
