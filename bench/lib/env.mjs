@@ -31,8 +31,14 @@ export function environment(repoRoot) {
     cpu: os.cpus()[0]?.model?.trim() ?? 'unknown',
     cores: os.cpus().length,
     totalMemGiB: +(os.totalmem() / 2 ** 30).toFixed(1),
+    loadAverageStart: loadAverage(),
     commit: commit + (dirty ? '+dirty' : ''),
     wasmSha,
     versions,
   };
+}
+
+/** 1/5/15-minute load averages: how busy the (shared) machine was. */
+export function loadAverage() {
+  return os.loadavg().map((x) => +x.toFixed(2));
 }

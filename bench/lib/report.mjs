@@ -46,8 +46,12 @@ export function markdown(run) {
   lines.push(`# mha-wasm benchmark (${run.mode})`, '');
   lines.push(`${env.date} · node ${env.node} · ${env.cpu} (${env.cores} cores) · commit ${env.commit} · mha.wasm sha256 ${env.wasmSha?.slice(0, 12)}`);
   if (env.browser) lines.push(`browser: ${env.browser}`);
+  if (env.loadAverageStart) {
+    lines.push(`load average (1/5/15 min) at start ${env.loadAverageStart.join(' / ')}${env.loadAverageEnd ? `, at end ${env.loadAverageEnd.join(' / ')}` : ''} on ${env.cores} cores: ${Math.max(env.loadAverageStart[0], env.loadAverageEnd?.[0] ?? 0) > env.cores ? '**the machine was shared and busy; absolute figures are noisy, compare within a shape**' : 'quiet enough'}.`);
+  }
   lines.push('');
-  lines.push(`Ceiling (12 independent f32x4 mul+add chains, one core): **${fmt(ceil, 1)} GFLOP/s** (best of ${ceiling?.samples?.length ?? 0}; median ${fmt(ceiling?.medianGflops, 1)}).`);
+  const ceilRuns = ceiling?.runs ? ` (runs: ${ceiling.runs.map((c) => `${c.when} ${fmt(c.gflops, 1)}`).join(', ')})` : '';
+  lines.push(`Ceiling (12 independent f32x4 mul+add chains, one core): **${fmt(ceil, 1)} GFLOP/s**, best call of the best run${ceilRuns}.`);
   lines.push('FLOPs per call = 4·B·H·S·T·Dh (masked positions included). Times are end to end: Float32Array in, Float32Array out.', '');
 
   // Matrix: GFLOP/s per shape x implementation.
