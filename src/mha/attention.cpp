@@ -18,9 +18,17 @@
 #include <cstring>
 #include <limits>
 
+#include <xmmintrin.h>  // _MM_TRANSPOSE4_PS (Emscripten maps SSE onto SIMD128)
+
 #include <xsimd/xsimd.hpp>
 
 #include "mha/simd_exp.hpp"
+
+#ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
+#define MHA_PHASE __attribute__((noinline))
+#else
+#define MHA_PHASE
+#endif
 
 namespace mha {
 namespace {
@@ -31,6 +39,7 @@ static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane ve
 
 constexpr int32_t kMaxRowsPerUnit = 64;  // Bq
 constexpr int32_t kMaxKeysPerTile = 64;  // Bk
+constexpr int32_t kBk = kMaxKeysPerTile; // row stride of the K^T and S tiles (a constant: see micro-kernels)
 constexpr int32_t kMr = 4;               // query rows per micro-kernel
 constexpr int32_t kNr = 8;               // keys (QK^T) or output lanes (PV) per micro-kernel
 
@@ -63,10 +72,10 @@ Layout make_layout(const AttentionShape& shape) {
     at += round_up16(floats);
     return here;
   };
-  lay.q = take(bq4 * lay.dh);                         // Q block (Bq, Dh), unscaled
-  lay.kt = take(size_t(lay.dh) * lay.bk);             // K tile transposed (Dh, Bk)
+  lay.q = take(bq4 * lay.dh);                         // Q block as Bq/4 panels (Dh, 4), unscaled
+  lay.kt = take(size_t(lay.dh) * kBk);                // K tile transposed (Dh, kBk)
   lay.v = take(size_t(lay.bk) * lay.dh8);             // V tile (Bk, Dh8)
-  lay.s = take(bq4 * lay.bk);                         // scores / probabilities (Bq, Bk)
+  lay.s = take(bq4 * kBk);                            // scores / probabilities (Bq, kBk)
   lay.o = take(bq4 * lay.dh8);                        // output accumulators (Bq, Dh8)
   lay.m = take(bq4);                                  // running max per row
   lay.l = take(bq4);                                  // running sum per row
@@ -78,21 +87,46 @@ Layout make_layout(const AttentionShape& shape) {
 // ---------------------------------------------------------------------------------------------------
 // Packing
 
-// K rows [0, nk) of the tile -> kt (Dh, bk); keys [nk, round_up(nk, kNr)) are zero.
-void pack_k_transposed(const float* k, int64_t row_stride, int32_t nk, int32_t dh, int32_t bk, float* kt) {
+// K rows [0, nk) of the tile -> kt (Dh, kBk); keys [nk, round_up(nk, kNr)) are zero. 4x4 blocks are
+// transposed in registers (4 unaligned row loads, 8 shuffles, 4 aligned stores); edges go scalar.
+MHA_PHASE void pack_k_transposed(const float* k, int64_t row_stride, int32_t nk, int32_t dh, float* kt) {
   const int32_t nk8 = round_up(nk, kNr);
-  for (int32_t j = 0; j < nk; ++j) {
+  const int32_t nk4 = nk - nk % kLanes;
+  const int32_t dh4 = dh - dh % kLanes;
+  for (int32_t j = 0; j < nk4; j += kLanes) {
+    const float* r0 = k + j * row_stride;
+    const float* r1 = r0 + row_stride;
+    const float* r2 = r1 + row_stride;
+    const float* r3 = r2 + row_stride;
+    for (int32_t d = 0; d < dh4; d += kLanes) {
+      __m128 x0 = _mm_loadu_ps(r0 + d), x1 = _mm_loadu_ps(r1 + d), x2 = _mm_loadu_ps(r2 + d), x3 = _mm_loadu_ps(r3 + d);
+      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+      _mm_store_ps(kt + (d + 0) * kBk + j, x0);
+      _mm_store_ps(kt + (d + 1) * kBk + j, x1);
+      _mm_store_ps(kt + (d + 2) * kBk + j, x2);
+      _mm_store_ps(kt + (d + 3) * kBk + j, x3);
+    }
+    for (int32_t d = dh4; d < dh; ++d) {
+      kt[d * kBk + j] = r0[d];
+      kt[d * kBk + j + 1] = r1[d];
+      kt[d * kBk + j + 2] = r2[d];
+      kt[d * kBk + j + 3] = r3[d];
+    }
+  }
+  for (int32_t j = nk4; j < nk; ++j) {
     const float* src = k + j * row_stride;
-    for (int32_t d = 0; d < dh; ++d) kt[d * bk + j] = src[d];
+    for (int32_t d = 0; d < dh; ++d) kt[d * kBk + j] = src[d];
   }
   for (int32_t d = 0; d < dh; ++d) {
-    for (int32_t j = nk; j < nk8; ++j) kt[d * bk + j] = 0.0f;
+    for (int32_t j = nk; j < nk8; ++j) kt[d * kBk + j] = 0.0f;
   }
 }
 
-// V rows [0, nk) of the tile -> v (nk, dh8), columns [dh, dh8) zero. Returns false when any packed
-// value is inf or NaN (then keys hidden from some row must be skipped, not multiplied by p = 0).
-bool pack_v(const float* v, int64_t row_stride, int32_t nk, int32_t dh, int32_t dh8, float* vp) {
+// V rows [0, nk) of the tile -> v (nk, dh8), columns [dh, dh8) zero. With probe, returns false when any
+// packed value is inf or NaN (then keys hidden from some row must be skipped, not multiplied by p = 0);
+// tiles that hide nothing skip that test.
+template <bool kProbe>
+MHA_PHASE bool pack_v(const float* v, int64_t row_stride, int32_t nk, int32_t dh, int32_t dh8, float* vp) {
   VecF finite_probe(0.0f);  // x * 0 is 0 for finite x and NaN otherwise
   const int32_t dh4 = dh - dh % kLanes;
   for (int32_t j = 0; j < nk; ++j) {
@@ -101,12 +135,12 @@ bool pack_v(const float* v, int64_t row_stride, int32_t nk, int32_t dh, int32_t 
     int32_t d = 0;
     for (; d < dh4; d += kLanes) {
       const VecF x = VecF::load_unaligned(src + d);
-      finite_probe += x * VecF(0.0f);
+      if (kProbe) finite_probe += x * VecF(0.0f);
       x.store_aligned(dst + d);
     }
     for (; d < dh; ++d) {
       dst[d] = src[d];
-      finite_probe += VecF(src[d] * 0.0f);
+      if (kProbe) finite_probe += VecF(src[d] * 0.0f);
     }
     for (; d < dh8; ++d) dst[d] = 0.0f;
   }
@@ -115,78 +149,78 @@ bool pack_v(const float* v, int64_t row_stride, int32_t nk, int32_t dh, int32_t 
 
 // ---------------------------------------------------------------------------------------------------
 // Micro-kernels
+//
+// Addressing matters as much as arithmetic here: V8 addresses wasm memory as [base + index + imm], so
+// every distinct computed address costs an extra lea. The scratch strides are compile-time constants
+// (kBk) and the Q block is packed as 4-row panels (d-major, the 4 rows' values adjacent), so each
+// micro-kernel step reads all its operands from one or two pointers with immediate offsets.
 
-// s[0..4)[0..nk8) = q[0..4) . kt[:, 0..nk8): 4 query rows x 8 keys per pass, 8 accumulators + 2 key
-// vectors + 1 broadcast = 11 of the 16 xmm registers V8 can use (it keeps one as scratch).
-void qk_tile(const float* q, int32_t dh, const float* kt, int32_t bk, int32_t nk8, float* s) {
-  const float* q0 = q;
-  const float* q1 = q + dh;
-  const float* q2 = q + 2 * dh;
-  const float* q3 = q + 3 * dh;
+// s[i][jb..jb+8) = scale * (q_i . k_j) for the 4 rows of one Q panel (Dh, 4) and keys [0, nk8) of the
+// K^T tile (Dh, kBk). 8 accumulators + 2 key vectors + 4 broadcasts + 1 product temporary = 15 of the
+// 16 xmm registers (V8 keeps the 16th as scratch): the largest block that does not spill without FMA.
+MHA_PHASE void qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t nk8, float scale, float* s) {
+  const VecF vscale(scale);
   for (int32_t jb = 0; jb < nk8; jb += kNr) {
     VecF a00(0.0f), a01(0.0f), a10(0.0f), a11(0.0f), a20(0.0f), a21(0.0f), a30(0.0f), a31(0.0f);
-    const float* kcol = kt + jb;
-    for (int32_t d = 0; d < dh; ++d) {
-      const VecF k0 = VecF::load_aligned(kcol + d * bk);
-      const VecF k1 = VecF::load_aligned(kcol + d * bk + kLanes);
-      VecF b(q0[d]);
-      a00 += b * k0;
-      a01 += b * k1;
-      b = VecF(q1[d]);
-      a10 += b * k0;
-      a11 += b * k1;
-      b = VecF(q2[d]);
-      a20 += b * k0;
-      a21 += b * k1;
-      b = VecF(q3[d]);
-      a30 += b * k0;
-      a31 += b * k1;
-    }
-    a00.store_aligned(s + jb);
-    a01.store_aligned(s + jb + kLanes);
-    a10.store_aligned(s + bk + jb);
-    a11.store_aligned(s + bk + jb + kLanes);
-    a20.store_aligned(s + 2 * bk + jb);
-    a21.store_aligned(s + 2 * bk + jb + kLanes);
-    a30.store_aligned(s + 3 * bk + jb);
-    a31.store_aligned(s + 3 * bk + jb + kLanes);
+    const float* qp = qpanel;
+    const float* kp = kt + jb;
+    auto step = [&](const float* qd, const float* kd) {
+      const VecF k0 = VecF::load_aligned(kd);
+      const VecF k1 = VecF::load_aligned(kd + kLanes);
+      const VecF b0(qd[0]), b1(qd[1]), b2(qd[2]), b3(qd[3]);
+      a00 += b0 * k0;
+      a01 += b0 * k1;
+      a10 += b1 * k0;
+      a11 += b1 * k1;
+      a20 += b2 * k0;
+      a21 += b2 * k1;
+      a30 += b3 * k0;
+      a31 += b3 * k1;
+    };
+    // Not unrolled: LLVM would hoist the second step's loads above the first step's arithmetic, and
+    // the extra live vectors spill in V8 (measured: slower).
+    for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kBk) step(qp, kp);
+    (a00 * vscale).store_aligned(s + jb);
+    (a01 * vscale).store_aligned(s + jb + kLanes);
+    (a10 * vscale).store_aligned(s + kBk + jb);
+    (a11 * vscale).store_aligned(s + kBk + jb + kLanes);
+    (a20 * vscale).store_aligned(s + 2 * kBk + jb);
+    (a21 * vscale).store_aligned(s + 2 * kBk + jb + kLanes);
+    (a30 * vscale).store_aligned(s + 3 * kBk + jb);
+    (a31 * vscale).store_aligned(s + 3 * kBk + jb + kLanes);
   }
 }
 
 // o[0..4)[0..dh8) = o * alpha + p[0..4)[0..nk) @ v[0..nk): 4 rows x 8 output lanes per pass over the
-// key tile; the rescale by alpha is folded into loading the accumulators.
-void pv_tile(const float* p, int32_t bk, const float* v, int32_t dh8, int32_t nk, const float* alpha, float* o) {
+// key tile; p rows are kBk apart, o rows dh8 apart. The rescale by alpha is folded into loading the
+// accumulators.
+MHA_PHASE void pv_tile(const float* p, const float* v, int32_t dh8, int32_t nk, const float* alpha, float* o) {
   const VecF al0(alpha[0]), al1(alpha[1]), al2(alpha[2]), al3(alpha[3]);
   float* o0 = o;
   float* o1 = o + dh8;
   float* o2 = o + 2 * dh8;
   float* o3 = o + 3 * dh8;
-  const float* p0 = p;
-  const float* p1 = p + bk;
-  const float* p2 = p + 2 * bk;
-  const float* p3 = p + 3 * bk;
   for (int32_t d = 0; d < dh8; d += kNr) {
     VecF a00 = VecF::load_aligned(o0 + d) * al0, a01 = VecF::load_aligned(o0 + d + kLanes) * al0;
     VecF a10 = VecF::load_aligned(o1 + d) * al1, a11 = VecF::load_aligned(o1 + d + kLanes) * al1;
     VecF a20 = VecF::load_aligned(o2 + d) * al2, a21 = VecF::load_aligned(o2 + d + kLanes) * al2;
     VecF a30 = VecF::load_aligned(o3 + d) * al3, a31 = VecF::load_aligned(o3 + d + kLanes) * al3;
-    const float* vcol = v + d;
-    for (int32_t j = 0; j < nk; ++j) {
-      const VecF v0 = VecF::load_aligned(vcol + j * dh8);
-      const VecF v1 = VecF::load_aligned(vcol + j * dh8 + kLanes);
-      VecF b(p0[j]);
-      a00 += b * v0;
-      a01 += b * v1;
-      b = VecF(p1[j]);
-      a10 += b * v0;
-      a11 += b * v1;
-      b = VecF(p2[j]);
-      a20 += b * v0;
-      a21 += b * v1;
-      b = VecF(p3[j]);
-      a30 += b * v0;
-      a31 += b * v1;
-    }
+    const float* vp = v + d;
+    const float* pp = p;
+    auto step = [&](const float* pj, const float* vj) {
+      const VecF v0 = VecF::load_aligned(vj);
+      const VecF v1 = VecF::load_aligned(vj + kLanes);
+      const VecF b0(pj[0]), b1(pj[kBk]), b2(pj[2 * kBk]), b3(pj[3 * kBk]);
+      a00 += b0 * v0;
+      a01 += b0 * v1;
+      a10 += b1 * v0;
+      a11 += b1 * v1;
+      a20 += b2 * v0;
+      a21 += b2 * v1;
+      a30 += b3 * v0;
+      a31 += b3 * v1;
+    };
+    for (int32_t j = 0; j < nk; ++j, ++pp, vp += dh8) step(pp, vp);
     a00.store_aligned(o0 + d);
     a01.store_aligned(o0 + d + kLanes);
     a10.store_aligned(o1 + d);
@@ -218,44 +252,45 @@ void pv_row_skipping_hidden(const float* p, const float* v, int32_t dh8, int32_t
 // ---------------------------------------------------------------------------------------------------
 // Softmax step of one row of the score tile.
 
-// s (nk8 floats, 16-byte aligned): raw q.k on entry, p = exp(scale*s - m_new) on exit (0 where hidden).
+// s (nk8 floats, 16-byte aligned): scaled scores on entry, p = exp(s - m_new) on exit (0 where hidden).
 // Updates m and l; returns alpha = exp(m_old - m_new), the factor for this row's accumulators.
 // hide(j) -> true when key j of the tile is hidden from this row; only called when any_hidden.
 template <typename Hide>
-float softmax_row(float* s, int32_t nk, int32_t nk8, float scale, bool any_hidden, Hide&& hide, float& m,
-                  float& l) {
+MHA_PHASE float softmax_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, Hide&& hide, float& m, float& l,
+                  const simd::ExpConstants& ek) {
   // Score fix-ups: this is where an additive bias (ALiBi, relative position) would be added.
-  const VecF vscale(scale);
-  VecF vmax(kNegInf);
-  for (int32_t j = 0; j < nk8; j += kLanes) {
-    const VecF x = VecF::load_aligned(s + j) * vscale;
-    x.store_aligned(s + j);
-  }
   for (int32_t j = nk; j < nk8; ++j) s[j] = kNegInf;  // padding keys of the last tile
   if (any_hidden) {
     for (int32_t j = 0; j < nk; ++j) {
       if (hide(j)) s[j] = kNegInf;
     }
   }
-  for (int32_t j = 0; j < nk8; j += kLanes) vmax = xsimd::max(vmax, VecF::load_aligned(s + j));
+  VecF vmax0 = VecF::load_aligned(s), vmax1 = VecF::load_aligned(s + kLanes);
+  for (int32_t j = kNr; j < nk8; j += kNr) {
+    vmax0 = xsimd::max(vmax0, VecF::load_aligned(s + j));
+    vmax1 = xsimd::max(vmax1, VecF::load_aligned(s + j + kLanes));
+  }
+  alignas(16) float lanes[kLanes];
+  xsimd::max(vmax0, vmax1).store_aligned(lanes);
   // A NaN score may or may not survive the max (SSE and wasm max differ); either way exp(NaN - m) or
   // exp(s - NaN) below is NaN and poisons l, so the row ends NaN as in the reference.
-  alignas(16) float lanes[kLanes];
-  vmax.store_aligned(lanes);
   const float tile_max = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
   const float m_old = m;
   const float m_new = tile_max > m_old ? tile_max : m_old;
   // Nothing visible yet: subtract 0 so that exp(-inf - m) stays 0 instead of exp(NaN).
   const float m_sub = (m_new == kNegInf) ? 0.0f : m_new;
   const VecF vm(m_sub);
-  VecF vsum(0.0f);
-  for (int32_t j = 0; j < nk8; j += kLanes) {
-    const VecF p = simd::exp(VecF::load_aligned(s + j) - vm);
-    p.store_aligned(s + j);
-    vsum += p;
+  VecF vsum0(0.0f), vsum1(0.0f);
+  for (int32_t j = 0; j < nk8; j += kNr) {
+    const VecF p0 = simd::exp<false>(VecF::load_aligned(s + j) - vm, ek);
+    const VecF p1 = simd::exp<false>(VecF::load_aligned(s + j + kLanes) - vm, ek);
+    p0.store_aligned(s + j);
+    p1.store_aligned(s + j + kLanes);
+    vsum0 += p0;
+    vsum1 += p1;
   }
-  const float alpha = simd::exp(VecF(m_old - m_sub)).get(0);
-  l = l * alpha + xsimd::hadd(vsum);
+  const float alpha = simd::exp<false>(VecF(m_old - m_sub), ek).get(0);
+  l = l * alpha + xsimd::hadd(vsum0 + vsum1);
   m = m_new;
   return alpha;
 }
@@ -311,9 +346,17 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
   float* lrow = scratch + lay.l;
   float* alpha = scratch + lay.alpha;
 
-  // Q block, rows padded with zeros up to a multiple of kMr (their results are discarded).
-  for (int32_t r = 0; r < rows; ++r) std::memcpy(qp + r * dh, q + (q_begin + r) * args.q.row_stride, sizeof(float) * dh);
-  std::fill(qp + rows * dh, qp + rows4 * dh, 0.0f);
+  // Q block as panels of 4 rows, qp[(r/4)*Dh*4 + d*4 + r%4]; rows past the block are zero (discarded).
+  for (int32_t r = 0; r < rows4; ++r) {
+    float* panel = qp + (r / kMr) * dh * kMr + r % kMr;
+    if (r < rows) {
+      const float* src = q + (q_begin + r) * args.q.row_stride;
+      for (int32_t d = 0; d < dh; ++d) panel[d * kMr] = src[d];
+    } else {
+      for (int32_t d = 0; d < dh; ++d) panel[d * kMr] = 0.0f;
+    }
+  }
+  const simd::ExpConstants exp_constants;
   std::fill(op, op + rows4 * dh8, 0.0f);
   std::fill(mrow, mrow + rows4, kNegInf);
   std::fill(lrow, lrow + rows4, 0.0f);
@@ -341,10 +384,13 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
       mask_partial = !all;
     }
 
-    pack_k_transposed(k + j0 * args.k.row_stride, args.k.row_stride, nk, dh, bk, kt);
-    const bool v_finite = pack_v(v + j0 * args.v.row_stride, args.v.row_stride, nk, dh, dh8, vp);
+    pack_k_transposed(k + j0 * args.k.row_stride, args.k.row_stride, nk, dh, kt);
+    const bool hides_some = causal_partial || mask_partial;
+    const float* v_tile = v + j0 * args.v.row_stride;
+    const bool v_finite = hides_some ? pack_v<true>(v_tile, args.v.row_stride, nk, dh, dh8, vp)
+                                     : pack_v<false>(v_tile, args.v.row_stride, nk, dh, dh8, vp);
 
-    for (int32_t r = 0; r < rows4; r += kMr) qk_tile(qp + r * dh, dh, kt, bk, nk8, sp + r * bk);
+    for (int32_t r = 0; r < rows4; r += kMr) qk_tile(qp + r * dh, dh, kt, nk8, args.scale, sp + r * kBk);
 
     for (int32_t r = 0; r < rows4; ++r) {
       const int32_t i = q_begin + r;
@@ -356,11 +402,11 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
         if (args.causal && j0 + j > i) return true;
         return mr != nullptr && mr[j] == 0;
       };
-      alpha[r] = softmax_row(sp + r * bk, nk, nk8, args.scale, hides, hide_rel, mrow[r], lrow[r]);
+      alpha[r] = softmax_row(sp + r * kBk, nk, nk8, hides, hide_rel, mrow[r], lrow[r], exp_constants);
     }
 
-    if (v_finite || !(causal_partial || mask_partial)) {
-      for (int32_t r = 0; r < rows4; r += kMr) pv_tile(sp + r * bk, bk, vp, dh8, nk, alpha + r, op + r * dh8);
+    if (v_finite || !hides_some) {
+      for (int32_t r = 0; r < rows4; r += kMr) pv_tile(sp + r * kBk, vp, dh8, nk, alpha + r, op + r * dh8);
     } else {
       for (int32_t r = 0; r < rows4; ++r) {
         const int32_t i = q_begin + r;
@@ -371,7 +417,7 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
           if (args.causal && j0 + j > i) return false;
           return mr == nullptr || mr[j] != 0;
         };
-        pv_row_skipping_hidden(sp + r * bk, vp, dh8, nk, alpha[r], op + r * dh8, visible);
+        pv_row_skipping_hidden(sp + r * kBk, vp, dh8, nk, alpha[r], op + r * dh8, visible);
       }
     }
   }

@@ -29,38 +29,69 @@ constexpr float kExpUnderflow = -87.3f;
 // Above this 2^n no longer fits a normal float exponent: the result is +inf (true overflow is at 88.72).
 constexpr float kExpOverflow = 88.37f;
 
-inline VecF exp(VecF x) {
-  const VecF log2e(1.44269504088896341f);
+// The constants of exp, held in registers. WebAssembly has no constant-pool operands: V8 rebuilds every
+// v128.const with 3 instructions each time it is used, and LLVM rematerializes constants inside loops.
+// Building them once per loop and hiding their values from LLVM (an empty asm) keeps them in locals.
+struct ExpConstants {
+  VecF log2e = VecF(1.44269504088896341f);
   // 1.5 * 2^23: adding it rounds to the nearest integer and leaves that integer in the low mantissa bits.
-  const VecF round_magic(12582912.0f);
-  const VecF ln2_hi(0.693359375f);
-  const VecF ln2_lo(-2.12194440e-4f);
+  VecF round_magic = VecF(12582912.0f);
+  VecF ln2_hi = VecF(0.693359375f);
+  VecF ln2_lo = VecF(-2.12194440e-4f);
+  VecF c0 = VecF(1.9875691500e-4f), c1 = VecF(1.3981999507e-3f), c2 = VecF(8.3334519073e-3f);
+  VecF c3 = VecF(4.1665795894e-2f), c4 = VecF(1.6666665459e-1f), c5 = VecF(5.0000001201e-1f);
+  VecF one = VecF(1.0f), underflow = VecF(kExpUnderflow), overflow = VecF(kExpOverflow);
+  VecF inf = VecF(__builtin_huge_valf());
+  VecI bias = VecI(127);
 
-  const VecF t = x * log2e + round_magic;
-  const VecF n = t - round_magic;
-  // Cody-Waite: two exact-ish steps keep r accurate although n*ln2 is not representable.
-  VecF r = x - n * ln2_hi;
-  r = r - n * ln2_lo;
+  ExpConstants() {
+    pin(log2e), pin(round_magic), pin(ln2_hi), pin(ln2_lo), pin(c0), pin(c1), pin(c2), pin(c3), pin(c4), pin(c5);
+    pin(one), pin(underflow), pin(overflow), pin(inf);
+  }
+  template <typename V>
+  static void pin(V& v) {
+#if defined(__wasm_simd128__)
+    auto r = v.data;
+    __asm__("" : "+r"(r));
+    v = V(r);
+#else
+    (void)v;
+#endif
+  }
+};
 
-  VecF p(1.9875691500e-4f);
-  p = p * r + VecF(1.3981999507e-3f);
-  p = p * r + VecF(8.3334519073e-3f);
-  p = p * r + VecF(4.1665795894e-2f);
-  p = p * r + VecF(1.6666665459e-1f);
-  p = p * r + VecF(5.0000001201e-1f);
+// kCheckOverflow = false drops the overflow test, for callers whose x is known to be <= 0 (or NaN).
+template <bool kCheckOverflow = true>
+inline VecF exp(VecF x, const ExpConstants& k) {
+  const VecF t = x * k.log2e + k.round_magic;
+  const VecF n = t - k.round_magic;
+  // Cody-Waite: two steps keep r accurate although n*ln2 is not representable.
+  VecF r = x - n * k.ln2_hi;
+  r = r - n * k.ln2_lo;
+
+  VecF p = k.c0 * r + k.c1;
+  p = p * r + k.c2;
+  p = p * r + k.c3;
+  p = p * r + k.c4;
+  p = p * r + k.c5;
   const VecF r2 = r * r;
-  p = p * r2 + r + VecF(1.0f);
+  p = p * r2 + r + k.one;
 
   // 2^n: the integer n sits in the low bits of t; (bits(t) + 127) << 23 is its biased exponent (the
   // magic's own high bits are shifted out).
-  const VecI pow2_bits = (xsimd::bitwise_cast<VecI>(t) + VecI(127)) << 23;
+  const VecI pow2_bits = (xsimd::bitwise_cast<VecI>(t) + k.bias) << 23;
   VecF result = p * xsimd::bitwise_cast<VecF>(pow2_bits);
 
   // Out-of-range inputs produce garbage above (NaN for -inf); comparisons are false for NaN, so a NaN
   // input keeps its NaN result.
-  result = xsimd::select(x < VecF(kExpUnderflow), VecF(0.0f), result);
-  result = xsimd::select(x > VecF(kExpOverflow), VecF(__builtin_huge_valf()), result);
+  result = VecF(_mm_andnot_ps((x < k.underflow).data, result.data));
+  if (kCheckOverflow) result = xsimd::select(x > k.overflow, k.inf, result);
   return result;
+}
+
+inline VecF exp(VecF x) {
+  const ExpConstants k;
+  return exp<true>(x, k);
 }
 
 }  // namespace simd
