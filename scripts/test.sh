@@ -15,6 +15,9 @@ echo "== C++ suite, native under ASan + UBSan"
 cmake --build build/native-asan
 ctest --test-dir build/native-asan --output-on-failure
 
+echo "== Differential fuzzing slice: fast kernel vs reference, libFuzzer + ASan + UBSan (fixed seed)"
+bash scripts/fuzz.sh --slice
+
 echo "== C++ suite, compiled to wasm and run by Node (Catch2)"
 cmake --build build/wasm --target mha_tests
 ctest --test-dir build/wasm --output-on-failure

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Differential fuzzing of the fast kernel against the double reference (tests/fuzz/fuzz_attention.cpp),
+# libFuzzer + ASan + UBSan, native clang++ (bootstrap installs clang and libclang-rt-14-dev).
+#
+#   scripts/fuzz.sh [seconds]          fuzz for that long (default 600), new inputs in build/fuzz/corpus
+#   scripts/fuzz.sh --slice            the short fixed-seed slice scripts/test.sh runs (about 30 s)
+#   extra libFuzzer flags after --     e.g. scripts/fuzz.sh 60 -- -jobs=2
+#
+# Findings are written to build/fuzz/artifacts/ (crash-*, with the failing check on stderr); replay one
+# with build/fuzz/fuzz_attention <file> (MHA_FUZZ_VERBOSE=1 prints the inputs of the failing row).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=time seconds=600
+if [[ "${1:-}" == "--slice" ]]; then mode=slice; shift
+elif [[ "${1:-}" =~ ^[0-9]+$ ]]; then seconds=$1; shift; fi
+[[ "${1:-}" == "--" ]] && shift
+
+[[ -f build/fuzz/build.ninja ]] || cmake --preset fuzz >/dev/null
+cmake --build build/fuzz --target fuzz_attention
+mkdir -p build/fuzz/corpus build/fuzz/artifacts
+export MHA_FUZZ_STATS=1
+fuzz=(build/fuzz/fuzz_attention -max_len=256 -artifact_prefix=build/fuzz/artifacts/ -print_final_stats=1)
+
+if [[ $mode == slice ]]; then
+  # Fixed seed and run count: the same inputs every time, from the committed corpus only (nothing kept).
+  "${fuzz[@]}" -seed=1 -runs="${MHA_FUZZ_RUNS:-10000}" -max_total_time=60 "$@" tests/fuzz/corpus
+else
+  echo "fuzz: ${seconds} s; corpus build/fuzz/corpus (seeded from tests/fuzz/corpus)"
+  "${fuzz[@]}" -max_total_time="$seconds" "$@" build/fuzz/corpus tests/fuzz/corpus
+fi
