@@ -2,6 +2,7 @@
 // dims; every function returns an mha::Status code that web/src turns into a precise JS error.
 // All semantics live in src/mha; nothing here computes.
 #include <emscripten/bind.h>
+#include <emscripten/em_macros.h>
 #include <malloc.h>
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 
 #include "mha/attention.hpp"
 #include "mha/heads.hpp"
-#include "mha/reference.hpp"
+#include "mha/reference.hpp"  // attention weights come from the reference
 
 #ifndef MHA_VERSION
 #error "MHA_VERSION must be defined by the build (it comes from package.json)"
@@ -40,34 +41,38 @@ mha::AttentionArgs make_args(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t ou
   return args;
 }
 
-int32_t attention(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t mask, int32_t batch,
-                  int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, bool causal,
+}  // namespace
+
+// The per-call functions are plain C exports rather than Embind functions: with -sDYNAMIC_EXECUTION=0
+// (no eval, so pages with a strict CSP work) Embind invokes through a generic `arguments` loop that
+// costs microseconds, as much as a whole seed-sized attention. A direct export is one wasm call.
+extern "C" {
+
+EMSCRIPTEN_KEEPALIVE int32_t mha_attention(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t mask, int32_t batch,
+                  int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, int32_t causal,
                   float scale) {
-  const auto args = make_args(q, k, v, out, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal, scale);
+  const auto args = make_args(q, k, v, out, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal != 0, scale);
   return static_cast<int32_t>(mha::attention(args, g_workspace));
 }
 
-int32_t attention_reference(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t mask, int32_t batch,
-                            int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, bool causal,
-                            float scale) {
-  const auto args = make_args(q, k, v, out, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal, scale);
-  return static_cast<int32_t>(mha::reference_attention(args));
-}
-
-int32_t attention_weights(uintptr_t q, uintptr_t k, uintptr_t weights, uintptr_t mask, int32_t batch,
-                          int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, bool causal,
+EMSCRIPTEN_KEEPALIVE int32_t mha_attention_weights(uintptr_t q, uintptr_t k, uintptr_t weights, uintptr_t mask, int32_t batch,
+                          int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, int32_t causal,
                           float scale) {
-  const auto args = make_args(q, k, 0, 0, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal, scale);
+  const auto args = make_args(q, k, 0, 0, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal != 0, scale);
   return static_cast<int32_t>(mha::reference_attention_weights(args, at<float>(weights)));
 }
 
-int32_t split_heads(uintptr_t x, uintptr_t xh, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
+EMSCRIPTEN_KEEPALIVE int32_t mha_split_heads(uintptr_t x, uintptr_t xh, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
   return static_cast<int32_t>(mha::split_heads(at<const float>(x), batch, seq_len, d_model, num_heads, at<float>(xh)));
 }
 
-int32_t merge_heads(uintptr_t xh, uintptr_t x, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
+EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
   return static_cast<int32_t>(mha::merge_heads(at<const float>(xh), batch, seq_len, d_model, num_heads, at<float>(x)));
 }
+
+}  // extern "C"
+
+namespace {
 
 float default_scale(int32_t head_dim) { return mha::default_scale(head_dim); }
 
@@ -90,11 +95,6 @@ bool simd() {
 }  // namespace
 
 EMSCRIPTEN_BINDINGS(mha_wasm) {
-  emscripten::function("attention", &attention);
-  emscripten::function("attentionReference", &attention_reference);
-  emscripten::function("attentionWeights", &attention_weights);
-  emscripten::function("splitHeads", &split_heads);
-  emscripten::function("mergeHeads", &merge_heads);
   emscripten::function("defaultScale", &default_scale);
   emscripten::function("releaseScratch", &release_scratch);
   emscripten::function("heapBytesInUse", &heap_bytes_in_use);

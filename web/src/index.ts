@@ -446,7 +446,7 @@ function compiled(source: WasmSource): Promise<WebAssembly.Module> {
 }
 
 /** Exports the glue and the TS layer need; a module without them is not this release's mha.wasm. */
-const REQUIRED_API = ['version', 'simd', 'attention', 'attentionWeights', 'splitHeads', 'mergeHeads',
+const REQUIRED_API = ['version', 'simd', '_mha_attention', '_mha_attention_weights', '_mha_split_heads', '_mha_merge_heads',
   'heapBytesInUse', 'releaseScratch', '_malloc', '_free'] as const;
 
 async function instantiate(source: WasmSource): Promise<MhaWasmModule> {
@@ -582,8 +582,8 @@ class Instance implements MHA {
     heap.set(k, kAt >>> 2);
     heap.set(v, vAt >>> 2);
     if (mask) writeMask(this.wasm, maskAt, mask);
-    const status = this.wasm.attention(qAt, kAt, vAt, outAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
-      d.dModel, d.numHeads, causal, scale);
+    const status = this.wasm._mha_attention(qAt, kAt, vAt, outAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
+      d.dModel, d.numHeads, causal ? 1 : 0, scale);
     checkStatus(fn, status);
     const result = out ?? new Float32Array(qLength);
     // The kernel's scratch may have grown memory: take a fresh view to copy out.
@@ -616,8 +616,8 @@ class Instance implements MHA {
     heap.set(q, qAt >>> 2);
     heap.set(k, kAt >>> 2);
     if (mask) writeMask(this.wasm, maskAt, mask);
-    const status = this.wasm.attentionWeights(qAt, kAt, wAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
-      d.dModel, d.numHeads, causal, scale);
+    const status = this.wasm._mha_attention_weights(qAt, kAt, wAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
+      d.dModel, d.numHeads, causal ? 1 : 0, scale);
     checkStatus(fn, status);
     return this.wasm.HEAPF32.slice(wAt >>> 2, (wAt >>> 2) + weightsLength);
   }
@@ -652,8 +652,8 @@ class Instance implements MHA {
     const [fromAt, toAt] = layout(base, sizes) as [number, number];
     this.wasm.HEAPF32.set(x, fromAt >>> 2);
     const status = split
-      ? this.wasm.splitHeads(fromAt, toAt, d.batch, d.seqLen, d.dModel, d.numHeads)
-      : this.wasm.mergeHeads(fromAt, toAt, d.batch, d.seqLen, d.dModel, d.numHeads);
+      ? this.wasm._mha_split_heads(fromAt, toAt, d.batch, d.seqLen, d.dModel, d.numHeads)
+      : this.wasm._mha_merge_heads(fromAt, toAt, d.batch, d.seqLen, d.dModel, d.numHeads);
     checkStatus(fn, status);
     return this.wasm.HEAPF32.slice(toAt >>> 2, (toAt >>> 2) + length);
   }
