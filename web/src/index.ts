@@ -188,10 +188,35 @@ function checkDim(name: string, value: unknown): number {
   return value;
 }
 
+/**
+ * True when the view's ArrayBuffer was detached (transferred to a worker, `ArrayBuffer.transfer`, or a
+ * wasm memory that grew): such a view reads as length 0. `buffer.detached` where the engine has it
+ * (Node 22+, recent browsers); elsewhere an empty view is probed by viewing its buffer, which throws
+ * only when detached. Shared buffers cannot be detached.
+ */
+function isDetached(view: ArrayBufferView): boolean {
+  const buffer = view.buffer as ArrayBuffer & { detached?: boolean };
+  if (typeof buffer.detached === 'boolean') return buffer.detached;
+  if (view.byteLength !== 0) return false;
+  try {
+    new Uint8Array(buffer);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+function checkNotDetached(name: string, value: ArrayBufferView): void {
+  if (isDetached(value)) {
+    throw new TypeError(`${name}: the ${value.constructor.name}'s ArrayBuffer is detached (transferred or released); pass an array whose buffer is live`);
+  }
+}
+
 function checkFloat32(name: string, value: unknown, expected: number, formula: string): Float32Array {
   if (!(value instanceof Float32Array)) {
     throw new TypeError(`${name}: expected Float32Array of length ${expected} (${formula}), got ${describe(value)}`);
   }
+  checkNotDetached(name, value);
   if (value.length !== expected) {
     throw new RangeError(`${name}: expected Float32Array of length ${expected} (${formula}), got length ${value.length}`);
   }
@@ -253,6 +278,7 @@ function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | boolean[] 
   if (!(value instanceof Uint8Array) && !Array.isArray(value)) {
     throw new TypeError(`${fn}: mask: expected Uint8Array or boolean[] of length ${expected} (${formula}), got ${describe(value)}`);
   }
+  if (value instanceof Uint8Array) checkNotDetached(`${fn}: mask`, value);
   if (value.length !== expected) {
     throw new RangeError(`${fn}: mask: expected length ${expected} (${formula}), got length ${value.length}`);
   }
