@@ -23,8 +23,11 @@ export MHA_FUZZ_STATS=1
 fuzz=(build/fuzz/fuzz_attention -max_len=256 -artifact_prefix=build/fuzz/artifacts/ -print_final_stats=1)
 
 if [[ $mode == slice ]]; then
-  # Fixed seed and run count: the same inputs every time, from the committed corpus only (nothing kept).
-  "${fuzz[@]}" -seed=1 -runs="${MHA_FUZZ_RUNS:-10000}" -max_total_time=60 "$@" tests/fuzz/corpus
+  # Fixed seed and run count: the same inputs every time, from the committed corpus only. libFuzzer
+  # writes new inputs into its first corpus folder: a throwaway one, so tests/fuzz/corpus stays as committed.
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+  "${fuzz[@]}" -seed=1 -runs="${MHA_FUZZ_RUNS:-10000}" -max_total_time=60 "$@" "$scratch" tests/fuzz/corpus
 else
   echo "fuzz: ${seconds} s; corpus build/fuzz/corpus (seeded from tests/fuzz/corpus)"
   "${fuzz[@]}" -max_total_time="$seconds" "$@" build/fuzz/corpus tests/fuzz/corpus

@@ -216,6 +216,10 @@ function checkFloat32(name: string, value: unknown, expected: number, formula: s
   if (!(value instanceof Float32Array)) {
     throw new TypeError(`${name}: expected Float32Array of length ${expected} (${formula}), got ${describe(value)}`);
   }
+  if (!ArrayBuffer.isView(value)) {
+    // e.g. a Proxy: its reads would run user code while the call stages data in the wasm heap.
+    throw new TypeError(`${name}: expected a Float32Array, got an object that only inherits from Float32Array (e.g. a Proxy)`);
+  }
   checkNotDetached(name, value);
   if (value.length !== expected) {
     throw new RangeError(`${name}: expected Float32Array of length ${expected} (${formula}), got length ${value.length}`);
@@ -278,16 +282,24 @@ function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | boolean[] 
   if (!(value instanceof Uint8Array) && !Array.isArray(value)) {
     throw new TypeError(`${fn}: mask: expected Uint8Array or boolean[] of length ${expected} (${formula}), got ${describe(value)}`);
   }
+  if (value instanceof Uint8Array && !ArrayBuffer.isView(value)) {
+    throw new TypeError(`${fn}: mask: expected a Uint8Array, got an object that only inherits from Uint8Array (e.g. a Proxy)`);
+  }
   if (value instanceof Uint8Array) checkNotDetached(`${fn}: mask`, value);
   if (value.length !== expected) {
     throw new RangeError(`${fn}: mask: expected length ${expected} (${formula}), got length ${value.length}`);
   }
   if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      if (typeof value[i] !== 'boolean') {
-        throw new TypeError(`${fn}: mask: expected boolean[] entries, got ${describe(value[i])} at index ${i}`);
+    // Each entry is read once, here: the bytes are what gets staged, so no getter runs during the call.
+    const bytes = new Uint8Array(expected);
+    for (let i = 0; i < expected; i++) {
+      const entry: unknown = value[i];
+      if (typeof entry !== 'boolean') {
+        throw new TypeError(`${fn}: mask: expected boolean[] entries, got ${describe(entry)} at index ${i}`);
       }
+      bytes[i] = entry ? 1 : 0;
     }
+    return bytes;
   }
   return value;
 }

@@ -1,0 +1,413 @@
+// Hardening of the public API: the bad-input matrix beyond errors.test.mjs (every parameter of every
+// public function), wasm heap safety (shapes that cannot fit, malloc failure, flat memory over 20,000
+// mixed calls), aliasing / views / shared and detached buffers, and instances across worker threads.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { Worker } from 'node:worker_threads';
+import { createMHA } from '../../dist/index.js';
+import { loadGoldenCases, readGolden, compare, referenceMHA, rng, randomNormal } from './helpers.mjs';
+
+v8.setFlagsFromString('--expose-gc');
+const gc = vm.runInNewContext('gc');
+
+const mha = await createMHA();
+const example = loadGoldenCases().find((c) => c.name === 'example_b2_s5_d12_h3');
+const q = readGolden(example, 'q');
+const k = readGolden(example, 'k');
+const v = readGolden(example, 'v');
+const out64 = readGolden(example, 'out64');
+const shape = { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 };
+const attend = (overrides, qq = q, kk = k, vv = v) => mha.multiHeadAttention(qq, kk, vv, { ...shape, ...overrides });
+const weights = (overrides, qq = q, kk = k) => mha.attentionWeights(qq, kk, { ...shape, ...overrides });
+
+/** A Float32Array whose ArrayBuffer has been transferred away (detached): it reads as length 0. */
+function detached(TypedArray = Float32Array, length = 120) {
+  const array = new TypedArray(length);
+  structuredClone(array.buffer, { transfer: [array.buffer] });
+  return array;
+}
+
+/** Expects an error of that class whose message contains every fragment. */
+function expectError(thunk, ErrorClass, fragments) {
+  assert.throws(thunk, (error) => {
+    assert.ok(error instanceof ErrorClass, `expected ${ErrorClass.name}, got ${error?.constructor?.name}: ${error?.message}`);
+    for (const f of fragments) assert.ok(error.message.includes(f), `message "${error.message}" lacks "${f}"`);
+    return true;
+  });
+}
+
+// Largest shape whose weights (B,H,S,T) stay below 2^31 elements but need more bytes than the 2 GiB
+// wasm memory has: malloc itself returns 0 (ABORTING_MALLOC=0), nothing is allocated or grown.
+const MALLOC_FAIL_S = 23169; // 4*S^2 + 8*S bytes = 2,147,395,632 < 2^31, but no room for it in 2 GiB
+const mallocQ = new Float32Array(MALLOC_FAIL_S);
+const mallocFail = () => mha.attentionWeights(mallocQ, mallocQ, { batch: 1, seqLen: MALLOC_FAIL_S, dModel: 1, numHeads: 1 });
+
+// ---------------------------------------------------------------------------------------------
+// 1. The bad-input matrix, second half: what errors.test.mjs (33 cases) does not cover.
+// [description, thunk, error class, message fragments]
+export const MORE_BAD_INPUTS = [
+  // multiHeadAttention: q, k, v, out as arrays of the wrong kind, missing, detached, or Proxies
+  ['mha: q missing', () => mha.multiHeadAttention(undefined, k, v, shape), TypeError, ['q:', 'undefined']],
+  ['mha: k a plain Array', () => mha.multiHeadAttention(q, Array.from(k), v, shape), TypeError, ['k:', 'Array(120)']],
+  ['mha: v one element long', () => attend({}, q, k, v.subarray(0, 121 - 120)), RangeError, ['v:', 'length 120', 'got length 1']],
+  ['mha: q detached', () => attend({}, detached()), TypeError, ['q:', 'detached']],
+  ['mha: k detached', () => attend({}, q, detached()), TypeError, ['k:', 'detached']],
+  ['mha: v detached', () => attend({}, q, k, detached()), TypeError, ['v:', 'detached']],
+  ['mha: out detached', () => attend({ out: detached() }), TypeError, ['out:', 'detached']],
+  ['mha: q a Proxy of a Float32Array', () => attend({}, new Proxy(q, {})), TypeError, ['q:', 'Proxy']],
+  ['mha: mask a Proxy of a Uint8Array', () => attend({ mask: new Proxy(new Uint8Array(50), {}) }), TypeError, ['mask:', 'Proxy']],
+  ['mha: out a Float64Array', () => attend({ out: new Float64Array(120) }), TypeError, ['out:', 'Float64Array(120)']],
+  ['mha: out a plain Array', () => attend({ out: new Array(120).fill(0) }), TypeError, ['out:', 'Array(120)']],
+  ['mha: out null', () => attend({ out: null }), TypeError, ['out:', 'null']],
+  // dims: every dim, every kind of bad value
+  ['mha: batch null', () => attend({ batch: null }), TypeError, ['batch', 'null']],
+  ['mha: batch negative', () => attend({ batch: -1 }), RangeError, ['batch', 'got -1']],
+  ['mha: batch Infinity', () => attend({ batch: Infinity }), RangeError, ['batch', 'got Infinity']],
+  ['mha: batch 2^31', () => attend({ batch: 2 ** 31 }), RangeError, ['batch', 'below 2^31']],
+  ['mha: batch a BigInt', () => attend({ batch: 2n }), TypeError, ['batch', '2']],
+  ['mha: seqLen missing', () => attend({ seqLen: undefined }), TypeError, ['seqLen', 'undefined']],
+  ['mha: seqLen zero', () => attend({ seqLen: 0 }), RangeError, ['seqLen', 'got 0']],
+  ['mha: seqLen NaN', () => attend({ seqLen: NaN }), RangeError, ['seqLen', 'got NaN']],
+  ['mha: dModel missing', () => attend({ dModel: undefined }), TypeError, ['dModel', 'undefined']],
+  ['mha: dModel zero', () => attend({ dModel: 0 }), RangeError, ['dModel', 'got 0']],
+  ['mha: dModel negative', () => attend({ dModel: -12 }), RangeError, ['dModel', 'got -12']],
+  ['mha: dModel fractional', () => attend({ dModel: 12.5 }), RangeError, ['dModel', 'got 12.5']],
+  ['mha: dModel a string', () => attend({ dModel: '12' }), TypeError, ['dModel', '"12"']],
+  ['mha: numHeads missing', () => attend({ numHeads: undefined }), TypeError, ['numHeads', 'undefined']],
+  ['mha: numHeads zero', () => attend({ numHeads: 0 }), RangeError, ['numHeads', 'got 0']],
+  ['mha: numHeads negative', () => attend({ numHeads: -3 }), RangeError, ['numHeads', 'got -3']],
+  ['mha: numHeads fractional', () => attend({ numHeads: 1.5 }), RangeError, ['numHeads', 'got 1.5']],
+  ['mha: numHeads NaN', () => attend({ numHeads: NaN }), RangeError, ['numHeads', 'got NaN']],
+  ['mha: numHeads > dModel', () => attend({ numHeads: 24 }), RangeError, ['dModel', 'multiple of numHeads (24)']],
+  ['mha: kvSeqLen negative', () => attend({ kvSeqLen: -5 }), RangeError, ['kvSeqLen', 'got -5']],
+  ['mha: kvSeqLen fractional', () => attend({ kvSeqLen: 5.5 }), RangeError, ['kvSeqLen', 'got 5.5']],
+  ['mha: kvSeqLen NaN', () => attend({ kvSeqLen: NaN }), RangeError, ['kvSeqLen', 'got NaN']],
+  ['mha: kvSeqLen Infinity', () => attend({ kvSeqLen: Infinity }), RangeError, ['kvSeqLen', 'got Infinity']],
+  ['mha: kvSeqLen a string', () => attend({ kvSeqLen: '5' }), TypeError, ['kvSeqLen', '"5"']],
+  ['mha: kvSeqLen null', () => attend({ kvSeqLen: null }), TypeError, ['kvSeqLen', 'null']],
+  // product of dims beyond 2^32 (each dim valid)
+  ['mha: batch*seqLen*dModel = 2^33', () => attend({ batch: 2 ** 16, seqLen: 2 ** 16, dModel: 2, numHeads: 1 }), RangeError, ['too large', 'batch*seqLen*dModel']],
+  ['mha: batch*kvSeqLen*dModel beyond 2^32', () => attend({ batch: 2, seqLen: 1, kvSeqLen: 2 ** 30, dModel: 4, numHeads: 1 }), RangeError, ['too large', 'batch*kvSeqLen*dModel']],
+  ['mha: batch*seqLen*kvSeqLen beyond 2^32', () => attend({ batch: 4, seqLen: 2 ** 16, kvSeqLen: 2 ** 16, dModel: 1, numHeads: 1 }), RangeError, ['too large', 'batch*seqLen*kvSeqLen']],
+  // mask
+  ['mha: mask detached', () => attend({ mask: detached(Uint8Array, 50) }), TypeError, ['mask', 'detached']],
+  ['mha: mask an Int8Array', () => attend({ mask: new Int8Array(50) }), TypeError, ['mask', 'Int8Array(50)']],
+  ['mha: mask a Uint8ClampedArray', () => attend({ mask: new Uint8ClampedArray(50) }), TypeError, ['mask', 'Uint8ClampedArray(50)']],
+  ['mha: mask a number', () => attend({ mask: 1 }), TypeError, ['mask', 'got 1']],
+  ['mha: mask boolean[] too long', () => attend({ mask: new Array(51).fill(true) }), RangeError, ['mask', 'length 50', 'got length 51']],
+  ['mha: mask boolean[] with a hole', () => attend({ mask: new Array(50) }), TypeError, ['mask', 'boolean', 'index 0']],
+  ['mha: mask boolean[] with a string', () => attend({ mask: [...new Array(49).fill(true), 'false'] }), TypeError, ['mask', '"false"', 'index 49']],
+  // causal, scale
+  ['mha: causal 1', () => attend({ causal: 1 }), TypeError, ['causal', 'boolean', 'got 1']],
+  ['mha: causal null', () => attend({ causal: null }), TypeError, ['causal', 'null']],
+  ['mha: scale +Infinity', () => attend({ scale: Infinity }), RangeError, ['scale', 'finite', 'Infinity']],
+  ['mha: scale null', () => attend({ scale: null }), TypeError, ['scale', 'null']],
+  ['mha: scale a BigInt', () => attend({ scale: 1n }), TypeError, ['scale']],
+  // the options object itself
+  ['mha: options an array', () => mha.multiHeadAttention(q, k, v, [2, 5, 12, 3]), TypeError, ['options', 'Array(4)']],
+  ['mha: options a number', () => mha.multiHeadAttention(q, k, v, 5), TypeError, ['options', 'got 5']],
+  ['mha: unknown option (case)', () => attend({ Causal: true }), TypeError, ['unknown option "Causal"']],
+  ['mha: unknown option (headDim)', () => attend({ headDim: 4 }), TypeError, ['unknown option "headDim"']],
+  // splitHeads / mergeHeads: x, shape, every dim
+  ['splitHeads: x missing', () => mha.splitHeads(undefined, shape), TypeError, ['splitHeads: x', 'undefined']],
+  ['splitHeads: x detached', () => mha.splitHeads(detached(), shape), TypeError, ['splitHeads: x', 'detached']],
+  ['splitHeads: x a Float64Array', () => mha.splitHeads(new Float64Array(120), shape), TypeError, ['splitHeads: x', 'Float64Array(120)']],
+  ['splitHeads: shape missing', () => mha.splitHeads(q), TypeError, ['splitHeads: shape', 'undefined']],
+  ['splitHeads: batch zero', () => mha.splitHeads(q, { ...shape, batch: 0 }), RangeError, ['splitHeads: batch', 'got 0']],
+  ['splitHeads: seqLen NaN', () => mha.splitHeads(q, { ...shape, seqLen: NaN }), RangeError, ['splitHeads: seqLen', 'NaN']],
+  ['splitHeads: dModel fractional', () => mha.splitHeads(q, { ...shape, dModel: 1.5 }), RangeError, ['splitHeads: dModel', '1.5']],
+  ['splitHeads: numHeads does not divide', () => mha.splitHeads(q, { ...shape, numHeads: 5 }), RangeError, ['splitHeads: dModel', 'multiple of numHeads (5)']],
+  ['splitHeads: option mask is unknown', () => mha.splitHeads(q, { ...shape, mask: new Uint8Array(50) }), TypeError, ['unknown option "mask"']],
+  ['mergeHeads: xh missing', () => mha.mergeHeads(undefined, shape), TypeError, ['mergeHeads: xh', 'undefined']],
+  ['mergeHeads: xh too long', () => mha.mergeHeads(new Float32Array(121), shape), RangeError, ['mergeHeads: xh', 'batch*numHeads*seqLen*headDim = 2*3*5*4', 'got length 121']],
+  ['mergeHeads: shape null', () => mha.mergeHeads(q, null), TypeError, ['mergeHeads: shape', 'null']],
+  ['mergeHeads: numHeads missing', () => mha.mergeHeads(q, { ...shape, numHeads: undefined }), TypeError, ['mergeHeads: numHeads', 'undefined']],
+  ['mergeHeads: batch Infinity', () => mha.mergeHeads(q, { ...shape, batch: Infinity }), RangeError, ['mergeHeads: batch', 'Infinity']],
+  ['mergeHeads: option causal is unknown', () => mha.mergeHeads(q, { ...shape, causal: true }), TypeError, ['unknown option "causal"']],
+  // attentionWeights: q, k, options, every option
+  ['weights: q missing', () => mha.attentionWeights(undefined, k, shape), TypeError, ['attentionWeights: q', 'undefined']],
+  ['weights: k a Float64Array', () => weights({}, q, new Float64Array(120)), TypeError, ['attentionWeights: k', 'Float64Array(120)']],
+  ['weights: q detached', () => weights({}, detached()), TypeError, ['attentionWeights: q', 'detached']],
+  ['weights: options missing', () => mha.attentionWeights(q, k), TypeError, ['attentionWeights: options', 'undefined']],
+  ['weights: out is not an option', () => weights({ out: new Float32Array(150) }), TypeError, ['unknown option "out"']],
+  ['weights: kvSeqLen zero', () => weights({ kvSeqLen: 0 }), RangeError, ['attentionWeights: kvSeqLen', 'got 0']],
+  ['weights: mask wrong length', () => weights({ mask: new Uint8Array(10) }), RangeError, ['attentionWeights: mask', 'length 50']],
+  ['weights: causal a string', () => weights({ causal: 'true' }), TypeError, ['attentionWeights: causal', '"true"']],
+  ['weights: scale NaN', () => weights({ scale: NaN }), RangeError, ['attentionWeights: scale', 'NaN']],
+  ['weights: numHeads zero', () => weights({ numHeads: 0 }), RangeError, ['attentionWeights: numHeads', 'got 0']],
+  // heap: shapes that pass the element limits but cannot be staged in the wasm memory
+  ['weights: 2^30 weights = 4 GiB, beyond the wasm memory', () => mha.attentionWeights(new Float32Array(2 ** 15), new Float32Array(2 ** 15), { batch: 1, seqLen: 2 ** 15, dModel: 1, numHeads: 1 }), RangeError, ['bytes of wasm memory']],
+  ['weights: 2 GiB - 88 KiB, malloc returns 0', mallocFail, RangeError, ['2147395632 bytes of wasm memory']],
+];
+
+for (const [description, thunk, ErrorClass, fragments] of MORE_BAD_INPUTS) {
+  test(`bad input: ${description} -> ${ErrorClass.name}`, () => expectError(thunk, ErrorClass, fragments));
+}
+
+test('createMHA: every bad options value is rejected', async () => {
+  const cases = [
+    [null, TypeError, 'null'],
+    ['fast', TypeError, '"fast"'],
+    [[2], TypeError, 'Array(1)'],
+    [{ threads: -1 }, RangeError, 'threads'],
+    [{ threads: 1.5 }, RangeError, 'threads'],
+    [{ threads: NaN }, RangeError, 'threads'],
+    [{ threads: Infinity }, RangeError, 'threads'],
+    [{ threads: null }, TypeError, 'threads'],
+    [{ threads: 'max' }, TypeError, 'threads'],
+    [{ threads: 2, simd: false }, TypeError, 'unknown option "simd"'],
+  ];
+  for (const [options, ErrorClass, fragment] of cases) {
+    await assert.rejects(createMHA(options), (e) => e instanceof ErrorClass && e.message.includes(fragment),
+      `createMHA(${JSON.stringify(options)})`);
+  }
+  // Allowed: no options, {}, 'auto', a positive integer, a key explicitly undefined.
+  for (const options of [undefined, {}, { threads: 'auto' }, { threads: 3 }, { threads: undefined }]) {
+    assert.equal((await createMHA(options)).info.threads, 1);
+  }
+});
+
+test('dispose() and memoryStats() take no arguments, ignore extras, and can be called any time', () => {
+  const stats = mha.memoryStats('ignored');
+  assert.equal(typeof stats.wasmMemoryBytes, 'number');
+  assert.equal(typeof stats.heapBytesInUse, 'number');
+  mha.dispose();
+  mha.dispose(123); // twice, with an argument: harmless
+  assert.ok(compare(attend({}), out64).maxError < 1e-5);
+});
+
+test('scale 0 and negative scales are allowed (documented); tiny and huge finite scales too', () => {
+  for (const scale of [0, -0, -1, -1e30, 1e-30, 1e30, Number.MIN_VALUE]) {
+    const out = attend({ scale });
+    const ref = referenceMHA(q, k, v, { ...shape, scale: Math.fround(scale) });
+    const r = compare(out, ref);
+    assert.equal(r.nanMismatch, -1, `scale ${scale}: NaN positions differ`);
+    assert.ok(r.maxError < 1e-4 * Math.max(1, r.maxExpected) || Math.abs(scale) > 1e6, `scale ${scale}: max error ${r.maxError}`);
+  }
+});
+
+test('after every bad input (both matrices) the instance still gives the golden answer', () => {
+  for (const [, thunk] of MORE_BAD_INPUTS) {
+    assert.throws(thunk);
+    assert.ok(compare(attend({}), out64).maxError < 1e-5);
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// 2. Heap safety: failing allocations leave the instance working and the heap as it was.
+
+test('a malloc failure leaves the wasm memory size unchanged and the instance working', () => {
+  attend({});
+  const before = mha.memoryStats();
+  expectError(mallocFail, RangeError, ['bytes of wasm memory']);
+  assert.equal(mha.memoryStats().wasmMemoryBytes, before.wasmMemoryBytes, 'a failed malloc grew the memory');
+  assert.ok(compare(attend({}), out64).maxError < 1e-5);
+  assert.equal(mha.memoryStats().heapBytesInUse, before.heapBytesInUse);
+});
+
+test('wasm memory and process external memory are flat over 20,000 valid, invalid and allocation-failing calls', () => {
+  const random = rng(11);
+  const s2 = { batch: 1, seqLen: 33, kvSeqLen: 17, dModel: 64, numHeads: 4 };
+  const q2 = randomNormal(33 * 64, random);
+  const kv2 = randomNormal(17 * 64, random);
+  const mask2 = new Uint8Array(33 * 17).fill(1);
+  const big = new Float32Array(2 ** 15);
+  const calls = [
+    () => attend({}),
+    () => attend({ causal: true, mask: new Array(50).fill(true) }),
+    () => mha.multiHeadAttention(q2, kv2, kv2, { ...s2, mask: mask2 }),
+    () => weights({ causal: true }),
+    () => mha.mergeHeads(mha.splitHeads(q, shape), shape),
+    () => assert.throws(() => attend({ numHeads: 5 }), RangeError),
+    () => assert.throws(() => attend({}, q, k.subarray(1)), RangeError),
+    () => assert.throws(() => attend({ out: detached() }), TypeError),
+    () => assert.throws(mallocFail, RangeError), // malloc returns 0
+    () => assert.throws(() => mha.attentionWeights(big, big, { batch: 1, seqLen: 2 ** 15, dModel: 1, numHeads: 1 }), RangeError),
+  ];
+  // One round ends with the largest valid call, so the staging arena has the same size at each reading.
+  const round = () => {
+    for (const call of calls) call();
+    mha.multiHeadAttention(q2, kv2, kv2, s2);
+  };
+  for (let i = 0; i < 50; i++) round();
+  gc();
+  const before = mha.memoryStats();
+  const externalBefore = process.memoryUsage().external;
+  const rounds = 20000 / calls.length;
+  for (let i = 0; i < rounds; i++) {
+    round();
+    if (i % 500 === 499) {
+      const now = mha.memoryStats();
+      assert.equal(now.heapBytesInUse, before.heapBytesInUse, `heap bytes in use changed after ${(i + 1) * calls.length} calls`);
+      assert.equal(now.wasmMemoryBytes, before.wasmMemoryBytes, `wasm memory grew after ${(i + 1) * calls.length} calls`);
+    }
+  }
+  gc();
+  const after = mha.memoryStats();
+  const externalAfter = process.memoryUsage().external;
+  console.log(`# 20,000 calls: wasm heap in use ${before.heapBytesInUse} -> ${after.heapBytesInUse} B, memory ${before.wasmMemoryBytes} -> ${after.wasmMemoryBytes} B, external ${externalBefore} -> ${externalAfter} B`);
+  assert.equal(after.heapBytesInUse, before.heapBytesInUse);
+  assert.equal(after.wasmMemoryBytes, before.wasmMemoryBytes);
+  assert.ok(externalAfter - externalBefore < 1 << 20, `external memory grew by ${externalAfter - externalBefore} bytes`);
+});
+
+// ---------------------------------------------------------------------------------------------
+// 3. Aliasing, views, shared and detached buffers.
+
+test('q === k === v (one tensor for all three) gives self-attention on it', () => {
+  const x = Float32Array.from(q);
+  const out = mha.multiHeadAttention(x, x, x, { ...shape, causal: true });
+  const ref = referenceMHA(x, x, x, { ...shape, causal: true });
+  assert.ok(compare(out, ref).maxError < 1e-5);
+  assert.deepEqual(x, q, 'the input was modified');
+});
+
+test('out may alias q, k or v: the result is as if computed from the original inputs (documented)', () => {
+  const expected = attend({});
+  for (const which of ['q', 'k', 'v', 'qkv']) {
+    const x = { q: Float32Array.from(q), k: Float32Array.from(k), v: Float32Array.from(v) };
+    if (which === 'qkv') x.k = x.v = x.q;
+    const ref = which === 'qkv' ? attend({}, q, q, q) : expected;
+    const target = which === 'qkv' ? x.q : x[which];
+    const result = mha.multiHeadAttention(x.q, x.k, x.v, { ...shape, out: target });
+    assert.equal(result, target, 'options.out is returned');
+    assert.deepEqual(result, ref, `out aliasing ${which}`);
+  }
+});
+
+test('subarray views at odd offsets of larger buffers, as inputs and as out', () => {
+  const pool = new Float32Array(1 + 120 * 4 + 3);
+  pool.set(q, 1);
+  pool.set(k, 121);
+  pool.set(v, 241);
+  const out = pool.subarray(361, 481);
+  const result = mha.multiHeadAttention(pool.subarray(1, 121), pool.subarray(121, 241), pool.subarray(241, 361), { ...shape, out });
+  assert.equal(result, out);
+  assert.deepEqual(result, attend({}));
+  assert.ok(Number.isNaN(pool[0]) === false && pool[481] === 0, 'wrote outside the out view');
+  // A mask that is a view into a bigger Uint8Array too.
+  const maskPool = new Uint8Array(7 + 50).fill(1);
+  maskPool.fill(0, 7, 9);
+  const viaView = attend({ mask: maskPool.subarray(7) });
+  const viaCopy = attend({ mask: Uint8Array.from(maskPool.subarray(7)) });
+  assert.deepEqual(viaView, viaCopy);
+});
+
+test('SharedArrayBuffer-backed inputs, mask and out', () => {
+  const shared = (src) => {
+    const a = new Float32Array(new SharedArrayBuffer(src.length * 4));
+    a.set(src);
+    return a;
+  };
+  const mask = new Uint8Array(new SharedArrayBuffer(50)).fill(1);
+  const out = new Float32Array(new SharedArrayBuffer(120 * 4));
+  const result = mha.multiHeadAttention(shared(q), shared(k), shared(v), { ...shape, mask, out });
+  assert.equal(result, out);
+  assert.deepEqual(Array.from(result), Array.from(attend({})));
+  assert.deepEqual(Array.from(mha.splitHeads(shared(q), shape)), Array.from(mha.splitHeads(q, shape)));
+});
+
+test('a detached buffer is a TypeError naming the argument and the detachment, not a length error', () => {
+  for (const [name, thunk] of [
+    ['q', () => attend({}, detached())],
+    ['out', () => attend({ out: detached() })],
+    ['mask', () => attend({ mask: detached(Uint8Array, 50) })],
+    ['x', () => mha.splitHeads(detached(), shape)],
+    ['xh', () => mha.mergeHeads(detached(), shape)],
+  ]) {
+    expectError(thunk, TypeError, [`${name}:`, 'detached']);
+  }
+  // An empty but live array of the wrong length is still a RangeError.
+  expectError(() => attend({}, new Float32Array(0)), RangeError, ['q:', 'got length 0']);
+});
+
+test('no user code runs while the heap is staged: getters in options or mask entries cannot re-enter', () => {
+  // A getter that calls the same instance (with different inputs) while the outer call validates.
+  let inner = null;
+  const options = { ...shape };
+  Object.defineProperty(options, 'causal', {
+    enumerable: true,
+    get() {
+      inner ??= mha.multiHeadAttention(v, v, v, shape);
+      return false;
+    },
+  });
+  assert.deepEqual(mha.multiHeadAttention(q, k, v, options), attend({}));
+  assert.ok(inner !== null);
+  // The same from a boolean[] mask entry: it is read during validation, and must not be read again
+  // while q/k/v sit in the staging buffer.
+  let reads = 0;
+  const mask = new Array(50).fill(true);
+  Object.defineProperty(mask, 0, {
+    get() {
+      reads++;
+      mha.multiHeadAttention(v, v, v, shape);
+      return true;
+    },
+  });
+  assert.deepEqual(attend({ mask }), attend({}));
+  assert.ok(reads >= 1);
+});
+
+// ---------------------------------------------------------------------------------------------
+// 4. Instances: independent in one thread, correct in several worker threads at once.
+
+test('two instances in one process are independent (interleaved calls, dispose of one)', async () => {
+  const a = await createMHA();
+  const b = await createMHA();
+  const x = randomNormal(3 * 9 * 16, rng(5));
+  const o = { batch: 3, seqLen: 9, dModel: 16, numHeads: 4, causal: true };
+  const ref = referenceMHA(x, x, x, o);
+  for (let i = 0; i < 20; i++) {
+    assert.ok(compare(a.multiHeadAttention(x, x, x, o), ref).maxError < 1e-5);
+    assert.ok(compare(b.multiHeadAttention(q, k, v, shape), out64).maxError < 1e-5);
+    if (i === 10) a.dispose();
+  }
+  const bHeap = b.memoryStats().heapBytesInUse;
+  a.dispose();
+  assert.equal(b.memoryStats().heapBytesInUse, bHeap, "disposing one instance changed the other's heap");
+  assert.ok(compare(b.multiHeadAttention(q, k, v, shape), out64).maxError < 1e-5);
+});
+
+test('an instance cannot be sent to another thread (not cloneable), so it is never shared', () => {
+  assert.throws(() => structuredClone(mha), (e) => e.name === 'DataCloneError');
+});
+
+test('instances in 4 worker threads at once each compute the golden example correctly', async () => {
+  const url = new URL('../../dist/index.js', import.meta.url).href;
+  // CommonJS eval worker: imports the ESM package, runs the example many times, compares with out64.
+  const source = `
+    const { parentPort, workerData } = require('node:worker_threads');
+    import(workerData.url).then(async ({ createMHA }) => {
+      const mha = await createMHA();
+      const { q, k, v, out64, shape, rounds } = workerData;
+      let maxError = 0, nanMismatch = 0;
+      for (let r = 0; r < rounds; r++) {
+        const out = mha.multiHeadAttention(q, k, v, shape);
+        for (let i = 0; i < out.length; i++) {
+          if (Number.isNaN(out[i]) !== Number.isNaN(out64[i])) nanMismatch++;
+          else if (!Number.isNaN(out[i])) maxError = Math.max(maxError, Math.abs(out[i] - out64[i]));
+        }
+      }
+      parentPort.postMessage({ maxError, nanMismatch, simd: mha.info.simd });
+    }).catch((e) => parentPort.postMessage({ error: String(e && e.stack || e) }));
+  `;
+  const run = () => new Promise((resolve, reject) => {
+    const worker = new Worker(source, { eval: true, workerData: { url, q, k, v, out64, shape, rounds: 500 } });
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+  // The main thread keeps computing while the workers run.
+  const results = await Promise.all([run(), run(), run(), run(), (async () => {
+    for (let i = 0; i < 200; i++) assert.ok(compare(attend({}), out64).maxError < 1e-5);
+    return { maxError: 0, nanMismatch: 0, simd: mha.info.simd };
+  })()]);
+  for (const r of results) {
+    assert.equal(r.error, undefined, r.error);
+    assert.equal(r.nanMismatch, 0);
+    assert.ok(r.maxError < 1e-5, `worker max error ${r.maxError}`);
+  }
+  assert.equal(results.length, 5);
+});
