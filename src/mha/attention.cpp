@@ -37,7 +37,9 @@ using simd::VecF;
 constexpr int kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
 static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
 
-constexpr int32_t kMaxRowsPerUnit = 64;  // Bq
+constexpr int32_t kBlockRows = 64;       // Bq: query rows per score tile
+constexpr int32_t kMaxRowsPerUnit = 256; // a unit runs up to 4 blocks against each packed key tile
+constexpr int64_t kMinUnits = 8;         // keep enough units for the thread pool on small problems
 constexpr int32_t kMaxKeysPerTile = 64;  // Bk
 constexpr int32_t kBk = kMaxKeysPerTile; // row stride of the K^T and S tiles (a constant: see micro-kernels)
 constexpr int32_t kMr = 4;               // query rows per micro-kernel
@@ -55,6 +57,7 @@ struct Layout {
   int32_t dh = 0;   // head dim
   int32_t dh8 = 0;  // head dim rounded up to kNr (row length of packed V and of O)
   int32_t bq = 0;   // rows per unit
+  int32_t bs = 0;   // rows per score tile (block)
   int32_t bk = 0;   // keys per tile
   size_t q = 0, kt = 0, v = 0, s = 0, o = 0, m = 0, l = 0, alpha = 0, total = 0;
 };
@@ -65,7 +68,9 @@ Layout make_layout(const AttentionShape& shape) {
   lay.dh8 = round_up(lay.dh, kNr);
   lay.bq = attention_rows_per_unit(shape);
   lay.bk = keys_per_tile(shape);
+  lay.bs = std::min(kBlockRows, round_up(lay.bq, kMr));
   const size_t bq4 = static_cast<size_t>(round_up(lay.bq, kMr));
+  const size_t bs4 = static_cast<size_t>(lay.bs);
   size_t at = 0;
   auto take = [&at](size_t floats) {
     const size_t here = at;
@@ -75,7 +80,7 @@ Layout make_layout(const AttentionShape& shape) {
   lay.q = take(bq4 * lay.dh);                         // Q block as Bq/4 panels (Dh, 4), unscaled
   lay.kt = take(size_t(lay.dh) * kBk);                // K tile transposed (Dh, kBk)
   lay.v = take(size_t(lay.bk) * lay.dh8);             // V tile (Bk, Dh8)
-  lay.s = take(bq4 * kBk);                            // scores / probabilities (Bq, kBk)
+  lay.s = take(bs4 * kBk);                            // scores / probabilities of one block (64, kBk)
   lay.o = take(bq4 * lay.dh8);                        // output accumulators (Bq, Dh8)
   lay.m = take(bq4);                                  // running max per row
   lay.l = take(bq4);                                  // running sum per row
@@ -147,6 +152,19 @@ MHA_PHASE bool pack_v(const float* v, int64_t row_stride, int32_t nk, int32_t dh
   return !xsimd::any(finite_probe != finite_probe);
 }
 
+// True when V rows [0, nk) of the tile hold only finite values (read in place, nothing written).
+bool v_tile_finite(const float* v, int64_t row_stride, int32_t nk, int32_t dh) {
+  VecF probe(0.0f);  // x * 0 is 0 for finite x and NaN otherwise
+  const int32_t dh4 = dh - dh % kLanes;
+  for (int32_t j = 0; j < nk; ++j) {
+    const float* src = v + j * row_stride;
+    int32_t d = 0;
+    for (; d < dh4; d += kLanes) probe += VecF::load_unaligned(src + d) * VecF(0.0f);
+    for (; d < dh; ++d) probe += VecF(src[d] * 0.0f);
+  }
+  return !xsimd::any(probe != probe);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Micro-kernels
 //
@@ -194,7 +212,8 @@ MHA_PHASE void qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t
 // o[0..4)[0..dh8) = o * alpha + p[0..4)[0..nk) @ v[0..nk): 4 rows x 8 output lanes per pass over the
 // key tile; p rows are kBk apart, o rows dh8 apart. The rescale by alpha is folded into loading the
 // accumulators.
-MHA_PHASE void pv_tile(const float* p, const float* v, int32_t dh8, int32_t nk, const float* alpha, float* o) {
+MHA_PHASE void pv_tile(const float* p, const float* v, int32_t v_stride, int32_t dh8, int32_t nk, const float* alpha,
+                       float* o) {
   const VecF al0(alpha[0]), al1(alpha[1]), al2(alpha[2]), al3(alpha[3]);
   float* o0 = o;
   float* o1 = o + dh8;
@@ -208,8 +227,8 @@ MHA_PHASE void pv_tile(const float* p, const float* v, int32_t dh8, int32_t nk, 
     const float* vp = v + d;
     const float* pp = p;
     auto step = [&](const float* pj, const float* vj) {
-      const VecF v0 = VecF::load_aligned(vj);
-      const VecF v1 = VecF::load_aligned(vj + kLanes);
+      const VecF v0 = VecF::load_unaligned(vj);
+      const VecF v1 = VecF::load_unaligned(vj + kLanes);
       const VecF b0(pj[0]), b1(pj[kBk]), b2(pj[2 * kBk]), b3(pj[3 * kBk]);
       a00 += b0 * v0;
       a01 += b0 * v1;
@@ -220,7 +239,7 @@ MHA_PHASE void pv_tile(const float* p, const float* v, int32_t dh8, int32_t nk, 
       a30 += b3 * v0;
       a31 += b3 * v1;
     };
-    for (int32_t j = 0; j < nk; ++j, ++pp, vp += dh8) step(pp, vp);
+    for (int32_t j = 0; j < nk; ++j, ++pp, vp += v_stride) step(pp, vp);
     a00.store_aligned(o0 + d);
     a01.store_aligned(o0 + d + kLanes);
     a10.store_aligned(o1 + d);
@@ -236,14 +255,14 @@ MHA_PHASE void pv_tile(const float* p, const float* v, int32_t dh8, int32_t nk, 
 // from this row are skipped instead of multiplied by p = 0, so inf/NaN values of V behind a mask are
 // never read. Used only for tiles whose V holds non-finite values.
 template <typename Visible>
-void pv_row_skipping_hidden(const float* p, const float* v, int32_t dh8, int32_t nk, float alpha, float* o,
-                            Visible&& visible) {
+void pv_row_skipping_hidden(const float* p, const float* v, int32_t v_stride, int32_t dh8, int32_t nk, float alpha,
+                            float* o, Visible&& visible) {
   const VecF al(alpha);
   for (int32_t d = 0; d < dh8; d += kLanes) {
     VecF acc = VecF::load_aligned(o + d) * al;
     for (int32_t j = 0; j < nk; ++j) {
       if (!visible(j)) continue;
-      acc += VecF(p[j]) * VecF::load_aligned(v + j * dh8 + d);
+      acc += VecF(p[j]) * VecF::load_unaligned(v + j * v_stride + d);
     }
     acc.store_aligned(o + d);
   }
@@ -252,12 +271,13 @@ void pv_row_skipping_hidden(const float* p, const float* v, int32_t dh8, int32_t
 // ---------------------------------------------------------------------------------------------------
 // Softmax step of one row of the score tile.
 
-// s (nk8 floats, 16-byte aligned): scaled scores on entry, p = exp(s - m_new) on exit (0 where hidden).
-// Updates m and l; returns alpha = exp(m_old - m_new), the factor for this row's accumulators.
+// s (nk8 floats, 16-byte aligned): scores times scale*log2(e) on entry, p = 2^(s - m_new) on exit (0 where
+// hidden); m is in the same log2 units.
+// Updates m and l; returns alpha = 2^(m_old - m_new), the factor for this row's accumulators.
 // hide(j) -> true when key j of the tile is hidden from this row; only called when any_hidden.
 template <typename Hide>
 MHA_PHASE float softmax_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, Hide&& hide, float& m, float& l,
-                  const simd::ExpConstants& ek) {
+                  const simd::Exp2Constants& ek) {
   // Score fix-ups: this is where an additive bias (ALiBi, relative position) would be added.
   for (int32_t j = nk; j < nk8; ++j) s[j] = kNegInf;  // padding keys of the last tile
   if (any_hidden) {
@@ -282,14 +302,14 @@ MHA_PHASE float softmax_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, 
   const VecF vm(m_sub);
   VecF vsum0(0.0f), vsum1(0.0f);
   for (int32_t j = 0; j < nk8; j += kNr) {
-    const VecF p0 = simd::exp<false>(VecF::load_aligned(s + j) - vm, ek);
-    const VecF p1 = simd::exp<false>(VecF::load_aligned(s + j + kLanes) - vm, ek);
+    const VecF p0 = simd::exp2_nonpositive(VecF::load_aligned(s + j) - vm, ek);
+    const VecF p1 = simd::exp2_nonpositive(VecF::load_aligned(s + j + kLanes) - vm, ek);
     p0.store_aligned(s + j);
     p1.store_aligned(s + j + kLanes);
     vsum0 += p0;
     vsum1 += p1;
   }
-  const float alpha = simd::exp<false>(VecF(m_old - m_sub), ek).get(0);
+  const float alpha = simd::exp2_nonpositive(VecF(m_old - m_sub), ek).get(0);
   l = l * alpha + xsimd::hadd(vsum0 + vsum1);
   m = m_new;
   return alpha;
@@ -298,7 +318,13 @@ MHA_PHASE float softmax_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, 
 }  // namespace
 
 int32_t attention_rows_per_unit(const AttentionShape& shape) {
-  return std::min(kMaxRowsPerUnit, round_up(std::max(shape.seq_len, 1), kMr));
+  const int32_t s4 = round_up(std::max(shape.seq_len, 1), kMr);
+  const int32_t dh8 = round_up(std::max(shape.num_heads > 0 ? shape.head_dim() : 1, 1), kNr);
+  // The unit's Q panels and O accumulators stay within about 128 KiB: 256 rows at Dh <= 64.
+  int32_t rows = std::max(kBlockRows, std::min(kMaxRowsPerUnit, 16384 / dh8 / kBlockRows * kBlockRows));
+  const int64_t heads = int64_t{std::max(shape.batch, 1)} * std::max(shape.num_heads, 1);
+  while (rows > kBlockRows && heads * ((s4 + rows - 1) / rows) < kMinUnits) rows -= kBlockRows;
+  return std::min(rows, s4);
 }
 
 int64_t attention_unit_count(const AttentionShape& shape) {
@@ -346,8 +372,31 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
   float* lrow = scratch + lay.l;
   float* alpha = scratch + lay.alpha;
 
-  // Q block as panels of 4 rows, qp[(r/4)*Dh*4 + d*4 + r%4]; rows past the block are zero (discarded).
-  for (int32_t r = 0; r < rows4; ++r) {
+  // Q rows as panels of 4 rows, qp[(r/4)*Dh*4 + d*4 + r%4]; rows past the unit are zero (discarded).
+  const int32_t full4 = rows - rows % kMr;
+  const int32_t dh4 = dh - dh % kLanes;
+  for (int32_t r = 0; r < full4; r += kMr) {  // 4x4 blocks transposed in registers
+    float* panel = qp + r * dh;
+    const float* r0 = q + (q_begin + r) * args.q.row_stride;
+    const float* r1 = r0 + args.q.row_stride;
+    const float* r2 = r1 + args.q.row_stride;
+    const float* r3 = r2 + args.q.row_stride;
+    for (int32_t d = 0; d < dh4; d += kLanes) {
+      __m128 x0 = _mm_loadu_ps(r0 + d), x1 = _mm_loadu_ps(r1 + d), x2 = _mm_loadu_ps(r2 + d), x3 = _mm_loadu_ps(r3 + d);
+      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+      _mm_store_ps(panel + (d + 0) * kMr, x0);
+      _mm_store_ps(panel + (d + 1) * kMr, x1);
+      _mm_store_ps(panel + (d + 2) * kMr, x2);
+      _mm_store_ps(panel + (d + 3) * kMr, x3);
+    }
+    for (int32_t d = dh4; d < dh; ++d) {
+      panel[d * kMr + 0] = r0[d];
+      panel[d * kMr + 1] = r1[d];
+      panel[d * kMr + 2] = r2[d];
+      panel[d * kMr + 3] = r3[d];
+    }
+  }
+  for (int32_t r = full4; r < rows4; ++r) {
     float* panel = qp + (r / kMr) * dh * kMr + r % kMr;
     if (r < rows) {
       const float* src = q + (q_begin + r) * args.q.row_stride;
@@ -356,68 +405,97 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
       for (int32_t d = 0; d < dh; ++d) panel[d * kMr] = 0.0f;
     }
   }
-  const simd::ExpConstants exp_constants;
+  const simd::Exp2Constants exp_constants;
+  // Scores in log2 units: softmax(scale*s) = 2^(scale*log2(e)*s - max) / sum. A scale so large that the
+  // product overflows is clamped (every score is then huge or zero either way).
+  const float scale2 = std::max(-std::numeric_limits<float>::max(),
+                                std::min(std::numeric_limits<float>::max(), args.scale * 1.44269504088896341f));
   std::fill(op, op + rows4 * dh8, 0.0f);
   std::fill(mrow, mrow + rows4, kNegInf);
   std::fill(lrow, lrow + rows4, 0.0f);
 
-  // Causal: keys >= q_end are hidden from every row of the block, so their tiles are never visited.
+  // V is read in place when its rows need no padding (Dh a multiple of 8); else packed per tile.
+  const bool v_in_place = false;  // measured: reading V in place (stride D) is slower than packing it once per tile
+  const int32_t v_stride = v_in_place ? static_cast<int32_t>(args.v.row_stride) : dh8;
+
+  // Causal: keys >= q_end are hidden from every row of the unit, so their tiles are never visited.
   const int32_t kv_end = args.causal ? std::min(T, unit.q_end) : T;
   for (int32_t j0 = 0; j0 < kv_end; j0 += bk) {
     const int32_t nk = std::min(bk, T - j0);
     const int32_t nk8 = round_up(nk, kNr);
-    const bool causal_partial = args.causal && (j0 + nk - 1 > q_begin);
-
-    // Mask bytes of this tile for the block's rows: all hidden -> skip, all visible -> no per-key test.
-    bool mask_partial = false;
-    if (mask != nullptr) {
-      bool any = false, all = true;
-      for (int32_t r = 0; r < rows; ++r) {
-        const uint8_t* mr = mask + int64_t{q_begin + r} * T + j0;
-        for (int32_t j = 0; j < nk; ++j) {
-          const bool on = mr[j] != 0;
-          any |= on;
-          all &= on;
-        }
-      }
-      if (!any) continue;
-      mask_partial = !all;
-    }
-
-    pack_k_transposed(k + j0 * args.k.row_stride, args.k.row_stride, nk, dh, kt);
-    const bool hides_some = causal_partial || mask_partial;
     const float* v_tile = v + j0 * args.v.row_stride;
-    const bool v_finite = hides_some ? pack_v<true>(v_tile, args.v.row_stride, nk, dh, dh8, vp)
-                                     : pack_v<false>(v_tile, args.v.row_stride, nk, dh, dh8, vp);
+    const float* v_use = v_in_place ? v_tile : vp;
+    bool packed = false;
+    int v_finite = -1;  // unknown until some block hides keys of this tile
 
-    for (int32_t r = 0; r < rows4; r += kMr) qk_tile(qp + r * dh, dh, kt, nk8, args.scale, sp + r * kBk);
+    // The unit's rows in blocks of lay.bs sharing this tile's packed K^T (and V). Every row goes through
+    // the same float operations in any block: a tile a row skips would only have added exact zeros.
+    for (int32_t b0 = 0; b0 < rows; b0 += lay.bs) {
+      const int32_t brows = std::min(lay.bs, rows - b0);
+      const int32_t brows4 = round_up(brows, kMr);
+      const int32_t bq_begin = q_begin + b0;
+      const int32_t bq_end = bq_begin + brows;
+      if (args.causal && j0 >= bq_end) continue;  // every key of the tile is after every row of the block
+      const bool causal_partial = args.causal && (j0 + nk - 1 > bq_begin);
 
-    for (int32_t r = 0; r < rows4; ++r) {
-      const int32_t i = q_begin + r;
-      const bool real_row = r < rows;
-      const uint8_t* mr = (mask != nullptr && real_row) ? mask + int64_t{i} * T + j0 : nullptr;
-      const bool hides = real_row && (causal_partial || mask_partial);
-      // mr already points at key j0 of row i.
-      auto hide_rel = [&](int32_t j) {
-        if (args.causal && j0 + j > i) return true;
-        return mr != nullptr && mr[j] == 0;
-      };
-      alpha[r] = softmax_row(sp + r * kBk, nk, nk8, hides, hide_rel, mrow[r], lrow[r], exp_constants);
-    }
+      // Mask bytes of this tile for the block's rows: all hidden -> skip, all visible -> no per-key test.
+      bool mask_partial = false;
+      if (mask != nullptr) {
+        bool any = false, all = true;
+        for (int32_t r = 0; r < brows; ++r) {
+          const uint8_t* mr = mask + int64_t{bq_begin + r} * T + j0;
+          for (int32_t j = 0; j < nk; ++j) {
+            const bool on = mr[j] != 0;
+            any |= on;
+            all &= on;
+          }
+        }
+        if (!any) continue;
+        mask_partial = !all;
+      }
+      const bool hides_some = causal_partial || mask_partial;
 
-    if (v_finite || !hides_some) {
-      for (int32_t r = 0; r < rows4; r += kMr) pv_tile(sp + r * kBk, vp, dh8, nk, alpha + r, op + r * dh8);
-    } else {
-      for (int32_t r = 0; r < rows4; ++r) {
-        const int32_t i = q_begin + r;
-        const bool real_row = r < rows;
+      if (!packed) {
+        pack_k_transposed(k + j0 * args.k.row_stride, args.k.row_stride, nk, dh, kt);
+        if (!v_in_place) {
+          // Probing costs nothing extra here; the result is only used by blocks that hide keys.
+          v_finite = pack_v<true>(v_tile, args.v.row_stride, nk, dh, dh8, vp) ? 1 : 0;
+        }
+        packed = true;
+      }
+      if (hides_some && v_finite < 0) v_finite = v_tile_finite(v_tile, args.v.row_stride, nk, dh) ? 1 : 0;
+
+      float* qb = qp + b0 * dh;
+      float* ob = op + b0 * dh8;
+      for (int32_t r = 0; r < brows4; r += kMr) qk_tile(qb + r * dh, dh, kt, nk8, scale2, sp + r * kBk);
+
+      for (int32_t r = 0; r < brows4; ++r) {
+        const int32_t i = bq_begin + r;
+        const bool real_row = r < brows;
         const uint8_t* mr = (mask != nullptr && real_row) ? mask + int64_t{i} * T + j0 : nullptr;
-        auto visible = [&](int32_t j) {
-          if (!real_row) return true;
-          if (args.causal && j0 + j > i) return false;
-          return mr == nullptr || mr[j] != 0;
+        const bool hides = real_row && hides_some;
+        // mr already points at key j0 of row i.
+        auto hide_rel = [&](int32_t j) {
+          if (args.causal && j0 + j > i) return true;
+          return mr != nullptr && mr[j] == 0;
         };
-        pv_row_skipping_hidden(sp + r * kBk, vp, dh8, nk, alpha[r], op + r * dh8, visible);
+        alpha[r] = softmax_row(sp + r * kBk, nk, nk8, hides, hide_rel, mrow[b0 + r], lrow[b0 + r], exp_constants);
+      }
+
+      if (!hides_some || v_finite == 1) {
+        for (int32_t r = 0; r < brows4; r += kMr) pv_tile(sp + r * kBk, v_use, v_stride, dh8, nk, alpha + r, ob + r * dh8);
+      } else {
+        for (int32_t r = 0; r < brows4; ++r) {
+          const int32_t i = bq_begin + r;
+          const bool real_row = r < brows;
+          const uint8_t* mr = (mask != nullptr && real_row) ? mask + int64_t{i} * T + j0 : nullptr;
+          auto visible = [&](int32_t j) {
+            if (!real_row) return true;
+            if (args.causal && j0 + j > i) return false;
+            return mr == nullptr || mr[j] != 0;
+          };
+          pv_row_skipping_hidden(sp + r * kBk, v_use, v_stride, dh8, nk, alpha[r], ob + r * dh8, visible);
+        }
       }
     }
   }
@@ -427,7 +505,10 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
     float* dst = out + (q_begin + r) * args.out.row_stride;
     const float* src = op + r * dh8;
     const float l = lrow[r];
-    for (int32_t d = 0; d < dh; ++d) dst[d] = src[d] / l;
+    const VecF vl(l);
+    int32_t d = 0;
+    for (; d < dh4; d += kLanes) (VecF::load_aligned(src + d) / vl).store_unaligned(dst + d);  // exact, as scalar
+    for (; d < dh; ++d) dst[d] = src[d] / l;
   }
 }
 

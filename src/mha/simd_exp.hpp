@@ -89,6 +89,42 @@ inline VecF exp(VecF x, const ExpConstants& k) {
   return result;
 }
 
+// 2^x for the softmax, whose scores are pre-multiplied by log2(e) (folded into the QK^T scale), so no
+// Cody-Waite reduction is needed: n = round(x), r = x - n is exact, 2^r = 1 + r*P5(r) (Cephes exp2f
+// polynomial on [-1/2, 1/2]). Fewer constants and operations than exp. Every x < kExp2Underflow
+// (including -inf) gives +0 (no denormal results), 2^0 = 1 exactly, NaN gives NaN. No overflow test:
+// the softmax only calls it with x <= 0 (or NaN).
+constexpr float kExp2Underflow = -126.0f;
+
+struct Exp2Constants {
+  VecF round_magic = VecF(12582912.0f);
+  VecF c0 = VecF(1.535336188319500e-4f), c1 = VecF(1.339887440266574e-3f), c2 = VecF(9.618437357674640e-3f);
+  VecF c3 = VecF(5.550332471162809e-2f), c4 = VecF(2.402264791363012e-1f), c5 = VecF(6.931472028550421e-1f);
+  VecF one = VecF(1.0f), underflow = VecF(kExp2Underflow);
+  VecI bias = VecI(127);
+
+  Exp2Constants() {
+    ExpConstants::pin(round_magic), ExpConstants::pin(c0), ExpConstants::pin(c1), ExpConstants::pin(c2);
+    ExpConstants::pin(c3), ExpConstants::pin(c4), ExpConstants::pin(c5), ExpConstants::pin(one);
+    ExpConstants::pin(underflow);
+  }
+};
+
+inline VecF exp2_nonpositive(VecF x, const Exp2Constants& k) {
+  const VecF t = x + k.round_magic;
+  const VecF n = t - k.round_magic;
+  const VecF r = x - n;
+  VecF p = k.c0 * r + k.c1;
+  p = p * r + k.c2;
+  p = p * r + k.c3;
+  p = p * r + k.c4;
+  p = p * r + k.c5;
+  p = p * r + k.one;
+  const VecI pow2_bits = (xsimd::bitwise_cast<VecI>(t) + k.bias) << 23;
+  const VecF result = p * xsimd::bitwise_cast<VecF>(pow2_bits);
+  return VecF(_mm_andnot_ps((x < k.underflow).data, result.data));
+}
+
 inline VecF exp(VecF x) {
   const ExpConstants k;
   return exp<true>(x, k);

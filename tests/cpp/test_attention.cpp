@@ -202,6 +202,34 @@ TEST_CASE("simd exp: special values and every lane", "[attention][exp]") {
   REQUIRE(ulp_distance(out[3], std::exp(-3.25f)) <= 3);
 }
 
+TEST_CASE("simd exp2 (softmax in log2 units): accurate on [-126, 0], special values", "[attention][exp]") {
+  const mha::simd::Exp2Constants k;
+  auto exp2_lane0 = [&k](float x) { return mha::simd::exp2_nonpositive(mha::simd::VecF(x), k).get(0); };
+  uint32_t worst = 0;
+  float worst_x = 0.0f;
+  for (int n = 0; n <= 2000000; ++n) {
+    const float x = mha::simd::kExp2Underflow * static_cast<float>(n) / 2000000.0f;
+    const uint32_t d = ulp_distance(exp2_lane0(x), std::exp2(x));
+    if (d > worst) { worst = d; worst_x = x; }
+  }
+  for (float x = -1e-3f; x <= 0.0f; x = std::nextafter(x, 1.0f) + 1e-9f) {
+    const uint32_t d = ulp_distance(exp2_lane0(x), std::exp2(x));
+    if (d > worst) { worst = d; worst_x = x; }
+  }
+  INFO("worst " << worst << " ulp at x = " << worst_x);
+  REQUIRE(worst <= 3);
+  REQUIRE(exp2_lane0(0.0f) == 1.0f);
+  REQUIRE(exp2_lane0(-0.0f) == 1.0f);
+  REQUIRE(exp2_lane0(-126.0f) == std::exp2(-126.0f));
+  for (float x : {-kInf, -126.5f, -127.0f, -1000.0f, -std::numeric_limits<float>::max()}) {
+    INFO("x = " << x);
+    const float y = exp2_lane0(x);
+    REQUIRE(y == 0.0f);
+    REQUIRE_FALSE(std::signbit(y));
+  }
+  REQUIRE(std::isnan(exp2_lane0(kNaN)));
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Fast kernel vs reference
 
