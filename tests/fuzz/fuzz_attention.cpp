@@ -40,8 +40,8 @@
 //   (b) accumulation overflow: T * max_j |v_jd| >= FLT_MAX / 4 (finite v_jd): the unnormalized online-softmax
 //       accumulator sum_j p_j v_jd (p_j <= 1) can overflow to inf before the final division by l.
 //       Counted as `value_range`.
-//   (c) weight underflow (see the check below): NaN where the reference gives +-inf. Counted as
-//       `weight_underflow`. MHA_FUZZ_STRICT=1 turns (a), (b) and (c) into failures.
+//   (c) weight underflow (see the check below): an infinite v at a key whose weight is 0 in one
+//       precision and positive in the other: NaN vs +-inf. Counted as `weight_underflow`. MHA_FUZZ_STRICT=1 turns (a), (b) and (c) into failures.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -396,14 +396,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             }
             continue;
           }
-          if (std::isnan(f) && std::isinf(r) && !strict) {
-            // (c) weight underflow: an infinite v_jd at a visible key whose logit is more than 87.3 below
-            // the row max. Its exact weight is tiny but positive, so the reference (double, underflow
-            // only beyond ~745) gives +-inf; the kernel's float32 exp flushes the weight to 0 and
-            // 0 * inf = NaN, as PyTorch float32 does beyond ~104. Counted as `weight_underflow`.
+          if (((std::isnan(f) && std::isinf(r)) || (std::isinf(f) && std::isnan(r))) && !strict) {
+            // (c) weight underflow: an infinite v_jd at a visible key whose weight is 0 on one side and
+            // positive on the other, so one side computes 0 * inf = NaN and the other +-inf.
+            //   fast NaN, reference +-inf: the logit is more than 87.3 below the row max (within the
+            //   logit error E), where the kernel's float32 exp flushes to 0 (PyTorch float32 beyond
+            //   ~104); the double weight is tiny but positive.
+            //   fast +-inf, reference NaN: the double weight is exactly 0 (gap beyond ~745) but the float
+            //   logits, carrying an error E > 650 (|logits| ~ 1e30), can tie, giving a positive weight.
+            // Mathematically the weight is positive, so +-inf is the exact answer. Counted as
+            // `weight_underflow`.
             bool underflow = false;
             for (int32_t j = 0; j < T; ++j) {
-              underflow |= visible[j] && std::isinf(v.at(b, j, c)) && logits[j] - m < -87.3 + E;
+              if (!visible[j] || !std::isinf(v.at(b, j, c))) continue;
+              const double gap = m - logits[j];
+              underflow |= std::isnan(f) ? gap > 87.3 - E : (weights[j] == 0.0 && gap < 87.3 + E);
             }
             if (underflow) {
               ++g_counters.weight_underflow;
