@@ -83,3 +83,18 @@ TEST_CASE("hardening: q.k beyond FLT_MAX gives NaN in the float32 kernel", "[har
   CHECK(p.ref[0] == 2.0f);
   CHECK(std::isnan(p.fast[0]));
 }
+
+// FINDING (fuzzer, 5-minute run on commit 4580d76), reported to the kernel owner; NOT fixed here. The
+// kernel folds log2(e) into the scale and clamps scale*log2(e) to FLT_MAX, assuming "every score is
+// then huge or zero". Not so: with |scale| > FLT_MAX / log2(e) ~ 2.36e38 and a tiny q.k the logits are
+// O(1), and the clamp silently uses scale ~ 2.36e38 instead of the given one (any finite scale is
+// accepted by the API). Here the logits should be 3 and 0 (weights 0.9526 / 0.0474); the kernel uses
+// 2.36 and 0 (0.913 / 0.087). Right behaviour: the reference's. A fix: when scale*log2(e) overflows,
+// multiply the dot product by scale and by log2(e) in two steps (only a logit that itself exceeds
+// FLT_MAX / log2(e) can then overflow, which README already puts out of range).
+TEST_CASE("hardening: scale beyond FLT_MAX / log2(e) with a tiny q.k is applied as given", "[hardening][!mayfail]") {
+  const std::vector<float> q{1e-19f}, k{1e-19f, 0.0f}, v{1.0f, 0.0f};
+  const Pair p = run_both(1, 2, 1, q, k, v, 3e38f);  // logits: 3e38 * 1e-38 = 3, and 0
+  CHECK(p.ref[0] == Approx(1.0 / (1.0 + std::exp(-3.0))).epsilon(1e-6));
+  CHECK(p.fast[0] == Approx(p.ref[0]).epsilon(1e-5));  // today: 0.913 (scale clamped to ~2.36e38)
+}
