@@ -1,0 +1,135 @@
+#include "mha/parallel.hpp"
+
+#include <system_error>
+
+#include "mha/attention.hpp"
+
+namespace mha {
+
+ThreadPool::ThreadPool(int threads) {
+  for (int w = 1; w < threads; ++w) {
+    // A platform that cannot start another thread throws (natively): keep the ones that started. (wasm
+    // builds have no exceptions; the loader preloads one Web Worker per thread so creation succeeds.)
+    alive_.fetch_add(1);
+    try {
+      workers_.emplace_back(&ThreadPool::worker_main, this, w);
+    } catch (const std::system_error&) {
+      alive_.fetch_sub(1);
+      break;
+    }
+  }
+}
+
+ThreadPool::~ThreadPool() { stop(); }
+
+void ThreadPool::stop() {
+  if (workers_.empty()) return;
+  // Detach first, while every worker still runs: detaching a thread that has already exited joins it
+  // (musl), and a join on the browser's main thread is what Emscripten warns about.
+  for (std::thread& t : workers_) t.detach();
+  workers_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  // Spin, do not block, until every worker has left worker_main and touches nothing of this pool.
+  while (alive_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
+
+void ThreadPool::run_indices(int worker) {
+  for (;;) {
+    const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= count_) return;
+    body_(ctx_, i, worker);
+  }
+}
+
+void ThreadPool::worker_main(int worker) {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || (has_job_ && generation_ != seen); });
+    if (stop_) {
+      lock.unlock();
+      alive_.fetch_sub(1, std::memory_order_release);  // the last access to the pool
+      return;
+    }
+    seen = generation_;
+    active_.fetch_add(1, std::memory_order_acquire);
+    lock.unlock();
+    run_indices(worker);
+    active_.fetch_sub(1, std::memory_order_release);
+    lock.lock();
+  }
+}
+
+void ThreadPool::parallel_for(int64_t count, Body body, void* ctx) {
+  if (count <= 0) return;
+  if (workers_.empty() || count == 1) {
+    for (int64_t i = 0; i < count; ++i) body(ctx, i, 0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    body_ = body;
+    ctx_ = ctx;
+    count_ = count;
+    next_.store(0, std::memory_order_relaxed);
+    ++generation_;
+    has_job_ = true;
+  }
+  wake_.notify_all();
+  run_indices(0);
+  // Every index is claimed. Close the job so that late workers do not join, then wait for the workers
+  // that joined (they are finishing their last unit; a short spin).
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    has_job_ = false;
+  }
+  while (active_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
+
+double attention_flops(const AttentionShape& shape, bool causal) {
+  const double pairs = double(shape.batch) * shape.num_heads * shape.seq_len * shape.kv_seq_len;
+  return 4.0 * pairs * shape.head_dim() * (causal ? 0.5 : 1.0);
+}
+
+namespace {
+
+struct UnitJob {
+  const AttentionArgs* args;
+  std::vector<Workspace>* scratch;
+};
+
+void run_unit(void* ctx, int64_t index, int worker) {
+  const auto* job = static_cast<const UnitJob*>(ctx);
+  attention_run_unit(*job->args, attention_unit(job->args->shape, index), (*job->scratch)[worker].data());
+}
+
+}  // namespace
+
+Status ParallelAttention::run(const AttentionArgs& args) {
+  const Status status = validate_args(args);
+  if (status != Status::kOk) return status;
+  const int64_t units = attention_unit_count(args.shape);
+  const bool parallel = pool_.size() > 1 && units > 1 && attention_flops(args.shape, args.causal) >= kParallelMinFlops;
+  const size_t floats = attention_scratch_floats(args.shape);
+  const size_t needed = parallel ? scratch_.size() : 1;
+  for (size_t w = 0; w < needed; ++w) {
+    if (!scratch_[w].reserve(floats)) return Status::kOutOfMemory;
+  }
+  UnitJob job{&args, &scratch_};
+  if (parallel) {
+    pool_.parallel_for(units, &run_unit, &job);
+  } else {
+    for (int64_t u = 0; u < units; ++u) run_unit(&job, u, 0);
+  }
+  return Status::kOk;
+}
+
+void ParallelAttention::release_scratch() {
+  for (Workspace& w : scratch_) w.release();
+}
+
+}  // namespace mha

@@ -1,0 +1,102 @@
+// A small persistent thread pool and the parallel attention built on it.
+//
+// Work is the kernel's units (attention.hpp: one (batch, head, query-block) each). Threads take unit
+// indices from one atomic counter (dynamic scheduling), so causal and masked calls, whose units differ
+// in cost, stay balanced. Every unit does the same float operations whatever thread runs it, so the
+// result is bit-identical for any thread count.
+//
+// Portable C++17 only (std::thread, std::mutex, std::condition_variable, std::atomic): it runs natively
+// and in wasm built with Emscripten's -pthread (each std::thread is then a Web Worker / Node worker).
+// A pool of 1 thread starts no thread at all, so single-threaded wasm builds link it unchanged.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "mha/shape.hpp"
+#include "mha/workspace.hpp"
+
+namespace mha {
+
+class ThreadPool {
+ public:
+  // Body of a parallel loop: body(ctx, index, worker) with worker in [0, size()); worker 0 is the caller.
+  using Body = void (*)(void* ctx, int64_t index, int worker);
+
+  // `threads` counts the caller: threads - 1 workers are started (fewer if the platform refuses to start
+  // more; size() then says how many there are). threads <= 1 starts none.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();  // stop()s
+  // Ends the workers: each leaves its loop, the caller spins (never blocks) until all have, then lets
+  // them finish exiting on their own (detached). Not blocking matters in browsers, where the main thread
+  // must not wait on a futex (Emscripten warns on pthread_join there). size() is 1 afterwards.
+  void stop();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Threads that may run a loop, the caller included.
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs body(ctx, i, worker) once for every i in [0, count) and returns when all have finished. The
+  // caller works too, so the loop completes even if no worker ever wakes up (a Web Worker that is still
+  // loading): the caller only waits for workers that have taken an index. One loop at a time per pool.
+  void parallel_for(int64_t count, Body body, void* ctx);
+
+ private:
+  void worker_main(int worker);
+  void run_indices(int worker);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  // Guarded by mutex_:
+  uint64_t generation_ = 0;  // bumped per loop, so a worker joins each loop at most once
+  bool has_job_ = false;
+  bool stop_ = false;
+  // The current loop; written by the caller before publishing the job under mutex_.
+  Body body_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t count_ = 0;
+  std::atomic<int64_t> next_{0};  // next unclaimed index
+  std::atomic<int> active_{0};    // workers inside the current loop
+  std::atomic<int> alive_{0};     // started workers that have not left worker_main yet
+};
+
+// Below this many floating-point operations (2*S*T*Dh per head for QK^T and 2*S*T*Dh for PV, halved
+// when causal) a call runs on the calling thread: waking workers costs tens of microseconds in wasm,
+// more than such a call takes.
+constexpr double kParallelMinFlops = 4.0e6;
+
+// Estimated flops of one call (the same count the benchmark uses).
+double attention_flops(const AttentionShape& shape, bool causal);
+
+// The kernel of attention.hpp over a thread pool: same semantics and bit-identical output to
+// attention(). Owns one scratch Workspace per thread; not thread-safe itself (one call at a time).
+class ParallelAttention {
+ public:
+  explicit ParallelAttention(int threads) : pool_(threads), scratch_(static_cast<size_t>(pool_.size())) {}
+
+  // Threads actually available (1 when none could be started).
+  int threads() const { return pool_.size(); }
+
+  // Validates, reserves every thread's scratch (kOutOfMemory if that fails), then runs the units: on
+  // the calling thread alone when the call is small, else on the pool.
+  Status run(const AttentionArgs& args);
+
+  // Frees the scratch buffers; the next run allocates again.
+  void release_scratch();
+
+  // Ends the worker threads (see ThreadPool::stop); later runs use the calling thread only.
+  void stop_threads() { pool_.stop(); }
+
+ private:
+  ThreadPool pool_;
+  std::vector<Workspace> scratch_;
+};
+
+}  // namespace mha

@@ -1,0 +1,119 @@
+// The thread pool and the parallel attention (src/mha/parallel.hpp): every index runs exactly once, and
+// the output is bit-identical to the single-threaded attention() for 1, 2, 3 and 4 threads, on plain,
+// causal, masked and cross-attention shapes. Native only: the wasm Catch2 binary is single-threaded;
+// the threaded wasm build is tested through the JS API (tests/js/threads.test.mjs).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "mha/attention.hpp"
+#include "mha/parallel.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+struct Counter {
+  std::vector<std::atomic<int>> hits;
+  std::atomic<int> bad_worker{0};
+  int workers = 0;
+  explicit Counter(size_t n, int w) : hits(n), workers(w) {}
+};
+
+void count_hit(void* ctx, int64_t index, int worker) {
+  auto* c = static_cast<Counter*>(ctx);
+  c->hits[static_cast<size_t>(index)].fetch_add(1);
+  if (worker < 0 || worker >= c->workers) c->bad_worker.fetch_add(1);
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("thread pool: every index runs exactly once, over many loops", "[parallel]") {
+  for (int threads : {1, 2, 3, 4}) {
+    mha::ThreadPool pool(threads);
+    REQUIRE(pool.size() == threads);
+    for (int64_t count : {0, 1, 2, 3, 7, 64, 1000}) {
+      for (int repeat = 0; repeat < 20; ++repeat) {
+        Counter c(static_cast<size_t>(count), pool.size());
+        pool.parallel_for(count, &count_hit, &c);
+        INFO("threads " << threads << " count " << count << " repeat " << repeat);
+        for (auto& h : c.hits) REQUIRE(h.load() == 1);
+        REQUIRE(c.bad_worker.load() == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("thread pool: a pool that is created and destroyed without work joins cleanly", "[parallel]") {
+  for (int i = 0; i < 20; ++i) {
+    mha::ThreadPool pool(3);
+    REQUIRE(pool.size() == 3);
+  }
+}
+
+TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threads", "[parallel]") {
+  struct Case {
+    mha::AttentionShape shape;
+    bool causal;
+    bool mask;
+  };
+  const Case cases[] = {
+      {{2, 130, 130, 64, 4}, false, false},   // several query blocks, partial last block
+      {{1, 257, 257, 96, 3}, true, false},    // causal: unbalanced units
+      {{3, 70, 90, 48, 2}, false, true},      // random mask, cross-attention
+      {{1, 300, 200, 128, 8}, true, true},    // causal + mask, S > T
+      {{1, 5, 7, 8, 2}, false, false},        // tiny: runs inline
+  };
+  uint32_t seed = 20240601;
+  for (const Case& c : cases) {
+    mha_test::Problem p(c.shape, seed++);
+    p.causal = c.causal;
+    if (c.mask) {
+      std::mt19937 gen(seed++);
+      p.mask.resize(static_cast<size_t>(c.shape.mask_elements()));
+      for (auto& m : p.mask) m = (gen() % 4) != 0;
+    }
+    INFO("shape B" << c.shape.batch << " S" << c.shape.seq_len << " T" << c.shape.kv_seq_len << " D"
+                   << c.shape.d_model << " H" << c.shape.num_heads << " causal " << c.causal << " mask " << c.mask
+                   << " seed " << seed);
+    mha::Workspace ws;
+    REQUIRE(mha::attention(p.args(), ws) == mha::Status::kOk);
+    const std::vector<float> expected = p.out;
+    for (int threads : {1, 2, 3, 4}) {
+      mha::ParallelAttention parallel(threads);
+      REQUIRE(parallel.threads() == threads);
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        std::fill(p.out.begin(), p.out.end(), -1.0f);
+        REQUIRE(parallel.run(p.args()) == mha::Status::kOk);
+        INFO("threads " << threads << " repeat " << repeat);
+        REQUIRE(bit_equal(p.out, expected));
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel attention: reports bad arguments as status values and frees scratch", "[parallel]") {
+  mha_test::Problem p({1, 4, 4, 8, 2}, 7);
+  mha::ParallelAttention parallel(2);
+  auto args = p.args();
+  args.scale = std::numeric_limits<float>::infinity();
+  REQUIRE(parallel.run(args) == mha::Status::kBadScale);
+  args = p.args();
+  args.shape.num_heads = 3;
+  REQUIRE(parallel.run(args) == mha::Status::kHeadsDoNotDivide);
+  REQUIRE(parallel.run(p.args()) == mha::Status::kOk);
+  parallel.release_scratch();
+  REQUIRE(parallel.run(p.args()) == mha::Status::kOk);
+}
+
+TEST_CASE("parallel attention: the work threshold", "[parallel]") {
+  REQUIRE(mha::attention_flops({1, 8, 8, 64, 4}, false) < mha::kParallelMinFlops);
+  REQUIRE(mha::attention_flops({8, 128, 128, 768, 12}, false) > mha::kParallelMinFlops);
+  REQUIRE(mha::attention_flops({1, 64, 64, 64, 1}, true) == 0.5 * mha::attention_flops({1, 64, 64, 64, 1}, false));
+}
