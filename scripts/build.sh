@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the wasm module (dist/mha.js + dist/mha.wasm) and the TypeScript package (dist/index.js + .d.ts).
+# Builds the wasm modules (dist/mha.js + mha.wasm: SIMD; dist/mha-threads.*: SIMD + pthreads, with a
+# CommonJS glue for Node; dist/mha-baseline.wasm: no SIMD) and the TypeScript package (dist/index.js + .d.ts).
 # Incremental: ninja and tsc skip work that is up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,24 @@ export NODE_PATH=/usr/share/nodejs
 if [[ ! -f build/wasm/build.ninja ]]; then
   cmake --preset wasm -DMHA_BUILD_TESTS=${MHA_BUILD_TESTS:-ON} >/dev/null
 fi
-cmake --build build/wasm --target mha_module
+cmake --build build/wasm --target mha_module mha_module_baseline mha_module_threads mha_module_threads_node
+
+# The baseline runs with mha.js: their glues must be the same code (only the wasm file name differs).
+if ! diff -q <(sed 's/mha-baseline\.wasm/mha.wasm/g' build/wasm/baseline/mha-baseline.js) dist/mha.js >/dev/null; then
+  echo "build.sh: the baseline glue differs from dist/mha.js beyond the file name; ship it (see CMakeLists.txt)" >&2
+  exit 1
+fi
+# The Node glue of the threaded build must drive the same wasm as the browser glue.
+if ! cmp -s build/wasm/node-glue/mha-threads.node.wasm dist/mha-threads.wasm; then
+  echo "build.sh: mha-threads.node.wasm differs from dist/mha-threads.wasm" >&2
+  exit 1
+fi
+copy_if_changed() { cmp -s "$1" "$2" || cp "$1" "$2"; }
+copy_if_changed build/wasm/baseline/mha-baseline.wasm dist/mha-baseline.wasm
+# .cjs: the package is "type": "module", so Node would read .js files as ES modules.
+copy_if_changed build/wasm/node-glue/mha-threads.node.js dist/mha-threads.node.cjs
+copy_if_changed build/wasm/node-glue/mha-threads.node.worker.js dist/mha-threads.node.worker.cjs
+rm -f dist/mha-baseline.js
 
 # The TS layer checks at load time that the wasm it loads is of its own release.
 version=$(node -p "require('./package.json').version")

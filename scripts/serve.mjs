@@ -1,7 +1,8 @@
 // A small dependency-free static file server for the demo and the browser tests.
 //
 // Every response carries the cross-origin isolation headers (COOP same-origin + COEP require-corp),
-// so pages get SharedArrayBuffer and fine-grained timers, and a threaded wasm build works unchanged.
+// so pages get SharedArrayBuffer and fine-grained timers, and the threaded wasm build works unchanged.
+// `isolation: false` leaves them out (tests of the single-threaded fallback).
 // `.wasm` is served as application/wasm, which WebAssembly.compileStreaming requires.
 //
 //   import { serve } from './scripts/serve.mjs';
@@ -53,14 +54,14 @@ export function mimeType(path) {
   return MIME_TYPES[extname(path).toLowerCase()] ?? 'application/octet-stream';
 }
 
-function send(res, status, headers, body) {
-  res.writeHead(status, { ...ISOLATION_HEADERS, 'Cache-Control': 'no-cache', ...headers });
+function send(res, status, headers, body, isolation = ISOLATION_HEADERS) {
+  res.writeHead(status, { ...isolation, 'Cache-Control': 'no-cache', ...headers });
   res.end(body);
 }
 
-function text(res, status, message, head) {
+function text(res, status, message, head, isolation) {
   const headers = { 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': Buffer.byteLength(message) };
-  send(res, status, headers, head ? undefined : message);
+  send(res, status, headers, head ? undefined : message, isolation);
 }
 
 /**
@@ -73,9 +74,11 @@ function text(res, status, message, head) {
  *   the longest matching prefix wins over `root`
  * @param {Record<string, string>} [options.redirects] - exact path -> location (default: `/` -> `/web/demo/`
  *   when serving the repository root)
+ * @param {boolean} [options.isolation] - send the cross-origin isolation headers (default true)
  * @returns {(req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => void}
  */
-export function createHandler({ root = REPO_ROOT, mounts = {}, redirects } = {}) {
+export function createHandler({ root = REPO_ROOT, mounts = {}, redirects, isolation = true } = {}) {
+  const iso = isolation ? ISOLATION_HEADERS : {};
   const rootDir = resolve(REPO_ROOT, root);
   const redirectMap = redirects ?? (rootDir === REPO_ROOT ? { '/': '/web/demo/' } : {});
   const mountList = Object.entries(mounts)
@@ -86,19 +89,19 @@ export function createHandler({ root = REPO_ROOT, mounts = {}, redirects } = {})
     const head = req.method === 'HEAD';
     if (req.method !== 'GET' && !head) {
       res.setHeader('Allow', 'GET, HEAD');
-      return text(res, 405, 'method not allowed\n', head);
+      return text(res, 405, 'method not allowed\n', head, iso);
     }
     let pathname;
     try {
       pathname = decodeURIComponent(new URL(req.url ?? '/', 'http://localhost').pathname);
     } catch {
-      return text(res, 400, 'bad request: malformed URL\n', head);
+      return text(res, 400, 'bad request: malformed URL\n', head, iso);
     }
-    if (pathname.includes('\0')) return text(res, 400, 'bad request\n', head);
+    if (pathname.includes('\0')) return text(res, 400, 'bad request\n', head, iso);
     // Dot-files and dot-directories (.git, .npmrc, ...) are never served.
-    if (pathname.split('/').some((part) => part.startsWith('.'))) return text(res, 404, `not found: ${pathname}\n`, head);
+    if (pathname.split('/').some((part) => part.startsWith('.'))) return text(res, 404, `not found: ${pathname}\n`, head, iso);
     if (Object.hasOwn(redirectMap, pathname)) {
-      return send(res, 302, { Location: redirectMap[pathname], 'Content-Length': 0 });
+      return send(res, 302, { Location: redirectMap[pathname], 'Content-Length': 0 }, undefined, iso);
     }
 
     let base = rootDir;
@@ -111,7 +114,7 @@ export function createHandler({ root = REPO_ROOT, mounts = {}, redirects } = {})
       }
     }
     const file = resolve(join(base, rest));
-    if (file !== base && !file.startsWith(base + sep)) return text(res, 403, 'forbidden\n', head);
+    if (file !== base && !file.startsWith(base + sep)) return text(res, 403, 'forbidden\n', head, iso);
 
     let info;
     let target = file;
@@ -119,18 +122,18 @@ export function createHandler({ root = REPO_ROOT, mounts = {}, redirects } = {})
       info = await stat(target);
       if (info.isDirectory()) {
         if (!pathname.endsWith('/')) {
-          return send(res, 301, { Location: `${pathname}/`, 'Content-Length': 0 });
+          return send(res, 301, { Location: `${pathname}/`, 'Content-Length': 0 }, undefined, iso);
         }
         target = join(target, 'index.html');
         info = await stat(target);
       }
     } catch {
-      return text(res, 404, `not found: ${pathname}\n`, head);
+      return text(res, 404, `not found: ${pathname}\n`, head, iso);
     }
-    if (!info.isFile()) return text(res, 404, `not found: ${pathname}\n`, head);
+    if (!info.isFile()) return text(res, 404, `not found: ${pathname}\n`, head, iso);
 
     res.writeHead(200, {
-      ...ISOLATION_HEADERS,
+      ...iso,
       'Content-Type': mimeType(target),
       'Content-Length': info.size,
       'Cache-Control': 'no-cache',

@@ -15,6 +15,11 @@ echo "== C++ suite, native under ASan + UBSan"
 cmake --build build/native-asan
 ctest --test-dir build/native-asan --output-on-failure
 
+echo "== C++ suite, native with MHA_SIMD=OFF: the scalar kernel of the baseline wasm build (Catch2)"
+[[ -f build/native-scalar/build.ninja ]] || cmake --preset native-scalar >/dev/null
+cmake --build build/native-scalar
+ctest --test-dir build/native-scalar --output-on-failure
+
 echo "== Differential fuzzing slice: fast kernel vs reference, libFuzzer + ASan + UBSan (fixed seed)"
 bash scripts/fuzz.sh --slice
 

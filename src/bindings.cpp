@@ -6,10 +6,12 @@
 #include <malloc.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "mha/attention.hpp"
 #include "mha/heads.hpp"
+#include "mha/parallel.hpp"
 #include "mha/reference.hpp"  // attention weights come from the reference
 
 #ifndef MHA_VERSION
@@ -20,6 +22,9 @@ namespace {
 
 // Scratch reused by every call of this instance (each wasm instance has its own memory and globals).
 mha::Workspace g_workspace;
+
+// The thread pool of a threaded build, created by mha_set_threads; null = run on the calling thread.
+std::unique_ptr<mha::ParallelAttention> g_parallel;
 
 template <typename T>
 T* at(uintptr_t address) {
@@ -52,7 +57,19 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_attention(uintptr_t q, uintptr_t k, uintptr_t v
                   int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, int32_t causal,
                   float scale) {
   const auto args = make_args(q, k, v, out, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal != 0, scale);
+  if (g_parallel) return static_cast<int32_t>(g_parallel->run(args));
   return static_cast<int32_t>(mha::attention(args, g_workspace));
+}
+
+// Starts a pool of `threads` threads (the caller included) and returns how many it got; 1 (no pool) in
+// builds without pthreads or when threads <= 1. Replaces any previous pool.
+EMSCRIPTEN_KEEPALIVE int32_t mha_set_threads(int32_t threads) {
+  if (g_parallel) g_parallel->stop_threads();  // without blocking the (browser) main thread
+  g_parallel.reset();
+#ifdef __EMSCRIPTEN_PTHREADS__
+  if (threads > 1) g_parallel = std::make_unique<mha::ParallelAttention>(threads);
+#endif
+  return g_parallel ? g_parallel->threads() : 1;
 }
 
 EMSCRIPTEN_KEEPALIVE int32_t mha_attention_weights(uintptr_t q, uintptr_t k, uintptr_t weights, uintptr_t mask, int32_t batch,
@@ -76,7 +93,10 @@ namespace {
 
 float default_scale(int32_t head_dim) { return mha::default_scale(head_dim); }
 
-void release_scratch() { g_workspace.release(); }
+void release_scratch() {
+  g_workspace.release();
+  if (g_parallel) g_parallel->release_scratch();
+}
 
 // Bytes currently allocated by malloc in this instance (for leak checks and memory reporting).
 double heap_bytes_in_use() { return static_cast<double>(mallinfo().uordblks); }
@@ -92,6 +112,15 @@ bool simd() {
 #endif
 }
 
+// True when built with pthreads (the mha-threads build).
+bool threaded() {
+#ifdef __EMSCRIPTEN_PTHREADS__
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 EMSCRIPTEN_BINDINGS(mha_wasm) {
@@ -100,4 +129,5 @@ EMSCRIPTEN_BINDINGS(mha_wasm) {
   emscripten::function("heapBytesInUse", &heap_bytes_in_use);
   emscripten::function("version", &version);
   emscripten::function("simd", &simd);
+  emscripten::function("threaded", &threaded);
 }

@@ -105,10 +105,12 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
     .filter((f) => fs.statSync(path.join(tmp, 'node_modules/mha-wasm', f)).isFile()).sort();
   assert.deepEqual(listing, [
     'CHANGELOG.md', 'LICENSE', 'README.md', 'cjs/index.cjs', 'cjs/index.d.cts',
-    'dist/index.d.ts', 'dist/index.js', 'dist/mha.js', 'dist/mha.wasm', 'dist/version.d.ts', 'dist/version.js',
+    'dist/index.d.ts', 'dist/index.js', 'dist/mha-baseline.wasm', 'dist/mha-threads.js', 'dist/mha-threads.node.cjs',
+    'dist/mha-threads.node.worker.cjs', 'dist/mha-threads.wasm', 'dist/mha-threads.worker.js', 'dist/mha.js', 'dist/mha.wasm',
+    'dist/version.d.ts', 'dist/version.js',
     'docs/API.md', 'package.json',
   ].map((f) => f.replaceAll('/', path.sep)));
-  for (const f of ['dist/mha.wasm', 'dist/mha.js', 'dist/index.js']) {
+  for (const f of ['dist/mha.wasm', 'dist/mha.js', 'dist/index.js', 'dist/mha-baseline.wasm', 'dist/mha-threads.wasm', 'dist/mha-threads.js']) {
     const bytes = fs.readFileSync(path.join(tmp, 'node_modules/mha-wasm', f));
     console.log(`# ${f}: ${bytes.length} bytes, ${zlib.gzipSync(bytes, { level: 9 }).length} gzipped`);
   }
@@ -118,7 +120,7 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
 test('publint --strict and arethetypeswrong find no problem', async () => {
   await node([bin('publint/src/cli.js'), '--strict', repoRoot], { cwd: repoRoot });
   const { stdout } = await node([bin('@arethetypeswrong/cli/dist/index.js'), tarball, '--format', 'json',
-    '--exclude-entrypoints', 'mha.wasm'], { cwd: tmp });
+    '--exclude-entrypoints', 'mha.wasm', 'mha-threads.wasm', 'mha-baseline.wasm'], { cwd: tmp });
   const report = JSON.parse(stdout); // attw also exits non-zero on any problem
   assert.equal(Object.keys(report.problems ?? {}).length, 0, stdout);
 });

@@ -2,31 +2,43 @@
  * mha-wasm: exact, fast multi-head attention for the web.
  *
  * A thin layer over the WebAssembly module built from `src/` (C++17 + xsimd, SIMD128). It validates
- * arguments, copies inputs into the wasm heap, calls the kernel and copies the result out. Shapes are
+ * arguments, copies inputs into the wasm heap, calls the kernel and copies the result out. Three builds
+ * of the same core ship (`simd`, `simd-threads`, `baseline`); {@link createMHA} picks one per instance. Shapes are
  * row-major, outermost first, with these letters: B batch, S query length, T key/value length,
  * H heads, Dh = D / H head size, D model size.
  *
  * @packageDocumentation
  */
 import createMhaModule from './mha.js';
-import type { MhaWasmModule } from './mha.js';
+import type { MhaModuleFactory, MhaModuleOptions, MhaWasmModule } from './mha.js';
 import { VERSION } from './version.js';
 
 /** Options of {@link createMHA}. */
 export interface CreateOptions {
   /**
-   * Worker threads for the kernel: a count, or `'auto'` for one per core. This build is
-   * single-threaded, so any request runs on the calling thread and `info.threads` reports 1.
+   * Threads for the kernel, the calling thread included: a count from 1 to 64, or `'auto'` for one per
+   * core (`navigator.hardwareConcurrency`, or `os.availableParallelism()` in Node), at most 8. Default 1.
+   * More than 1 loads the `simd-threads` build (a pool of Web Workers / Node worker threads on a
+   * SharedArrayBuffer), which needs WebAssembly threads and SIMD and, in browsers, a cross-origin
+   * isolated page (COOP/COEP headers). Where that is missing the instance runs single-threaded,
+   * `info.threads` says 1 and `console.warn` says why, once per reason. Call `dispose()` to end the
+   * worker pool (Node exits only once it has ended).
    */
   threads?: number | 'auto';
   /**
+   * `'auto'` (default): the SIMD builds where the engine supports WebAssembly SIMD128, else the
+   * `baseline` build. `false`: always the `baseline` build (no SIMD, single-threaded).
+   */
+  simd?: 'auto' | false;
+  /**
    * Where to fetch `mha.wasm` from, for a CDN or custom hosting: an absolute URL, a URL relative to
-   * the page (`document.baseURI`), or in Node a `file:` URL or a file path. The file must be the
-   * `mha.wasm` of this same release (`mha-wasm/mha.wasm` in the package). Default: the file next to
-   * this script, `new URL('./mha.wasm', import.meta.url)`, which bundlers rewrite.
+   * the page (`document.baseURI`), or in Node a `file:` URL or a file path. The file must be a `.wasm`
+   * of this same release: `mha.wasm` (`mha-wasm/mha.wasm` in the package), `mha-baseline.wasm` or
+   * `mha-threads.wasm`; the file decides the build. Default: the selected build's file next to this
+   * script, e.g. `new URL('./mha.wasm', import.meta.url)`, which bundlers rewrite.
    */
   wasmUrl?: string | URL;
-  /** The bytes of `mha.wasm`, when you load them yourself. Exclusive with `wasmUrl`. */
+  /** The bytes of one of those `.wasm` files, when you load them yourself. Exclusive with `wasmUrl`. */
   wasmBinary?: ArrayBuffer | Uint8Array;
 }
 
@@ -36,9 +48,14 @@ export interface MHAInfo {
   version: string;
   /** True when the kernel runs on WebAssembly SIMD128. */
   simd: boolean;
-  /** Threads the kernel actually uses. */
+  /** Threads the kernel actually uses, the calling thread included (1 = single-threaded). */
   threads: number;
+  /** The build that was loaded: `'simd'` (mha.wasm), `'simd-threads'` (mha-threads.wasm) or `'baseline'` (mha-baseline.wasm). */
+  build: BuildName;
 }
+
+/** The three builds of the wasm module. */
+export type BuildName = 'simd' | 'simd-threads' | 'baseline';
 
 /** Dims shared by every function: q is (batch, seqLen, dModel), heads split dModel into numHeads. */
 export interface HeadShape {
@@ -144,8 +161,10 @@ export interface MHA {
    */
   memoryStats(): { wasmMemoryBytes: number; heapBytesInUse: number };
   /**
-   * Frees this instance's staging buffers and scratch memory. The instance stays usable: later calls
-   * allocate again. The WebAssembly.Memory itself cannot shrink; drop the instance to release it.
+   * Frees this instance's staging buffers and scratch memory and ends its worker pool (threaded build:
+   * the workers are terminated, so Node can exit). The instance stays usable: later calls allocate
+   * again and run on the calling thread. The WebAssembly.Memory itself cannot shrink; drop the
+   * instance to release it.
    */
   dispose(): void;
 }
@@ -344,11 +363,111 @@ function isNode(): boolean {
   return typeof p?.versions?.node === 'string' && typeof (globalThis as { window?: unknown }).window === 'undefined';
 }
 
-function defaultSource(): WasmSource {
-  // Keep this expression literal: Vite, webpack 5 and Parcel recognize `new URL('<file>', import.meta.url)`
+function defaultSource(build: BuildName = 'simd'): WasmSource {
+  // Keep these expressions literal: Vite, webpack 5 and Parcel recognize `new URL('<file>', import.meta.url)`
   // and emit the file as an asset with a rewritten URL.
-  const url = new URL('./mha.wasm', import.meta.url);
+  const url = build === 'simd-threads'
+    ? new URL('./mha-threads.wasm', import.meta.url)
+    : build === 'baseline'
+      ? new URL('./mha-baseline.wasm', import.meta.url)
+      : new URL('./mha.wasm', import.meta.url);
   return { kind: 'url', url, label: url.href };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Build selection: feature probes, thread counts, and the warning when threads cannot be used.
+
+/** A module with one function using a v128 op (i8x16.splat + i8x16.popcnt): valid only with SIMD128. */
+const SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10, 1, 8, 0, 65,
+  0, 253, 15, 253, 98, 11]);
+/** A module with a shared memory and an atomic load: valid only with WebAssembly threads. */
+const THREADS_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 4, 1, 96, 0, 0, 3, 2, 1, 0, 5, 4, 1, 3, 1, 1, 10,
+  11, 1, 9, 0, 65, 0, 254, 16, 2, 0, 26, 11]);
+
+function validates(bytes: Uint8Array): boolean {
+  try {
+    return WebAssembly.validate(bytes as Uint8Array<ArrayBuffer>);
+  } catch {
+    return false;
+  }
+}
+
+/** Largest explicit thread count, and the cap of `threads: 'auto'`. */
+const MAX_THREADS = 64;
+const MAX_AUTO_THREADS = 8;
+
+async function coreCount(): Promise<number> {
+  const nav = (globalThis as { navigator?: { hardwareConcurrency?: number } }).navigator;
+  if (isNode()) {
+    try {
+      const osModule = 'node:os';
+      const os = (await import(/* webpackIgnore: true */ /* @vite-ignore */ osModule)) as {
+        availableParallelism?: () => number;
+        cpus(): unknown[];
+      };
+      return os.availableParallelism?.() ?? os.cpus().length;
+    } catch {
+      // fall through to navigator (Node 21+ has it too)
+    }
+  }
+  const n = nav?.hardwareConcurrency;
+  return typeof n === 'number' && n >= 1 ? Math.floor(n) : 1;
+}
+
+/** Why the threaded build cannot run here, or undefined when it can. */
+function threadsUnavailable(): string | undefined {
+  const g = globalThis as { crossOriginIsolated?: boolean; SharedArrayBuffer?: unknown; Worker?: unknown };
+  if (!isNode() && g.crossOriginIsolated === false) {
+    return 'the page is not cross-origin isolated (crossOriginIsolated is false): serve it with the headers ' +
+      'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp (missing COOP/COEP headers)';
+  }
+  if (typeof g.SharedArrayBuffer !== 'function') return 'SharedArrayBuffer is not available in this environment';
+  if (!isNode() && typeof g.Worker !== 'function') return 'Web Workers are not available in this environment';
+  if (!validates(THREADS_PROBE)) return 'this engine does not support WebAssembly threads (shared memory and atomics)';
+  return undefined;
+}
+
+const warned = new Set<string>();
+
+/** Says once per reason (per page or process) that threads were asked for and why they are not used. */
+function warnSingleThreaded(requested: number, reason: string): void {
+  if (warned.has(reason)) return;
+  warned.add(reason);
+  console.warn(`mha-wasm: ${requested} threads requested, running single-threaded: ${reason}`);
+}
+
+/**
+ * The threaded glue: an ES module in browsers, CommonJS in Node (see CMakeLists.txt), with where its
+ * pthread worker script and the glue itself (which each worker loads) are.
+ */
+async function threadsGlue(): Promise<{ factory: MhaModuleFactory; workerFile: string; glueFile: string }> {
+  if (isNode()) {
+    // Hidden from bundlers: this branch only ever runs in Node.
+    const moduleName = 'node:module';
+    const urlName = 'node:url';
+    const { createRequire } = (await import(/* webpackIgnore: true */ /* @vite-ignore */ moduleName)) as {
+      createRequire(from: string | URL): (id: string) => unknown;
+    };
+    const { fileURLToPath } = (await import(/* webpackIgnore: true */ /* @vite-ignore */ urlName)) as {
+      fileURLToPath(url: string | URL): string;
+    };
+    // Computed names and a base in a variable: bundlers must not try to follow these.
+    const here = import.meta.url;
+    const glue = ['.', 'mha-threads.node.cjs'].join('/');
+    const worker = ['.', 'mha-threads.node.worker.cjs'].join('/');
+    const factory = createRequire(here)(glue) as MhaModuleFactory;
+    return {
+      factory,
+      workerFile: fileURLToPath(new URL(worker, here)),
+      glueFile: fileURLToPath(new URL(glue, here)),
+    };
+  }
+  // Both files are assets (bundlers copy them, as they do the .wasm): the glue is imported by URL here and
+  // by every worker, so it is one module, not a bundled chunk plus a copy.
+  const glueUrl = new URL('./mha-threads.js', import.meta.url);
+  const workerUrl = new URL('./mha-threads.worker.js', import.meta.url);
+  const glue = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueUrl.href)) as { default: MhaModuleFactory };
+  return { factory: glue.default, workerFile: workerUrl.href, glueFile: glueUrl.href };
 }
 
 function sourceFromOptions(o: Record<string, unknown>): WasmSource {
@@ -487,8 +606,15 @@ function compiled(source: WasmSource): Promise<WebAssembly.Module> {
 const REQUIRED_API = ['version', 'simd', '_mha_attention', '_mha_attention_weights', '_mha_split_heads', '_mha_merge_heads',
   'heapBytesInUse', 'releaseScratch', '_malloc', '_free'] as const;
 
-async function instantiate(source: WasmSource): Promise<MhaWasmModule> {
+/** Compiles (memoized) and checks that the module is one of the builds; returns which kind it is. */
+async function compiledBuild(source: WasmSource): Promise<{ wasmModule: WebAssembly.Module; threaded: boolean }> {
   const wasmModule = await compiled(source);
+  // The threaded build imports its (shared) memory; the others export theirs.
+  const threaded = WebAssembly.Module.imports(wasmModule).some((i) => i.kind === 'memory');
+  return { wasmModule, threaded };
+}
+
+async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, threaded: boolean, workers: number): Promise<MhaWasmModule> {
   const mismatch = (detail: string, cause?: unknown): Error =>
     new Error(
       `mha-wasm: ${source.label} does not match this script (mha-wasm ${VERSION}): ${detail}; ${EXPECTED}, ` +
@@ -496,12 +622,24 @@ async function instantiate(source: WasmSource): Promise<MhaWasmModule> {
       cause === undefined ? undefined : { cause },
     );
   const exported = WebAssembly.Module.exports(wasmModule);
-  if (!exported.some((e) => e.kind === 'memory')) {
+  if (!threaded && !exported.some((e) => e.kind === 'memory')) {
     const names = exported.map((e) => e.name).join(', ');
     throw mismatch(`it is a WebAssembly module without a memory export (exports: ${names || 'none'})`);
   }
+  let factory: MhaModuleFactory = createMhaModule;
+  const moduleOptions: MhaModuleOptions = {};
+  if (threaded) {
+    const glue = await threadsGlue();
+    factory = glue.factory;
+    // Emscripten preloads this many workers before the module is ready (at least 1; see CMakeLists.txt).
+    moduleOptions.mhaWorkers = Math.max(1, workers);
+    const workerFile = glue.workerFile;
+    moduleOptions.locateFile = (file) => (file.endsWith('.worker.js') ? workerFile : file);
+    moduleOptions.mainScriptUrlOrBlob = glue.glueFile;
+  }
   const wasm = await new Promise<MhaWasmModule>((resolve, reject) => {
-    createMhaModule({
+    factory({
+      ...moduleOptions,
       instantiateWasm(imports, done) {
         // Errors here (a LinkError, or the glue failing on missing exports inside done()) would
         // otherwise leave the glue's ready promise pending forever.
@@ -584,15 +722,15 @@ function writeMask(wasm: MhaWasmModule, address: number, mask: Uint8Array | bool
 const ATTENTION_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'out'] as const;
 const WEIGHTS_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale'] as const;
 const HEAD_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads'] as const;
-const CREATE_KEYS = ['threads', 'wasmUrl', 'wasmBinary'] as const;
+const CREATE_KEYS = ['threads', 'simd', 'wasmUrl', 'wasmBinary'] as const;
 
 class Instance implements MHA {
   readonly info: MHAInfo;
   private readonly arena: Arena;
 
-  constructor(private readonly wasm: MhaWasmModule) {
+  constructor(private readonly wasm: MhaWasmModule, build: BuildName, threads: number) {
     this.arena = new Arena(wasm);
-    this.info = Object.freeze({ version: wasm.version(), simd: wasm.simd(), threads: 1 });
+    this.info = Object.freeze({ version: wasm.version(), simd: wasm.simd(), threads, build });
   }
 
   multiHeadAttention(q: Float32Array, k: Float32Array, v: Float32Array, options: AttentionOptions): Float32Array {
@@ -674,6 +812,12 @@ class Instance implements MHA {
 
   dispose(): void {
     this.arena.release();
+    if (this.wasm.PThread) {
+      // Threaded build: join the pool's threads (later calls run on the calling thread), then terminate
+      // every Web Worker / Node worker of this instance so that nothing keeps the process alive.
+      this.wasm._mha_set_threads(1);
+      this.wasm.PThread.terminateAllThreads();
+    }
     this.wasm.releaseScratch();
   }
 
@@ -722,14 +866,60 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
     if (typeof o.threads !== 'number') {
       throw new TypeError(`createMHA: threads: expected a positive integer or 'auto', got ${describe(o.threads)}`);
     }
-    if (!Number.isInteger(o.threads) || o.threads < 1) {
-      throw new RangeError(`createMHA: threads: expected a positive integer or 'auto', got ${o.threads}`);
+    if (!Number.isInteger(o.threads) || o.threads < 1 || o.threads > MAX_THREADS) {
+      throw new RangeError(`createMHA: threads: expected a positive integer up to ${MAX_THREADS} or 'auto', got ${o.threads}`);
     }
   }
-  const source = sourceFromOptions(o);
-  const wasm = await instantiate(source);
+  if (o.simd !== undefined && o.simd !== 'auto' && o.simd !== false) {
+    const message = `createMHA: simd: expected 'auto' or false, got ${describe(o.simd)}`;
+    throw typeof o.simd === 'string' || typeof o.simd === 'boolean' ? new RangeError(message) : new TypeError(message);
+  }
+  const requested = o.threads === 'auto' ? Math.min(MAX_AUTO_THREADS, await coreCount()) : ((o.threads as number | undefined) ?? 1);
+  const simdWanted = o.simd !== false;
+  const custom = o.wasmUrl !== undefined || o.wasmBinary !== undefined;
+
+  // Which build: SIMD unless disabled or unsupported; threaded when more than one thread is asked for and
+  // the environment can run it. Otherwise single-threaded, with a warning naming the reason.
+  let build: BuildName;
+  let reason: string | undefined;
+  const simdOk = simdWanted && validates(SIMD_PROBE);
+  if (requested > 1) {
+    if (!simdWanted) reason = 'simd: false selects the baseline build, which is single-threaded';
+    else if (!simdOk) reason = 'this engine lacks WebAssembly SIMD128, which the threaded build needs';
+    else reason = threadsUnavailable();
+  }
+  build = requested > 1 && reason === undefined ? 'simd-threads' : simdOk ? 'simd' : 'baseline';
+
+  const source = custom ? sourceFromOptions(o) : defaultSource(build);
+  const { wasmModule, threaded } = await compiledBuild(source);
+  if (custom) {
+    // The given file decides the build.
+    if (threaded) {
+      const why = threadsUnavailable();
+      if (why !== undefined) throw new Error(`mha-wasm: ${source.label} is the threaded build, which cannot run here: ${why}`);
+      reason = undefined;
+    } else if (requested > 1 && reason === undefined) {
+      reason = `${source.label} is a single-threaded build (pass mha-threads.wasm for threads)`;
+    }
+  }
+  const wasm = await instantiate(source, wasmModule, threaded, requested - 1);
   checkWasmVersion(source.label, wasm.version());
-  return new Instance(wasm);
+  if (custom) build = threaded ? 'simd-threads' : wasm.simd() ? 'simd' : 'baseline';
+
+  let threads = 1;
+  if (threaded) {
+    threads = wasm._mha_set_threads(Math.max(1, requested));
+    if (threads < requested) reason = `only ${threads} of ${requested} threads could be started`;
+    // Node: the workers alone do not keep the process alive (calls are synchronous, so nothing waits on
+    // them between calls); a script that forgets dispose() still exits.
+    if (isNode()) {
+      for (const worker of [...(wasm.PThread?.unusedWorkers ?? []), ...(wasm.PThread?.runningWorkers ?? [])]) {
+        worker.unref?.();
+      }
+    }
+  }
+  if (reason !== undefined && requested > 1) warnSingleThreaded(requested, reason);
+  return new Instance(wasm, build, threads);
 }
 
 /** The package version of this script. */

@@ -9,6 +9,8 @@ export interface MhaWasmModule {
     kvSeqLen: number, dModel: number, numHeads: number, causal: number, scale: number): number;
   _mha_split_heads(x: number, xh: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
   _mha_merge_heads(xh: number, x: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
+  // Starts the thread pool (threaded build; returns the threads it got, 1 elsewhere or for threads <= 1).
+  _mha_set_threads(threads: number): number;
   HEAPU8: Uint8Array;
   HEAPF32: Float32Array;
   defaultScale(headDim: number): number;
@@ -16,15 +18,27 @@ export interface MhaWasmModule {
   heapBytesInUse(): number;
   version(): string;
   simd(): boolean;
+  threaded(): boolean;
+  // Emscripten's worker pool (threaded build only).
+  PThread?: {
+    terminateAllThreads(): void;
+    unusedWorkers: Array<{ unref?(): void }>;
+    runningWorkers: Array<{ unref?(): void }>;
+  };
 }
 
 export interface MhaModuleOptions {
   wasmBinary?: ArrayBuffer | Uint8Array;
+  // Threaded build: workers preloaded before the module is ready (Emscripten's PTHREAD_POOL_SIZE).
+  mhaWorkers?: number;
+  locateFile?(file: string, scriptDirectory: string): string;
+  mainScriptUrlOrBlob?: string;
   instantiateWasm?(
     imports: WebAssembly.Imports,
     done: (instance: WebAssembly.Instance, module: WebAssembly.Module) => void,
   ): object;
 }
 
-declare const createMhaModule: (options?: MhaModuleOptions) => Promise<MhaWasmModule>;
+export type MhaModuleFactory = (options?: MhaModuleOptions) => Promise<MhaWasmModule>;
+declare const createMhaModule: MhaModuleFactory;
 export default createMhaModule;

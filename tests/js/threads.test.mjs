@@ -1,0 +1,316 @@
+// The three builds and their selection (createMHA({ threads, simd })), through the public API in Node:
+// which build each option picks; the golden set on the baseline and threaded builds; bit-identical
+// results for 1, 2 and 3 threads on plain, causal, masked and cross-attention shapes; the single warning
+// when threads are asked for but unavailable (SharedArrayBuffer removed, SIMD missing); dispose(); a
+// clean, prompt exit of a Node script that uses threads; several instances at once.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { createMHA } from '../../dist/index.js';
+import { loadGoldenCases, readGolden, compare, rng, randomNormal, referenceMHA, repoRoot } from './helpers.mjs';
+
+const distIndex = pathToFileURL(path.join(repoRoot, 'dist/index.js')).href;
+
+/** Runs an ES module source in a child Node; resolves { code, stdout, stderr, ms } (ms: spawn to exit). */
+function runChild(source, { timeoutMs = 20000 } = {}) {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const child = spawn(process.execPath, ['--input-type=module', '-e', source], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => { stdout += d; });
+    child.stderr.on('data', (d) => { stderr += d; });
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`child did not exit within ${timeoutMs} ms\n${stdout}\n${stderr}`)); }, timeoutMs);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr, ms: performance.now() - started });
+    });
+  });
+}
+
+function bitsEqual(a, b) {
+  return a.length === b.length && Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Selection
+
+test('selection: default and threads: 1 load the SIMD build, single-threaded', async () => {
+  for (const options of [undefined, {}, { threads: 1 }, { simd: 'auto' }]) {
+    const mha = await createMHA(options);
+    assert.deepEqual({ ...mha.info }, { version: mha.info.version, simd: true, threads: 1, build: 'simd' });
+    mha.dispose();
+  }
+});
+
+test('selection: threads: 2 and 3 load the threaded build with that many threads', async () => {
+  for (const threads of [2, 3]) {
+    const mha = await createMHA({ threads });
+    assert.equal(mha.info.build, 'simd-threads');
+    assert.equal(mha.info.threads, threads);
+    assert.equal(mha.info.simd, true);
+    mha.dispose();
+  }
+});
+
+test("selection: threads: 'auto' uses one thread per core, at most 8", async () => {
+  const mha = await createMHA({ threads: 'auto' });
+  const cores = Math.min(8, os.availableParallelism());
+  assert.equal(mha.info.threads, cores);
+  assert.equal(mha.info.build, cores > 1 ? 'simd-threads' : 'simd');
+  mha.dispose();
+});
+
+test('selection: simd: false loads the baseline build (no SIMD, single-threaded)', async () => {
+  const mha = await createMHA({ simd: false });
+  assert.deepEqual({ ...mha.info }, { version: mha.info.version, simd: false, threads: 1, build: 'baseline' });
+  mha.dispose();
+});
+
+test('selection: wasmUrl / wasmBinary decide the build by the file given', async () => {
+  const { readFileSync } = await import('node:fs');
+  const cases = [
+    ['mha.wasm', 'simd', 1],
+    ['mha-baseline.wasm', 'baseline', 1],
+    ['mha-threads.wasm', 'simd-threads', 2],
+  ];
+  const warn = console.warn;
+  const warnings = [];
+  console.warn = (...args) => warnings.push(args.join(' '));
+  try {
+    for (const [file, build, threads] of cases) {
+      const wasmPath = path.join(repoRoot, 'dist', file);
+      for (const options of [{ wasmUrl: wasmPath }, { wasmBinary: readFileSync(wasmPath) }]) {
+        const mha = await createMHA({ ...options, threads: 2 });
+        assert.equal(mha.info.build, build, `${file} ${Object.keys(options)[0]}`);
+        assert.equal(mha.info.threads, threads);
+        mha.dispose();
+      }
+    }
+  } finally {
+    console.warn = warn;
+  }
+  // Threads asked of a single-threaded file: said once per file.
+  assert.equal(warnings.length, 4, JSON.stringify(warnings));
+  assert.ok(warnings.every((w) => w.includes('is a single-threaded build (pass mha-threads.wasm for threads)')));
+});
+
+// ---------------------------------------------------------------------------------------------
+// Correctness: the golden set on every build
+
+const goldenCases = loadGoldenCases();
+for (const [label, options] of [['baseline', { simd: false }], ['simd-threads (3 threads)', { threads: 3 }]]) {
+  test(`golden set on the ${label} build: within tolerance of out64, NaN rows identical`, async () => {
+    const mha = await createMHA(options);
+    try {
+      let worst = 0;
+      for (const c of goldenCases) {
+        const shape = { batch: c.batch, seqLen: c.seqLen, kvSeqLen: c.kvSeqLen, dModel: c.dModel, numHeads: c.numHeads };
+        const [q, k, v, out64, out32] = ['q', 'k', 'v', 'out64', 'out32'].map((role) => readGolden(c, role));
+        const mask = c.hasMask ? readGolden(c, 'mask') : undefined;
+        const out = mha.multiHeadAttention(q, k, v, { ...shape, mask });
+        const torch = compare(out32, out64);
+        const ours = compare(out, out64);
+        const tolerance = Math.max(1e-5 * Math.max(1, ours.maxExpected), 2 * torch.maxError);
+        assert.equal(ours.nanMismatch, -1, `${c.name}: NaN position differs at element ${ours.nanMismatch}`);
+        assert.ok(ours.maxError <= tolerance, `${c.name}: max |ours - out64| = ${ours.maxError} > tolerance ${tolerance}`);
+        worst = Math.max(worst, ours.maxError / tolerance);
+      }
+      console.log(`# ${label}: worst |ours - out64| / tolerance over ${goldenCases.length} golden cases: ${worst.toExponential(3)}`);
+    } finally {
+      mha.dispose();
+    }
+  });
+}
+
+// Shapes large enough to go parallel (above the work threshold), with unbalanced units.
+const SHAPES = [
+  { name: 'plain (2,130,130,256,4)', batch: 2, seqLen: 130, kvSeqLen: 130, dModel: 256, numHeads: 4 },
+  { name: 'causal (1,600,600,192,3)', batch: 1, seqLen: 600, kvSeqLen: 600, dModel: 192, numHeads: 3, causal: true },
+  { name: 'masked cross (3,150,170,128,2)', batch: 3, seqLen: 150, kvSeqLen: 170, dModel: 128, numHeads: 2, mask: 'random' },
+  { name: 'causal + padding mask (2,300,280,256,8)', batch: 2, seqLen: 300, kvSeqLen: 280, dModel: 256, numHeads: 8, causal: true, mask: 'padding' },
+  { name: 'bert-like (2,128,128,768,12)', batch: 2, seqLen: 128, kvSeqLen: 128, dModel: 768, numHeads: 12 },
+];
+
+function problem(shape, seed) {
+  const random = rng(seed);
+  const { batch: B, seqLen: S, kvSeqLen: T, dModel: D } = shape;
+  const q = randomNormal(B * S * D, random);
+  const k = randomNormal(B * T * D, random);
+  const v = randomNormal(B * T * D, random);
+  let mask;
+  if (shape.mask === 'random') mask = Uint8Array.from({ length: B * S * T }, () => (random() < 0.7 ? 1 : 0));
+  if (shape.mask === 'padding') {
+    mask = new Uint8Array(B * S * T);
+    for (let b = 0; b < B; b++) {
+      const valid = T - 37 * b;  // batch 1 has 37 padded keys
+      for (let i = 0; i < S; i++) for (let j = 0; j < valid; j++) mask[(b * S + i) * T + j] = 1;
+    }
+  }
+  const options = { batch: B, seqLen: S, kvSeqLen: T, dModel: D, numHeads: shape.numHeads, causal: !!shape.causal, mask };
+  return { q, k, v, options };
+}
+
+test('bit-identical results for 1, 2 and 3 threads (and the single-threaded SIMD build) on several shapes', async () => {
+  const single = await createMHA();
+  const threaded = [await createMHA({ threads: 1 }), await createMHA({ threads: 2 }), await createMHA({ threads: 3 })];
+  assert.deepEqual(threaded.map((m) => m.info.threads), [1, 2, 3]);
+  try {
+    let seed = 1000;
+    for (const shape of SHAPES) {
+      const { q, k, v, options } = problem(shape, seed++);
+      const expected = single.multiHeadAttention(q, k, v, options);
+      if (shape.batch * shape.seqLen <= 400) {
+        // Sanity: the expected output is right (float64 JS reference), so we compare against something true.
+        const ref = referenceMHA(q, k, v, options);
+        const r = compare(expected, ref);
+        assert.equal(r.nanMismatch, -1, shape.name);
+        assert.ok(r.maxError < 1e-4, `${shape.name}: ${r.maxError}`);
+      }
+      for (const mha of threaded) {
+        // twice: the pool is reused across calls
+        for (let repeat = 0; repeat < 2; repeat++) {
+          const out = mha.multiHeadAttention(q, k, v, options);
+          assert.ok(bitsEqual(out, expected), `${shape.name}: ${mha.info.build} with ${mha.info.threads} threads differs from the single-threaded build`);
+        }
+      }
+    }
+  } finally {
+    single.dispose();
+    for (const m of threaded) m.dispose();
+  }
+});
+
+test('several instances coexist: two threaded and one single-threaded, interleaved calls, same bits', async () => {
+  const a = await createMHA({ threads: 2 });
+  const b = await createMHA({ threads: 3 });
+  const c = await createMHA();
+  try {
+    const { q, k, v, options } = problem(SHAPES[1], 77);
+    const expected = c.multiHeadAttention(q, k, v, options);
+    for (let i = 0; i < 3; i++) {
+      assert.ok(bitsEqual(a.multiHeadAttention(q, k, v, options), expected));
+      assert.ok(bitsEqual(b.multiHeadAttention(q, k, v, options), expected));
+    }
+    a.dispose();
+    // b is unaffected by a's dispose
+    assert.ok(bitsEqual(b.multiHeadAttention(q, k, v, options), expected));
+  } finally {
+    a.dispose();
+    b.dispose();
+    c.dispose();
+  }
+});
+
+test('dispose() ends the pool; the instance still computes (on the calling thread) with the same bits', async () => {
+  const mha = await createMHA({ threads: 2 });
+  const { q, k, v, options } = problem(SHAPES[0], 5);
+  const before = mha.multiHeadAttention(q, k, v, options);
+  mha.dispose();
+  const after = mha.multiHeadAttention(q, k, v, options);
+  assert.ok(bitsEqual(before, after));
+  mha.dispose();
+  mha.dispose(); // idempotent
+});
+
+// ---------------------------------------------------------------------------------------------
+// Fallback and warnings, in child processes (each has its own module state and globals)
+
+test('without SharedArrayBuffer: threads fall back to 1 with one console.warn naming the reason', async () => {
+  const { code, stdout, stderr } = await runChild(`
+    delete globalThis.SharedArrayBuffer;
+    const warnings = [];
+    console.warn = (...args) => warnings.push(args.join(' '));
+    const { createMHA } = await import(${JSON.stringify(distIndex)});
+    const a = await createMHA({ threads: 2 });
+    const b = await createMHA({ threads: 'auto' });
+    const x = new Float32Array(120).map((_, i) => Math.sin(i));
+    const out = a.multiHeadAttention(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
+    console.log(JSON.stringify({ a: a.info, b: b.info, warnings, finite: out.every(Number.isFinite) }));
+  `);
+  assert.equal(code, 0, stderr);
+  const r = JSON.parse(stdout);
+  assert.equal(r.a.threads, 1);
+  assert.equal(r.a.build, 'simd');
+  assert.equal(r.b.threads, 1);
+  assert.equal(r.finite, true);
+  assert.equal(r.warnings.length, 1, `expected one warning, got ${JSON.stringify(r.warnings)}`);
+  assert.match(r.warnings[0], /mha-wasm: 2 threads requested, running single-threaded: SharedArrayBuffer is not available/);
+});
+
+test('without WebAssembly SIMD: auto selects the baseline build; threads warn once that they need SIMD', async () => {
+  const { code, stdout, stderr } = await runChild(`
+    // Simulates an engine without SIMD128: every module using a 0xfd (SIMD) opcode fails validation.
+    const validate = WebAssembly.validate;
+    WebAssembly.validate = (bytes) => (bytes.length < 100 && Array.from(bytes).includes(0xfd) ? false : validate(bytes));
+    const warnings = [];
+    console.warn = (...args) => warnings.push(args.join(' '));
+    const { createMHA } = await import(${JSON.stringify(distIndex)});
+    const a = await createMHA();
+    const b = await createMHA({ threads: 3 });
+    const c = await createMHA({ threads: 2 });
+    console.log(JSON.stringify({ a: a.info, b: b.info, c: c.info, warnings }));
+  `);
+  assert.equal(code, 0, stderr);
+  const r = JSON.parse(stdout);
+  for (const info of [r.a, r.b, r.c]) {
+    assert.equal(info.build, 'baseline');
+    assert.equal(info.simd, false);
+    assert.equal(info.threads, 1);
+  }
+  assert.equal(r.warnings.length, 1, JSON.stringify(r.warnings));
+  assert.match(r.warnings[0], /3 threads requested, running single-threaded: this engine lacks WebAssembly SIMD128/);
+});
+
+test('simd: false with threads warns that the baseline build is single-threaded', async () => {
+  const { code, stdout, stderr } = await runChild(`
+    const warnings = [];
+    console.warn = (...args) => warnings.push(args.join(' '));
+    const { createMHA } = await import(${JSON.stringify(distIndex)});
+    const a = await createMHA({ simd: false, threads: 2 });
+    console.log(JSON.stringify({ a: a.info, warnings }));
+  `);
+  assert.equal(code, 0, stderr);
+  const r = JSON.parse(stdout);
+  assert.equal(r.a.build, 'baseline');
+  assert.equal(r.a.threads, 1);
+  assert.deepEqual(r.warnings.length, 1);
+  assert.match(r.warnings[0], /simd: false selects the baseline build/);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle: a Node script exits on its own
+
+test('a Node script that creates a 3-thread instance, computes and disposes exits within 2 s of finishing', async () => {
+  const { code, stdout, stderr, ms } = await runChild(`
+    const { createMHA } = await import(${JSON.stringify(distIndex)});
+    const mha = await createMHA({ threads: 3 });
+    const n = 1 * 512 * 384;
+    const x = new Float32Array(n).map((_, i) => Math.sin(i));
+    const out = mha.multiHeadAttention(x, x, x, { batch: 1, seqLen: 512, dModel: 384, numHeads: 6, causal: true });
+    mha.dispose();
+    console.log(JSON.stringify({ info: mha.info, finite: out.every(Number.isFinite), at: performance.timeOrigin + performance.now() }));
+  `);
+  const exitedAt = performance.timeOrigin + performance.now();
+  assert.equal(code, 0, stderr);
+  const r = JSON.parse(stdout);
+  assert.equal(r.info.threads, 3);
+  assert.equal(r.finite, true);
+  const lingered = exitedAt - r.at;
+  console.log(`# child ran ${ms.toFixed(0)} ms, exited ${lingered.toFixed(0)} ms after dispose()`);
+  assert.ok(lingered < 2000, `the process lingered ${lingered.toFixed(0)} ms after dispose()`);
+});
+
+test('a Node script that forgets dispose() still exits (the workers do not hold the process)', async () => {
+  const { code, stderr, ms } = await runChild(`
+    const { createMHA } = await import(${JSON.stringify(distIndex)});
+    const mha = await createMHA({ threads: 2 });
+    const x = new Float32Array(120).map((_, i) => Math.sin(i));
+    mha.multiHeadAttention(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
+  `, { timeoutMs: 10000 });
+  assert.equal(code, 0, stderr);
+  console.log(`# child without dispose() exited after ${ms.toFixed(0)} ms`);
+});
