@@ -38,7 +38,7 @@ constexpr int kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
 static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
 
 constexpr int32_t kBlockRows = 64;       // Bq: query rows per score tile
-constexpr int32_t kMaxRowsPerUnit = 512; // a unit runs up to 8 blocks against each packed key tile
+constexpr int32_t kMaxRowsPerUnit = 1024; // a unit runs up to 16 blocks against each packed key tile
 constexpr int64_t kMinUnits = 8;         // keep enough units for the thread pool on small problems
 constexpr int32_t kMaxKeysPerTile = 128; // Bk (measured: 128 halves per-tile overheads, +1-4% over 64)
 constexpr int32_t kBk = kMaxKeysPerTile; // row stride of the K^T and S tiles (a constant: see micro-kernels)
@@ -320,10 +320,11 @@ MHA_PHASE float softmax_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, 
 int32_t attention_rows_per_unit(const AttentionShape& shape) {
   const int32_t s4 = round_up(std::max(shape.seq_len, 1), kMr);
   const int32_t dh8 = round_up(std::max(shape.num_heads > 0 ? shape.head_dim() : 1, 1), kNr);
-  // The unit's Q panels and O accumulators stay within about 256 KiB: 512 rows at Dh <= 64. Every unit
-  // packs K/V of all its tiles, strided reads from memory that is mostly not in cache, so more rows per
-  // unit pay (measured on (1,2048,2048,768,12): 256 -> 512 rows with Bk 128, +11%).
-  int32_t rows = std::max(kBlockRows, std::min(kMaxRowsPerUnit, 32768 / dh8 / kBlockRows * kBlockRows));
+  // The unit's Q panels and O accumulators stay within about 512 KiB: 1024 rows at Dh <= 64. Every unit
+  // packs K/V of all its tiles, strided reads from memory that is mostly not in cache (K/V packing was
+  // 18% of the time at 256 rows), so more rows per unit pay although Q and O then live in L2/L3:
+  // measured on (1,2048,2048,768,12), 256 -> 512 rows with Bk 128 +11%, 512 -> 1024 rows +6%, 2048 no better.
+  int32_t rows = std::max(kBlockRows, std::min(kMaxRowsPerUnit, 65536 / dh8 / kBlockRows * kBlockRows));
   const int64_t heads = int64_t{std::max(shape.batch, 1)} * std::max(shape.num_heads, 1);
   while (rows > kBlockRows && heads * ((s4 + rows - 1) / rows) < kMinUnits) rows -= kBlockRows;
   return std::min(rows, s4);

@@ -294,7 +294,7 @@ TEST_CASE("attention: longer sequences cross several key tiles and query blocks"
                         std::make_tuple(2, 150, 130, 96, 3, true, MaskKind::kRandom),
                         std::make_tuple(1, 129, 257, 65, 1, false, MaskKind::kKeyPadding),
                         std::make_tuple(1, 260, 70, 48, 2, true, MaskKind::kFullyMaskedRows),
-                        // 8 heads: units of 512 rows (8 blocks) against 6 key tiles of 128, causal and masked
+                        // 8 heads: units of 600 rows (10 blocks) against 6 key tiles of 128, causal and masked
                         std::make_tuple(2, 600, 700, 256, 4, true, MaskKind::kRandom)}) {
     const uint64_t seed = 1000 + std::get<1>(c);
     INFO("seed " << seed << " S=" << std::get<1>(c) << " T=" << std::get<2>(c) << " D=" << std::get<3>(c));
@@ -491,7 +491,7 @@ TEST_CASE("attention: scratch does not grow with S or T", "[attention][units]") 
   const size_t mid = mha::attention_scratch_floats({4, 2048, 2048, 768, 12});
   REQUIRE(big == mid);
   REQUIRE(small <= big);
-  REQUIRE(big < 96 * 1024);  // a fixed tile: under 384 KiB per worker at Dh = 64 (512 rows of Q and O)
+  REQUIRE(big < 160 * 1024);  // a fixed tile: under 640 KiB per worker at Dh = 64 (1024 rows of Q and O)
 }
 
 TEST_CASE("attention: numHeads = 1 on per-head copies equals the multi-head kernel bit for bit", "[attention]") {
