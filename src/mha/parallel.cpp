@@ -100,11 +100,24 @@ namespace {
 struct UnitJob {
   const AttentionArgs* args;
   std::vector<Workspace>* scratch;
+  int64_t heads = 0;   // B * H
+  int64_t blocks = 0;  // query blocks per head
 };
+
+// Causal units get more expensive with their query block (they see more keys), so the threads take
+// the last blocks of every head first and the cheap first blocks last: the dynamic schedule then ends
+// with small units and the threads finish together (longest-first). Any order gives the same bits.
+int64_t scheduled_unit(const UnitJob& job, int64_t index) {
+  if (!job.args->causal) return index;
+  const int64_t block = job.blocks - 1 - index / job.heads;
+  const int64_t head = index % job.heads;
+  return head * job.blocks + block;  // attention_unit's order: batch-major, head, then block
+}
 
 void run_unit(void* ctx, int64_t index, int worker) {
   const auto* job = static_cast<const UnitJob*>(ctx);
-  attention_run_unit(*job->args, attention_unit(job->args->shape, index), (*job->scratch)[worker].data());
+  const int64_t unit = scheduled_unit(*job, index);
+  attention_run_unit(*job->args, attention_unit(job->args->shape, unit), (*job->scratch)[worker].data());
 }
 
 }  // namespace
@@ -119,7 +132,8 @@ Status ParallelAttention::run(const AttentionArgs& args) {
   for (size_t w = 0; w < needed; ++w) {
     if (!scratch_[w].reserve(floats)) return Status::kOutOfMemory;
   }
-  UnitJob job{&args, &scratch_};
+  UnitJob job{&args, &scratch_, int64_t{args.shape.batch} * args.shape.num_heads, 0};
+  job.blocks = units / job.heads;
   if (parallel) {
     pool_.parallel_for(units, &run_unit, &job);
   } else {

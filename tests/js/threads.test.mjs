@@ -314,3 +314,18 @@ test('a Node script that forgets dispose() still exits (the workers do not hold 
   assert.equal(code, 0, stderr);
   console.log(`# child without dispose() exited after ${ms.toFixed(0)} ms`);
 });
+
+// ---------------------------------------------------------------------------------------------
+// The baseline build holds no SIMD instruction (it must validate on engines without SIMD128)
+
+test('mha-baseline.wasm has no SIMD opcodes; mha.wasm and mha-threads.wasm do (wasm-objdump)', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const simdOps = (file) => {
+    const r = spawnSync('wasm-objdump', ['-d', path.join(repoRoot, 'dist', file)], { encoding: 'utf8', maxBuffer: 1 << 28 });
+    assert.equal(r.status, 0, r.stderr);
+    return (r.stdout.match(/\b(v128|[if](8x16|16x8|32x4|64x2))\.[a-z_0-9]+/g) ?? []).length;
+  };
+  assert.equal(simdOps('mha-baseline.wasm'), 0);
+  assert.ok(simdOps('mha.wasm') > 100);
+  assert.ok(simdOps('mha-threads.wasm') > 100);
+});
