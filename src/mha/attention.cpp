@@ -7,6 +7,8 @@
 //   3. per query row: scale, hide masked/causal keys (-inf), running max m, p = exp(s - m), running sum l;
 //   4. O (Bq, Dh8) = O * exp(m_old - m_new) + P V with a 4 rows x 8 lanes micro-kernel.
 // At the end out = O / l. Nothing of size S x T exists; scratch depends on Dh and the fixed tile only.
+// Rows whose float32 result is not finite (fully hidden rows, non-finite inputs, overflow of the logits or
+// of O) are recomputed by the reference, so NaN/inf semantics are exactly the reference's.
 //
 // Determinism: every query row goes through exactly the same float operations whatever block it is in
 // (the key tiles start at 0 for every block, the 4-row micro-kernels treat rows independently, skipped
@@ -22,6 +24,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "mha/reference.hpp"
 #include "mha/simd_exp.hpp"
 
 #ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
@@ -411,11 +414,18 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
       for (int32_t d = 0; d < dh; ++d) panel[d * kMr] = 0.0f;
     }
   }
+  // The kernel folds log2(e) into the scale. Where that product is not a normal float it is no longer the
+  // given scale to float precision: above FLT_MAX / log2(e) (~2.4e38) it overflows, and below FLT_MIN it
+  // is subnormal and keeps only a few bits. Such (absurd) scales take the reference path, row by row.
+  const float folded_scale = args.scale * 1.44269504088896341f;
+  if (!std::isfinite(folded_scale) ||
+      (folded_scale != 0.0f && std::fabs(folded_scale) < std::numeric_limits<float>::min())) {
+    for (int32_t i = unit.q_begin; i < unit.q_end; ++i) reference_attention_query(args, unit.batch, unit.head, i);
+    return;
+  }
   const simd::Exp2Constants exp_constants;
-  // Scores in log2 units: softmax(scale*s) = 2^(scale*log2(e)*s - max) / sum. A scale so large that the
-  // product overflows is clamped (every score is then huge or zero either way).
-  const float scale2 = std::max(-std::numeric_limits<float>::max(),
-                                std::min(std::numeric_limits<float>::max(), args.scale * 1.44269504088896341f));
+  // Scores in log2 units: softmax(scale*s) = 2^(scale*log2(e)*s - max) / sum.
+  const float scale2 = folded_scale;
   std::fill(op, op + rows4 * dh8, 0.0f);
   std::fill(mrow, mrow + rows4, kNegInf);
   std::fill(lrow, lrow + rows4, 0.0f);
@@ -513,8 +523,20 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
     const float l = lrow[r];
     const VecF vl(l);
     int32_t d = 0;
-    for (; d < dh4; d += kLanes) (VecF::load_aligned(src + d) / vl).store_unaligned(dst + d);  // exact, as scalar
-    for (; d < dh; ++d) dst[d] = src[d] / l;
+    VecF finite_check(0.0f);
+    for (; d < dh4; d += kLanes) {
+      const VecF value = VecF::load_aligned(src + d) / vl;  // exact, as scalar
+      value.store_unaligned(dst + d);
+      finite_check += value * VecF(0.0f);  // stays 0 unless some value is inf or NaN (0 * inf = NaN)
+    }
+    float tail_check = xsimd::hadd(finite_check);
+    for (; d < dh; ++d) {
+      dst[d] = src[d] / l;
+      tail_check += dst[d] * 0.0f;
+    }
+    // Non-finite rows (fully hidden rows, non-finite inputs, float32 overflow of the logits or of the
+    // weighted sum) are rare; recomputing them with the reference gives exactly its NaN/inf semantics.
+    if (tail_check != 0.0f) reference_attention_query(args, unit.batch, unit.head, q_begin + r);
   }
 }
 

@@ -7,7 +7,8 @@
 //   2. running max m, p = exp(s - m), running sum l, alpha = exp(m_old - m_new);
 //   3. o (Dh) = o * alpha + sum over the visible keys of p_j v_j (hidden keys are skipped, so inf/NaN
 //      behind a mask is never read; a visible key is multiplied even when p_j underflowed to 0).
-// At the end out = o / l: a row that saw no visible key has l = 0 and o = 0, so it is NaN (0/0).
+// At the end out = o / l; a row that is not finite (no visible key, non-finite inputs, float32 overflow)
+// is recomputed by the reference, so NaN/inf semantics are exactly the reference's.
 //
 // Determinism: each row's operations depend only on the row and the key tiles (which start at 0 for
 // every block), never on the unit split, so results are bit-identical for any split or thread order.
@@ -16,6 +17,7 @@
 #include <limits>
 
 #include "mha/attention.hpp"
+#include "mha/reference.hpp"
 
 namespace mha {
 namespace {
@@ -147,7 +149,10 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
     float* dst = out + (unit.q_begin + r) * args.out.row_stride;
     const float* o = o_all + size_t(r) * dh;
     const float l = l_all[r];
-    for (int32_t d = 0; d < dh; ++d) dst[d] = o[d] / l;
+    bool finite = true;
+    for (int32_t d = 0; d < dh; ++d) finite &= std::isfinite(dst[d] = o[d] / l);
+    // As in the SIMD kernel: non-finite rows get exactly the reference's NaN/inf semantics.
+    if (!finite) reference_attention_query(args, unit.batch, unit.head, unit.q_begin + r);
   }
 }
 

@@ -76,6 +76,20 @@ void for_each_query_row(const AttentionArgs& args, RowFn&& row_fn) {
 
 }  // namespace
 
+void reference_attention_query(const AttentionArgs& args, int32_t batch, int32_t head, int32_t query) {
+  const AttentionShape& s = args.shape;
+  const int32_t head_dim = s.head_dim();
+  const int64_t head_offset = int64_t{head} * head_dim;
+  const uint8_t* mask_row =
+      args.mask != nullptr ? args.mask + (int64_t{batch} * s.seq_len + query) * s.kv_seq_len : nullptr;
+  reference_attention_row(args.q.data + batch * args.q.batch_stride + query * args.q.row_stride + head_offset,
+                          args.k.data + batch * args.k.batch_stride + head_offset,
+                          args.v.data + batch * args.v.batch_stride + head_offset, args.k.row_stride,
+                          args.v.row_stride, s.kv_seq_len, head_dim, args.scale, mask_row, args.causal, query,
+                          args.out.data + batch * args.out.batch_stride + query * args.out.row_stride + head_offset,
+                          nullptr);
+}
+
 Status reference_attention(const AttentionArgs& args) {
   const Status status = validate_args(args);
   if (status != Status::kOk) return status;

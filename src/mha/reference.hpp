@@ -19,6 +19,11 @@ void reference_attention_row(const float* q_row, const float* k_rows, const floa
                              const uint8_t* mask_row, bool causal, int32_t query_index, float* out_row,
                              float* weights_row);
 
+// One query row of one head, out[b, i, h*Dh:(h+1)*Dh], computed by the reference. The fast kernels hand
+// it every row whose float32 result is not finite, so non-finite inputs and float32 overflow (of the
+// scaled logits or of the running sum of weighted values) get exactly the reference's answer.
+void reference_attention_query(const AttentionArgs& args, int32_t batch, int32_t head, int32_t query);
+
 // Multi-head attention: q (B,S,D), k/v (B,T,D) -> out (B,S,D). See AttentionArgs for the semantics.
 Status reference_attention(const AttentionArgs& args);
 

@@ -39,62 +39,46 @@ Pair run_both(int32_t s, int32_t t, int32_t d, const std::vector<float>& q, cons
 
 }  // namespace
 
-// FINDING (fuzzer, class `value_range`), reported to the kernel owner; NOT fixed here (attention.cpp
-// is not ours to edit). The online softmax accumulates sum_j p_j v_j with p_j <= 1 *before* dividing
-// by l, so with |v| near FLT_MAX the accumulator overflows to inf although the exact result (a convex
-// combination of v, here exactly 1e38) is finite. The reference (and PyTorch, which normalizes the
-// weights first) give 1e38. Right behaviour: the reference's. A fix would scale the accumulator (e.g.
-// accumulate p_j * (v_j / 2^k) for tiles whose max |v| is huge, or divide by l per tile when l grows).
-// Tagged [!mayfail] so that it reports without failing the suite until the kernel handles it.
-TEST_CASE("hardening: |v| near FLT_MAX with equal logits: the result is the mean, finite", "[hardening][!mayfail]") {
-  const int32_t s = 1, t = 4, d = 1;
-  const std::vector<float> q(size_t(s) * d, 0.0f), k(size_t(t) * d, 0.0f);  // all logits 0: weights 1/4
-  const std::vector<float> v(size_t(t) * d, 1e38f);
-  const Pair p = run_both(s, t, d, q, k, v, 1.0f);
+// Findings of the fuzzer, fixed in the kernel: every row whose float32 result is not finite is recomputed
+// by the reference (reference_attention_query), and a scale that cannot be folded into log2 units takes
+// the reference path. So each case below must agree with the reference exactly.
+
+// The online softmax accumulates sum_j p_j v_j before dividing by l: with |v| near FLT_MAX the float
+// accumulator overflows although the exact result (a convex combination of v, here 1e38) is finite.
+TEST_CASE("hardening: |v| near FLT_MAX with equal logits: the result is the mean, finite", "[hardening]") {
+  const std::vector<float> q{0.0f}, k(4, 0.0f), v(4, 1e38f);  // all logits 0: weights 1/4
+  const Pair p = run_both(1, 4, 1, q, k, v, 1.0f);
   CHECK(p.ref[0] == 1e38f);
-  CHECK(p.fast[0] == 1e38f);  // today: inf (4 * 1e38 overflows before / 4)
+  CHECK(p.fast[0] == p.ref[0]);
 }
 
-// FINDING (fuzzer, class `weight_underflow`), a documented float32 limit, pinned here. An infinite value
-// at a visible key whose logit is more than ~87.3 below the row max: its exact weight is positive but
-// below FLT_MIN. The reference computes the weight in double (exp(-100) = 3.7e-44 > 0) and gives
-// +-inf; the kernel's float32 exp flushes it to 0 and 0 * inf = NaN (PyTorch float32 also gives NaN
-// once the weight underflows, beyond ~104). Mathematically +-inf is right; both are documented in
-// README "Guarantees" (an infinite value reaches the output as +-inf, or NaN when its weight underflows).
+// An infinite value at a visible key whose logit is more than ~87.3 below the row max: its exact weight is
+// positive but below FLT_MIN, so float32 flushes it to 0 and computes 0 * inf = NaN (as PyTorch float32
+// does); the right answer is +-inf, which the reference gives.
 TEST_CASE("hardening: inf in v behind a weight that underflows in float32", "[hardening]") {
-  const int32_t s = 1, t = 2, d = 1;
-  const std::vector<float> q{1.0f}, k{100.0f, 0.0f};  // logits 100 and 0: key 1's weight is e^-100
-  const std::vector<float> v{1.0f, -kInf};
-  const Pair p = run_both(s, t, d, q, k, v, 1.0f);
+  const std::vector<float> q{1.0f}, k{100.0f, 0.0f}, v{1.0f, -kInf};  // key 1's weight is e^-100
+  const Pair p = run_both(1, 2, 1, q, k, v, 1.0f);
   CHECK(p.ref[0] == -kInf);
-  CHECK(std::isnan(p.fast[0]));
-  // With the gap below 87.3 the weight is a normal float and both give -inf.
-  const Pair near = run_both(s, t, d, q, std::vector<float>{80.0f, 0.0f}, v, 1.0f);
+  CHECK(p.fast[0] == -kInf);
+  const Pair near = run_both(1, 2, 1, q, std::vector<float>{80.0f, 0.0f}, v, 1.0f);
   CHECK(near.ref[0] == -kInf);
   CHECK(near.fast[0] == -kInf);
 }
 
-// Documented float32 limit (fuzzer class `logit_range`): q.k itself beyond FLT_MAX. The kernel's float
-// logit is +inf, so the row is NaN (exp(inf - inf)), as in PyTorch float32; the double reference still
-// picks the winning key. The README asks for logits within float32 range.
-TEST_CASE("hardening: q.k beyond FLT_MAX gives NaN in the float32 kernel", "[hardening]") {
+// q.k itself beyond FLT_MAX: the float32 logit is +inf and a float32 softmax gives NaN (exp(inf - inf)),
+// as PyTorch float32 does; the double reference still picks the winning key, and so do we.
+TEST_CASE("hardening: q.k beyond FLT_MAX still selects the winning key", "[hardening]") {
   const std::vector<float> q{1e20f}, k{1e20f, 0.0f}, v{2.0f, 3.0f};
   const Pair p = run_both(1, 2, 1, q, k, v, 1.0f);
   CHECK(p.ref[0] == 2.0f);
-  CHECK(std::isnan(p.fast[0]));
+  CHECK(p.fast[0] == 2.0f);
 }
 
-// FINDING (fuzzer, 5-minute run on commit 4580d76), reported to the kernel owner; NOT fixed here. The
-// kernel folds log2(e) into the scale and clamps scale*log2(e) to FLT_MAX, assuming "every score is
-// then huge or zero". Not so: with |scale| > FLT_MAX / log2(e) ~ 2.36e38 and a tiny q.k the logits are
-// O(1), and the clamp silently uses scale ~ 2.36e38 instead of the given one (any finite scale is
-// accepted by the API). Here the logits should be 3 and 0 (weights 0.9526 / 0.0474); the kernel uses
-// 2.36 and 0 (0.913 / 0.087). Right behaviour: the reference's. A fix: when scale*log2(e) overflows,
-// multiply the dot product by scale and by log2(e) in two steps (only a logit that itself exceeds
-// FLT_MAX / log2(e) can then overflow, which README already puts out of range).
-TEST_CASE("hardening: scale beyond FLT_MAX / log2(e) with a tiny q.k is applied as given", "[hardening][!mayfail]") {
+// |scale| above FLT_MAX / log2(e) ~ 2.36e38 with a tiny q.k: the logits are O(1) (here 3 and 0, weights
+// 0.9526 / 0.0474). Folding log2(e) into such a scale overflows; clamping it changed the weights.
+TEST_CASE("hardening: scale beyond FLT_MAX / log2(e) with a tiny q.k is applied as given", "[hardening]") {
   const std::vector<float> q{1e-19f}, k{1e-19f, 0.0f}, v{1.0f, 0.0f};
   const Pair p = run_both(1, 2, 1, q, k, v, 3e38f);  // logits: 3e38 * 1e-38 = 3, and 0
   CHECK(p.ref[0] == Approx(1.0 / (1.0 + std::exp(-3.0))).epsilon(1e-6));
-  CHECK(p.fast[0] == Approx(p.ref[0]).epsilon(1e-5));  // today: 0.913 (scale clamped to ~2.36e38)
+  CHECK(p.fast[0] == p.ref[0]);
 }
