@@ -66,6 +66,7 @@ test('createMHA rejects bad options', async () => {
   await assert.rejects(createMHA({ threads: 0 }), (e) => e instanceof RangeError && e.message.includes('threads'));
   await assert.rejects(createMHA({ threads: '4' }), (e) => e instanceof TypeError && e.message.includes('threads'));
   await assert.rejects(createMHA({ thread: 2 }), (e) => e instanceof TypeError && e.message.includes('unknown option "thread"'));
+  await assert.rejects(createMHA({ warmup: 'yes' }), (e) => e instanceof TypeError && e.message.includes('warmup: expected a boolean, got "yes"'));
 });
 
 test('after every bad input the instance still gives the golden answer', () => {
@@ -74,6 +75,11 @@ test('after every bad input the instance still gives the golden answer', () => {
     const r = compare(mha.multiHeadAttention(q, k, v, shape), out64);
     assert.ok(r.maxError < 1e-5, `max error ${r.maxError} after a bad call`);
   }
+});
+
+test('createMHA({ warmup: false }) resolves without warming and computes the same result', async () => {
+  const cold = await createMHA({ warmup: false });
+  assert.deepEqual(cold.multiHeadAttention(q, k, v, shape), mha.multiHeadAttention(q, k, v, shape));
 });
 
 test('scale 0 and negative scale are allowed: 0 gives the mean of V', () => {
