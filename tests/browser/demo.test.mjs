@@ -6,22 +6,17 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
 
 const RESULTS = fileURLToPath(new URL('../../test-results/', import.meta.url));
-const LAUNCH = {
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-};
 
 let server;
 let browser;
 
 before(async () => {
   server = await serve({ port: 0 });
-  browser = await chromium.launch(LAUNCH);
+  browser = await launchChromium();
   await mkdir(RESULTS, { recursive: true });
 });
 

@@ -2,7 +2,7 @@
 // README's browser example; results are checked against the PyTorch golden output.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
 import { loadGoldenCases, readGolden, compare, expectedFirstRow } from '../js/helpers.mjs';
 
@@ -11,11 +11,7 @@ let browser;
 
 before(async () => {
   server = await serve({ port: 0 });
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-      '--disable-sync', '--no-first-run'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

@@ -4,7 +4,7 @@
 // build; dispose() terminates the workers.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
 import { loadGoldenCases, readGolden, compare } from '../js/helpers.mjs';
 
@@ -15,11 +15,7 @@ let browser;
 before(async () => {
   isolated = await serve({ port: 0 });
   plain = await serve({ port: 0, isolation: false });
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-      '--disable-sync', '--no-first-run'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

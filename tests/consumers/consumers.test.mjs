@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import zlib from 'node:zlib';
-import { chromium } from 'playwright-core';
+import { launchChromium } from '../browser/chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
 
 const run = promisify(execFile);
@@ -52,11 +52,7 @@ before(async () => {
   fs.writeFileSync(path.join(tmp, 'package.json'),
     JSON.stringify({ name: 'mha-wasm-consumer', private: true, type: 'module' }, null, 2));
   await sh('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', tarball], { cwd: tmp });
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-      '--disable-sync', '--no-first-run'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

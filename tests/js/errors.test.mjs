@@ -2,15 +2,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { loadGoldenCases, readGolden, compare } from './helpers.mjs';
+import { loadSpecExample, compare } from './helpers.mjs';
 
 const mha = await createMHA();
-const example = loadGoldenCases().find((c) => c.name === 'example_b2_s5_d12_h3');
-const q = readGolden(example, 'q');
-const k = readGolden(example, 'k');
-const v = readGolden(example, 'v');
-const out64 = readGolden(example, 'out64');
-const shape = { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 };
+const { q, k, v, out64, shape } = loadSpecExample();
 const attend = (overrides, qq = q, kk = k, vv = v) => mha.multiHeadAttention(qq, kk, vv, { ...shape, ...overrides });
 
 // q and out together need 2 GiB of heap, more than the module's 2 GiB maximum memory can also hold.

@@ -7,18 +7,13 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { Worker } from 'node:worker_threads';
 import { createMHA } from '../../dist/index.js';
-import { loadGoldenCases, readGolden, compare, referenceMHA, rng, randomNormal } from './helpers.mjs';
+import { loadSpecExample, compare, referenceMHA, rng, randomNormal } from './helpers.mjs';
 
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc');
 
 const mha = await createMHA();
-const example = loadGoldenCases().find((c) => c.name === 'example_b2_s5_d12_h3');
-const q = readGolden(example, 'q');
-const k = readGolden(example, 'k');
-const v = readGolden(example, 'v');
-const out64 = readGolden(example, 'out64');
-const shape = { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 };
+const { q, k, v, out64, shape } = loadSpecExample();
 const attend = (overrides, qq = q, kk = k, vv = v) => mha.multiHeadAttention(qq, kk, vv, { ...shape, ...overrides });
 const weights = (overrides, qq = q, kk = k) => mha.attentionWeights(qq, kk, { ...shape, ...overrides });
 

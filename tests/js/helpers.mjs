@@ -96,3 +96,10 @@ export function expectedFirstRow() {
   const out = referenceMHA(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3, causal: true });
   return Array.from(out.subarray(0, 12), (n) => n.toFixed(4)).join(' ');
 }
+
+/** The spec's example (batch 2, seq 5, d_model 12, 3 heads): golden q, k, v, out64 and its shape. */
+export function loadSpecExample() {
+  const example = loadGoldenCases().find((c) => c.name === 'example_b2_s5_d12_h3');
+  const [q, k, v, out64] = ['q', 'k', 'v', 'out64'].map((role) => readGolden(example, role));
+  return { q, k, v, out64, shape: { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 } };
+}
