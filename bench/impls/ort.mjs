@@ -9,13 +9,10 @@ async function session(bytes) {
   return ort.InferenceSession.create(bytes, { executionProviders: ['wasm'], graphOptimizationLevel: 'all' });
 }
 
-export async function createStd(shape) {
-  const masked = !!shape.causal;
-  const sess = await session(standardOpsModel(shape, masked));
-  const { B, S, T, D } = shape;
-  const extra = masked ? { bias: new ort.Tensor('float32', causalBias(S, T), [1, 1, S, T]) } : {};
+// One feed/run/dispose wrapper for both graphs; `extra` holds the mask input of a causal run.
+function peer(sess, { B, S, T, D }, extra, info) {
   return {
-    info: { ort: ort.env.versions?.web ?? 'unknown', threads: ort.env.wasm.numThreads, graph: 'standard ops', mask: masked ? 'additive -inf bias (1,1,S,T)' : 'none' },
+    info: { ort: ort.env.versions?.web ?? 'unknown', threads: ort.env.wasm.numThreads, ...info },
     async run(q, k, v) {
       const feeds = {
         q: new ort.Tensor('float32', q, [B, S, D]),
@@ -34,27 +31,18 @@ export async function createStd(shape) {
   };
 }
 
+export async function createStd(shape) {
+  const masked = !!shape.causal;
+  const sess = await session(standardOpsModel(shape, masked));
+  const { S, T } = shape;
+  const extra = masked ? { bias: new ort.Tensor('float32', causalBias(S, T), [1, 1, S, T]) } : {};
+  return peer(sess, shape, extra, { graph: 'standard ops', mask: masked ? 'additive -inf bias (1,1,S,T)' : 'none' });
+}
+
 export async function createContrib(shape) {
   const masked = !!shape.causal;
   const sess = await session(contribModel(shape, masked));
-  const { B, S, T, D } = shape;
+  const { B, S, T } = shape;
   const extra = masked ? { mask: new ort.Tensor('int32', causalMaskInt32(B, S, T), [B, S, T]) } : {};
-  return {
-    info: { ort: ort.env.versions?.web ?? 'unknown', threads: ort.env.wasm.numThreads, graph: 'com.microsoft.MultiHeadAttention', mask: masked ? 'key_padding_mask int32 (B,S,T), -10000 added' : 'none' },
-    async run(q, k, v) {
-      const feeds = {
-        q: new ort.Tensor('float32', q, [B, S, D]),
-        k: new ort.Tensor('float32', k, [B, T, D]),
-        v: new ort.Tensor('float32', v, [B, T, D]),
-        ...extra,
-      };
-      const res = await sess.run(feeds);
-      const out = res.out.data;
-      res.out.dispose?.();
-      return out;
-    },
-    async dispose() {
-      await sess.release();
-    },
-  };
+  return peer(sess, shape, extra, { graph: 'com.microsoft.MultiHeadAttention', mask: masked ? 'key_padding_mask int32 (B,S,T), -10000 added' : 'none' });
 }
