@@ -21,9 +21,10 @@
 //
 // Tolerance (u = 2^-24, the float32 unit roundoff; all sums over the keys j visible to the row):
 //   a_j = sum_d |q_d k_jd|, A = |scale| * max_j a_j       (bounds every |logit|)
-//   The float logit carries an absolute error e_j <= (Dh + 3) u A  (Dh-term dot product, the scale
-//   multiply, the subtraction of the running max), the vectorized exp a relative error of a few ulp,
-//   and every online-softmax rescale one more exp: E = 2 * ((Dh + 3) u A + (tiles + 2) * 4u).
+//   The float logit carries an absolute error e_j <= (Dh + 5) u A  (Dh-term dot product; the scale
+//   rounded once more when log2(e) is folded into it, then the multiply; the subtraction of the running
+//   max; log2(e) itself), the vectorized 2^x a relative error of a few ulp, and every online-softmax
+//   rescale one more exp: E = 2 * ((Dh + 5) u A + (tiles + 2) * 4u).
 //   Softmax is shift invariant, so a logit error e_j moves weight w_j by a factor in [e^-2E, e^2E]:
 //     |sum_j (w'_j - w_j) v_j| <= expm1(2E) * V1,   V1 = sum_j w_j |v_jd|  (reference weights).
 //   Float accumulation of P V and of l over T terms adds 2 gamma_T e^2E V1 (gamma_T = T u / (1 - T u)),
@@ -369,7 +370,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (int32_t j = 0; j < T; ++j) weights[j] /= sum;
         const double A = std::abs(double(scale)) * a_max;
         const bool logit_range = (a_max >= kFltMax / 4.0 || A >= kFltMax / 4.0);
-        const double E = 2.0 * ((Dh + 3) * kU * A + (tiles + 2) * 4.0 * kU +
+        const double E = 2.0 * ((Dh + 5) * kU * A + (tiles + 2) * 4.0 * kU +
                                 std::abs(double(scale)) * Dh * std::ldexp(1.0, -149));
 
         for (int32_t e = 0; e < Dh; ++e) {
