@@ -1,5 +1,6 @@
 #include "mha/parallel.hpp"
 
+#include <chrono>
 #include <system_error>
 
 #include "mha/attention.hpp"
@@ -31,6 +32,7 @@ void ThreadPool::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
+    posted_.fetch_add(1, std::memory_order_release);  // ends any worker's polling
   }
   wake_.notify_all();
   // Spin, do not block, until every worker has left worker_main and touches nothing of this pool.
@@ -60,6 +62,13 @@ void ThreadPool::worker_main(int worker) {
     lock.unlock();
     run_indices(worker);
     active_.fetch_sub(1, std::memory_order_release);
+    // Poll (without the lock) for the next loop or a stop for a short while before blocking: waking a
+    // blocked thread costs tens of microseconds, a Web Worker more.
+    const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kWorkerSpinMicros);
+    for (uint32_t i = 1; posted_.load(std::memory_order_acquire) == seen; ++i) {
+      if (i % 64 == 0 && std::chrono::steady_clock::now() >= spin_end) break;
+      std::this_thread::yield();
+    }
     lock.lock();
   }
 }
@@ -78,6 +87,7 @@ void ThreadPool::parallel_for(int64_t count, Body body, void* ctx) {
     next_.store(0, std::memory_order_relaxed);
     ++generation_;
     has_job_ = true;
+    posted_.store(generation_, std::memory_order_release);
   }
   wake_.notify_all();
   run_indices(0);
