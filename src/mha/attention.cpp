@@ -282,6 +282,16 @@ void pv_row_skipping_hidden(const float* p, const float* v, int32_t v_stride, in
 template <typename Hide>
 MHA_PHASE float softmax_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, Hide&& hide, float& m, float& l,
                   const simd::Exp2Constants& ek) {
+  // A raw score that is +-inf or NaN means q.k overflowed float32 or an input is not finite; -inf would
+  // silently drop that key. Poison l instead, so the row ends non-finite and the reference recomputes
+  // it (a hidden key's score can only cause a needless, still exact, recomputation).
+  const int32_t nk4 = nk - nk % kLanes;
+  VecF nonfinite(0.0f);
+  for (int32_t j = 0; j < nk4; j += kLanes) nonfinite += VecF::load_aligned(s + j) * VecF(0.0f);
+  float nonfinite_tail = xsimd::hadd(nonfinite);
+  for (int32_t j = nk4; j < nk; ++j) nonfinite_tail += s[j] * 0.0f;
+  if (nonfinite_tail != 0.0f) l = std::numeric_limits<float>::quiet_NaN();
+
   // Score fix-ups: this is where an additive bias (ALiBi, relative position) would be added.
   for (int32_t j = nk; j < nk8; ++j) s[j] = kNegInf;  // padding keys of the last tile
   if (any_hidden) {

@@ -99,6 +99,9 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
         float dot = 0.0f;
         for (int32_t d = 0; d < dh; ++d) dot += q_row[d] * k_row[d];
         s[j] = dot * args.scale;
+        // q.k overflowed float32 (or an input is not finite): poison l so that the reference recomputes
+        // the row instead of an -inf score silently dropping the key.
+        if (!std::isfinite(s[j])) l_all[r] = std::numeric_limits<float>::quiet_NaN();
         tile_max = s[j] > tile_max ? s[j] : tile_max;
       }
 

@@ -82,3 +82,13 @@ TEST_CASE("hardening: scale beyond FLT_MAX / log2(e) with a tiny q.k is applied 
   CHECK(p.ref[0] == Approx(1.0 / (1.0 + std::exp(-3.0))).epsilon(1e-6));
   CHECK(p.fast[0] == p.ref[0]);
 }
+
+// q.k beyond FLT_MAX in float32 with a tiny scale: the exact logit is ordinary (here -6 against 3), but the
+// float32 dot product is -inf, which would silently give that key weight 0 (found by the fuzzer).
+TEST_CASE("hardening: a q.k that overflows float32 under a tiny scale keeps its weight", "[hardening]") {
+  const std::vector<float> q{3e38f, 3e38f}, k{1.0f, 0.0f, -1.0f, -1.0f}, v{1.0f, 0.0f, 0.0f, 1.0f};
+  const Pair p = run_both(1, 2, 2, q, k, v, 1e-38f);  // logits 3 and -6: weights 0.99988, 1.234e-4
+  CHECK(p.ref[1] == Approx(1.0 / (1.0 + std::exp(9.0))).epsilon(1e-6));
+  CHECK(p.fast[0] == p.ref[0]);
+  CHECK(p.fast[1] == p.ref[1]);
+}
