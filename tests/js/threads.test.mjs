@@ -209,7 +209,11 @@ test('dispose() ends the pool; the instance still computes (on the calling threa
   const mha = await createMHA({ threads: 2 });
   const { q, k, v, options } = problem(SHAPES[0], 5);
   const before = mha.multiHeadAttention(q, k, v, options);
+  assert.equal(mha.info.threads, 2);
+  const infoBefore = mha.info;
   mha.dispose();
+  assert.equal(mha.info.threads, 1, 'info reports the calling thread only once the pool has ended');
+  assert.equal(infoBefore.threads, 2, 'an info object taken earlier is a snapshot');
   const after = mha.multiHeadAttention(q, k, v, options);
   assert.ok(bitsEqual(before, after));
   mha.dispose();
@@ -291,8 +295,9 @@ test('a Node script that creates a 3-thread instance, computes and disposes exit
     const n = 1 * 512 * 384;
     const x = new Float32Array(n).map((_, i) => Math.sin(i));
     const out = mha.multiHeadAttention(x, x, x, { batch: 1, seqLen: 512, dModel: 384, numHeads: 6, causal: true });
+    const info = mha.info;
     mha.dispose();
-    console.log(JSON.stringify({ info: mha.info, finite: out.every(Number.isFinite), at: performance.timeOrigin + performance.now() }));
+    console.log(JSON.stringify({ info, finite: out.every(Number.isFinite), at: performance.timeOrigin + performance.now() }));
   `);
   const exitedAt = performance.timeOrigin + performance.now();
   assert.equal(code, 0, stderr);

@@ -55,7 +55,7 @@ export interface MHAInfo {
   version: string;
   /** True when the kernel runs on WebAssembly SIMD128. */
   simd: boolean;
-  /** Threads the kernel actually uses, the calling thread included (1 = single-threaded). */
+  /** Threads the kernel actually uses, the calling thread included (1 = single-threaded; 1 after `dispose()`). */
   threads: number;
   /** The build that was loaded: `'simd'` (mha.wasm), `'simd-threads'` (mha-threads.wasm) or `'baseline'` (mha-baseline.wasm). */
   build: BuildName;
@@ -732,12 +732,17 @@ const HEAD_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads'] as const;
 const CREATE_KEYS = ['threads', 'simd', 'wasmUrl', 'wasmBinary', 'warmup'] as const;
 
 class Instance implements MHA {
-  readonly info: MHAInfo;
+  // Replaced (not mutated) when dispose() ends the pool, so a caller's copy stays a true snapshot.
+  private currentInfo: MHAInfo;
   private readonly arena: Arena;
 
   constructor(private readonly wasm: MhaWasmModule, build: BuildName, threads: number) {
     this.arena = new Arena(wasm);
-    this.info = Object.freeze({ version: wasm.version(), simd: wasm.simd(), threads, build });
+    this.currentInfo = Object.freeze({ version: wasm.version(), simd: wasm.simd(), threads, build });
+  }
+
+  get info(): MHAInfo {
+    return this.currentInfo;
   }
 
   multiHeadAttention(q: Float32Array, k: Float32Array, v: Float32Array, options: AttentionOptions): Float32Array {
@@ -824,6 +829,7 @@ class Instance implements MHA {
       // every Web Worker / Node worker of this instance so that nothing keeps the process alive.
       this.wasm._mha_set_threads(1);
       this.wasm.PThread.terminateAllThreads();
+      this.currentInfo = Object.freeze({ ...this.currentInfo, threads: 1 });
     }
     this.wasm.releaseScratch();
   }
