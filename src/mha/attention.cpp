@@ -357,13 +357,12 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
   const int32_t rows = unit.q_end - unit.q_begin;
   const int32_t rows4 = round_up(rows, kMr);
 
-  // The one place that maps a query head to its key/value head (GQA would divide here).
-  const int32_t kv_head = unit.head;
-  const float* q = args.q.data + unit.batch * args.q.batch_stride + int64_t{unit.head} * dh;
-  const float* k = args.k.data + unit.batch * args.k.batch_stride + int64_t{kv_head} * dh;
-  const float* v = args.v.data + unit.batch * args.v.batch_stride + int64_t{kv_head} * dh;
-  float* out = args.out.data + unit.batch * args.out.batch_stride + int64_t{unit.head} * dh;
-  const uint8_t* mask = args.mask != nullptr ? args.mask + int64_t{unit.batch} * shape.seq_len * T : nullptr;
+  const UnitViews views = unit_views(args, unit);
+  const float* q = views.q;
+  const float* k = views.k;
+  const float* v = views.v;
+  float* out = views.out;
+  const uint8_t* mask = views.mask;
 
   float* qp = scratch + lay.q;
   float* kt = scratch + lay.kt;

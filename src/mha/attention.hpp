@@ -21,6 +21,18 @@ struct WorkUnit {
   int32_t q_end = 0;    // one past the last query row
 };
 
+// Where one unit's head lives: q/out at head h of batch b, k/v at its key/value head (the one place that
+// maps a query head to a key/value head: grouped-query attention would divide there), and the mask rows
+// of batch b (nullptr without a mask). Rows are still args' row_stride apart.
+struct UnitViews {
+  const float* q;   // (S rows, Dh) of head h
+  const float* k;   // (T rows, Dh) of its key/value head
+  const float* v;   // (T rows, Dh) of its key/value head
+  float* out;       // (S rows, Dh) of head h
+  const uint8_t* mask;  // (S, T) of batch b, or nullptr
+};
+UnitViews unit_views(const AttentionArgs& args, const WorkUnit& unit);
+
 // Query rows per work unit (the last unit of a head may have fewer).
 int32_t attention_rows_per_unit(const AttentionShape& shape);
 

@@ -25,6 +25,19 @@ WorkUnit attention_unit(const AttentionShape& shape, int64_t index) {
   return unit;
 }
 
+UnitViews unit_views(const AttentionArgs& args, const WorkUnit& unit) {
+  const AttentionShape& shape = args.shape;
+  const int64_t head_dim = shape.head_dim();
+  const int32_t kv_head = unit.head;
+  return UnitViews{
+      args.q.data + unit.batch * args.q.batch_stride + unit.head * head_dim,
+      args.k.data + unit.batch * args.k.batch_stride + kv_head * head_dim,
+      args.v.data + unit.batch * args.v.batch_stride + kv_head * head_dim,
+      args.out.data + unit.batch * args.out.batch_stride + unit.head * head_dim,
+      args.mask != nullptr ? args.mask + int64_t{unit.batch} * shape.seq_len * shape.kv_seq_len : nullptr,
+  };
+}
+
 Status attention(const AttentionArgs& args, Workspace& workspace) {
   const Status status = validate_args(args);
   if (status != Status::kOk) return status;
