@@ -28,12 +28,12 @@ cmake --build build/wasm --target mha_tests
 ctest --test-dir build/wasm --output-on-failure
 
 echo "== JS tests (node:test)"
-node --test --test-reporter=spec tests/js/
+node --test --test-timeout=600000 --test-reporter=spec tests/js/
 
 echo "== Browser tests (playwright-core + /usr/bin/chromium)"
-node --test --test-reporter=spec tests/browser/
+node --test --test-timeout=600000 --test-reporter=spec tests/browser/
 
 echo "== Consumer tests (npm pack -> empty project: Node ESM/CJS, tsc --strict, Vite, webpack, esbuild, Chromium)"
-node --test --test-reporter=spec tests/consumers/
+node --test --test-timeout=600000 --test-reporter=spec tests/consumers/
 
 echo "npm test: all suites passed in $(( $(date +%s) - start )) s"

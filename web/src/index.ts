@@ -621,6 +621,16 @@ async function compiledBuild(source: WasmSource): Promise<{ wasmModule: WebAssem
   return { wasmModule, threaded };
 }
 
+/** Raised when the threaded build's workers do not all start in time; createMHA then falls back. */
+class ThreadsStartTimeout extends Error {}
+
+/**
+ * How long the threaded build may take to start its workers. Each must load the glue and compile the
+ * module; that takes well under a second here, but a worker that fails to load would leave
+ * Emscripten's start-up promise pending forever, so a bound turns a hang into a fallback.
+ */
+const THREADS_START_TIMEOUT_MS = 20000;
+
 async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, threaded: boolean, workers: number): Promise<MhaWasmModule> {
   const mismatch = (detail: string, cause?: unknown): Error =>
     new Error(
@@ -645,9 +655,20 @@ async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, t
     moduleOptions.mainScriptUrlOrBlob = glue.glueFile;
   }
   const wasm = await new Promise<MhaWasmModule>((resolve, reject) => {
-    factory({
-      ...moduleOptions,
-      instantiateWasm(imports, done) {
+    const timer = threaded
+      ? setTimeout(() => {
+          moduleOptions.PThread?.terminateAllThreads();
+          reject(new ThreadsStartTimeout(`the threaded build's ${Math.max(1, workers)} worker(s) did not start within ${THREADS_START_TIMEOUT_MS / 1000} s`));
+        }, THREADS_START_TIMEOUT_MS)
+      : undefined;
+    const settle = <T>(fn: (value: T) => void) => (value: T) => {
+      clearTimeout(timer);
+      fn(value);
+    };
+    resolve = settle(resolve);
+    reject = settle(reject);
+    factory(Object.assign(moduleOptions, {
+      instantiateWasm(imports: WebAssembly.Imports, done: (instance: WebAssembly.Instance, module: WebAssembly.Module) => void) {
         // Errors here (a LinkError, or the glue failing on missing exports inside done()) would
         // otherwise leave the glue's ready promise pending forever.
         WebAssembly.instantiate(wasmModule, imports)
@@ -655,7 +676,7 @@ async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, t
           .catch((error: unknown) => reject(mismatch(errorText(error), error)));
         return {};
       },
-    }).then(resolve, (error: unknown) => reject(mismatch(errorText(error), error)));
+    })).then(resolve, (error: unknown) => reject(mismatch(errorText(error), error)));
   });
   const missing = REQUIRED_API.filter((name) => typeof (wasm as unknown as Record<string, unknown>)[name] !== 'function');
   if (missing.length > 0) throw mismatch(`it lacks ${missing.join(', ')}`);
@@ -907,7 +928,9 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
   build = requested > 1 && reason === undefined ? 'simd-threads' : simdOk ? 'simd' : 'baseline';
 
   const source = custom ? sourceFromOptions(o) : defaultSource(build);
-  const { wasmModule, threaded } = await compiledBuild(source);
+  const compiled = await compiledBuild(source);
+  const wasmModule = compiled.wasmModule;
+  let threaded = compiled.threaded;
   if (custom) {
     // The given file decides the build.
     if (threaded) {
@@ -918,7 +941,18 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
       reason = `${source.label} is a single-threaded build (pass mha-threads.wasm for threads)`;
     }
   }
-  const wasm = await instantiate(source, wasmModule, threaded, requested - 1);
+  let wasm: MhaWasmModule;
+  try {
+    wasm = await instantiate(source, wasmModule, threaded, requested - 1);
+  } catch (error) {
+    // Never hang on a threaded start-up that stalls: the single-threaded SIMD build still works.
+    if (!(error instanceof ThreadsStartTimeout) || custom) throw error;
+    reason = error.message;
+    build = 'simd';
+    const fallback = defaultSource(build);
+    wasm = await instantiate(fallback, (await compiledBuild(fallback)).wasmModule, false, 0);
+    threaded = false;
+  }
   checkWasmVersion(source.label, wasm.version());
   if (custom) build = threaded ? 'simd-threads' : wasm.simd() ? 'simd' : 'baseline';
 

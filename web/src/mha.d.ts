@@ -33,6 +33,8 @@ export interface MhaModuleOptions {
   mhaWorkers?: number;
   locateFile?(file: string, scriptDirectory: string): string;
   mainScriptUrlOrBlob?: string;
+  // Emscripten assigns its pthread bookkeeping onto the options object (it becomes the Module).
+  PThread?: { terminateAllThreads(): void };
   instantiateWasm?(
     imports: WebAssembly.Imports,
     done: (instance: WebAssembly.Instance, module: WebAssembly.Module) => void,
