@@ -357,12 +357,7 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
   const int32_t rows = unit.q_end - unit.q_begin;
   const int32_t rows4 = round_up(rows, kMr);
 
-  const UnitViews views = unit_views(args, unit);
-  const float* q = views.q;
-  const float* k = views.k;
-  const float* v = views.v;
-  float* out = views.out;
-  const uint8_t* mask = views.mask;
+  const auto [q, k, v, out, mask] = unit_views(args, unit);
 
   float* qp = scratch + lay.q;
   float* kt = scratch + lay.kt;
