@@ -238,9 +238,10 @@ function checkNotDetached(name: string, value: ArrayBufferView): void {
   }
 }
 
-function checkFloat32(name: string, value: unknown, expected: number, formula: string): Float32Array {
+/** `formula()` explains the expected length; it is only built for an error message. */
+function checkFloat32(name: string, value: unknown, expected: number, formula: () => string): Float32Array {
   if (!(value instanceof Float32Array)) {
-    throw new TypeError(`${name}: expected Float32Array of length ${expected} (${formula}), got ${describe(value)}`);
+    throw new TypeError(`${name}: expected Float32Array of length ${expected} (${formula()}), got ${describe(value)}`);
   }
   if (!ArrayBuffer.isView(value)) {
     // e.g. a Proxy: its reads would run user code while the call stages data in the wasm heap.
@@ -248,7 +249,7 @@ function checkFloat32(name: string, value: unknown, expected: number, formula: s
   }
   checkNotDetached(name, value);
   if (value.length !== expected) {
-    throw new RangeError(`${name}: expected Float32Array of length ${expected} (${formula}), got length ${value.length}`);
+    throw new RangeError(`${name}: expected Float32Array of length ${expected} (${formula()}), got length ${value.length}`);
   }
   return value;
 }
@@ -301,7 +302,8 @@ function checkCausal(fn: string, value: unknown): boolean {
   return value;
 }
 
-function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | boolean[] | undefined {
+/** The mask as bytes to stage (a boolean[] is converted here), or undefined without a mask. */
+function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | undefined {
   if (value === undefined || value === null) return undefined;
   const expected = d.batch * d.seqLen * d.kvSeqLen;
   const formula = `batch*seqLen*kvSeqLen = ${d.batch}*${d.seqLen}*${d.kvSeqLen}`;
@@ -738,13 +740,24 @@ function totalBytes(sizes: readonly number[]): number {
   return sizes.reduce((sum, size) => sum + Math.ceil(size / 16) * 16, 0);
 }
 
-function writeMask(wasm: MhaWasmModule, address: number, mask: Uint8Array | boolean[]): void {
-  if (mask instanceof Uint8Array) {
-    wasm.HEAPU8.set(mask, address);
-    return;
-  }
-  const heap = wasm.HEAPU8;
-  for (let i = 0; i < mask.length; i++) heap[address + i] = mask[i] ? 1 : 0;
+const qFormula = (d: Dims): string => `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`;
+const kvFormula = (d: Dims): string => `batch*kvSeqLen*dModel = ${d.batch}*${d.kvSeqLen}*${d.dModel}`;
+
+/**
+ * What multiHeadAttention and attentionWeights both check, in this order: dims, q, k, v (when `withV`),
+ * mask, causal and scale.
+ */
+function checkAttentionInputs(fn: string, o: Record<string, unknown>, q: unknown, k: unknown, withV: boolean, v?: unknown) {
+  const d = checkDims(fn, o, true);
+  const qLength = d.batch * d.seqLen * d.dModel;
+  const kvLength = d.batch * d.kvSeqLen * d.dModel;
+  checkFloat32(`${fn}: q`, q, qLength, () => qFormula(d));
+  checkFloat32(`${fn}: k`, k, kvLength, () => kvFormula(d));
+  if (withV) checkFloat32(`${fn}: v`, v, kvLength, () => kvFormula(d));
+  const mask = checkMask(fn, o.mask, d);
+  const causal = checkCausal(fn, o.causal);
+  const scale = checkScale(fn, o.scale, d.headDim);
+  return { d, qLength, kvLength, mask, causal, scale };
 }
 
 const ATTENTION_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'out'] as const;
@@ -769,18 +782,8 @@ class Instance implements MHA {
   multiHeadAttention(q: Float32Array, k: Float32Array, v: Float32Array, options: AttentionOptions): Float32Array {
     const fn = 'multiHeadAttention';
     const o = checkOptionsObject(`${fn}: options`, options, ATTENTION_KEYS);
-    const d = checkDims(fn, o, true);
-    const qFormula = `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`;
-    const kvFormula = `batch*kvSeqLen*dModel = ${d.batch}*${d.kvSeqLen}*${d.dModel}`;
-    const qLength = d.batch * d.seqLen * d.dModel;
-    const kvLength = d.batch * d.kvSeqLen * d.dModel;
-    checkFloat32(`${fn}: q`, q, qLength, qFormula);
-    checkFloat32(`${fn}: k`, k, kvLength, kvFormula);
-    checkFloat32(`${fn}: v`, v, kvLength, kvFormula);
-    const mask = checkMask(fn, o.mask, d);
-    const causal = checkCausal(fn, o.causal);
-    const scale = checkScale(fn, o.scale, d.headDim);
-    const out = o.out === undefined ? undefined : checkFloat32(`${fn}: out`, o.out, qLength, qFormula);
+    const { d, qLength, kvLength, mask, causal, scale } = checkAttentionInputs(fn, o, q, k, true, v);
+    const out = o.out === undefined ? undefined : checkFloat32(`${fn}: out`, o.out, qLength, () => qFormula(d));
 
     const sizes = [qLength * 4, kvLength * 4, kvLength * 4, qLength * 4, mask ? mask.length : 0];
     const base = this.arena.reserve(fn, totalBytes(sizes));
@@ -790,7 +793,7 @@ class Instance implements MHA {
     heap.set(q, qAt >>> 2);
     heap.set(k, kAt >>> 2);
     heap.set(v, vAt >>> 2);
-    if (mask) writeMask(this.wasm, maskAt, mask);
+    if (mask) this.wasm.HEAPU8.set(mask, maskAt);
     const status = this.wasm._mha_attention(qAt, kAt, vAt, outAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
       d.dModel, d.numHeads, causal ? 1 : 0, scale);
     checkStatus(fn, status);
@@ -803,14 +806,7 @@ class Instance implements MHA {
   attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array {
     const fn = 'attentionWeights';
     const o = checkOptionsObject(`${fn}: options`, options, WEIGHTS_KEYS);
-    const d = checkDims(fn, o, true);
-    const qLength = d.batch * d.seqLen * d.dModel;
-    const kLength = d.batch * d.kvSeqLen * d.dModel;
-    checkFloat32(`${fn}: q`, q, qLength, `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`);
-    checkFloat32(`${fn}: k`, k, kLength, `batch*kvSeqLen*dModel = ${d.batch}*${d.kvSeqLen}*${d.dModel}`);
-    const mask = checkMask(fn, o.mask, d);
-    const causal = checkCausal(fn, o.causal);
-    const scale = checkScale(fn, o.scale, d.headDim);
+    const { d, qLength, kvLength: kLength, mask, causal, scale } = checkAttentionInputs(fn, o, q, k, false);
     const weightsLength = d.batch * d.numHeads * d.seqLen * d.kvSeqLen;
     if (weightsLength >= MAX_ELEMENTS) {
       throw new RangeError(
@@ -824,7 +820,7 @@ class Instance implements MHA {
     const heap = this.wasm.HEAPF32;
     heap.set(q, qAt >>> 2);
     heap.set(k, kAt >>> 2);
-    if (mask) writeMask(this.wasm, maskAt, mask);
+    if (mask) this.wasm.HEAPU8.set(mask, maskAt);
     const status = this.wasm._mha_attention_weights(qAt, kAt, wAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
       d.dModel, d.numHeads, causal ? 1 : 0, scale);
     checkStatus(fn, status);
@@ -860,8 +856,8 @@ class Instance implements MHA {
     const d = checkDims(fn, o, false);
     const length = d.batch * d.seqLen * d.dModel;
     const formula = split
-      ? `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`
-      : `batch*numHeads*seqLen*headDim = ${d.batch}*${d.numHeads}*${d.seqLen}*${d.headDim}`;
+      ? () => qFormula(d)
+      : () => `batch*numHeads*seqLen*headDim = ${d.batch}*${d.numHeads}*${d.seqLen}*${d.headDim}`;
     checkFloat32(`${fn}: ${name}`, x, length, formula);
     const sizes = [length * 4, length * 4];
     const base = this.arena.reserve(fn, totalBytes(sizes));
