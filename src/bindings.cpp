@@ -1,6 +1,6 @@
-// Embind bindings: marshalling only. JavaScript passes heap addresses (as unsigned integers) and
-// dims; every function returns an mha::Status code that web/src turns into a precise JS error.
-// All semantics live in src/mha; nothing here computes.
+// Bindings: marshalling only. JavaScript passes heap addresses (as unsigned integers) and dims to plain
+// C exports, which return an mha::Status code that web/src turns into a precise JS error; Embind serves
+// the few calls made once per instance. All semantics live in src/mha; nothing here computes.
 #include <emscripten/bind.h>
 #include <emscripten/em_macros.h>
 #include <malloc.h>
@@ -91,8 +91,6 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t 
 
 namespace {
 
-float default_scale(int32_t head_dim) { return mha::default_scale(head_dim); }
-
 void release_scratch() {
   g_workspace.release();
   if (g_parallel) g_parallel->release_scratch();
@@ -112,22 +110,11 @@ bool simd() {
 #endif
 }
 
-// True when built with pthreads (the mha-threads build).
-bool threaded() {
-#ifdef __EMSCRIPTEN_PTHREADS__
-  return true;
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 EMSCRIPTEN_BINDINGS(mha_wasm) {
-  emscripten::function("defaultScale", &default_scale);
   emscripten::function("releaseScratch", &release_scratch);
   emscripten::function("heapBytesInUse", &heap_bytes_in_use);
   emscripten::function("version", &version);
   emscripten::function("simd", &simd);
-  emscripten::function("threaded", &threaded);
 }

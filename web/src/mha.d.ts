@@ -13,12 +13,10 @@ export interface MhaWasmModule {
   _mha_set_threads(threads: number): number;
   HEAPU8: Uint8Array;
   HEAPF32: Float32Array;
-  defaultScale(headDim: number): number;
   releaseScratch(): void;
   heapBytesInUse(): number;
   version(): string;
   simd(): boolean;
-  threaded(): boolean;
   // Emscripten's worker pool (threaded build only).
   PThread?: {
     terminateAllThreads(): void;
