@@ -137,18 +137,14 @@ Status ParallelAttention::run(const AttentionArgs& args) {
   if (status != Status::kOk) return status;
   const int64_t units = attention_unit_count(args.shape);
   const bool parallel = pool_.size() > 1 && units > 1 && attention_flops(args.shape, args.causal) >= kParallelMinFlops;
+  if (!parallel) return attention(args, scratch_[0]);  // the single-threaded driver, same bits
   const size_t floats = attention_scratch_floats(args.shape);
-  const size_t needed = parallel ? scratch_.size() : 1;
-  for (size_t w = 0; w < needed; ++w) {
-    if (!scratch_[w].reserve(floats)) return Status::kOutOfMemory;
+  for (Workspace& scratch : scratch_) {
+    if (!scratch.reserve(floats)) return Status::kOutOfMemory;
   }
   UnitJob job{&args, &scratch_, int64_t{args.shape.batch} * args.shape.num_heads, 0};
   job.blocks = units / job.heads;
-  if (parallel) {
-    pool_.parallel_for(units, &run_unit, &job);
-  } else {
-    for (int64_t u = 0; u < units; ++u) run_unit(&job, u, 0);
-  }
+  pool_.parallel_for(units, &run_unit, &job);
   return Status::kOk;
 }
 
