@@ -153,10 +153,13 @@ MHA_PHASE void pack_v(const float* v, int64_t row_stride, int32_t nk, int32_t dh
 // micro-kernel step reads all its operands from one or two pointers with immediate offsets.
 
 // s[i][jb..jb+8) = scale * (q_i . k_j) for the 4 rows of one Q panel (Dh, 4) and keys [0, nk8) of the
-// K^T tile (Dh, kBk). 8 accumulators + 2 key vectors + 4 broadcasts + 1 product temporary = 15 of the
+// K^T tile (Dh, kBk). Returns true when some stored score is +-inf or NaN (q.k overflowed float32, or an
+// input is not finite): checked here, on registers, at 9 operations per 32 scores instead of a pass over
+// each row (a sum of finite scores that overflows only costs a needless, exact, recomputation). 8 accumulators + 2 key vectors + 4 broadcasts + 1 product temporary = 15 of the
 // 16 xmm registers (V8 keeps the 16th as scratch): the largest block that does not spill without FMA.
-MHA_PHASE void qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t nk8, float scale, float* s) {
+MHA_PHASE bool qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t nk8, float scale, float* s) {
   const VecF vscale(scale);
+  VecF nonfinite(0.0f);  // stays 0 unless a score is not finite (0 * inf = NaN)
   for (int32_t jb = 0; jb < nk8; jb += kNr) {
     VecF a00(0.0f), a01(0.0f), a10(0.0f), a11(0.0f), a20(0.0f), a21(0.0f), a30(0.0f), a31(0.0f);
     const float* qp = qpanel;
@@ -177,15 +180,19 @@ MHA_PHASE void qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t
     // Not unrolled: LLVM would hoist the second step's loads above the first step's arithmetic, and
     // the extra live vectors spill in V8 (measured: slower).
     for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kBk) step(qp, kp);
-    (a00 * vscale).store_aligned(s + jb);
-    (a01 * vscale).store_aligned(s + jb + kLanes);
-    (a10 * vscale).store_aligned(s + kBk + jb);
-    (a11 * vscale).store_aligned(s + kBk + jb + kLanes);
-    (a20 * vscale).store_aligned(s + 2 * kBk + jb);
-    (a21 * vscale).store_aligned(s + 2 * kBk + jb + kLanes);
-    (a30 * vscale).store_aligned(s + 3 * kBk + jb);
-    (a31 * vscale).store_aligned(s + 3 * kBk + jb + kLanes);
+    a00 *= vscale, a01 *= vscale, a10 *= vscale, a11 *= vscale;
+    a20 *= vscale, a21 *= vscale, a30 *= vscale, a31 *= vscale;
+    a00.store_aligned(s + jb);
+    a01.store_aligned(s + jb + kLanes);
+    a10.store_aligned(s + kBk + jb);
+    a11.store_aligned(s + kBk + jb + kLanes);
+    a20.store_aligned(s + 2 * kBk + jb);
+    a21.store_aligned(s + 2 * kBk + jb + kLanes);
+    a30.store_aligned(s + 3 * kBk + jb);
+    a31.store_aligned(s + 3 * kBk + jb + kLanes);
+    nonfinite += (((a00 + a01) + (a10 + a11)) + ((a20 + a21) + (a30 + a31))) * VecF(0.0f);
   }
+  return xsimd::hadd(nonfinite) != 0.0f;
 }
 
 // o[0..4)[0..dh8) = o * alpha + p[0..4)[0..nk) @ v[0..nk): 4 rows x 8 output lanes per pass over the
@@ -231,27 +238,17 @@ MHA_PHASE void pv_tile(const float* p, const float* v, int32_t dh8, int32_t nk, 
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Softmax step of one row of the score tile.
+// Online softmax of one score tile, in three passes over the block's rows: the row maxima (independent
+// rows, so their dependency chains overlap), the running max and rescale factors of 4 rows per vector,
+// then the exponentials and row sums. Scores are in log2 units: s = scale*log2(e) * q.k.
 
-// s (nk8 floats, 16-byte aligned): scores times scale*log2(e) on entry, p = 2^(s - m_new) on exit (0 where
-// hidden); m is in the same log2 units.
-// Updates m and l; returns alpha = 2^(m_old - m_new), the factor for this row's accumulators.
-// hide(j) -> true when key j of the tile is hidden from this row; only called when any_hidden.
+// Hidden keys (hide(j), only asked when any_hidden) and the padding keys [nk, nk8) of a row become -inf;
+// returns the row's largest score of the tile. A NaN score is dropped by the max or kept (when first);
+// either way its row is poisoned by the nonfinite check of qk_tile.
 template <typename Hide>
-MHA_PHASE float softmax_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, Hide&& hide, float& m, float& l,
-                  const simd::Exp2Constants& ek) {
-  // A raw score that is +-inf or NaN means q.k overflowed float32 or an input is not finite; -inf would
-  // silently drop that key. Poison l instead, so the row ends non-finite and the reference recomputes
-  // it (a hidden key's score can only cause a needless, still exact, recomputation).
-  const int32_t nk4 = nk - nk % kLanes;
-  VecF nonfinite(0.0f);
-  for (int32_t j = 0; j < nk4; j += kLanes) nonfinite += VecF::load_aligned(s + j) * VecF(0.0f);
-  float nonfinite_tail = xsimd::hadd(nonfinite);
-  for (int32_t j = nk4; j < nk; ++j) nonfinite_tail += s[j] * 0.0f;
-  if (nonfinite_tail != 0.0f) l = std::numeric_limits<float>::quiet_NaN();
-
+MHA_PHASE float hide_and_max_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, Hide&& hide) {
   // Score fix-ups: this is where an additive bias (ALiBi, relative position) would be added.
-  for (int32_t j = nk; j < nk8; ++j) s[j] = kNegInf;  // padding keys of the last tile
+  for (int32_t j = nk; j < nk8; ++j) s[j] = kNegInf;
   if (any_hidden) {
     for (int32_t j = 0; j < nk; ++j) {
       if (hide(j)) s[j] = kNegInf;
@@ -259,18 +256,28 @@ MHA_PHASE float softmax_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, 
   }
   VecF vmax0 = VecF::load_aligned(s), vmax1 = VecF::load_aligned(s + kLanes);
   for (int32_t j = kNr; j < nk8; j += kNr) {
-    vmax0 = xsimd::max(vmax0, VecF::load_aligned(s + j));
-    vmax1 = xsimd::max(vmax1, VecF::load_aligned(s + j + kLanes));
+    vmax0 = simd::pseudo_max(vmax0, VecF::load_aligned(s + j));
+    vmax1 = simd::pseudo_max(vmax1, VecF::load_aligned(s + j + kLanes));
   }
   alignas(16) float lanes[kLanes];
-  xsimd::max(vmax0, vmax1).store_aligned(lanes);
-  // A NaN score may or may not survive the max (SSE and wasm max differ); either way exp(NaN - m) or
-  // exp(s - NaN) below is NaN and poisons l, so the row ends NaN as in the reference.
-  const float tile_max = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
-  const float m_old = m;
-  const float m_new = tile_max > m_old ? tile_max : m_old;
-  // Nothing visible yet: subtract 0 so that exp(-inf - m) stays 0 instead of exp(NaN).
-  const float m_sub = (m_new == kNegInf) ? 0.0f : m_new;
+  simd::pseudo_max(vmax0, vmax1).store_aligned(lanes);
+  return std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+}
+
+// 4 rows: m_new = max(m, tile_max); m_sub = m_new, or 0 while nothing is visible (so that -inf - m_sub
+// stays -inf instead of NaN); alpha = 2^(m_old - m_sub), the rescale of the rows' sums and accumulators.
+MHA_PHASE void update_running_max(const float* tile_max, float* m, float* m_sub, float* alpha,
+                                  const simd::Exp2Constants& ek) {
+  const VecF m_old = VecF::load_unaligned(m);
+  const VecF m_new = simd::pseudo_max(m_old, VecF::load_unaligned(tile_max));
+  const VecF sub = xsimd::select(m_new == VecF(kNegInf), VecF(0.0f), m_new);
+  m_new.store_unaligned(m);
+  sub.store_unaligned(m_sub);
+  simd::exp2_nonpositive(m_old - sub, ek).store_unaligned(alpha);
+}
+
+// s (nk8 floats, 16-byte aligned) -> p = 2^(s - m_sub) (0 where hidden); returns the sum of p.
+MHA_PHASE float exp_row(float* s, int32_t nk8, float m_sub, const simd::Exp2Constants& ek) {
   const VecF vm(m_sub);
   VecF vsum0(0.0f), vsum1(0.0f);
   for (int32_t j = 0; j < nk8; j += kNr) {
@@ -281,10 +288,7 @@ MHA_PHASE float softmax_row(float* s, int32_t nk, int32_t nk8, bool any_hidden, 
     vsum0 += p0;
     vsum1 += p1;
   }
-  const float alpha = simd::exp2_nonpositive(VecF(m_old - m_sub), ek).get(0);
-  l = l * alpha + xsimd::hadd(vsum0 + vsum1);
-  m = m_new;
-  return alpha;
+  return xsimd::hadd(vsum0 + vsum1);
 }
 
 }  // namespace
@@ -379,6 +383,9 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
 
   // Causal: keys >= q_end are hidden from every row of the unit, so their tiles are never visited.
   const int32_t kv_end = args.causal ? std::min(T, unit.q_end) : T;
+  bool panel_nonfinite[kBlockRows / kMr];
+  alignas(16) float tile_max[kBlockRows];
+  alignas(16) float m_sub[kBlockRows];
   for (int32_t j0 = 0; j0 < kv_end; j0 += bk) {
     const int32_t nk = std::min(bk, T - j0);
     const int32_t nk8 = round_up(nk, kNr);
@@ -419,19 +426,29 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
 
       float* qb = qp + b0 * dh;
       float* ob = op + b0 * dh8;
-      for (int32_t r = 0; r < brows4; r += kMr) qk_tile(qb + r * dh, dh, kt, nk8, scale2, sp + r * kBk);
+      for (int32_t r = 0; r < brows4; r += kMr) {
+        panel_nonfinite[r / kMr] = qk_tile(qb + r * dh, dh, kt, nk8, scale2, sp + r * kBk);
+      }
 
       for (int32_t r = 0; r < brows4; ++r) {
         const int32_t i = bq_begin + r;
         const bool real_row = r < brows;
         const uint8_t* mr = (mask != nullptr && real_row) ? mask + int64_t{i} * T + j0 : nullptr;
-        const bool hides = real_row && hides_some;
         // mr already points at key j0 of row i.
         auto hide_rel = [&](int32_t j) {
           if (args.causal && j0 + j > i) return true;
           return mr != nullptr && mr[j] == 0;
         };
-        alpha[r] = softmax_row(sp + r * kBk, nk, nk8, hides, hide_rel, mrow[b0 + r], lrow[b0 + r], exp_constants);
+        tile_max[r] = hide_and_max_row(sp + r * kBk, nk, nk8, real_row && hides_some, hide_rel);
+      }
+      for (int32_t r = 0; r < brows4; r += kMr) {
+        update_running_max(tile_max + r, mrow + b0 + r, m_sub + r, alpha + r, exp_constants);
+      }
+      for (int32_t r = 0; r < brows4; ++r) {
+        const float sum = exp_row(sp + r * kBk, nk8, m_sub[r], exp_constants);
+        // A non-finite raw score in the row's panel: poison l (see qk_tile), the reference redoes the row.
+        const float l_old = panel_nonfinite[r / kMr] ? std::numeric_limits<float>::quiet_NaN() : lrow[b0 + r];
+        lrow[b0 + r] = l_old * alpha[r] + sum;
       }
 
       // Keys hidden from a row enter with p = 0. A non-finite V value there turns 0 * inf into NaN, and the

@@ -17,6 +17,9 @@
 #include <cstdint>
 
 #include <xsimd/xsimd.hpp>
+#if defined(__wasm_simd128__)
+#include <wasm_simd128.h>
+#endif
 
 namespace mha {
 namespace simd {
@@ -89,28 +92,43 @@ inline VecF exp(VecF x, const ExpConstants& k) {
   return result;
 }
 
+// max(a, b) as `a < b ? b : a` (WebAssembly's f32x4.pmax): a NaN in b is dropped, a NaN in a is kept.
+// V8 emits one maxps for it, where f32x4.max (and Emscripten's _mm_max_ps) cost a compare and a blend
+// for IEEE NaN semantics. SSE's maxps(b, a) is the same function, so native and wasm results agree.
+inline VecF pseudo_max(VecF a, VecF b) {
+#if defined(__wasm_simd128__)
+  return VecF(__m128(wasm_f32x4_pmax(v128_t(a.data), v128_t(b.data))));
+#else
+  return VecF(_mm_max_ps(b.data, a.data));
+#endif
+}
+
 // 2^x for the softmax, whose scores are pre-multiplied by log2(e) (folded into the QK^T scale), so no
 // Cody-Waite reduction is needed: n = round(x), r = x - n is exact, 2^r = 1 + r*P5(r) (Cephes exp2f
-// polynomial on [-1/2, 1/2]). Fewer constants and operations than exp. Every x < kExp2Underflow
-// (including -inf) gives +0 (no denormal results), 2^0 = 1 exactly, NaN gives NaN. No overflow test:
-// the softmax only calls it with x <= 0 (or NaN).
-constexpr float kExp2Underflow = -126.0f;
+// polynomial on [-1/2, 1/2]). Fewer constants and operations than exp. 2^0 = 1 exactly, NaN gives NaN.
+// Small results: x is first clamped to kExp2Floor (one pseudo_max, which keeps NaN), where n = -127
+// makes the built power of two exactly +0; so every x < -126.5 (including -inf) gives +0, and
+// [-126.5, -126) gives the correctly scaled, subnormal value. No overflow test: the softmax only calls
+// it with x <= 0 (or NaN).
+constexpr float kExp2Floor = -127.0f;
+constexpr float kExp2Accurate = -126.0f;  // accurate (a few ulp) on [kExp2Accurate, 0]
 
 struct Exp2Constants {
   VecF round_magic = VecF(12582912.0f);
   VecF c0 = VecF(1.535336188319500e-4f), c1 = VecF(1.339887440266574e-3f), c2 = VecF(9.618437357674640e-3f);
   VecF c3 = VecF(5.550332471162809e-2f), c4 = VecF(2.402264791363012e-1f), c5 = VecF(6.931472028550421e-1f);
-  VecF one = VecF(1.0f), underflow = VecF(kExp2Underflow);
+  VecF one = VecF(1.0f), floor = VecF(kExp2Floor);
   VecI bias = VecI(127);
 
   Exp2Constants() {
     ExpConstants::pin(round_magic), ExpConstants::pin(c0), ExpConstants::pin(c1), ExpConstants::pin(c2);
     ExpConstants::pin(c3), ExpConstants::pin(c4), ExpConstants::pin(c5), ExpConstants::pin(one);
-    ExpConstants::pin(underflow);
+    ExpConstants::pin(floor);
   }
 };
 
-inline VecF exp2_nonpositive(VecF x, const Exp2Constants& k) {
+inline VecF exp2_nonpositive(VecF x_in, const Exp2Constants& k) {
+  const VecF x = pseudo_max(x_in, k.floor);
   const VecF t = x + k.round_magic;
   const VecF n = t - k.round_magic;
   const VecF r = x - n;
@@ -120,9 +138,9 @@ inline VecF exp2_nonpositive(VecF x, const Exp2Constants& k) {
   p = p * r + k.c4;
   p = p * r + k.c5;
   p = p * r + k.one;
+  // n >= -127, so (n + 127) << 23 is a float's bits: +0 for n = -127, else the normal 2^n.
   const VecI pow2_bits = (xsimd::bitwise_cast<VecI>(t) + k.bias) << 23;
-  const VecF result = p * xsimd::bitwise_cast<VecF>(pow2_bits);
-  return VecF(_mm_andnot_ps((x < k.underflow).data, result.data));
+  return p * xsimd::bitwise_cast<VecF>(pow2_bits);
 }
 
 inline VecF exp(VecF x) {

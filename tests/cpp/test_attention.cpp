@@ -202,13 +202,13 @@ TEST_CASE("simd exp: special values and every lane", "[attention][exp]") {
   REQUIRE(ulp_distance(out[3], std::exp(-3.25f)) <= 3);
 }
 
-TEST_CASE("simd exp2 (softmax in log2 units): accurate on [-126, 0], special values", "[attention][exp]") {
+TEST_CASE("simd exp2 (softmax in log2 units): accurate on [-126, 0], +0 below -126.5, NaN kept", "[attention][exp]") {
   const mha::simd::Exp2Constants k;
   auto exp2_lane0 = [&k](float x) { return mha::simd::exp2_nonpositive(mha::simd::VecF(x), k).get(0); };
   uint32_t worst = 0;
   float worst_x = 0.0f;
   for (int n = 0; n <= 2000000; ++n) {
-    const float x = mha::simd::kExp2Underflow * static_cast<float>(n) / 2000000.0f;
+    const float x = mha::simd::kExp2Accurate * static_cast<float>(n) / 2000000.0f;
     const uint32_t d = ulp_distance(exp2_lane0(x), std::exp2(x));
     if (d > worst) { worst = d; worst_x = x; }
   }
@@ -221,13 +221,30 @@ TEST_CASE("simd exp2 (softmax in log2 units): accurate on [-126, 0], special val
   REQUIRE(exp2_lane0(0.0f) == 1.0f);
   REQUIRE(exp2_lane0(-0.0f) == 1.0f);
   REQUIRE(exp2_lane0(-126.0f) == std::exp2(-126.0f));
-  for (float x : {-kInf, -126.5f, -127.0f, -1000.0f, -std::numeric_limits<float>::max()}) {
+  for (float x : {-kInf, -126.51f, -126.7f, -127.0f, -127.5f, -128.0f, -1000.0f, -std::numeric_limits<float>::max()}) {
     INFO("x = " << x);
     const float y = exp2_lane0(x);
     REQUIRE(y == 0.0f);
     REQUIRE_FALSE(std::signbit(y));
   }
+  // From -126.5 to -126 the result is subnormal and correctly scaled: within a few subnormal steps.
+  for (float x = -126.5f; x < -126.0f; x += 0.01f) {
+    INFO("x = " << x);
+    const float y = exp2_lane0(x);
+    REQUIRE(y > 0.0f);
+    REQUIRE(y < std::numeric_limits<float>::min());
+    REQUIRE(std::fabs(double(y) - std::exp2(double(x))) <= 4 * double(std::numeric_limits<float>::denorm_min()));
+  }
   REQUIRE(std::isnan(exp2_lane0(kNaN)));
+  REQUIRE(std::isnan(exp2_lane0(-kNaN)));
+  // Lanes are independent: -inf and NaN neighbours do not disturb an ordinary lane.
+  alignas(16) float in[4] = {-kInf, kNaN, -3.25f, -0.0f};
+  alignas(16) float out[4];
+  mha::simd::exp2_nonpositive(mha::simd::VecF::load_aligned(in), k).store_aligned(out);
+  REQUIRE(out[0] == 0.0f);
+  REQUIRE(std::isnan(out[1]));
+  REQUIRE(ulp_distance(out[2], std::exp2(-3.25f)) <= 3);
+  REQUIRE(out[3] == 1.0f);
 }
 
 // ---------------------------------------------------------------------------------------------------
