@@ -301,6 +301,9 @@ int32_t attention_rows_per_unit(const AttentionShape& shape) {
   // 18% of the time at 256 rows), so more rows per unit pay although Q and O then live in L2/L3:
   // measured on (1,2048,2048,768,12), 256 -> 512 rows with Bk 128 +11%, 512 -> 1024 rows +6%, 2048 no better.
   int32_t rows = std::max(kBlockRows, std::min(kMaxRowsPerUnit, 65536 / dh8 / kBlockRows * kBlockRows));
+  // Above round_up(s4, 64) every choice is one block per head: start there (same result, and short
+  // sequences skip up to 15 divisions on every call of this function, which runs per unit).
+  rows = std::min(rows, round_up(s4, kBlockRows));
   const int64_t heads = int64_t{std::max(shape.batch, 1)} * std::max(shape.num_heads, 1);
   while (rows > kBlockRows && heads * ((s4 + rows - 1) / rows) < kMinUnits) rows -= kBlockRows;
   return std::min(rows, s4);
