@@ -28,7 +28,7 @@
 //   Softmax is shift invariant, so a logit error e_j moves weight w_j by a factor in [e^-2E, e^2E]:
 //     |sum_j (w'_j - w_j) v_j| <= expm1(2E) * V1,   V1 = sum_j w_j |v_jd|  (reference weights).
 //   Float accumulation of P V and of l over T terms adds 2 gamma_T e^2E V1 (gamma_T = T u / (1 - T u)),
-//   the final division and rounding 4u V1, exp flushing to 0 below -87.3 at most T 2^-126 max|v|,
+//   the final division and rounding 4u V1, the exp flushing weights below 2^-126.5 to 0 at most T 2^-126 max|v|,
 //   products and sums in the denormal range (T + 2) 2^-149 absolutely.
 //   The bound is then capped by the convex-hull bound: both results are convex combinations of the
 //   visible v_jd, so |fast - ref| <= (max v - min v) + (the same rounding terms): that keeps the check
