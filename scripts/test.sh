@@ -33,7 +33,7 @@ node --test --test-timeout=600000 --test-reporter=spec tests/js/
 echo "== Browser tests (playwright-core + /usr/bin/chromium)"
 node --test --test-timeout=600000 --test-reporter=spec tests/browser/
 
-echo "== Consumer tests (npm pack -> empty project: Node ESM/CJS, tsc --strict, Vite, webpack, esbuild, Chromium)"
+echo "== Consumer tests (npm pack -> empty project: Node ESM/CJS, tsc --strict, Vite (build, dev server, preview), webpack, esbuild, Chromium)"
 node --test --test-timeout=600000 --test-reporter=spec tests/consumers/
 
 echo "npm test: all suites passed in $(( $(date +%s) - start )) s"
