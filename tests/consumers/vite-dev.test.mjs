@@ -267,12 +267,7 @@ test('vite dev server, documented config + COOP/COEP: the example page and creat
   console.log(`# dev server, single thread: ${Date.now() - start} ms`);
 });
 
-test('vite dev server + COOP/COEP, with and without optimizeDeps.exclude: threads: 2 runs simd-threads on 2 threads, bit-identical to 1 thread', {
-  todo: 'fails: Vite\'s dev server runs the classic pthread worker mha-threads.worker.js through its import analysis, ' +
-    'which rewrites its import(url) to __vite__injectQuery(url) and prepends an ES import of /@vite/client: SyntaxError, so ' +
-    'createMHA waits 20 s and falls back to 1 thread. Fix: threadsGlue() in web/src/index.ts appends Vite\'s classic-worker ' +
-    'marker ?worker_file&type=classic to an http(s) worker URL',
-}, async () => {
+test('vite dev server + COOP/COEP, with and without optimizeDeps.exclude: threads: 2 runs simd-threads on 2 threads, bit-identical to 1 thread', async () => {
   for (const exclude of [true, false]) {
     const start = Date.now();
     const dev = await startDevServer(exclude ? 'threads' : 'threads-prebundled', { isolation: true, exclude });
@@ -356,11 +351,7 @@ test('vite dev server WITHOUT optimizeDeps.exclude: the pre-bundled package stil
   console.log(`# dev server without optimizeDeps.exclude: ${Date.now() - start} ms`);
 });
 
-test('vite build + vite preview with COOP/COEP: threads: 2 runs simd-threads on 2 threads, bit-identical to 1 thread', {
-  todo: 'fails: vite build inlines mha-threads.worker.js (3 KB, under build.assetsInlineLimit) as a data: URL; a worker ' +
-    'started from a data: URL has an opaque origin, so its import() of the emitted glue fails (CORS) and createMHA waits 20 s ' +
-    'and falls back to 1 thread. Fix: threadsGlue() in web/src/index.ts starts the workers from a blob: URL of that script',
-}, async () => {
+test('vite build + vite preview with COOP/COEP: threads: 2 runs simd-threads on 2 threads, bit-identical to 1 thread', async () => {
   const start = Date.now();
   const buildLog = [];
   const config = {

@@ -479,7 +479,40 @@ async function threadsGlue(): Promise<{ factory: MhaModuleFactory; workerFile: s
   const glueUrl = new URL('./mha-threads.js', import.meta.url);
   const workerUrl = new URL('./mha-threads.worker.js', import.meta.url);
   const glue = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueUrl.href)) as { default: MhaModuleFactory };
-  return { factory: glue.default, workerFile: workerUrl.href, glueFile: glueUrl.href };
+  return { factory: glue.default, workerFile: await workerScriptUrl(workerUrl), glueFile: glueUrl.href };
+}
+
+const workerScriptUrls = new Map<string, Promise<string>>();
+
+/**
+ * The URL the pthread workers start from. The worker is a classic script that import()s the glue by URL,
+ * and two bundler behaviours break the plain asset URL (both found by tests/consumers/vite-dev.test.mjs):
+ * - `vite build` inlines assets under build.assetsInlineLimit (4 KiB; the worker is ~3 KB) as a data: URL.
+ *   A worker started from a data: URL has an opaque origin, so its import() of the glue fails (CORS). A
+ *   blob: URL of the same script has the page's origin (one per data: URL, kept: the pool may grow later).
+ * - Vite's dev server runs every .js it serves through its import analysis, which rewrites the worker's
+ *   import(url) and prepends an `import` statement: a SyntaxError in a classic worker. With Vite's
+ *   classic-worker marker in the query (`worker_file&type=classic`, what Vite itself appends to
+ *   `new Worker(new URL(...))` in dev) it inlines that helper instead. Other servers ignore the query.
+ */
+function workerScriptUrl(url: URL): Promise<string> {
+  if (url.protocol === 'data:') {
+    let blobUrl = workerScriptUrls.get(url.href);
+    if (!blobUrl) {
+      blobUrl = fetch(url)
+        .then((response) => response.blob())
+        .then((blob) => URL.createObjectURL(new Blob([blob], { type: 'text/javascript' })));
+      workerScriptUrls.set(url.href, blobUrl);
+    }
+    return blobUrl;
+  }
+  if (url.protocol === 'http:' || url.protocol === 'https:') {
+    const marked = new URL(url);
+    // Set as a string: URLSearchParams would write worker_file=, which Vite does not recognize.
+    marked.search = `${url.search ? `${url.search}&` : '?'}worker_file&type=classic`;
+    return Promise.resolve(marked.href);
+  }
+  return Promise.resolve(url.href);
 }
 
 function sourceFromOptions(o: Record<string, unknown>): WasmSource {
