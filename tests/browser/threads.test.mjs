@@ -94,6 +94,27 @@ test('Chromium without COOP/COEP: threads fall back to 1 with one warning naming
   await page.close();
 });
 
+test('Chromium with COOP/COEP: a worker script that fails to load makes threads fall back at once, with a warning', async () => {
+  const { page, problems, warnings } = await openPage(isolated);
+  // As a bundler or server that breaks the classic worker script would (a SyntaxError in the worker).
+  await page.route(/mha-threads\.worker\.js/, (route) =>
+    route.fulfill({ status: 200, contentType: 'text/javascript', body: 'import x from "/nowhere.js";' }));
+  const started = Date.now();
+  const { results } = await runInPage(page, [{ threads: 2 }], CAUSAL);
+  const elapsed = Date.now() - started;
+  assert.deepEqual(results[0].info, { version: results[0].info.version, simd: true, threads: 1, build: 'simd' });
+  assert.equal(results[0].bitIdentical, true);
+  assert.ok(elapsed < 10000, `fell back after ${elapsed} ms (the start-up timeout is 20 s)`);
+  const fallback = warnings.filter((w) => w.includes('running single-threaded'));
+  assert.equal(fallback.length, 1, JSON.stringify(warnings));
+  assert.match(fallback[0], /2 threads requested, running single-threaded: a worker of the threaded build failed to start \(worker sent an error!/);
+  // Emscripten 3.1.6's glue rethrows the worker's error event after logging it: one uncaught "Event" page
+  // error (the worker's own SyntaxError may be logged too); nothing else may go wrong.
+  assert.ok(problems.length >= 1 && problems.every((p) => /^pageerror: Event$|Cannot use import statement|nowhere/.test(p)),
+    problems.join('\n'));
+  await page.close();
+});
+
 test('Chromium: simd: false runs the baseline build on the golden example', async () => {
   const c = loadGoldenCases().find((x) => x.name === 'example_b2_s5_d12_h3');
   const [q, k, v, out64] = ['q', 'k', 'v', 'out64'].map((role) => readGolden(c, role));

@@ -659,8 +659,8 @@ async function compiledBuild(source: WasmSource): Promise<{ wasmModule: WebAssem
   return { wasmModule, threaded };
 }
 
-/** Raised when the threaded build's workers do not all start in time; createMHA then falls back. */
-class ThreadsStartTimeout extends Error {}
+/** Raised when the threaded build's workers fail or do not all start in time; createMHA then falls back. */
+class ThreadsStartFailure extends Error {}
 
 /**
  * How long the threaded build may take to start its workers. Each must load the glue and compile the
@@ -696,15 +696,28 @@ async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, t
     const timer = threaded
       ? setTimeout(() => {
           moduleOptions.PThread?.terminateAllThreads();
-          reject(new ThreadsStartTimeout(`the threaded build's ${Math.max(1, workers)} worker(s) did not start within ${THREADS_START_TIMEOUT_MS / 1000} s`));
+          reject(new ThreadsStartFailure(`the threaded build's ${Math.max(1, workers)} worker(s) did not start within ${THREADS_START_TIMEOUT_MS / 1000} s`));
         }, THREADS_START_TIMEOUT_MS)
       : undefined;
+    let settled = false;
     const settle = <T>(fn: (value: T) => void) => (value: T) => {
+      settled = true;
       clearTimeout(timer);
       fn(value);
     };
     resolve = settle(resolve);
     reject = settle(reject);
+    if (threaded) {
+      // A worker that fails to load (a bundler serving a broken script, a CSP refusing it) fires an error
+      // event, which the glue only logs through err(): fall back at once instead of after the timeout.
+      moduleOptions.printErr = (text: string) => {
+        console.warn(text);
+        if (!settled && text.startsWith('worker sent an error!')) {
+          moduleOptions.PThread?.terminateAllThreads();
+          reject(new ThreadsStartFailure(`a worker of the threaded build failed to start (${text})`));
+        }
+      };
+    }
     factory(Object.assign(moduleOptions, {
       instantiateWasm(imports: WebAssembly.Imports, done: (instance: WebAssembly.Instance, module: WebAssembly.Module) => void) {
         // Errors here (a LinkError, or the glue failing on missing exports inside done()) would
@@ -978,7 +991,7 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
     wasm = await instantiate(source, wasmModule, threaded, requested - 1);
   } catch (error) {
     // Never hang on a threaded start-up that stalls: the single-threaded SIMD build still works.
-    if (!(error instanceof ThreadsStartTimeout) || custom) throw error;
+    if (!(error instanceof ThreadsStartFailure) || custom) throw error;
     reason = error.message;
     build = 'simd';
     const fallback = defaultSource(build);

@@ -31,6 +31,8 @@ export interface MhaModuleOptions {
   mhaWorkers?: number;
   locateFile?(file: string, scriptDirectory: string): string;
   mainScriptUrlOrBlob?: string;
+  // Where the glue's err() goes (default console.warn); the threaded glue reports a worker's error event there.
+  printErr?(text: string): void;
   // Emscripten assigns its pthread bookkeeping onto the options object (it becomes the Module).
   PThread?: { terminateAllThreads(): void };
   instantiateWasm?(
