@@ -99,8 +99,10 @@ function runChild(config, timeoutS) {
 
 const fmtMs = (x) => (x >= 100 ? x.toFixed(0) : x >= 1 ? x.toFixed(2) : x.toPrecision(3));
 
+const LABEL_WIDTH = Math.max(...Object.values(IMPL_LABELS).map((label) => label.length));
+
 function fmtRow(r) {
-  const name = `${(IMPL_LABELS[r.impl] ?? r.impl).padEnd(18)} ${r.shape.padEnd(10)}`;
+  const name = `${(IMPL_LABELS[r.impl] ?? r.impl).padEnd(LABEL_WIDTH)} ${r.shape.padEnd(10)}`;
   if (r.status !== 'ok') return `${name} ${statusText(r)}: ${String(r.error).slice(0, 160)}`;
   return `${name} ${fmtMs(r.medianMs).padStart(10)} ms  ${r.gflops.toFixed(2).padStart(6)} GFLOP/s  first ${fmtMs(r.firstCallMs)} ms  reps ${r.reps}${r.extrapolated ? '  (extrapolated)' : ''}`;
 }

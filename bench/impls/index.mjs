@@ -2,6 +2,8 @@
 export const IMPLS = {
   'mha-wasm': { label: 'mha-wasm', load: async (shape, opts) => (await import('./mha-wasm.mjs')).create(shape, opts) },
   'mha-wasm-2t': { label: 'mha-wasm 2 threads', load: async (shape, opts) => (await import('./mha-wasm-threads.mjs')).create(shape, { ...opts, threads: 2 }) },
+  'mha-wasm-heap': { label: 'mha-wasm heap tensors', load: async (shape, opts) => (await import('./mha-wasm.mjs')).create(shape, { ...opts, heapTensors: true }) },
+  'mha-wasm-heap-2t': { label: 'mha-wasm heap tensors 2 threads', load: async (shape, opts) => (await import('./mha-wasm.mjs')).create(shape, { ...opts, heapTensors: true, threads: 2 }) },
   'plain-js': { label: 'plain JS', load: async (shape, opts) => (await import('./plain-js.mjs')).create(shape, opts) },
   'ort-std': { label: 'ORT std ops', load: async (shape) => (await import('./ort.mjs')).createStd(shape) },
   'ort-mha': { label: 'ORT contrib MHA', load: async (shape) => (await import('./ort.mjs')).createContrib(shape) },

@@ -1,17 +1,43 @@
 // mha-wasm through its public API (dist/index.js, built by scripts/build.sh). `threads` > 1 selects the
 // simd-threads build; the row fails if the environment cannot give that many threads.
-export async function create(shape, { distUrl = new URL('../../dist/index.js', import.meta.url).href, threads = 1 } = {}) {
+//
+// `heapTensors`: q, k and v are copied onto the wasm heap once, at load time (mha.allocate + set, outside
+// the timing, as ORT builds its session there), and every timed call passes those tensors and an output
+// tensor, so it copies nothing into or out of the heap. The default passes Float32Arrays, whose copies
+// each call pays, like every peer.
+export async function create(shape, { distUrl = new URL('../../dist/index.js', import.meta.url).href, threads = 1, heapTensors = false, inputs } = {}) {
   const { createMHA } = await import(distUrl);
   const mha = await createMHA({ threads });
   if (mha.info.threads !== threads) throw new Error(`asked for ${threads} threads, got ${mha.info.threads} (${mha.info.build})`);
   const options = { batch: shape.B, seqLen: shape.S, kvSeqLen: shape.T, dModel: shape.D, numHeads: shape.H, causal: !!shape.causal };
+  const info = { ...mha.info, mask: shape.causal ? 'causal: true' : 'none' };
+  if (!heapTensors) {
+    return {
+      info,
+      run(q, k, v) {
+        return mha.multiHeadAttention(q, k, v, options);
+      },
+      dispose() {
+        mha.dispose();
+      },
+    };
+  }
+  if (!inputs) throw new Error('heapTensors: the measurement must pass the inputs to load()');
+  const [tq, tk, tv] = [inputs.q, inputs.k, inputs.v].map((array) => {
+    const tensor = mha.allocate(array.length);
+    tensor.set(array);
+    return tensor;
+  });
+  const withOut = { ...options, out: mha.allocate(inputs.q.length) };
   return {
-    info: { ...mha.info, mask: shape.causal ? 'causal: true' : 'none' },
+    info: { ...info, inputs: 'heap tensors, copied in at load; out a heap tensor' },
     run(q, k, v) {
-      return mha.multiHeadAttention(q, k, v, options);
+      // The tensors hold the inputs given at load: a call about other inputs would time the wrong thing.
+      if (q !== inputs.q || k !== inputs.k || v !== inputs.v) throw new Error('heapTensors: run() got other inputs than load()');
+      return mha.multiHeadAttention(tq, tk, tv, withOut); // out's data: a view of the heap
     },
     dispose() {
-      mha.dispose();
+      mha.dispose(); // frees the tensors too
     },
   };
 }

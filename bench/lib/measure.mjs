@@ -67,7 +67,8 @@ export async function measure({ impl, load, shape, seed = DEFAULT_SEED, budgetMs
 
   phase('load');
   const tLoad = now();
-  const instance = await load(shape, timedRows ? { rows: timedRows } : {});
+  // The inputs too, for implementations that stage them once at load (mha-wasm heap tensors).
+  const instance = await load(shape, { ...(timedRows ? { rows: timedRows } : {}), inputs: { q, k, v } });
   result.loadMs = now() - tLoad;
   result.info = instance.info;
 

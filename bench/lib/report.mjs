@@ -1,16 +1,18 @@
 // Markdown tables and a hand-written SVG chart from the collected results.
 import { SHAPES, describeShape } from './shapes.mjs';
 
-export const IMPL_ORDER = ['mha-wasm', 'mha-wasm-2t', 'plain-js', 'ort-std', 'ort-mha', 'tfjs-wasm'];
+export const IMPL_ORDER = ['mha-wasm', 'mha-wasm-2t', 'mha-wasm-heap', 'mha-wasm-heap-2t', 'plain-js', 'ort-std', 'ort-mha', 'tfjs-wasm'];
 export const IMPL_LABELS = {
   'mha-wasm': 'mha-wasm',
   'mha-wasm-2t': 'mha-wasm 2 threads',
+  'mha-wasm-heap': 'mha-wasm heap tensors',
+  'mha-wasm-heap-2t': 'mha-wasm heap tensors 2 threads',
   'plain-js': 'plain JS',
   'ort-std': 'ORT std ops',
   'ort-mha': 'ORT contrib MHA',
   'tfjs-wasm': 'tfjs-backend-wasm',
 };
-const COLORS = { 'mha-wasm': '#d62728', 'mha-wasm-2t': '#8c1a1a', 'plain-js': '#7f7f7f', 'ort-std': '#1f77b4', 'ort-mha': '#17becf', 'tfjs-wasm': '#ff7f0e' };
+const COLORS = { 'mha-wasm': '#d62728', 'mha-wasm-2t': '#8c1a1a', 'mha-wasm-heap': '#ff9896', 'mha-wasm-heap-2t': '#c45a5a', 'plain-js': '#7f7f7f', 'ort-std': '#1f77b4', 'ort-mha': '#17becf', 'tfjs-wasm': '#ff7f0e' };
 
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
 const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
@@ -53,7 +55,8 @@ export function markdown(run) {
   lines.push('');
   const ceilRuns = ceiling?.runs ? ` (runs: ${ceiling.runs.map((c) => `${c.when} ${fmt(c.gflops, 1)}`).join(', ')})` : '';
   lines.push(`Ceiling (12 independent f32x4 mul+add chains, one core): **${fmt(ceil, 1)} GFLOP/s**, best call of the best run${ceilRuns}.`);
-  lines.push('FLOPs per call = 4·B·H·S·T·Dh (masked positions included). Times are end to end: Float32Array in, Float32Array out.', '');
+  lines.push('FLOPs per call = 4·B·H·S·T·Dh (masked positions included). Times are end to end: Float32Array in, Float32Array out; ' +
+    'except the heap tensor rows, whose inputs are copied onto the wasm heap before timing and whose output stays there (no copies timed).', '');
 
   // Matrix: GFLOP/s per shape x implementation.
   const impls = IMPL_ORDER.filter((i) => results.some((r) => r.impl === i));
@@ -73,6 +76,7 @@ export function markdown(run) {
     lines.push(`| ${s.name} ${describeShape(s)} | ${cells.join(' | ')} |`);
   }
   lines.push('', '\\* plain JS timed on an evenly spread subset of query rows and extrapolated to the full shape.', '');
+  lines.push(...threadScaling(results, shapes));
 
   lines.push('## Details', '');
   lines.push('| shape | implementation | status | median ms | min ms | reps | GFLOP/s | % ceiling | mha-wasm speedup | first call ms | load ms | peak RSS MB | check vs plain JS (max abs err) |');
@@ -99,6 +103,32 @@ export function markdown(run) {
   }
   lines.push('');
   return lines.join('\n');
+}
+
+/**
+ * Per shape, 2 threads against 1 in the same run, for both ways of calling mha-wasm: Float32Arrays (the
+ * copies into and out of the heap are serial) and heap tensors (no copies). Empty without a pair.
+ */
+function threadScaling(results, shapes) {
+  const median = (impl, shape) => results.find((r) => r.impl === impl && r.shape === shape && r.status === 'ok')?.medianMs;
+  const modes = [['mha-wasm', 'mha-wasm-2t'], ['mha-wasm-heap', 'mha-wasm-heap-2t']];
+  const rows = shapes
+    .map((s) => ({ s, times: modes.flatMap(([one, two]) => [median(one, s.name), median(two, s.name)]) }))
+    .filter(({ times }) => times.some((t, i) => i % 2 === 1 && t !== undefined && times[i - 1] !== undefined));
+  if (rows.length === 0) return [];
+  const lines = ['## Thread scaling (2 threads / 1 thread, same run)', ''];
+  lines.push('Speed of 2 threads relative to 1 (1-thread median / 2-thread median; 2.00× is perfect). Copy mode: mha-wasm 2 threads vs ' +
+    'mha-wasm, Float32Arrays in and out, whose copies run on the calling thread only. Heap tensors: the same pair with q, k, v and ' +
+    'out on the wasm heap, no copies.', '');
+  lines.push('| shape (B,S,T,D,H) | copy mode 1 thread ms | 2 threads ms | 2t / 1t | heap tensors 1 thread ms | 2 threads ms | 2t / 1t |');
+  lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: |');
+  for (const { s, times } of rows) {
+    const [c1, c2, h1, h2] = times;
+    const ratio = (one, two) => (one !== undefined && two !== undefined ? `${fmt(one / two)}×` : '—');
+    lines.push(`| ${s.name} ${describeShape(s)} | ${fmtMs(c1)} | ${fmtMs(c2)} | ${ratio(c1, c2)} | ${fmtMs(h1)} | ${fmtMs(h2)} | ${ratio(h1, h2)} |`);
+  }
+  lines.push('');
+  return lines;
 }
 
 const esc = (s) => String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');

@@ -165,11 +165,13 @@ test('TypeScript: a correct consumer compiles with tsc --strict; deliberate type
   const failed = await node([tsc, '-p', 'tsconfig.bad.json'], { cwd: dir }).then(() => null, (e) => e);
   assert.ok(failed, 'bad.ts compiled, but it holds deliberate type errors');
   const lines = failed.stdout.split('\n').filter((l) => l.includes('error TS'));
-  assert.equal(lines.length, 3, failed.stdout);
+  assert.equal(lines.length, 5, failed.stdout);
   assert.match(failed.stdout, /bad\.ts\(7,\d+\): error TS2345[^]*?Property 'numHeads' is missing/);
   assert.match(lines[0], /bad\.ts\(7,.*TS2345/);
   assert.match(lines[1], /bad\.ts\(8,.*TS2345/);
   assert.match(lines[2], /bad\.ts\(9,.*TS2322/);
+  assert.match(lines[3], /bad\.ts\(11,.*TS2345.*HeapTensor/);
+  assert.match(lines[4], /bad\.ts\(12,.*TS2540.*'data'/);
 });
 
 test('Vite: examples/vite builds with no mha-wasm configuration, and its page computes in Chromium', async () => {

@@ -2,7 +2,8 @@
  * mha-wasm: exact, fast multi-head attention for the web.
  *
  * A thin layer over the WebAssembly module built from `src/` (C++17 + xsimd, SIMD128). It validates
- * arguments, copies inputs into the wasm heap, calls the kernel and copies the result out. Three builds
+ * arguments, copies inputs into the wasm heap, calls the kernel and copies the result out; tensors that
+ * live on the heap ({@link MHA.allocate}) are passed by address instead, with no copy. Three builds
  * of the same core ship (`simd`, `simd-threads`, `baseline`); {@link createMHA} picks one per instance. Shapes are
  * row-major, outermost first, with these letters: B batch, S query length, T key/value length,
  * H heads, Dh = D / H head size, D model size.
@@ -93,8 +94,48 @@ export interface AttentionWeightsOptions extends HeadShape {
 
 /** Options of {@link MHA.multiHeadAttention}. */
 export interface AttentionOptions extends AttentionWeightsOptions {
-  /** Preallocated output (batch, seqLen, dModel) to write into and return. It may alias q, k or v. */
-  out?: Float32Array;
+  /**
+   * Preallocated output (batch, seqLen, dModel). A Float32Array is filled and returned; it may alias
+   * q, k or v. A {@link HeapTensor} is written by the kernel in place (no copy) and the call returns
+   * its `data` view; it must not be the same tensor as q, k or v, which the kernel reads while it writes.
+   */
+  out?: Float32Array | HeapTensor;
+}
+
+/**
+ * A float32 buffer on an instance's wasm heap, from {@link MHA.allocate}. {@link MHA.multiHeadAttention}
+ * takes it for q, k, v and `out` by address: no copy in or out. It belongs to the instance that made
+ * it, stays allocated until {@link HeapTensor.free} or {@link MHA.dispose}, and is not garbage-collected.
+ */
+export interface HeapTensor {
+  /** Number of float32 elements. */
+  readonly length: number;
+  /**
+   * A live Float32Array view of the tensor's memory: reads see what the kernel wrote, writes are what
+   * it will read. Any later call of the instance may grow its wasm memory, which detaches this view
+   * (threaded build: the view stays on the old, shorter buffer). Re-read `data` after each call
+   * instead of keeping the view; each read returns a view of the current memory.
+   *
+   * @throws TypeError once the tensor is freed
+   */
+  readonly data: Float32Array;
+  /**
+   * Copies `source` into the tensor, starting at element `offset`.
+   *
+   * @param source - Float32Array of at most `length - offset` elements
+   * @param offset - first element to write, an integer in [0, length]; default 0
+   * @throws TypeError when the tensor is freed or `source` is not a Float32Array
+   * @throws RangeError when `offset` is not an integer in [0, length] or `source` does not fit
+   */
+  set(source: Float32Array, offset?: number): void;
+  /**
+   * A copy of the tensor's elements in a new Float32Array, independent of the wasm memory.
+   *
+   * @throws TypeError once the tensor is freed
+   */
+  toArray(): Float32Array;
+  /** Returns the memory to the instance's heap. Calling it again does nothing; any other use then throws a TypeError. */
+  free(): void;
 }
 
 /** A loaded mha-wasm instance. Each has its own wasm memory; none shares state with another. */
@@ -105,19 +146,44 @@ export interface MHA {
    * Multi-head scaled dot-product attention, the spec's `multi_head_attention(q, k, v, num_heads, mask)`:
    * per head h, `softmax(q_h k_h^T * scale) v_h`, heads merged back into dModel.
    *
-   * @param q - Float32Array (batch, seqLen, dModel)
-   * @param k - Float32Array (batch, kvSeqLen, dModel)
-   * @param v - Float32Array (batch, kvSeqLen, dModel)
+   * Each of q, k, v and `options.out` may be a Float32Array (copied into the wasm heap and out again) or
+   * a {@link HeapTensor} of this instance (used in place); q, k and v may be one and the same.
+   *
+   * @param q - (batch, seqLen, dModel)
+   * @param k - (batch, kvSeqLen, dModel)
+   * @param v - (batch, kvSeqLen, dModel)
    * @param options - dims, and the optional mask, causal flag, scale and output buffer
-   * @returns Float32Array (batch, seqLen, dModel): `options.out` when given, else a new array
-   * @throws TypeError when an argument has the wrong type or is missing
+   * @returns Float32Array (batch, seqLen, dModel): a Float32Array `options.out`, the `data` view of a
+   *   HeapTensor `options.out` (a live heap view: a later call may detach it), else a new array
+   * @throws TypeError when an argument has the wrong type or is missing, a HeapTensor was freed or
+   *   belongs to another instance, or `out` is the same HeapTensor as q, k or v
    * @throws RangeError when a dim or length is wrong, or the buffers do not fit in wasm memory
    * @example
    * ```ts
    * const out = mha.multiHeadAttention(q, k, v, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
    * ```
    */
-  multiHeadAttention(q: Float32Array, k: Float32Array, v: Float32Array, options: AttentionOptions): Float32Array;
+  multiHeadAttention(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
+    options: AttentionOptions): Float32Array;
+  /**
+   * A float32 tensor of `length` elements on this instance's wasm heap (16-byte aligned, contents
+   * unspecified until written). Pass it to {@link MHA.multiHeadAttention} as q, k, v or `out` to skip
+   * the copies into and out of the heap; fill it with `set()` or through `data`.
+   *
+   * @param length - number of float32 elements, an integer >= 1
+   * @returns a {@link HeapTensor}; free it with `free()`, or all at once with {@link MHA.dispose}
+   * @throws TypeError when `length` is not a number
+   * @throws RangeError when `length` is not a positive integer, or the wasm memory cannot hold it
+   * @example
+   * ```ts
+   * const x = mha.allocate(2 * 5 * 12);
+   * x.set(input);
+   * const y = mha.allocate(x.length);
+   * mha.multiHeadAttention(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3, out: y });
+   * console.log(y.data[0]);
+   * ```
+   */
+  allocate(length: number): HeapTensor;
   /**
    * The spec's `_split_heads`: (batch, seqLen, dModel) -> (batch, numHeads, seqLen, headDim).
    *
@@ -163,12 +229,13 @@ export interface MHA {
   attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array;
   /**
    * Memory of this instance's wasm heap: `wasmMemoryBytes` is the size of its WebAssembly.Memory
-   * (it only grows), `heapBytesInUse` what malloc has handed out (staging buffers and scratch, reused
-   * across calls). Both stay flat over repeated calls of the same shapes.
+   * (it only grows), `heapBytesInUse` what malloc has handed out (live heap tensors, and staging
+   * buffers and scratch, reused across calls). Both stay flat over repeated calls of the same shapes.
    */
   memoryStats(): { wasmMemoryBytes: number; heapBytesInUse: number };
   /**
-   * Frees this instance's staging buffers and scratch memory and ends its worker pool (threaded build:
+   * Frees this instance's staging buffers and scratch memory, frees every {@link HeapTensor} it
+   * allocated (using one afterwards throws a TypeError), and ends its worker pool (threaded build:
    * the workers are terminated, so Node can exit). The instance stays usable: later calls allocate
    * again and run on the calling thread. The WebAssembly.Memory itself cannot shrink; drop the
    * instance to release it.
@@ -181,6 +248,7 @@ export interface MHA {
 
 function describe(value: unknown): string {
   if (value === null) return 'null';
+  if (Tensor.is(value)) return Tensor.describe(value);
   if (Array.isArray(value)) return `Array(${value.length})`;
   if (ArrayBuffer.isView(value)) {
     return `${value.constructor.name}(${(value as unknown as { length?: number }).length ?? value.byteLength})`;
@@ -241,10 +309,14 @@ function checkNotDetached(name: string, value: ArrayBufferView): void {
   }
 }
 
-/** `formula()` explains the expected length; it is only built for an error message. */
-function checkFloat32(name: string, value: unknown, expected: number, formula: () => string): Float32Array {
+/**
+ * `formula()` explains the expected length; it is only built for an error message. `alternative` names
+ * what else the parameter accepts, for the type error.
+ */
+function checkFloat32(name: string, value: unknown, expected: number, formula: () => string, alternative = ''): Float32Array {
   if (!(value instanceof Float32Array)) {
-    throw new TypeError(`${name}: expected Float32Array of length ${expected} (${formula()}), got ${describe(value)}`);
+    const hint = alternative === '' && Tensor.is(value) ? ' (only multiHeadAttention takes a HeapTensor; pass its data)' : '';
+    throw new TypeError(`${name}: expected Float32Array of length ${expected} (${formula()})${alternative}, got ${describe(value)}${hint}`);
   }
   if (!ArrayBuffer.isView(value)) {
     // e.g. a Proxy: its reads would run user code while the call stages data in the wasm heap.
@@ -789,24 +861,191 @@ function totalBytes(sizes: readonly number[]): number {
   return sizes.reduce((sum, size) => sum + Math.ceil(size / 16) * 16, 0);
 }
 
+/**
+ * Copies a Float32Array argument of `length` elements into the staging slot at byte address `at`. The
+ * staging malloc detaches views of this instance's own heap (a tensor's `data`, or what a call with a
+ * HeapTensor `out` returned) when it grows the memory; no other buffer can be detached during a call
+ * (no user code runs), so an argument that now reads as empty is such a view, found again in the heap
+ * by the byte offset it had before the malloc.
+ */
+function copyIn(heap: Float32Array, array: Float32Array, byteOffset: number, length: number, at: number): void {
+  if (array.length === length) heap.set(array, at >>> 2);
+  else heap.copyWithin(at >>> 2, byteOffset >>> 2, (byteOffset >>> 2) + length);
+}
+
+/** The byte offset of a Float32Array operand, read before any malloc of the call (0 for a HeapTensor's address). */
+function byteOffsetOf(operand: Float32Array | number | undefined): number {
+  return operand instanceof Float32Array ? operand.byteOffset : 0;
+}
+
+/** Staging bytes of a multiHeadAttention operand: none for a HeapTensor (its address, a number). */
+function stagedBytes(operand: Float32Array | number | undefined, length: number): number {
+  return typeof operand === 'number' ? 0 : length * 4;
+}
+
+/** The address the kernel reads an operand from: a HeapTensor's own, or the staging slot `at` a Float32Array is copied to. */
+function place(heap: Float32Array, operand: Float32Array | number, byteOffset: number, length: number, at: number): number {
+  if (typeof operand === 'number') return operand;
+  copyIn(heap, operand, byteOffset, length, at);
+  return at;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Heap tensors: malloc'd blocks of an instance's heap that multiHeadAttention takes by address. The
+// state is in private fields, so neither a Proxy nor a look-alike object passes for a tensor, and the
+// address and length the kernel trusts cannot be changed from outside.
+
+class Tensor implements HeapTensor {
+  readonly #wasm: MhaWasmModule;
+  readonly #live: Set<Tensor>;
+  readonly #length: number;
+  /** What malloc returned, for free(). */
+  readonly #block: number;
+  /** Byte address of element 0 on the heap; 0 once freed. */
+  #address: number;
+  /** What freed the tensor, for the errors of later uses. */
+  #freedBy = '';
+  /** The last `data` view, replaced when the memory's buffer has changed (grown). */
+  #view: Float32Array | undefined;
+
+  constructor(wasm: MhaWasmModule, live: Set<Tensor>, block: number, address: number, length: number) {
+    this.#wasm = wasm;
+    this.#live = live;
+    this.#block = block;
+    this.#address = address;
+    this.#length = length;
+    live.add(this);
+  }
+
+  static is(value: unknown): value is Tensor {
+    return typeof value === 'object' && value !== null && #address in value;
+  }
+
+  static isLive(tensor: Tensor): boolean {
+    return tensor.#address !== 0;
+  }
+
+  static describe(tensor: Tensor): string {
+    return `HeapTensor(${tensor.#length}${tensor.#address === 0 ? ', freed' : ''})`;
+  }
+
+  /**
+   * The address of `tensor` as the argument `name` of a call of the instance that owns `wasm`, after
+   * checking that it is live, of that instance and of the expected length.
+   */
+  static addressFor(name: string, tensor: Tensor, wasm: MhaWasmModule, expected: number, formula: () => string): number {
+    tensor.#checkLive(name);
+    if (tensor.#wasm !== wasm) {
+      throw new TypeError(`${name}: the HeapTensor belongs to another mha-wasm instance (each has its own wasm memory); allocate it with this instance's allocate()`);
+    }
+    if (tensor.#length !== expected) {
+      throw new RangeError(`${name}: expected HeapTensor of length ${expected} (${formula()}), got length ${tensor.#length}`);
+    }
+    return tensor.#address;
+  }
+
+  /** Frees the memory once; `by` is what later errors say freed it. */
+  static release(tensor: Tensor, by: string): void {
+    if (tensor.#address === 0) return;
+    tensor.#wasm._free(tensor.#block);
+    tensor.#address = 0;
+    tensor.#view = undefined;
+    tensor.#freedBy = by;
+    tensor.#live.delete(tensor);
+  }
+
+  get length(): number {
+    return this.#length;
+  }
+
+  get data(): Float32Array {
+    this.#checkLive('HeapTensor.data');
+    return this.#currentView();
+  }
+
+  set(source: Float32Array, offset: number = 0): void {
+    const fn = 'HeapTensor.set';
+    this.#checkLive(fn);
+    if (!(source instanceof Float32Array) || !ArrayBuffer.isView(source)) {
+      throw new TypeError(`${fn}: source: expected a Float32Array, got ${describe(source)}`);
+    }
+    checkNotDetached(`${fn}: source`, source);
+    if (typeof offset !== 'number') {
+      throw new TypeError(`${fn}: offset: expected an integer in [0, ${this.#length}], got ${describe(offset)}`);
+    }
+    if (!Number.isInteger(offset) || offset < 0 || offset > this.#length) {
+      throw new RangeError(`${fn}: offset: expected an integer in [0, ${this.#length}], got ${offset}`);
+    }
+    if (source.length > this.#length - offset) {
+      throw new RangeError(
+        `${fn}: source: expected at most ${this.#length - offset} elements (length ${this.#length} - offset ${offset}), got length ${source.length}`,
+      );
+    }
+    this.#currentView().set(source, offset);
+  }
+
+  toArray(): Float32Array {
+    this.#checkLive('HeapTensor.toArray');
+    return this.#currentView().slice();
+  }
+
+  free(): void {
+    Tensor.release(this, 'free()');
+  }
+
+  #currentView(): Float32Array {
+    const buffer = this.#wasm.HEAPF32.buffer;
+    if (this.#view?.buffer !== buffer) this.#view = new Float32Array(buffer, this.#address, this.#length);
+    return this.#view;
+  }
+
+  #checkLive(name: string): void {
+    if (this.#address === 0) {
+      throw new TypeError(`${name}: the HeapTensor was freed (by ${this.#freedBy}); allocate a new one`);
+    }
+  }
+}
+
+/** A q, k, v or out argument of multiHeadAttention: a Float32Array to stage, or a HeapTensor's address. */
+function checkOperand(name: string, value: unknown, expected: number, formula: () => string, wasm: MhaWasmModule): Float32Array | number {
+  if (Tensor.is(value)) return Tensor.addressFor(name, value, wasm, expected, formula);
+  if (value instanceof Tensor) {
+    throw new TypeError(`${name}: expected a HeapTensor, got an object that only inherits from HeapTensor (e.g. a Proxy)`);
+  }
+  return checkFloat32(name, value, expected, formula, ' or a HeapTensor of that length');
+}
+
+/**
+ * Option getters and boolean[] mask entries are user code that runs after q, k (and v) were checked;
+ * it could free one of those tensors or detach one of those arrays. Checked again once no user code can
+ * run any more, before the heap is touched.
+ */
+function checkStillUsable(name: string, value: unknown, operand: Float32Array | number | undefined, length: number): void {
+  if (typeof operand === 'number' ? !Tensor.isLive(value as Tensor) : operand !== undefined && operand.length !== length) {
+    const what = typeof operand === 'number' ? 'the HeapTensor was freed' : "the Float32Array's ArrayBuffer was detached";
+    throw new TypeError(`${name}: ${what} during validation, by an option getter or a boolean[] mask entry`);
+  }
+}
+
 const qFormula = (d: Dims): string => `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`;
 const kvFormula = (d: Dims): string => `batch*kvSeqLen*dModel = ${d.batch}*${d.kvSeqLen}*${d.dModel}`;
 
 /**
  * What multiHeadAttention and attentionWeights both check, in this order: dims, q, k, v (when `withV`),
- * mask, causal and scale.
+ * mask, causal and scale. `check` validates each tensor argument and returns what the call uses of it.
  */
-function checkAttentionInputs(fn: string, o: Record<string, unknown>, q: unknown, k: unknown, withV: boolean, v?: unknown) {
+function checkAttentionInputs<T>(fn: string, o: Record<string, unknown>, q: unknown, k: unknown, withV: boolean, v: unknown,
+  check: (name: string, value: unknown, expected: number, formula: () => string) => T) {
   const d = checkDims(fn, o, true);
   const qLength = d.batch * d.seqLen * d.dModel;
   const kvLength = d.batch * d.kvSeqLen * d.dModel;
-  checkFloat32(`${fn}: q`, q, qLength, () => qFormula(d));
-  checkFloat32(`${fn}: k`, k, kvLength, () => kvFormula(d));
-  if (withV) checkFloat32(`${fn}: v`, v, kvLength, () => kvFormula(d));
+  const qIn = check(`${fn}: q`, q, qLength, () => qFormula(d));
+  const kIn = check(`${fn}: k`, k, kvLength, () => kvFormula(d));
+  const vIn = withV ? check(`${fn}: v`, v, kvLength, () => kvFormula(d)) : undefined;
   const mask = checkMask(fn, o.mask, d);
   const causal = checkCausal(fn, o.causal);
   const scale = checkScale(fn, o.scale, d.headDim);
-  return { d, qLength, kvLength, mask, causal, scale };
+  return { d, qLength, kvLength, mask, causal, scale, qIn, kIn, vIn };
 }
 
 const ATTENTION_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'out'] as const;
@@ -818,6 +1057,8 @@ class Instance implements MHA {
   // Replaced (not mutated) when dispose() ends the pool, so a caller's copy stays a true snapshot.
   private currentInfo: MHAInfo;
   private readonly arena: Arena;
+  /** Live tensors of this instance, freed by dispose(). */
+  private readonly tensors = new Set<Tensor>();
 
   constructor(private readonly wasm: MhaWasmModule, build: BuildName, threads: number) {
     this.arena = new Arena(wasm);
@@ -828,34 +1069,78 @@ class Instance implements MHA {
     return this.currentInfo;
   }
 
-  multiHeadAttention(q: Float32Array, k: Float32Array, v: Float32Array, options: AttentionOptions): Float32Array {
+  multiHeadAttention(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
+    options: AttentionOptions): Float32Array {
     const fn = 'multiHeadAttention';
     const o = checkOptionsObject(`${fn}: options`, options, ATTENTION_KEYS);
-    const { d, qLength, kvLength, mask, causal, scale } = checkAttentionInputs(fn, o, q, k, true, v);
-    const out = o.out === undefined ? undefined : checkFloat32(`${fn}: out`, o.out, qLength, () => qFormula(d));
+    const wasm = this.wasm;
+    const { d, qLength, kvLength, mask, causal, scale, qIn, kIn, vIn } = checkAttentionInputs(fn, o, q, k, true, v,
+      (name, value, expected, formula) => checkOperand(name, value, expected, formula, wasm));
+    // A number is a HeapTensor's address: used in place, so it gets no staging slot.
+    const outValue = o.out;
+    const outIn = outValue === undefined ? undefined : checkOperand(`${fn}: out`, outValue, qLength, () => qFormula(d), wasm);
+    checkStillUsable(`${fn}: q`, q, qIn, qLength);
+    checkStillUsable(`${fn}: k`, k, kIn, kvLength);
+    checkStillUsable(`${fn}: v`, v, vIn, kvLength);
+    if (typeof outIn === 'number') {
+      // Distinct live tensors never overlap, so only the same tensor can alias the output.
+      for (const [name, input] of [['q', qIn], ['k', kIn], ['v', vIn]] as const) {
+        if (input === outIn) {
+          throw new TypeError(`${fn}: out: expected a HeapTensor other than ${name} (the kernel reads ${name} while it writes out), got ${name} itself`);
+        }
+      }
+    }
 
-    const sizes = [qLength * 4, kvLength * 4, kvLength * 4, qLength * 4, mask ? mask.length : 0];
+    const sizes = [stagedBytes(qIn, qLength), stagedBytes(kIn, kvLength), stagedBytes(vIn, kvLength), stagedBytes(outIn, qLength),
+      mask ? mask.length : 0];
+    const [qOffset, kOffset, vOffset, outOffset] = [byteOffsetOf(qIn), byteOffsetOf(kIn), byteOffsetOf(vIn), byteOffsetOf(outIn)];
     const base = this.arena.reserve(fn, totalBytes(sizes));
     const [qAt, kAt, vAt, outAt, maskAt] = layout(base, sizes) as [number, number, number, number, number];
     // Views are taken after the only allocation of the call: malloc may grow (and so detach) memory.
-    const heap = this.wasm.HEAPF32;
-    heap.set(q, qAt >>> 2);
-    heap.set(k, kAt >>> 2);
-    heap.set(v, vAt >>> 2);
-    if (mask) this.wasm.HEAPU8.set(mask, maskAt);
-    const status = this.wasm._mha_attention(qAt, kAt, vAt, outAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
-      d.dModel, d.numHeads, causal ? 1 : 0, scale);
+    const heap = wasm.HEAPF32;
+    const qAddress = place(heap, qIn, qOffset, qLength, qAt);
+    const kAddress = place(heap, kIn, kOffset, kvLength, kAt);
+    const vAddress = place(heap, vIn!, vOffset, kvLength, vAt);
+    const outAddress = typeof outIn === 'number' ? outIn : outAt;
+    if (mask) wasm.HEAPU8.set(mask, maskAt);
+    const status = wasm._mha_attention(qAddress, kAddress, vAddress, outAddress, mask ? maskAt : 0, d.batch, d.seqLen,
+      d.kvSeqLen, d.dModel, d.numHeads, causal ? 1 : 0, scale);
     checkStatus(fn, status);
-    const result = out ?? new Float32Array(qLength);
+    if (typeof outIn === 'number') return (outValue as Tensor).data;
     // The kernel's scratch may have grown memory: take a fresh view to copy out.
-    result.set(this.wasm.HEAPF32.subarray(outAt >>> 2, (outAt >>> 2) + qLength));
-    return result;
+    const from = outAt >>> 2;
+    const result = wasm.HEAPF32;
+    if (outIn !== undefined && outIn.length !== qLength) {
+      // `out` is a view of this heap that the call's mallocs detached (see copyIn): write the same
+      // elements and hand back a view of them in the current memory.
+      result.copyWithin(outOffset >>> 2, from, from + qLength);
+      return new Float32Array(result.buffer, outOffset, qLength);
+    }
+    const target = outIn ?? new Float32Array(qLength);
+    target.set(result.subarray(from, from + qLength));
+    return target;
+  }
+
+  allocate(length: number): HeapTensor {
+    const fn = 'allocate';
+    checkDim(`${fn}: length`, length);
+    const bytes = length * 4;
+    // malloc aligns to 8 bytes here (emmalloc: alignof(max_align_t)); 12 spare bytes let the tensor start
+    // on a 16-byte boundary, a whole v128, for any malloc alignment of at least 4.
+    const block = bytes + 12 < 2 ** 31 ? this.wasm._malloc(bytes + 12) : 0;
+    if (block === 0) {
+      throw new RangeError(`${fn}: length: ${length} floats need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`);
+    }
+    return new Tensor(this.wasm, this.tensors, block, Math.ceil(block / 16) * 16, length);
   }
 
   attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array {
     const fn = 'attentionWeights';
     const o = checkOptionsObject(`${fn}: options`, options, WEIGHTS_KEYS);
-    const { d, qLength, kvLength: kLength, mask, causal, scale } = checkAttentionInputs(fn, o, q, k, false);
+    const { d, qLength, kvLength: kLength, mask, causal, scale, qIn, kIn } = checkAttentionInputs(fn, o, q, k, false, undefined,
+      checkFloat32);
+    checkStillUsable(`${fn}: q`, q, qIn, qLength);
+    checkStillUsable(`${fn}: k`, k, kIn, kLength);
     const weightsLength = d.batch * d.numHeads * d.seqLen * d.kvSeqLen;
     if (weightsLength >= MAX_ELEMENTS) {
       throw new RangeError(
@@ -864,11 +1149,12 @@ class Instance implements MHA {
     }
 
     const sizes = [qLength * 4, kLength * 4, weightsLength * 4, mask ? mask.length : 0];
+    const [qOffset, kOffset] = [qIn.byteOffset, kIn.byteOffset];
     const base = this.arena.reserve(fn, totalBytes(sizes));
     const [qAt, kAt, wAt, maskAt] = layout(base, sizes) as [number, number, number, number];
     const heap = this.wasm.HEAPF32;
-    heap.set(q, qAt >>> 2);
-    heap.set(k, kAt >>> 2);
+    copyIn(heap, qIn, qOffset, qLength, qAt);
+    copyIn(heap, kIn, kOffset, kLength, kAt);
     if (mask) this.wasm.HEAPU8.set(mask, maskAt);
     const status = this.wasm._mha_attention_weights(qAt, kAt, wAt, mask ? maskAt : 0, d.batch, d.seqLen, d.kvSeqLen,
       d.dModel, d.numHeads, causal ? 1 : 0, scale);
@@ -889,6 +1175,7 @@ class Instance implements MHA {
   }
 
   dispose(): void {
+    for (const tensor of this.tensors) Tensor.release(tensor, 'dispose()');
     this.arena.release();
     if (this.wasm.PThread) {
       // Threaded build: join the pool's threads (later calls run on the calling thread), then terminate
@@ -909,9 +1196,10 @@ class Instance implements MHA {
       : () => `batch*numHeads*seqLen*headDim = ${d.batch}*${d.numHeads}*${d.seqLen}*${d.headDim}`;
     checkFloat32(`${fn}: ${name}`, x, length, formula);
     const sizes = [length * 4, length * 4];
+    const xOffset = x.byteOffset;
     const base = this.arena.reserve(fn, totalBytes(sizes));
     const [fromAt, toAt] = layout(base, sizes) as [number, number];
-    this.wasm.HEAPF32.set(x, fromAt >>> 2);
+    copyIn(this.wasm.HEAPF32, x, xOffset, length, fromAt);
     const status = split
       ? this.wasm._mha_split_heads(fromAt, toAt, d.batch, d.seqLen, d.dModel, d.numHeads)
       : this.wasm._mha_merge_heads(fromAt, toAt, d.batch, d.seqLen, d.dModel, d.numHeads);

@@ -1,0 +1,483 @@
+// Heap tensors (mha.allocate): multiHeadAttention with q, k, v and out on the wasm heap gives the same
+// bits as with Float32Arrays on every build, copies and allocates nothing, and refuses freed, foreign,
+// mis-sized and aliasing tensors with precise errors; views follow memory growth; nothing leaks.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createMHA } from '../../dist/index.js';
+import { loadSpecExample, compare, referenceMHA, rng, randomNormal } from './helpers.mjs';
+
+const mha = await createMHA();
+const { q, k, v, out64, shape } = loadSpecExample();
+
+function bitsEqual(a, b) {
+  return a.length === b.length && Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
+}
+
+/** A tensor of `instance` holding a copy of `array`. */
+function heapCopy(instance, array) {
+  const tensor = instance.allocate(array.length);
+  tensor.set(array);
+  return tensor;
+}
+
+/** Expects an error of that class whose message contains every fragment. */
+function expectError(thunk, ErrorClass, fragments) {
+  assert.throws(thunk, (error) => {
+    assert.ok(error instanceof ErrorClass, `expected ${ErrorClass.name}, got ${error?.constructor?.name}: ${error?.message}`);
+    for (const f of fragments) assert.ok(error.message.includes(f), `message "${error.message}" lacks "${f}"`);
+    return true;
+  });
+}
+
+// Shapes: the spec example, cross-attention, and one large enough for the threaded build to split it.
+const SHAPES = [
+  { name: 'spec example (2,5,5,12,3)', batch: 2, seqLen: 5, dModel: 12, numHeads: 3 },
+  { name: 'cross, causal + mask (2,9,13,16,4)', batch: 2, seqLen: 9, kvSeqLen: 13, dModel: 16, numHeads: 4, causal: true, mask: true },
+  { name: 'parallel-sized (2,130,130,256,4)', batch: 2, seqLen: 130, kvSeqLen: 130, dModel: 256, numHeads: 4 },
+];
+
+function problem({ batch: B, seqLen: S, kvSeqLen: T = S, dModel: D, numHeads, causal = false, mask }, seed) {
+  const random = rng(seed);
+  const options = { batch: B, seqLen: S, kvSeqLen: T, dModel: D, numHeads, causal };
+  if (mask) options.mask = Uint8Array.from({ length: B * S * T }, () => (random() < 0.7 ? 1 : 0));
+  return { q: randomNormal(B * S * D, random), k: randomNormal(B * T * D, random), v: randomNormal(B * T * D, random), options };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results
+
+for (const [label, createOptions] of [['simd', {}], ['baseline', { simd: false }], ['simd-threads (2 threads)', { threads: 2 }]]) {
+  test(`${label}: HeapTensor and mixed arguments give the Float32Array path's bits`, async () => {
+    const instance = await createMHA(createOptions);
+    try {
+      assert.equal(instance.info.build, label.split(' ')[0]);
+      let seed = 40;
+      for (const s of SHAPES) {
+        const { q: qa, k: ka, v: va, options } = problem(s, seed++);
+        const expected = instance.multiHeadAttention(qa, ka, va, options);
+        if (s.batch * s.seqLen <= 100) {
+          // The expected output is right, so equal bits mean a right answer.
+          const r = compare(expected, referenceMHA(qa, ka, va, options));
+          assert.equal(r.nanMismatch, -1, s.name);
+          assert.ok(r.maxError < 1e-4, `${s.name}: ${r.maxError}`);
+        }
+        const [tq, tk, tv] = [qa, ka, va].map((a) => heapCopy(instance, a));
+        const tOut = instance.allocate(qa.length);
+        const fOut = new Float32Array(qa.length);
+        // [q, k, v, out] per case: all on the heap, and mixes of both kinds in every position.
+        const cases = [
+          [tq, tk, tv, tOut],
+          [tq, tk, tv, undefined],
+          [tq, ka, tv, fOut],
+          [qa, tk, va, tOut],
+          [tq, ka, va, undefined],
+          [qa, ka, tv, tOut],
+        ];
+        for (const [cq, ck, cv, out] of cases) {
+          const what = `${s.name}: q ${cq === qa ? 'array' : 'tensor'}, k ${ck === ka ? 'array' : 'tensor'}, v ${cv === va ? 'array' : 'tensor'}, out ${out === undefined ? 'none' : out === fOut ? 'array' : 'tensor'}`;
+          tOut.set(new Float32Array(qa.length).fill(NaN));
+          const result = instance.multiHeadAttention(cq, ck, cv, { ...options, out });
+          assert.ok(bitsEqual(result, expected), what);
+          if (out === tOut) {
+            assert.ok(result === tOut.data, `${what}: returns the out tensor's data view`);
+            assert.ok(bitsEqual(tOut.toArray(), expected), `${what}: the tensor holds the result`);
+          }
+          if (out === fOut) assert.ok(result === fOut, `${what}: returns the Float32Array out`);
+        }
+        for (const t of [tq, tk, tv, tOut]) t.free();
+      }
+    } finally {
+      instance.dispose();
+    }
+  });
+}
+
+test('q = k = v as one tensor (self-attention), with causal and with a mask, equals the Float32Array path', () => {
+  const x = heapCopy(mha, q);
+  const out = mha.allocate(q.length);
+  const mask = Uint8Array.from({ length: 50 }, (_, i) => (i % 3 === 0 ? 0 : 1));
+  for (const extra of [{}, { causal: true }, { mask }, { mask, causal: true }, { scale: 0.25 }]) {
+    const expected = mha.multiHeadAttention(q, q, q, { ...shape, ...extra });
+    assert.ok(compare(expected, referenceMHA(q, q, q, { ...shape, ...extra })).maxError < 1e-5, JSON.stringify(extra));
+    assert.ok(bitsEqual(mha.multiHeadAttention(x, x, x, { ...shape, ...extra }), expected), `new array, ${JSON.stringify(Object.keys(extra))}`);
+    assert.ok(bitsEqual(mha.multiHeadAttention(x, x, x, { ...shape, ...extra, out }), expected), `out tensor, ${JSON.stringify(Object.keys(extra))}`);
+  }
+  assert.ok(bitsEqual(x.toArray(), q), 'the input tensor was modified');
+  x.free();
+  out.free();
+});
+
+test('the golden example through tensors is within 1e-5 of PyTorch float64', () => {
+  const [tq, tk, tv, tOut] = [q, k, v, new Float32Array(120)].map((a) => heapCopy(mha, a));
+  const r = compare(mha.multiHeadAttention(tq, tk, tv, { ...shape, out: tOut }), out64);
+  assert.ok(r.maxError < 1e-5, `max error ${r.maxError}`);
+  for (const t of [tq, tk, tv, tOut]) t.free();
+});
+
+test('the kernel reads tensors in place: writes through data or set() change the next result', () => {
+  const [tq, tk, tv] = [q, k, v].map((a) => heapCopy(mha, a));
+  const first = mha.multiHeadAttention(tq, tk, tv, shape);
+  tv.data.fill(2);
+  const allTwo = mha.multiHeadAttention(tq, tk, tv, shape);
+  assert.ok(allTwo.every((x) => Math.abs(x - 2) < 1e-6), 'softmax weights sum to 1, so v = 2 everywhere gives 2');
+  tv.set(v);
+  assert.ok(bitsEqual(mha.multiHeadAttention(tq, tk, tv, shape), first));
+  for (const t of [tq, tk, tv]) t.free();
+});
+
+test('with q, k, v and out all tensors a call stages nothing: heap use grows by kernel scratch only, then stays flat', async () => {
+  const instance = await createMHA({ warmup: false }); // the warm-up would already have staged buffers
+  const s = { batch: 2, seqLen: 256, dModel: 256, numHeads: 4 };
+  const { q: qa, k: ka, v: va } = problem(s, 9);
+  const tensors = [qa, ka, va, new Float32Array(qa.length)].map((a) => heapCopy(instance, a));
+  const [tq, tk, tv, tOut] = tensors;
+  const before = instance.memoryStats().heapBytesInUse;
+  instance.multiHeadAttention(tq, tk, tv, { ...s, out: tOut });
+  const scratch = instance.memoryStats().heapBytesInUse - before;
+  console.log(`# first all-tensor call: ${scratch} bytes of kernel scratch allocated, nothing staged`);
+  // Staging any one tensor would take 512 KiB; the scratch depends on the head size only.
+  assert.ok(scratch < qa.length * 4, `an all-tensor call allocated ${scratch} bytes`);
+  const steady = instance.memoryStats();
+  for (let i = 0; i < 20; i++) instance.multiHeadAttention(tq, tk, tv, { ...s, out: tOut });
+  assert.deepEqual(instance.memoryStats(), steady);
+  // The same call with Float32Arrays stages all four: the comparison that makes the check above meaningful.
+  instance.multiHeadAttention(qa, ka, va, s);
+  assert.ok(instance.memoryStats().heapBytesInUse - steady.heapBytesInUse >= 4 * qa.length * 4, 'the Float32Array path staged less than its four tensors');
+  instance.dispose();
+});
+
+// ---------------------------------------------------------------------------------------------
+// Views and memory growth
+
+test('allocate: 16-byte aligned, the requested length, contents writable through data and set()', () => {
+  const tensors = [];
+  for (let length = 1; length <= 40; length++) {
+    const t = mha.allocate(length);
+    tensors.push(t);
+    assert.equal(t.length, length);
+    assert.equal(t.data.length, length);
+    assert.equal(t.data.byteOffset % 16, 0, `length ${length}: byte offset ${t.data.byteOffset}`);
+    t.set(Float32Array.from({ length }, (_, i) => i + length));
+  }
+  // No two tensors overlap: each still holds its own values.
+  for (const t of tensors) {
+    assert.deepEqual(Array.from(t.data), Array.from({ length: t.length }, (_, i) => i + t.length));
+    t.free();
+  }
+});
+
+test('set(source, offset) writes only [offset, offset + source.length); toArray() is an independent copy', () => {
+  const t = mha.allocate(6);
+  t.set(new Float32Array(6));
+  t.set(Float32Array.of(1, 2), 3);
+  t.set(new Float32Array(0), 6); // an empty source fits at the end
+  assert.deepEqual(Array.from(t.data), [0, 0, 0, 1, 2, 0]);
+  const copy = t.toArray();
+  copy[0] = 9;
+  assert.equal(t.data[0], 0);
+  assert.ok(copy.buffer !== t.data.buffer, 'toArray() returned a heap view');
+  t.free();
+});
+
+test('data is cached while the memory does not change, and re-created on the grown memory after growth (simd build)', () => {
+  const t = heapCopy(mha, q);
+  const view = t.data;
+  assert.ok(t.data === view, 'same view while the memory is unchanged');
+  const before = mha.memoryStats().wasmMemoryBytes;
+  const big = mha.allocate(before / 4); // as many floats as the memory has bytes / 4: it must grow
+  try {
+    assert.ok(mha.memoryStats().wasmMemoryBytes > before, 'the memory did not grow');
+    assert.equal(view.length, 0, 'the old view is detached');
+    assert.ok(t.data !== view, 'data still returns the detached view');
+    assert.equal(t.data.buffer.byteLength, mha.memoryStats().wasmMemoryBytes);
+    assert.ok(bitsEqual(t.data, q), 'the values survived growth');
+  } finally {
+    big.free();
+    t.free();
+  }
+});
+
+test('threaded build (shared memory): after growth the old view keeps the old, shorter buffer; data moves to the new one', async () => {
+  const instance = await createMHA({ threads: 2 });
+  try {
+    const t = heapCopy(instance, q);
+    const view = t.data;
+    const before = instance.memoryStats().wasmMemoryBytes;
+    const big = instance.allocate(before / 4);
+    assert.ok(instance.memoryStats().wasmMemoryBytes > before);
+    assert.equal(view.buffer.byteLength, before, 'a SharedArrayBuffer is not detached: the old view keeps its length');
+    assert.ok(t.data.buffer !== view.buffer, 'data still returns a view of the old buffer');
+    assert.equal(t.data.buffer.byteLength, instance.memoryStats().wasmMemoryBytes);
+    assert.ok(bitsEqual(t.data, q));
+    big.free();
+    t.free();
+  } finally {
+    instance.dispose();
+  }
+});
+
+// A call whose own staging malloc grows the memory detaches every view of it, including a tensor's data
+// passed as a Float32Array argument. Shapes: q and out 6 MiB each (S = 2^17 rows of 12), k and v tiny.
+const GROWTH_SHAPE = { batch: 1, seqLen: 2 ** 17, kvSeqLen: 5, dModel: 12, numHeads: 3 };
+const growthInputs = problem(GROWTH_SHAPE, 77);
+
+/**
+ * A fresh instance whose 16 MiB memory is nearly filled by two 6 MiB tensors, so that staging even one
+ * more 6 MiB array must grow it; `body` makes the call and returns what to check.
+ */
+async function withFullMemory(body) {
+  const instance = await createMHA({ warmup: false });
+  try {
+    const tensors = {
+      q: heapCopy(instance, growthInputs.q),
+      k: heapCopy(instance, growthInputs.k),
+      v: heapCopy(instance, growthInputs.v),
+      out: instance.allocate(growthInputs.q.length),
+    };
+    const before = instance.memoryStats().wasmMemoryBytes;
+    await body(instance, tensors);
+    assert.ok(instance.memoryStats().wasmMemoryBytes > before, 'the call did not grow the memory, so nothing was tested');
+  } finally {
+    instance.dispose();
+  }
+}
+
+for (const which of ['q', 'k', 'v', 'out']) {
+  test(`a tensor's data passed as the Float32Array ${which} survives the memory growth of its own call`, async () => {
+    const { q: qa, k: ka, v: va, options } = growthInputs;
+    const expected = mha.multiHeadAttention(qa, ka, va, options);
+    await withFullMemory((instance, tensors) => {
+      const view = tensors[which].data;
+      if (which === 'out') view.fill(NaN);
+      const args = { q: qa, k: ka, v: va, [which]: view };
+      const result = instance.multiHeadAttention(args.q, args.k, args.v, { ...options, out: which === 'out' ? view : undefined });
+      assert.equal(view.length, 0, 'the call did not detach the view, so nothing was tested');
+      assert.ok(bitsEqual(result, expected), `${which}: wrong result`);
+      if (which === 'out') {
+        assert.ok(result.buffer === tensors.out.data.buffer, 'out: the returned array is not a view of the current memory');
+        assert.equal(result.byteOffset, tensors.out.data.byteOffset, 'out: the returned view is not where out was');
+        assert.ok(bitsEqual(tensors.out.data, expected), 'out: the tensor does not hold the result');
+      }
+    });
+  });
+}
+
+test("a tensor's data passed to splitHeads and attentionWeights survives the memory growth of the call", async () => {
+  const { q: qa, k: ka, options } = growthInputs;
+  // q's 2^17 x 12 floats read as (1, 2^15, 48): splitHeads also limits seqLen^2 to 2^31.
+  const headShape = { batch: 1, seqLen: 2 ** 15, dModel: 48, numHeads: 3 };
+  const expectedSplit = mha.splitHeads(qa, headShape);
+  const expectedWeights = mha.attentionWeights(qa, ka, { ...options, mask: undefined });
+  await withFullMemory((instance, tensors) => {
+    const view = tensors.q.data;
+    assert.ok(bitsEqual(instance.splitHeads(view, headShape), expectedSplit));
+    assert.equal(view.length, 0, 'splitHeads did not detach the view, so nothing was tested');
+  });
+  await withFullMemory((instance, tensors) => {
+    const view = tensors.q.data;
+    assert.ok(bitsEqual(instance.attentionWeights(view, tensors.k.data, { ...options, mask: undefined }), expectedWeights));
+    assert.equal(view.length, 0, 'attentionWeights did not detach the view, so nothing was tested');
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Errors: each names the parameter, says what was expected and what was given, and leaves the instance
+// working with the heap as it was.
+
+const other = await createMHA();
+const t120 = heapCopy(mha, q);
+const k120 = heapCopy(mha, k);
+const v120 = heapCopy(mha, v);
+const out120 = mha.allocate(120);
+const t119 = mha.allocate(119);
+const foreign = heapCopy(other, q);
+const freed = mha.allocate(120);
+freed.free();
+const attend = (qq, kk, vv, overrides = {}) => mha.multiHeadAttention(qq, kk, vv, { ...shape, ...overrides });
+
+// A memory size the allocation cannot reach although its length passes the checks: malloc returns 0.
+const MALLOC_FAIL_LENGTH = 2 ** 29 - 64; // 2 GiB - 256 bytes
+
+// [description, thunk, error class, message fragments]
+const BAD_CALLS = [
+  // allocate(length)
+  ['allocate: length missing', () => mha.allocate(), TypeError, ['allocate: length', 'positive integer', 'got undefined']],
+  ['allocate: length a string', () => mha.allocate('120'), TypeError, ['allocate: length', 'got "120"']],
+  ['allocate: length a BigInt', () => mha.allocate(120n), TypeError, ['allocate: length', 'got 120']],
+  ['allocate: length 0', () => mha.allocate(0), RangeError, ['allocate: length', 'positive integer', 'got 0']],
+  ['allocate: length negative', () => mha.allocate(-4), RangeError, ['allocate: length', 'got -4']],
+  ['allocate: length fractional', () => mha.allocate(2.5), RangeError, ['allocate: length', 'got 2.5']],
+  ['allocate: length NaN', () => mha.allocate(NaN), RangeError, ['allocate: length', 'got NaN']],
+  ['allocate: length Infinity', () => mha.allocate(Infinity), RangeError, ['allocate: length', 'got Infinity']],
+  ['allocate: length 2^31', () => mha.allocate(2 ** 31), RangeError, ['allocate: length', 'below 2^31']],
+  ['allocate: 2^29 floats = 2 GiB, beyond the wasm memory', () => mha.allocate(2 ** 29), RangeError, ['allocate: length', '2147483648 bytes of wasm memory', '2 GiB at most']],
+  ['allocate: malloc returns 0', () => mha.allocate(MALLOC_FAIL_LENGTH), RangeError, ['allocate: length', `${MALLOC_FAIL_LENGTH * 4} bytes of wasm memory`]],
+  // multiHeadAttention with tensors
+  ['mha: k tensor one element short', () => attend(t120, t119, v120), RangeError, ['multiHeadAttention: k: expected HeapTensor of length 120 (batch*kvSeqLen*dModel = 2*5*12), got length 119']],
+  ['mha: q tensor too short', () => attend(t119, k120, v120), RangeError, ['multiHeadAttention: q:', 'length 120 (batch*seqLen*dModel = 2*5*12)', 'got length 119']],
+  ['mha: k tensor, kvSeqLen does not match', () => attend(t120, k120, v120, { kvSeqLen: 6 }), RangeError, ['multiHeadAttention: k: expected HeapTensor of length 144', 'got length 120']],
+  ['mha: out tensor too short', () => attend(t120, k120, v120, { out: t119 }), RangeError, ['multiHeadAttention: out:', 'HeapTensor of length 120', 'got length 119']],
+  ['mha: q a tensor of another instance', () => attend(foreign, k120, v120), TypeError, ['multiHeadAttention: q:', 'another mha-wasm instance', "this instance's allocate()"]],
+  ['mha: out a tensor of another instance', () => attend(q, k, v, { out: foreign }), TypeError, ['multiHeadAttention: out:', 'another mha-wasm instance']],
+  ['mha: q freed', () => attend(freed, k, v), TypeError, ['multiHeadAttention: q:', 'HeapTensor was freed (by free())']],
+  ['mha: v freed', () => attend(q, k, freed), TypeError, ['multiHeadAttention: v:', 'freed']],
+  ['mha: out freed', () => attend(q, k, v, { out: freed }), TypeError, ['multiHeadAttention: out:', 'freed']],
+  ['mha: out is q', () => attend(t120, k120, v120, { out: t120 }), TypeError, ['multiHeadAttention: out: expected a HeapTensor other than q (the kernel reads q while it writes out), got q itself']],
+  ['mha: out is k', () => attend(q, t120, v, { out: t120 }), TypeError, ['out:', 'other than k', 'got k itself']],
+  ['mha: out is v (q, k arrays)', () => attend(q, k, t120, { out: t120 }), TypeError, ['out:', 'other than v', 'got v itself']],
+  ['mha: out is q = k = v', () => attend(t120, t120, t120, { out: t120 }), TypeError, ['out:', 'other than q']],
+  ['mha: q a look-alike object', () => attend({ length: 120, data: q, set() {}, toArray() {}, free() {} }, k, v), TypeError, ['multiHeadAttention: q:', 'Float32Array of length 120', 'or a HeapTensor of that length', 'got Object']],
+  ['mha: k a Proxy of a tensor', () => attend(q, new Proxy(k120, {}), v), TypeError, ['multiHeadAttention: k:', 'only inherits from HeapTensor', 'Proxy']],
+  ['mha: v not a tensor or array', () => attend(q, k, 'v'), TypeError, ['multiHeadAttention: v:', 'or a HeapTensor', 'got "v"']],
+  // methods that take Float32Arrays only
+  ['splitHeads: x a tensor', () => mha.splitHeads(t120, shape), TypeError, ['splitHeads: x: expected Float32Array of length 120', 'got HeapTensor(120)', 'only multiHeadAttention takes a HeapTensor; pass its data']],
+  ['mergeHeads: xh a tensor', () => mha.mergeHeads(t120, shape), TypeError, ['mergeHeads: xh:', 'got HeapTensor(120)']],
+  ['attentionWeights: k a tensor', () => mha.attentionWeights(q, k120, shape), TypeError, ['attentionWeights: k:', 'got HeapTensor(120)']],
+  ['splitHeads: x a freed tensor', () => mha.splitHeads(freed, shape), TypeError, ['splitHeads: x:', 'got HeapTensor(120, freed)']],
+  // HeapTensor methods
+  ['set: source a Float64Array', () => t120.set(new Float64Array(3)), TypeError, ['HeapTensor.set: source: expected a Float32Array, got Float64Array(3)']],
+  ['set: source a plain Array', () => t120.set([1, 2]), TypeError, ['HeapTensor.set: source:', 'got Array(2)']],
+  ['set: source a tensor', () => t120.set(k120), TypeError, ['HeapTensor.set: source:', 'got HeapTensor(120)']],
+  ['set: source too long', () => t120.set(new Float32Array(121)), RangeError, ['HeapTensor.set: source: expected at most 120 elements (length 120 - offset 0), got length 121']],
+  ['set: source does not fit at offset', () => t120.set(new Float32Array(10), 115), RangeError, ['HeapTensor.set: source:', 'at most 5 elements', 'offset 115', 'got length 10']],
+  ['set: offset negative', () => t120.set(new Float32Array(1), -1), RangeError, ['HeapTensor.set: offset: expected an integer in [0, 120], got -1']],
+  ['set: offset past the end', () => t120.set(new Float32Array(0), 121), RangeError, ['HeapTensor.set: offset', 'got 121']],
+  ['set: offset fractional', () => t120.set(new Float32Array(1), 0.5), RangeError, ['HeapTensor.set: offset', 'got 0.5']],
+  ['set: offset a string', () => t120.set(new Float32Array(1), '1'), TypeError, ['HeapTensor.set: offset', 'got "1"']],
+  ['set: source detached', () => { const a = new Float32Array(4); structuredClone(a.buffer, { transfer: [a.buffer] }); t120.set(a); }, TypeError, ['HeapTensor.set: source', 'detached']],
+  ['set on a freed tensor', () => freed.set(new Float32Array(1)), TypeError, ['HeapTensor.set: the HeapTensor was freed (by free()); allocate a new one']],
+  ['data of a freed tensor', () => freed.data, TypeError, ['HeapTensor.data:', 'freed (by free())']],
+  ['toArray of a freed tensor', () => freed.toArray(), TypeError, ['HeapTensor.toArray:', 'freed']],
+];
+
+for (const [description, thunk, ErrorClass, fragments] of BAD_CALLS) {
+  test(`bad input: ${description} -> ${ErrorClass.name}`, () => expectError(thunk, ErrorClass, fragments));
+}
+
+test('after every bad call the instance gives the golden answer; none changes the heap or leaves a tensor modified', () => {
+  const before = mha.memoryStats();
+  for (const [description, thunk] of BAD_CALLS) {
+    assert.throws(thunk);
+    assert.ok(compare(mha.multiHeadAttention(t120, k120, v120, { ...shape, out: out120 }), out64).maxError < 1e-5, description);
+    assert.ok(bitsEqual(t120.data, q), `${description}: q tensor modified`);
+  }
+  assert.deepEqual(mha.memoryStats(), before);
+  assert.equal(t120.length, 120);
+  assert.equal(freed.length, 120, 'a freed tensor keeps its length');
+});
+
+test('free() is idempotent; a tensor cannot be resized from outside', () => {
+  const t = mha.allocate(120);
+  t.free();
+  t.free();
+  expectError(() => t.data, TypeError, ['freed']);
+  const live = heapCopy(mha, q);
+  assert.throws(() => { live.length = 12; }, TypeError, 'length is read-only');
+  assert.equal(live.length, 120);
+  // The length the call checks is the one allocated: a 120-element tensor is still right for the shape.
+  assert.ok(compare(mha.multiHeadAttention(live, k, v, shape), out64).maxError < 1e-5);
+  live.free();
+});
+
+test('dispose() frees every live tensor of the instance (later uses are TypeErrors); the instance stays usable', async () => {
+  const instance = await createMHA({ warmup: false });
+  const idle = instance.memoryStats().heapBytesInUse;
+  const [tq, tk, tv, tOut] = [q, k, v, new Float32Array(120)].map((a) => heapCopy(instance, a));
+  const early = instance.allocate(7);
+  early.free();
+  instance.multiHeadAttention(tq, tk, tv, { ...shape, out: tOut });
+  assert.ok(instance.memoryStats().heapBytesInUse > idle);
+  instance.dispose();
+  assert.equal(instance.memoryStats().heapBytesInUse, idle, 'dispose() left memory in use');
+  expectError(() => tq.data, TypeError, ['HeapTensor.data: the HeapTensor was freed (by dispose())']);
+  expectError(() => tOut.set(q), TypeError, ['HeapTensor.set:', 'freed (by dispose())']);
+  expectError(() => instance.multiHeadAttention(tq, k, v, shape), TypeError, ['multiHeadAttention: q:', 'freed (by dispose())']);
+  expectError(() => early.data, TypeError, ['freed (by free())']); // freed before: still says by whom
+  tq.free(); // harmless after dispose
+  // New tensors work after dispose().
+  const [nq, nk, nv] = [q, k, v].map((a) => heapCopy(instance, a));
+  assert.ok(compare(instance.multiHeadAttention(nq, nk, nv, shape), out64).maxError < 1e-5);
+  instance.dispose();
+  assert.equal(instance.memoryStats().heapBytesInUse, idle);
+});
+
+test('a threaded instance: dispose() frees its tensors and ends its pool; the tensors of another instance are unaffected', async () => {
+  const threaded = await createMHA({ threads: 2 });
+  const mine = heapCopy(threaded, q);
+  const theirs = heapCopy(other, q);
+  threaded.dispose();
+  assert.equal(threaded.info.threads, 1);
+  expectError(() => mine.data, TypeError, ['freed (by dispose())']);
+  assert.ok(bitsEqual(theirs.data, q));
+  theirs.free();
+});
+
+test('no leak: 3,000 allocate/free cycles and 3,000 calls through tensors bring heap use back to the byte', async () => {
+  const instance = await createMHA();
+  const random = rng(21);
+  const s = { batch: 1, seqLen: 33, kvSeqLen: 17, dModel: 64, numHeads: 4 };
+  const qa = randomNormal(33 * 64, random);
+  const kva = randomNormal(17 * 64, random);
+  const round = (i) => {
+    const tq = heapCopy(instance, qa);
+    const tkv = heapCopy(instance, kva);
+    const out = instance.allocate(qa.length);
+    const sizes = [1, 3, 4, 5, 16, 1000 + (i % 7) * 333];
+    const extra = sizes.map((n) => instance.allocate(n));
+    instance.multiHeadAttention(tq, tkv, tkv, { ...s, out });
+    instance.multiHeadAttention(tq, kva, tkv, { ...s, causal: true });
+    assert.throws(() => instance.multiHeadAttention(tq, tkv, tkv, { ...s, out: tq }), TypeError);
+    for (const t of [tq, tkv, out, ...extra]) t.free();
+    if (i % 10 === 0) extra[0].free(); // twice
+  };
+  for (let i = 0; i < 30; i++) round(i); // reach the steady-state arena size first
+  const before = instance.memoryStats();
+  for (let i = 0; i < 1500; i++) round(i);
+  const after = instance.memoryStats();
+  console.log(`# 3,000 calls, 13,500 allocations: heap in use ${before.heapBytesInUse} -> ${after.heapBytesInUse} B, memory ${before.wasmMemoryBytes} -> ${after.wasmMemoryBytes} B`);
+  assert.equal(after.heapBytesInUse, before.heapBytesInUse);
+  assert.equal(after.wasmMemoryBytes, before.wasmMemoryBytes);
+  instance.dispose();
+});
+
+test('tensors kept alive over many calls: live ones are not touched by later allocations and calls', () => {
+  const keep = heapCopy(mha, q);
+  for (let i = 0; i < 100; i++) {
+    const t = mha.allocate(1 + i * 37);
+    t.data.fill(i);
+    mha.multiHeadAttention(q, k, v, shape);
+    if (i % 2) t.free();
+  }
+  assert.ok(bitsEqual(keep.data, q));
+  keep.free();
+});
+
+test('user code that runs during validation (an option getter) cannot free a checked tensor or detach a checked array', () => {
+  // Option getters are read when the option keys are checked (before q) and again when the option
+  // itself is (after q, k, v): each getter acts on its second read.
+  const onSecondRead = (options, key, value, act) => {
+    let reads = 0;
+    Object.defineProperty(options, key, { enumerable: true, get() { if (++reads === 2) act(); return value; } });
+    return options;
+  };
+  for (const which of ['q', 'k', 'v']) {
+    const tensors = { q: heapCopy(mha, q), k: heapCopy(mha, k), v: heapCopy(mha, v) };
+    const options = onSecondRead({ ...shape }, 'causal', false, () => tensors[which].free());
+    expectError(() => mha.multiHeadAttention(tensors.q, tensors.k, tensors.v, options), TypeError,
+      [`multiHeadAttention: ${which}: the HeapTensor was freed during validation, by an option getter`]);
+    for (const t of Object.values(tensors)) t.free();
+  }
+  const arrays = { q: Float32Array.from(q), k: Float32Array.from(k) };
+  const options = onSecondRead({ ...shape }, 'scale', 0.5, () => structuredClone(arrays.k.buffer, { transfer: [arrays.k.buffer] }));
+  expectError(() => mha.multiHeadAttention(arrays.q, arrays.k, v, options), TypeError,
+    ["multiHeadAttention: k: the Float32Array's ArrayBuffer was detached during validation"]);
+  const q2 = Float32Array.from(q);
+  const weightsOptions = onSecondRead({ ...shape }, 'causal', true, () => structuredClone(q2.buffer, { transfer: [q2.buffer] }));
+  expectError(() => mha.attentionWeights(q2, k, weightsOptions), TypeError, ['attentionWeights: q:', 'detached during validation']);
+  // A getter that frees an unrelated tensor is harmless.
+  const spare = mha.allocate(3);
+  const tq = heapCopy(mha, q);
+  const harmless = onSecondRead({ ...shape }, 'causal', false, () => spare.free());
+  assert.ok(compare(mha.multiHeadAttention(tq, k, v, harmless), out64).maxError < 1e-5);
+  tq.free();
+});
