@@ -453,31 +453,30 @@ test('tensors kept alive over many calls: live ones are not touched by later all
 });
 
 test('user code that runs during validation (an option getter) cannot free a checked tensor or detach a checked array', () => {
-  // Option getters are read when the option keys are checked (before q) and again when the option
-  // itself is (after q, k, v): each getter acts on its second read.
-  const onSecondRead = (options, key, value, act) => {
+  // Option getters are read once, when the option itself is checked: causal and scale come after q, k, v.
+  const onFirstRead = (options, key, value, act) => {
     let reads = 0;
-    Object.defineProperty(options, key, { enumerable: true, get() { if (++reads === 2) act(); return value; } });
+    Object.defineProperty(options, key, { enumerable: true, get() { if (++reads === 1) act(); return value; } });
     return options;
   };
   for (const which of ['q', 'k', 'v']) {
     const tensors = { q: heapCopy(mha, q), k: heapCopy(mha, k), v: heapCopy(mha, v) };
-    const options = onSecondRead({ ...shape }, 'causal', false, () => tensors[which].free());
+    const options = onFirstRead({ ...shape }, 'causal', false, () => tensors[which].free());
     expectError(() => mha.multiHeadAttention(tensors.q, tensors.k, tensors.v, options), TypeError,
       [`multiHeadAttention: ${which}: the HeapTensor was freed during validation, by an option getter`]);
     for (const t of Object.values(tensors)) t.free();
   }
   const arrays = { q: Float32Array.from(q), k: Float32Array.from(k) };
-  const options = onSecondRead({ ...shape }, 'scale', 0.5, () => structuredClone(arrays.k.buffer, { transfer: [arrays.k.buffer] }));
+  const options = onFirstRead({ ...shape }, 'scale', 0.5, () => structuredClone(arrays.k.buffer, { transfer: [arrays.k.buffer] }));
   expectError(() => mha.multiHeadAttention(arrays.q, arrays.k, v, options), TypeError,
     ["multiHeadAttention: k: the Float32Array's ArrayBuffer was detached during validation"]);
   const q2 = Float32Array.from(q);
-  const weightsOptions = onSecondRead({ ...shape }, 'causal', true, () => structuredClone(q2.buffer, { transfer: [q2.buffer] }));
+  const weightsOptions = onFirstRead({ ...shape }, 'causal', true, () => structuredClone(q2.buffer, { transfer: [q2.buffer] }));
   expectError(() => mha.attentionWeights(q2, k, weightsOptions), TypeError, ['attentionWeights: q:', 'detached during validation']);
   // A getter that frees an unrelated tensor is harmless.
   const spare = mha.allocate(3);
   const tq = heapCopy(mha, q);
-  const harmless = onSecondRead({ ...shape }, 'causal', false, () => spare.free());
+  const harmless = onFirstRead({ ...shape }, 'causal', false, () => spare.free());
   assert.ok(compare(mha.multiHeadAttention(tq, k, v, harmless), out64).maxError < 1e-5);
   tq.free();
 });
