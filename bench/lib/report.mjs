@@ -141,15 +141,28 @@ export function svg(run) {
   const shapes = SHAPES.filter((s) => results.some((r) => r.shape === s.name));
   const maxVal = Math.max(ceil, ...results.filter((r) => r.status === 'ok').map((r) => r.gflops), 1);
   const yMax = niceCeil(maxVal * 1.08);
-  const W = 980, H = 460, L = 60, R = 20, T = 50, Bm = 90;
-  const plotW = W - L - R, plotH = H - T - Bm;
+  const W = 980, L = 60, R = 20, T = 50, plotH = 320;
+  // Legend entries flow left to right and wrap; the last line also holds the note.
+  const note = '× = failed (see table) · pale = extrapolated from a row subset';
+  const legend = [];
+  let lx = L, line = 0;
+  for (const impl of impls) {
+    const width = 28 + IMPL_LABELS[impl].length * 7;
+    if (lx + width > W - R && lx > L) { lx = L; line += 1; }
+    legend.push({ impl, x: lx, line });
+    lx += width;
+  }
+  if (lx + 10 + note.length * 6.5 > W - R) { lx = L - 10; line += 1; }
+  const noteAt = { x: lx + 10, line };
+  const H = T + plotH + 58 + (line + 1) * 18;
+  const plotW = W - L - R;
   const groupW = plotW / Math.max(1, shapes.length);
   const barW = Math.min(28, (groupW * 0.8) / Math.max(1, impls.length));
   const y = (v) => T + plotH - (v / yMax) * plotH;
   const out = [];
   out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`);
   out.push(`<rect width="${W}" height="${H}" fill="#ffffff"/>`);
-  out.push(`<text x="${W / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">${esc(`Multi-head attention, single thread (${run.mode}): GFLOP/s, higher is better`)}</text>`);
+  out.push(`<text x="${W / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">${esc(`Multi-head attention (${run.mode}; 1 thread unless labelled): GFLOP/s, higher is better`)}</text>`);
   // Grid and y axis.
   const step = niceStep(yMax);
   for (let v = 0; v <= yMax + 1e-9; v += step) {
@@ -185,14 +198,12 @@ export function svg(run) {
     out.push(`<text x="${W - R - 4}" y="${y(ceil) - 5}" text-anchor="end">${esc(`WASM SIMD ceiling ${ceil.toFixed(1)} GFLOP/s (one core)`)}</text>`);
   }
   // Legend.
-  let lx = L;
-  const ly = H - 28;
-  for (const impl of impls) {
-    out.push(`<rect x="${lx}" y="${ly - 10}" width="12" height="12" fill="${COLORS[impl]}"/>`);
-    out.push(`<text x="${lx + 16}" y="${ly}">${esc(IMPL_LABELS[impl])}</text>`);
-    lx += 28 + IMPL_LABELS[impl].length * 7;
+  const legendY = (l) => T + plotH + 58 + l * 18;
+  for (const { impl, x, line: l } of legend) {
+    out.push(`<rect x="${x}" y="${legendY(l) - 10}" width="12" height="12" fill="${COLORS[impl]}"/>`);
+    out.push(`<text x="${x + 16}" y="${legendY(l)}">${esc(IMPL_LABELS[impl])}</text>`);
   }
-  out.push(`<text x="${lx + 10}" y="${ly}" fill="#555">× = failed (see table) · pale = extrapolated from a row subset</text>`);
+  out.push(`<text x="${noteAt.x}" y="${legendY(noteAt.line)}" fill="#555">${esc(note)}</text>`);
   out.push('</svg>');
   return out.join('\n') + '\n';
 }
