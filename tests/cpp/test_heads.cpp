@@ -40,6 +40,16 @@ TEST_CASE("merge_heads(split_heads(x)) == x bit-exactly, NaN payloads and signed
   }
 }
 
+TEST_CASE("split/merge take sequences whose S x S would pass 2^31 (they have no (S, T) tensor)", "[heads]") {
+  const int32_t B = 1, S = 50000, D = 4, H = 2;  // B*S*S = 2.5e9, B*S*D = 2e5
+  auto x = mha_test::random_tensor(static_cast<size_t>(B) * S * D, 78);
+  std::vector<float> xh(x.size()), back(x.size());
+  REQUIRE(mha::split_heads(x.data(), B, S, D, H, xh.data()) == Status::kOk);
+  CHECK(xh[size_t(1) * S * 2 + 3 * 2 + 1] == x[size_t(3) * D + 1 * 2 + 1]);  // xh[0, 1, 3, 1] = x[0, 3, 1*2 + 1]
+  REQUIRE(mha::merge_heads(xh.data(), B, S, D, H, back.data()) == Status::kOk);
+  REQUIRE(std::memcmp(x.data(), back.data(), x.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("split/merge reject bad shapes before touching memory", "[heads][validation]") {
   // Null buffers with a bad shape: the shape error comes first and nothing is dereferenced.
   CHECK(mha::split_heads(nullptr, 0, 1, 4, 2, nullptr) == Status::kNonPositiveDim);

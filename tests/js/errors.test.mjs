@@ -87,3 +87,13 @@ test('scale 0 and negative scale are allowed: 0 gives the mean of V', () => {
     }
   assert.ok(attend({ scale: -1 }).every(Number.isFinite));
 });
+
+test('splitHeads/mergeHeads take sequences whose seqLen^2 passes 2^31 (no (S, T) tensor), and still check B*S*D', () => {
+  const shape = { batch: 1, seqLen: 50000, dModel: 4, numHeads: 2 }; // batch*seqLen*seqLen = 2.5e9
+  const x = Float32Array.from({ length: 50000 * 4 }, (_, i) => Math.sin(i));
+  const xh = mha.splitHeads(x, shape);
+  assert.equal(xh[1 * 50000 * 2 + 3 * 2 + 1], x[3 * 4 + 1 * 2 + 1]); // xh[0, 1, 3, 1] = x[0, 3, 1*2 + 1]
+  assert.deepEqual(mha.mergeHeads(xh, shape), x);
+  assert.throws(() => mha.splitHeads(new Float32Array(0), { batch: 2 ** 16, seqLen: 2 ** 16, dModel: 1, numHeads: 1 }),
+    (e) => e instanceof RangeError && e.message.includes('batch*seqLen*dModel'));
+});

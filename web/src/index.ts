@@ -352,10 +352,11 @@ function checkDims(fn: string, o: Record<string, unknown>, withKv: boolean): Dim
       `${fn}: dModel: expected a multiple of numHeads (${numHeads}), got ${dModel} (${dModel} % ${numHeads} = ${dModel % numHeads})`,
     );
   }
+  // splitHeads/mergeHeads (withKv false) have no (S, T) tensor: only the (B, S, D) limit applies there.
   for (const [what, count] of [
     ['batch*seqLen*dModel', batch * seqLen * dModel],
     ['batch*kvSeqLen*dModel', batch * kvSeqLen * dModel],
-    ['batch*seqLen*kvSeqLen', batch * seqLen * kvSeqLen],
+    ['batch*seqLen*kvSeqLen', withKv ? batch * seqLen * kvSeqLen : 0],
   ] as const) {
     if (count >= MAX_ELEMENTS) {
       throw new RangeError(`${fn}: shape too large: ${what} = ${count} elements, expected fewer than 2^31`);
