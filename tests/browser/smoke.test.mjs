@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { launchChromium } from './chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
-import { loadGoldenCases, readGolden, compare, expectedFirstRow } from '../js/helpers.mjs';
+import { loadGoldenCases, readGolden, compare, expectedLastRow } from '../js/helpers.mjs';
 
 let server;
 let browser;
@@ -46,10 +46,10 @@ test('the spec example computed in Chromium matches the golden out64', async () 
   await page.close();
 });
 
-test('examples/browser.html (README browser quick start) shows the right first row', async () => {
+test('examples/browser.html (README browser quick start) shows the right last row', async () => {
   const { page, problems } = await openPage(new URL('examples/browser.html', server.url).href);
   await page.waitForFunction(() => !document.querySelector('#result').textContent.includes('computing'));
-  assert.equal(await page.textContent('#result'), `first row: ${expectedFirstRow()}`);
+  assert.equal(await page.textContent('#result'), `last row: ${expectedLastRow()}`);
   assert.deepEqual(problems, []);
   await page.close();
 });

@@ -21,7 +21,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { createServer, build, preview, createLogger } from 'vite';
 import { launchChromium } from '../browser/chromium.mjs';
-import { loadGoldenCases, readGolden, compare, expectedFirstRow } from '../js/helpers.mjs';
+import { loadGoldenCases, readGolden, compare, expectedLastRow } from '../js/helpers.mjs';
 
 const run = promisify(execFile);
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -242,7 +242,7 @@ test('vite dev server, documented config + COOP/COEP: the example page and creat
       await example.guard(example.page.waitForFunction(
         () => !document.querySelector('#result').textContent.includes('computing'), null, { timeout: 30_000 }));
       assert.equal(await example.page.textContent('#info'), `mha-wasm ${pkg.version} (simd: true)`);
-      assert.equal(await example.page.textContent('#result'), `first row: ${expectedFirstRow()}`);
+      assert.equal(await example.page.textContent('#result'), `last row: ${expectedLastRow()}`);
       assert.deepEqual(example.seen.problems, []);
       assert.deepEqual(example.seen.warnings, []);
     } finally {

@@ -3,12 +3,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
-import { repoRoot, expectedFirstRow, referenceMHA } from './helpers.mjs';
+import { repoRoot, expectedLastRow, referenceMHA } from './helpers.mjs';
 
-test('examples/node.mjs (README Node quick start) prints the right first row', () => {
+test('examples/node.mjs (README Node quick start) prints the right last row', () => {
   const stdout = execFileSync(process.execPath, [path.join(repoRoot, 'examples/node.mjs')], { encoding: 'utf8' });
   assert.match(stdout, /out has shape \[2, 5, 12\]/);
-  assert.ok(stdout.includes(`first row: ${expectedFirstRow()}`), stdout);
+  assert.ok(stdout.includes(`last row: ${expectedLastRow()}`), stdout);
 });
 
 test('examples/zero-copy.mjs (README zero-copy calls) prints the last row of two causal attention layers', () => {

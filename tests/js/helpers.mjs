@@ -90,11 +90,15 @@ export function compare(actual, expected) {
   return { maxError, nanMismatch, maxExpected };
 }
 
-/** What the README examples (examples/node.mjs, examples/browser.html) print as their first row. */
-export function expectedFirstRow() {
+/**
+ * What the README examples (examples/node.mjs, examples/browser.html, examples/vite) print as their last
+ * row: the last query row of the causal call sees every key of its batch item (the first row would only
+ * see itself, and equal the input whatever the kernel did).
+ */
+export function expectedLastRow() {
   const x = Float32Array.from({ length: 120 }, (_, i) => Math.sin(i));
   const out = referenceMHA(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3, causal: true });
-  return Array.from(out.subarray(0, 12), (n) => n.toFixed(4)).join(' ');
+  return Array.from(out.subarray(108), (n) => n.toFixed(4)).join(' ');
 }
 
 /** The spec's example (batch 2, seq 5, d_model 12, 3 heads): golden q, k, v, out64 and its shape. */

@@ -10,7 +10,7 @@ try {
   const [batch, seqLen, dModel, numHeads] = [2, 5, 12, 3];
   const x = Float32Array.from({ length: batch * seqLen * dModel }, (_, i) => Math.sin(i)); // q = k = v
   const out = mha.multiHeadAttention(x, x, x, { batch, seqLen, dModel, numHeads, causal: true });
-  result.textContent = `first row: ${Array.from(out.subarray(0, dModel), (n) => n.toFixed(4)).join(' ')}`;
+  result.textContent = `last row: ${Array.from(out.subarray(out.length - dModel), (n) => n.toFixed(4)).join(' ')}`;
 } catch (error) {
   result.textContent = `error: ${error.message}`;
   throw error;
