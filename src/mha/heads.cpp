@@ -8,9 +8,8 @@ namespace {
 
 Status validate_heads(const void* from, const void* to, int32_t batch, int32_t seq_len, int32_t d_model,
                       int32_t num_heads) {
-  // No (S, T) tensor exists here: a key length of 1 keeps validate_shape to the (B, S, D) limits.
-  AttentionShape shape{batch, seq_len, 1, d_model, num_heads};
-  const Status status = validate_shape(shape);
+  AttentionShape shape{batch, seq_len, seq_len, d_model, num_heads};
+  const Status status = validate_shape(shape, ScoreTensor::kNone);
   if (status != Status::kOk) return status;
   if (from == nullptr || to == nullptr) return Status::kNullPointer;
   return Status::kOk;

@@ -104,7 +104,7 @@ Status reference_attention(const AttentionArgs& args) {
 }
 
 Status reference_attention_weights(const AttentionArgs& args, float* weights) {
-  Status status = validate_shape(args.shape, /*with_weights=*/true);
+  Status status = validate_shape(args.shape, ScoreTensor::kWeights);
   if (status != Status::kOk) return status;
   if (args.q.data == nullptr || args.k.data == nullptr || weights == nullptr) return Status::kNullPointer;
   if (!std::isfinite(args.scale)) return Status::kBadScale;

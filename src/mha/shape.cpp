@@ -17,7 +17,7 @@ const char* status_name(Status status) {
   return "unknown status";
 }
 
-Status validate_shape(const AttentionShape& shape, bool with_weights) {
+Status validate_shape(const AttentionShape& shape, ScoreTensor scores) {
   if (shape.batch <= 0 || shape.seq_len <= 0 || shape.kv_seq_len <= 0 || shape.d_model <= 0 ||
       shape.num_heads <= 0) {
     return Status::kNonPositiveDim;
@@ -28,10 +28,9 @@ Status validate_shape(const AttentionShape& shape, bool with_weights) {
   auto fits = [](int64_t a, int64_t b) { return a < kMaxElements && b < kMaxElements && a * b < kMaxElements; };
   const int64_t bs = int64_t{shape.batch} * shape.seq_len;
   const int64_t bt = int64_t{shape.batch} * shape.kv_seq_len;
-  if (!fits(bs, shape.d_model) || !fits(bt, shape.d_model) || !fits(bs, shape.kv_seq_len)) {
-    return Status::kTooLarge;
-  }
-  if (with_weights && !fits(bs * shape.kv_seq_len, shape.num_heads)) return Status::kTooLarge;
+  if (!fits(bs, shape.d_model) || !fits(bt, shape.d_model)) return Status::kTooLarge;
+  if (scores != ScoreTensor::kNone && !fits(bs, shape.kv_seq_len)) return Status::kTooLarge;
+  if (scores == ScoreTensor::kWeights && !fits(bs * shape.kv_seq_len, shape.num_heads)) return Status::kTooLarge;
   return Status::kOk;
 }
 
@@ -41,7 +40,7 @@ float default_scale(int32_t head_dim) {
 }
 
 Status validate_args(const AttentionArgs& args) {
-  const Status shape_status = validate_shape(args.shape);
+  const Status shape_status = validate_shape(args.shape, args.mask != nullptr ? ScoreTensor::kMask : ScoreTensor::kNone);
   if (shape_status != Status::kOk) return shape_status;
   if (args.q.data == nullptr || args.k.data == nullptr || args.v.data == nullptr ||
       args.out.data == nullptr) {

@@ -44,9 +44,13 @@ struct AttentionShape {
   }
 };
 
-// Checks dims only (no memory is touched): positive dims, D % H == 0, every tensor (including the
-// (B,H,S,T) weights when with_weights) below kMaxElements.
-Status validate_shape(const AttentionShape& shape, bool with_weights = false);
+// The (S, T)-sized tensors a call has: attention without a mask forms none (the kernel works on tiles),
+// with a mask there is the (B, S, T) mask, attention_weights writes the (B, H, S, T) weights.
+enum class ScoreTensor { kNone, kMask, kWeights };
+
+// Checks dims only (no memory is touched): positive dims, D % H == 0, every tensor the call has
+// (q, k, v, out and the `scores` ones) below kMaxElements.
+Status validate_shape(const AttentionShape& shape, ScoreTensor scores);
 
 // A (B, rows, D) tensor seen through strides, in elements. Head h of row r of batch b starts at
 //   data + b*batch_stride + r*row_stride + h*Dh

@@ -636,3 +636,34 @@ TEST_CASE("attention: PyTorch golden cases within the golden tolerance", "[atten
     REQUIRE(our_err <= tol);
   }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Sequences whose S x T passes 2^31: without a mask no (S, T) tensor exists, so they are accepted.
+
+TEST_CASE("attention: S * T beyond 2^31 without a mask runs (tiles only); with a mask it is too large",
+          "[attention][validation]") {
+  // 46341^2 = 2,147,488,281 > 2^31 - 1; causal halves the work (about 1.07e9 query-key pairs).
+  const Problem p = make_problem({1, 46341, 46341, 2, 2}, 91, 1.0f, MaskKind::kNone, /*causal=*/true);
+  std::vector<float> fast, ref;
+  mha::AttentionArgs args = p.args(fast);
+  mha::Workspace workspace;
+  REQUIRE(mha::attention(args, workspace) == mha::Status::kOk);
+  mha::AttentionArgs ref_args = p.args(ref);
+  for (int32_t row : {0, 1, 777, 23170, 46339, 46340}) {
+    INFO("row " << row);
+    mha::reference_attention_query(ref_args, 0, 0, row);
+    mha::reference_attention_query(ref_args, 0, 1, row);
+    for (int32_t c = 0; c < 2; ++c) {
+      const float f = fast[size_t(row) * 2 + c], r = ref[size_t(row) * 2 + c];
+      REQUIRE(std::isfinite(f));
+      REQUIRE(std::fabs(f - r) <= kTol * (1.0f + std::fabs(r)));
+    }
+  }
+  // Row 0 sees only key 0: its output is v[0] exactly, per head.
+  REQUIRE(fast[0] == p.v_buf[0]);
+  REQUIRE(fast[1] == p.v_buf[1]);
+  // A mask would be a (B, S, T) tensor of 2^31 bytes or more: refused before any memory is touched.
+  const uint8_t any_byte = 1;
+  args.mask = &any_byte;
+  REQUIRE(mha::attention(args, workspace) == mha::Status::kTooLarge);
+}

@@ -210,7 +210,6 @@ TEST_CASE("validation: bad shapes, pointers and scales are refused as values", "
            {{1, 2, 2, 10, 4}, Status::kHeadsDoNotDivide},
            {{1 << 20, 1 << 10, 2, 4, 2}, Status::kTooLarge},          // q has 2^32 elements
            {{1, 2, 1 << 30, 4, 2}, Status::kTooLarge},                // k has 2^32 elements
-           {{1, 65536, 65536, 2, 2}, Status::kTooLarge},              // mask (B,S,T) has 2^32 elements
            {{0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 1}, Status::kTooLarge},  // no int64 overflow
        }) {
     INFO("shape " << shape.batch << "," << shape.seq_len << "," << shape.kv_seq_len << "," << shape.d_model << ","
@@ -218,6 +217,12 @@ TEST_CASE("validation: bad shapes, pointers and scales are refused as values", "
     args.shape = shape;
     CHECK(mha::reference_attention(args) == expected);  // must not touch the (too small) buffers
   }
+  // A (B, S, T) mask of 2^32 elements is too large; without a mask the same dims form no such tensor.
+  const uint8_t mask_byte = 1;
+  args.shape = AttentionShape{1, 65536, 65536, 2, 2};
+  args.mask = &mask_byte;
+  CHECK(mha::reference_attention(args) == Status::kTooLarge);
+  CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kNone) == Status::kOk);
   args = p.args();
   args.k.data = nullptr;
   CHECK(mha::reference_attention(args) == Status::kNullPointer);
@@ -229,9 +234,10 @@ TEST_CASE("validation: bad shapes, pointers and scales are refused as values", "
   // weights (B,H,S,T) is checked too: 4 * 2^15 * 2^15 * 1 = 2^32 weights
   args = p.args();
   args.shape = AttentionShape{4, 1 << 15, 1 << 15, 4, 4};
-  CHECK(mha::validate_shape(args.shape) == Status::kTooLarge);  // mask alone is 2^32
+  CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kMask) == Status::kTooLarge);  // mask alone is 2^32
+  CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kNone) == Status::kOk);  // no (S, T) tensor without it
   args.shape = AttentionShape{1, 1 << 15, 1 << 15, 4, 4};
-  CHECK(mha::validate_shape(args.shape) == Status::kOk);
-  CHECK(mha::validate_shape(args.shape, true) == Status::kTooLarge);
+  CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kMask) == Status::kOk);
+  CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kWeights) == Status::kTooLarge);
   CHECK(std::string(mha::status_name(Status::kHeadsDoNotDivide)) == "d_model not divisible by num_heads");
 }

@@ -97,3 +97,26 @@ test('splitHeads/mergeHeads take sequences whose seqLen^2 passes 2^31 (no (S, T)
   assert.throws(() => mha.splitHeads(new Float32Array(0), { batch: 2 ** 16, seqLen: 2 ** 16, dModel: 1, numHeads: 1 }),
     (e) => e instanceof RangeError && e.message.includes('batch*seqLen*dModel'));
 });
+
+test('seqLen*kvSeqLen beyond 2^31 without a mask runs: the kernel never forms an (S, T) tensor', () => {
+  // 46341^2 > 2^31; causal halves the work (about 1.07e9 query-key pairs, a few seconds).
+  const S = 46341;
+  const shape = { batch: 1, seqLen: S, dModel: 2, numHeads: 2, causal: true };
+  const x = Float32Array.from({ length: S * 2 }, (_, i) => Math.sin(i * 0.7));
+  const out = mha.multiHeadAttention(x, x, x, shape);
+  // Each head is Dh = 1: row i's output for head h is sum_j w_j x[j, h] over keys j <= i.
+  for (const row of [0, 1, 12345, S - 1]) {
+    for (let h = 0; h < 2; h++) {
+      const qi = x[row * 2 + h];
+      let max = -Infinity;
+      for (let j = 0; j <= row; j++) max = Math.max(max, qi * x[j * 2 + h]);
+      let num = 0, den = 0;
+      for (let j = 0; j <= row; j++) {
+        const w = Math.exp(qi * x[j * 2 + h] - max);
+        num += w * x[j * 2 + h];
+        den += w;
+      }
+      assert.ok(Math.abs(out[row * 2 + h] - num / den) <= 1e-5, `row ${row} head ${h}: ${out[row * 2 + h]} vs ${num / den}`);
+    }
+  }
+});

@@ -352,11 +352,11 @@ function checkDims(fn: string, o: Record<string, unknown>, withKv: boolean): Dim
       `${fn}: dModel: expected a multiple of numHeads (${numHeads}), got ${dModel} (${dModel} % ${numHeads} = ${dModel % numHeads})`,
     );
   }
-  // splitHeads/mergeHeads (withKv false) have no (S, T) tensor: only the (B, S, D) limit applies there.
+  // Only q, k, v and out here: the kernel never forms an (S, T) tensor, so seqLen*kvSeqLen may pass 2^31;
+  // a mask (checkMask) or attention weights (attentionWeights) have their own limit.
   for (const [what, count] of [
     ['batch*seqLen*dModel', batch * seqLen * dModel],
     ['batch*kvSeqLen*dModel', batch * kvSeqLen * dModel],
-    ['batch*seqLen*kvSeqLen', withKv ? batch * seqLen * kvSeqLen : 0],
   ] as const) {
     if (count >= MAX_ELEMENTS) {
       throw new RangeError(`${fn}: shape too large: ${what} = ${count} elements, expected fewer than 2^31`);
@@ -383,6 +383,10 @@ function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | undefined 
   if (value === undefined || value === null) return undefined;
   const expected = d.batch * d.seqLen * d.kvSeqLen;
   const formula = `batch*seqLen*kvSeqLen = ${d.batch}*${d.seqLen}*${d.kvSeqLen}`;
+  if (expected >= MAX_ELEMENTS) {
+    throw new RangeError(`${fn}: shape too large for a mask: ${formula} = ${expected} elements, expected fewer than 2^31 ` +
+      '(without a mask, or with causal: true, there is no such limit)');
+  }
   if (!(value instanceof Uint8Array) && !Array.isArray(value)) {
     throw new TypeError(`${fn}: mask: expected Uint8Array or boolean[] of length ${expected} (${formula}), got ${describe(value)}`);
   }
