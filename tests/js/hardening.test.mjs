@@ -269,6 +269,20 @@ test('q === k === v (one tensor for all three) gives self-attention on it', () =
   assert.deepEqual(x, q, 'the input was modified');
 });
 
+test('one array passed as several of q, k, v is staged once and gives the same bits as separate copies', () => {
+  const x = Float32Array.from(q);
+  const y = Float32Array.from(k);
+  const options = { ...shape, causal: true };
+  for (const [qq, kk, vv] of [[x, x, x], [x, x, y], [x, y, y], [x, y, x]]) {
+    const copies = [Float32Array.from(qq), Float32Array.from(kk), Float32Array.from(vv)];
+    const expected = mha.multiHeadAttention(copies[0], copies[1], copies[2], options);
+    const before = mha.memoryStats().heapBytesInUse;
+    assert.deepEqual(mha.multiHeadAttention(qq, kk, vv, options), expected);
+    assert.equal(mha.memoryStats().heapBytesInUse, before, 'staging grew');
+  }
+  assert.deepEqual(x, Float32Array.from(q), 'the input was modified');
+});
+
 test('out may alias q, k or v: the result is as if computed from the original inputs (documented)', () => {
   const expected = attend({});
   for (const which of ['q', 'k', 'v', 'qkv']) {

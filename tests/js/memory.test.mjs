@@ -67,7 +67,8 @@ test('dispose() returns staging buffers and scratch to the heap; the instance ke
   const x = randomNormal(2 * 64 * 64, rng(3));
   const idle = mha.memoryStats().heapBytesInUse;
   const first = mha.multiHeadAttention(x, x, x, o);
-  assert.ok(mha.memoryStats().heapBytesInUse >= idle + 4 * x.length * 4, 'staging buffers are held between calls');
+  // q = k = v is staged once: the held staging is (at least) that copy plus out.
+  assert.ok(mha.memoryStats().heapBytesInUse >= idle + 2 * x.length * 4, 'staging buffers are held between calls');
   mha.dispose();
   assert.equal(mha.memoryStats().heapBytesInUse, idle);
   assert.deepEqual(mha.multiHeadAttention(x, x, x, o), first);

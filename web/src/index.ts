@@ -1096,16 +1096,20 @@ class Instance implements MHA {
       }
     }
 
-    const sizes = [stagedBytes(qIn, qLength), stagedBytes(kIn, kvLength), stagedBytes(vIn, kvLength), stagedBytes(outIn, qLength),
-      mask ? mask.length : 0];
+    // Self-attention often passes one array as q, k and v: it is staged once (the kernel only reads them).
+    const kIsQ = kIn === qIn;
+    const vIsK = vIn === kIn;
+    const vIsQ = !vIsK && vIn === qIn;
+    const sizes = [stagedBytes(qIn, qLength), kIsQ ? 0 : stagedBytes(kIn, kvLength), vIsK || vIsQ ? 0 : stagedBytes(vIn, kvLength),
+      stagedBytes(outIn, qLength), mask ? mask.length : 0];
     const [qOffset, kOffset, vOffset, outOffset] = [byteOffsetOf(qIn), byteOffsetOf(kIn), byteOffsetOf(vIn), byteOffsetOf(outIn)];
     const base = this.arena.reserve(fn, totalBytes(sizes));
     const [qAt, kAt, vAt, outAt, maskAt] = layout(base, sizes) as [number, number, number, number, number];
     // Views are taken after the only allocation of the call: malloc may grow (and so detach) memory.
     const heap = wasm.HEAPF32;
     const qAddress = place(heap, qIn, qOffset, qLength, qAt);
-    const kAddress = place(heap, kIn, kOffset, kvLength, kAt);
-    const vAddress = place(heap, vIn!, vOffset, kvLength, vAt);
+    const kAddress = kIsQ ? qAddress : place(heap, kIn, kOffset, kvLength, kAt);
+    const vAddress = vIsK ? kAddress : vIsQ ? qAddress : place(heap, vIn!, vOffset, kvLength, vAt);
     const outAddress = typeof outIn === 'number' ? outIn : outAt;
     if (mask) wasm.HEAPU8.set(mask, maskAt);
     const status = wasm._mha_attention(qAddress, kAddress, vAddress, outAddress, mask ? maskAt : 0, d.batch, d.seqLen,
