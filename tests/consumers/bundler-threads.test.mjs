@@ -11,10 +11,9 @@
 //     naming the missing cross-origin isolation, and no worker.
 //
 // webpack: the fixture's webpack.config.cjs (nothing mha-wasm specific). esbuild: as the README documents
-// it (mha.wasm through the `file` loader and wasmUrl; mha-threads.js, mha-threads.worker.js and
-// mha-threads.wasm served next to the bundle). Without COOP/COEP that esbuild setup does not fall back:
-// the fallback fetches mha.wasm next to the bundle (404), so that test is marked todo, and the fallback is
-// also checked with mha.wasm copied next to the bundle. Tools are the repository's pinned devDependencies.
+// it (mha.wasm through the `file` loader and wasmUrl for single-threaded instances; mha-threads.js,
+// mha-threads.worker.js, mha-threads.wasm and mha.wasm served next to the bundle: the threaded build and
+// its single-threaded fallback load from there). Tools are the repository's pinned devDependencies.
 //
 // Needs a built dist/ (npm run build). Env: MHA_GOLDEN_DIR as the other suites, MHA_KEEP_CONSUMERS=1
 // keeps the temporary project and prints its path.
@@ -127,8 +126,9 @@ function buildWebpack() {
 }
 
 /**
- * esbuild as the README documents it: the `file` loader for mha-wasm/mha.wasm, and the threaded files
- * copied next to the bundle (esbuild leaves new URL('./mha-threads.js', import.meta.url) as it is).
+ * esbuild as the README documents it: the `file` loader for mha-wasm/mha.wasm, and the threaded files plus
+ * mha.wasm copied next to the bundle (esbuild leaves new URL('./mha-threads.js', import.meta.url) as it
+ * is; the fallback of createMHA({ threads }) loads new URL('./mha.wasm', import.meta.url)).
  */
 function buildEsbuild() {
   return once('esbuild', async () => {
@@ -149,24 +149,11 @@ function buildEsbuild() {
       assert.ok(bundle.includes(`new URL("./${file}",import.meta.url)`), `the bundle no longer has new URL("./${file}", import.meta.url)`);
       fs.copyFileSync(path.join(tmp, 'node_modules/mha-wasm/dist', file), path.join(dir, 'dist', file));
     }
+    // Found by this suite: without this copy the fallback of createMHA({ threads: 2 }) got HTTP 404.
+    fs.copyFileSync(path.join(tmp, 'node_modules/mha-wasm/dist/mha.wasm'), path.join(dir, 'dist/mha.wasm'));
     fs.copyFileSync(path.join(fixtures, 'threads/esbuild.html'), path.join(dir, 'dist/index.html'));
     console.log(`# esbuild build: ${Date.now() - start} ms; dist/: ${fs.readdirSync(path.join(dir, 'dist')).sort().join(', ')}`);
     return { root: path.join(dir, 'dist'), emitted: Object.fromEntries(THREAD_FILES.map((f) => [f, f])) };
-  });
-}
-
-/**
- * The esbuild app above plus mha.wasm next to the bundle: the single-threaded fallback of
- * createMHA({ threads: 2 }) loads the default new URL('./mha.wasm', import.meta.url), i.e. next to the
- * bundle, whatever wasmUrl the app passes to its own single-threaded instances.
- */
-function buildEsbuildWithMhaWasm() {
-  return once('esbuild+mha.wasm', async () => {
-    const app = await buildEsbuild();
-    const root = path.join(tmp, 'esbuild-app/dist-with-mha-wasm');
-    fs.cpSync(app.root, root, { recursive: true });
-    fs.copyFileSync(path.join(tmp, 'node_modules/mha-wasm/dist/mha.wasm'), path.join(root, 'mha.wasm'));
-    return { root, emitted: app.emitted };
   });
 }
 
@@ -353,23 +340,8 @@ test('esbuild (README setup: threaded files next to the bundle) + COOP/COEP: thr
   console.log(`# esbuild + COOP/COEP, threads: 2: ${Date.now() - start} ms`);
 });
 
-// The README ("Threads and builds") tells esbuild users to serve mha-threads.js, mha-threads.worker.js and
-// mha-threads.wasm next to the bundle, and to load mha.wasm with the file loader + wasmUrl. But when
-// threads cannot run (no COOP/COEP here; equally when a worker fails to start) createMHA({ threads: 2 })
-// falls back to the default new URL('./mha.wasm', import.meta.url), next to the bundle, which that setup
-// does not serve: createMHA rejects with "fetching …/mha.wasm failed: HTTP 404" instead of falling back.
-test('esbuild (README setup), the same app without COOP/COEP: threads: 2 falls back to 1 thread with one warning', {
-  timeout: TEST_TIMEOUT,
-  todo: 'the README\'s esbuild setup does not serve mha.wasm next to the bundle, where the single-threaded fallback ' +
-    'fetches it: createMHA({ threads: 2 }) rejects with HTTP 404 for /mha.wasm (README fix reported)',
-}, async () => {
+test('esbuild (README setup), the same app without COOP/COEP: threads: 2 falls back to 1 thread with one warning', { timeout: TEST_TIMEOUT }, async () => {
   const start = Date.now();
   await checkFallback('esbuild (README setup)', await buildEsbuild());
   console.log(`# esbuild (README setup) without COOP/COEP: ${Date.now() - start} ms`);
-});
-
-test('esbuild with mha.wasm also next to the bundle, without COOP/COEP: threads: 2 falls back to 1 thread with one warning', { timeout: TEST_TIMEOUT }, async () => {
-  const start = Date.now();
-  await checkFallback('esbuild + mha.wasm next to the bundle', await buildEsbuildWithMhaWasm());
-  console.log(`# esbuild + mha.wasm next to the bundle, without COOP/COEP: ${Date.now() - start} ms`);
 });

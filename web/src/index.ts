@@ -1284,6 +1284,7 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
     }
   }
   let wasm: MhaWasmModule;
+  let usedModule = wasmModule;
   try {
     wasm = await instantiate(source, wasmModule, threaded, requested - 1);
   } catch (error) {
@@ -1292,7 +1293,8 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
     reason = error.message;
     build = 'simd';
     const fallback = defaultSource(build);
-    wasm = await instantiate(fallback, (await compiledBuild(fallback)).wasmModule, false, 0);
+    usedModule = (await compiledBuild(fallback)).wasmModule;
+    wasm = await instantiate(fallback, usedModule, false, 0);
     threaded = false;
   }
   checkWasmVersion(source.label, wasm.version());
@@ -1312,9 +1314,13 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
   }
   if (reason !== undefined && requested > 1) warnSingleThreaded(requested, reason);
   const instance = new Instance(wasm, build, threads);
-  if (o.warmup !== false) await warmUp(instance);
+  // Instances of one compiled module share its code, tiered-up functions included: warm each module once.
+  if (o.warmup !== false && !warmedModules.has(usedModule) && (await warmUp(instance))) warmedModules.add(usedModule);
   return instance;
 }
+
+/** Compiled modules whose warm-up saw the optimizing tier take over. */
+const warmedModules = new WeakSet<WebAssembly.Module>();
 
 /**
  * Runs a small attention (1, 128, 128, 128, 2 heads: the same micro-kernels as any head size) until two
@@ -1322,9 +1328,10 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
  * code, or 250 ms have passed. The baseline is the fastest of calls 1-4: call 0 includes lazy
  * compilation, and single calls can be slowed by a GC or a compile on this thread, which once made a
  * noisy baseline accept baseline-tier code (Chromium, a module from the code cache: the next calls ran
- * 6-8x slower than warm). Yields to the event loop now and then so the page stays responsive.
+ * 6-8x slower than warm). Yields to the event loop now and then so the page stays responsive. Returns
+ * whether the tier-up was seen (false after 250 ms without it).
  */
-async function warmUp(mha: MHA): Promise<void> {
+async function warmUp(mha: MHA): Promise<boolean> {
   const shape = { batch: 1, seqLen: 128, dModel: 128, numHeads: 2 };
   const x = Float32Array.from({ length: 128 * 128 }, (_, i) => Math.sin(i * 0.37));
   const out = new Float32Array(x.length);
@@ -1338,10 +1345,11 @@ async function warmUp(mha: MHA): Promise<void> {
     if (call >= 1 && call <= 4) baseline = Math.min(baseline, elapsed);
     else if (call > 4) {
       fastInARow = elapsed < 0.4 * baseline ? fastInARow + 1 : 0;
-      if (fastInARow === 2) break;
+      if (fastInARow === 2) return true;
     }
     if (call % 8 === 7) await new Promise((resolve) => setTimeout(resolve, 0));
   }
+  return false;
 }
 
 /** The package version of this script. */
