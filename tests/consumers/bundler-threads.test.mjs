@@ -19,26 +19,20 @@
 // keeps the temporary project and prints its path.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launchChromium } from '../browser/chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
-import { loadGoldenCases, readGolden, compare } from '../js/helpers.mjs';
+import { repoRoot, sh, installPackedTarball, specGolden, openResources, computeInPage, assertGoldenOutput } from './harness.mjs';
 
-const run = promisify(execFile);
 const here = path.dirname(fileURLToPath(import.meta.url));
-const repoRoot = path.resolve(here, '../..');
 const fixtures = path.join(here, 'fixtures');
 const bin = (p) => path.join(repoRoot, 'node_modules', p);
 const pkg = JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8'));
 
 /** The spec's example, and a problem big enough for the threaded kernel to split it (>= 4e6 flops). */
-const GOLDEN_SHAPE = Object.freeze({ batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-const CAUSAL_SHAPE = Object.freeze({ batch: 1, seqLen: 384, kvSeqLen: 384, dModel: 256, numHeads: 4, causal: true });
 /** The threaded build's browser files, as the package ships them in dist/. */
 const THREAD_FILES = Object.freeze(['mha-threads.js', 'mha-threads.worker.js', 'mha-threads.wasm']);
 /** Per test: every wait is bounded well below this, so a test fails rather than hangs. */
@@ -50,45 +44,25 @@ const FALLBACK_WARNING = new RegExp('^mha-wasm: 2 threads requested, running sin
 let tmp; // the temporary project, with mha-wasm installed from the tarball
 let golden; // { q, k, v, out64 } of the spec's example
 let browser;
-const closers = new Set(); // servers and pages still open, closed in after() if a test failed midway
-
-async function sh(file, args, options = {}) {
-  try {
-    return await run(file, args, { maxBuffer: 64 << 20, timeout: 120_000, ...options });
-  } catch (error) {
-    error.message += `\n--- stdout\n${error.stdout}\n--- stderr\n${error.stderr}`;
-    throw error;
-  }
-}
+const resources = openResources(); // servers and pages still open, closed in after() if a test failed midway
+const track = resources.track;
 
 before(async () => {
   assert.ok(fs.existsSync(path.join(repoRoot, 'dist/mha-threads.wasm')), 'dist/ is not built: run npm run build');
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'mha-wasm-bundler-threads-'));
-  const { stdout } = await sh('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: repoRoot });
-  const tarball = path.join(tmp, JSON.parse(stdout)[0].filename);
   fs.writeFileSync(path.join(tmp, 'package.json'),
     JSON.stringify({ name: 'mha-wasm-bundler-threads', private: true, type: 'module' }, null, 2));
-  await sh('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', tarball], { cwd: tmp });
-  const c = loadGoldenCases().find((x) => x.name === 'example_b2_s5_d12_h3');
-  golden = Object.fromEntries(['q', 'k', 'v', 'out64'].map((role) => [role, readGolden(c, role)]));
+  await installPackedTarball(tmp);
+  golden = specGolden();
   browser = await launchChromium();
 });
 
 after(async () => {
-  for (const close of [...closers].reverse()) await close().catch(() => {});
+  await resources.closeAll();
   await browser?.close();
   if (process.env.MHA_KEEP_CONSUMERS) console.log(`bundler-threads project kept at ${tmp}`);
   else if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
 });
-
-function track(close) {
-  const once = async () => {
-    closers.delete(once);
-    await close();
-  };
-  closers.add(once);
-  return once;
-}
 
 /** Builds each app once (the isolated and the non-isolated tests serve the same build). */
 const built = new Map();
@@ -217,48 +191,6 @@ async function openApp(root, { isolation }) {
  * Returns each instance's info, its golden output, whether its causal output has the same bits as the
  * first instance's, and crossOriginIsolated.
  */
-function computeInPage(evaluate, list) {
-  return evaluate(async ([list, goldenShape, causalShape, q, k, v]) => {
-    const { createMHA, singleThreadOptions } = window.mhaWasm;
-    let seed = 12345;
-    const random = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 4294967296) - 0.5;
-    const { batch: B, seqLen: S, kvSeqLen: T, dModel: D } = causalShape;
-    const cq = Float32Array.from({ length: B * S * D }, random);
-    const ck = Float32Array.from({ length: B * T * D }, random);
-    const cv = Float32Array.from({ length: B * T * D }, random);
-    const results = [];
-    let first;
-    for (const which of list) {
-      const options = which === 'one' ? singleThreadOptions : { threads: 2 };
-      const started = performance.now();
-      const mha = await createMHA(options);
-      const createMs = performance.now() - started;
-      const info = { ...mha.info };
-      const out = mha.multiHeadAttention(new Float32Array(q), new Float32Array(k), new Float32Array(v), goldenShape);
-      const t0 = performance.now();
-      const causal = mha.multiHeadAttention(cq, ck, cv, causalShape);
-      const causalMs = performance.now() - t0;
-      const again = mha.multiHeadAttention(cq, ck, cv, causalShape);
-      first ??= causal;
-      const bits = (a) => new Uint32Array(a.buffer, a.byteOffset, a.length);
-      const same = (a, b) => bits(a).every((x, i) => x === bits(b)[i]);
-      let maxDiff = 0;
-      for (let i = 0; i < causal.length; i++) maxDiff = Math.max(maxDiff, Math.abs(causal[i] - first[i]));
-      results.push({ which, options: String(JSON.stringify(options)), info, golden: Array.from(out),
-        causalBitIdentical: same(causal, first) && same(again, first), causalMaxDiff: maxDiff,
-        causalFinite: causal.every(Number.isFinite), createMs: Math.round(createMs), causalMs: Math.round(causalMs) });
-      mha.dispose();
-    }
-    return { crossOriginIsolated: globalThis.crossOriginIsolated, results };
-  }, [list, GOLDEN_SHAPE, CAUSAL_SHAPE, Array.from(golden.q), Array.from(golden.k), Array.from(golden.v)]);
-}
-
-function assertGoldenOutput(result) {
-  const { maxError } = compare(Float32Array.from(result.golden), golden.out64);
-  assert.ok(maxError <= 1e-5, `${result.options}: max |out - out64| = ${maxError}`);
-  assert.ok(result.causalFinite, `${result.options}: the causal problem gave non-finite values`);
-}
-
 const timings = (r) => r.results.map((x) => `${x.which}: createMHA ${x.createMs} ms, causal call ${x.causalMs} ms`).join('; ');
 
 /** Threads with COOP/COEP: simd-threads on 2 threads from the app's own threaded files, 1-thread bits. */
@@ -266,7 +198,7 @@ async function checkThreaded(name, app) {
   const p = await openApp(app.root, { isolation: true });
   let r;
   try {
-    r = await computeInPage(p.evaluate, ['one', 'two']);
+    r = await computeInPage(p.evaluate, ['one', 'two'], golden);
   } finally {
     await p.close();
   }
@@ -276,7 +208,7 @@ async function checkThreaded(name, app) {
   assert.deepEqual(one.info, { version: pkg.version, simd: true, threads: 1, build: 'simd' });
   assert.deepEqual(two.info, { version: pkg.version, simd: true, threads: 2, build: 'simd-threads' },
     `threads: 2 did not run the threaded build; warnings: ${JSON.stringify(seen.warnings)}`);
-  for (const x of r.results) assertGoldenOutput(x);
+  for (const x of r.results) assertGoldenOutput(x, golden);
   assert.deepEqual(two.golden, one.golden, 'the golden example differs between 1 and 2 threads');
   assert.ok(two.causalBitIdentical, `2 threads differ from 1 thread on the causal problem (max ${two.causalMaxDiff})`);
   assert.deepEqual(seen.warnings, [], 'warnings (a fallback?)');
@@ -301,7 +233,7 @@ async function checkFallback(name, app) {
   const p = await openApp(app.root, { isolation: false });
   let r;
   try {
-    r = await computeInPage(p.evaluate, ['one', 'two', 'two']);
+    r = await computeInPage(p.evaluate, ['one', 'two', 'two'], golden);
   } finally {
     await p.close();
   }
@@ -309,7 +241,7 @@ async function checkFallback(name, app) {
   assert.equal(r.crossOriginIsolated, false);
   for (const x of r.results) {
     assert.deepEqual(x.info, { version: pkg.version, simd: true, threads: 1, build: 'simd' }, x.options);
-    assertGoldenOutput(x);
+    assertGoldenOutput(x, golden);
     assert.ok(x.causalBitIdentical, `${x.options} differs from the first instance`);
   }
   // One warning for both threaded requests (once per reason), naming the missing cross-origin isolation.

@@ -13,19 +13,15 @@
 // keeps the temporary app and prints its path.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { createServer, build, preview, createLogger } from 'vite';
 import { launchChromium } from '../browser/chromium.mjs';
-import { loadGoldenCases, readGolden, compare, expectedLastRow } from '../js/helpers.mjs';
+import { expectedLastRow } from '../js/helpers.mjs';
+import { repoRoot, installPackedTarball, specGolden, openResources, computeInPage, assertGoldenOutput } from './harness.mjs';
 
-const run = promisify(execFile);
-const here = path.dirname(fileURLToPath(import.meta.url));
-const repoRoot = path.resolve(here, '../..');
 const pkg = JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8'));
 
 const ISOLATION_HEADERS = Object.freeze({
@@ -33,23 +29,13 @@ const ISOLATION_HEADERS = Object.freeze({
   'Cross-Origin-Embedder-Policy': 'require-corp',
 });
 /** The spec's example, and a problem big enough for the threaded kernel to split it (>= 4e6 flops). */
-const GOLDEN_SHAPE = Object.freeze({ batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-const CAUSAL_SHAPE = Object.freeze({ batch: 1, seqLen: 384, kvSeqLen: 384, dModel: 256, numHeads: 4, causal: true });
 
 let app; // the temporary Vite app, with mha-wasm installed from the tarball
 let documented; // examples/vite/vite.config.js, the configuration the package documents
 let golden; // { q, k, v, out64 } of the spec's example
 let browser;
-const closers = new Set(); // servers and pages still open, closed in after() if a test failed midway
-
-async function sh(file, args, options = {}) {
-  try {
-    return await run(file, args, { maxBuffer: 64 << 20, ...options });
-  } catch (error) {
-    error.message += `\n--- stdout\n${error.stdout}\n--- stderr\n${error.stderr}`;
-    throw error;
-  }
-}
+const resources = openResources(); // servers and pages still open, closed in after() if a test failed midway
+const track = resources.track;
 
 before(async () => {
   assert.ok(fs.existsSync(path.join(repoRoot, 'dist/mha.wasm')), 'dist/ is not built: run npm run build');
@@ -62,9 +48,7 @@ before(async () => {
   delete manifest.dependencies;
   delete manifest.devDependencies;
   fs.writeFileSync(path.join(app, 'package.json'), JSON.stringify(manifest, null, 2));
-  const { stdout } = await sh('npm', ['pack', '--json', '--pack-destination', app], { cwd: repoRoot });
-  const tarball = path.join(app, JSON.parse(stdout)[0].filename);
-  await sh('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', tarball], { cwd: app });
+  await installPackedTarball(app);
   // A second page that hands createMHA to the test. The icon link keeps Chromium from asking for /favicon.ico.
   fs.writeFileSync(path.join(app, 'test.html'), `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>mha-wasm test page</title></head>
@@ -79,26 +63,16 @@ document.body.dataset.ready = '1';
     '<meta charset="utf-8" />\n    <link rel="icon" href="data:," />'));
   documented = (await import(pathToFileURL(path.join(app, 'vite.config.js')).href)).default;
   assert.deepEqual(documented.optimizeDeps?.exclude, ['mha-wasm'], 'examples/vite/vite.config.js changed: review this test');
-  const c = loadGoldenCases().find((x) => x.name === 'example_b2_s5_d12_h3');
-  golden = Object.fromEntries(['q', 'k', 'v', 'out64'].map((role) => [role, readGolden(c, role)]));
+  golden = specGolden();
   browser = await launchChromium();
 });
 
 after(async () => {
-  for (const close of [...closers].reverse()) await close().catch(() => {});
+  await resources.closeAll();
   await browser?.close();
   if (process.env.MHA_KEEP_CONSUMERS) console.log(`vite app kept at ${app}`);
   else if (app) fs.rmSync(app, { recursive: true, force: true });
 });
-
-function track(close) {
-  const once = async () => {
-    closers.delete(once);
-    await close();
-  };
-  closers.add(once);
-  return once;
-}
 
 /** Collects what Vite itself logs as a warning or an error (the dev server's own view of the requests). */
 function recordingLogger(sink) {
@@ -181,49 +155,13 @@ async function openTestPage(baseUrl) {
  * example and the seeded causal problem. Returns each instance's info, its golden output, and whether its
  * causal output has the same bits as the first instance's; plus crossOriginIsolated.
  */
-function computeInPage(evaluate, optionsList) {
-  return evaluate(async ([optionsList, goldenShape, causalShape, q, k, v]) => {
-    const { createMHA } = window.mhaWasm;
-    let seed = 12345;
-    const random = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 4294967296) - 0.5;
-    const { batch: B, seqLen: S, kvSeqLen: T, dModel: D } = causalShape;
-    const cq = Float32Array.from({ length: B * S * D }, random);
-    const ck = Float32Array.from({ length: B * T * D }, random);
-    const cv = Float32Array.from({ length: B * T * D }, random);
-    const results = [];
-    let first;
-    for (const options of optionsList) {
-      const mha = await createMHA(options);
-      const info = { ...mha.info };
-      const out = mha.multiHeadAttention(new Float32Array(q), new Float32Array(k), new Float32Array(v), goldenShape);
-      const causal = mha.multiHeadAttention(cq, ck, cv, causalShape);
-      const again = mha.multiHeadAttention(cq, ck, cv, causalShape);
-      first ??= causal;
-      const bits = (a) => new Uint32Array(a.buffer, a.byteOffset, a.length);
-      const same = (a, b) => bits(a).every((x, i) => x === bits(b)[i]);
-      let maxDiff = 0;
-      for (let i = 0; i < causal.length; i++) maxDiff = Math.max(maxDiff, Math.abs(causal[i] - first[i]));
-      results.push({ options, info, golden: Array.from(out), causalBitIdentical: same(causal, first) && same(again, first),
-        causalMaxDiff: maxDiff, causalFinite: causal.every(Number.isFinite) });
-      mha.dispose();
-    }
-    return { crossOriginIsolated: globalThis.crossOriginIsolated, results };
-  }, [optionsList, GOLDEN_SHAPE, CAUSAL_SHAPE, Array.from(golden.q), Array.from(golden.k), Array.from(golden.v)]);
-}
-
-function assertGoldenOutput(result) {
-  const { maxError } = compare(Float32Array.from(result.golden), golden.out64);
-  assert.ok(maxError <= 1e-5, `${JSON.stringify(result.options)}: max |out - out64| = ${maxError}`);
-  assert.ok(result.causalFinite, `${JSON.stringify(result.options)}: the causal problem gave non-finite values`);
-}
-
 /** The threaded run of computeInPage([{}, { threads: 2 }]): the threaded build, 2 threads, 1-thread bits. */
 function assertThreaded(r, seen) {
   assert.equal(r.crossOriginIsolated, true, 'the page is not cross-origin isolated: COOP/COEP headers missing?');
   const [one, two] = r.results;
   assert.deepEqual(one.info, { version: pkg.version, simd: true, threads: 1, build: 'simd' });
   assert.deepEqual(two.info, { version: pkg.version, simd: true, threads: 2, build: 'simd-threads' });
-  for (const x of r.results) assertGoldenOutput(x);
+  for (const x of r.results) assertGoldenOutput(x, golden);
   assert.deepEqual(two.golden, one.golden, 'the golden example differs between 1 and 2 threads');
   assert.ok(two.causalBitIdentical, `2 threads differ from 1 thread on the causal problem (max ${two.causalMaxDiff})`);
   assert.ok(seen.workers.length >= 1, 'no Web Worker was started');
@@ -250,10 +188,10 @@ test('vite dev server, documented config + COOP/COEP: the example page and creat
     }
 
     const p = await openTestPage(dev.url);
-    const r = await computeInPage(p.evaluate, [{}]).finally(() => p.close());
+    const r = await computeInPage(p.evaluate, [{}], golden).finally(() => p.close());
     assert.equal(r.crossOriginIsolated, true);
     assert.deepEqual(r.results[0].info, { version: pkg.version, simd: true, threads: 1, build: 'simd' });
-    assertGoldenOutput(r.results[0]);
+    assertGoldenOutput(r.results[0], golden);
     // Excluded from pre-bundling: the package is served from its own folder, and so is mha.wasm.
     const base = new URL('/node_modules/mha-wasm/dist/', dev.url).href;
     assert.ok(p.seen.requests.some((u) => u.startsWith(`${base}index.js`)), `index.js not served from ${base}`);
@@ -274,7 +212,7 @@ test('vite dev server + COOP/COEP, with and without optimizeDeps.exclude: thread
     try {
       const p = await openTestPage(dev.url);
       try {
-        const r = await computeInPage(p.evaluate, [{}, { threads: 2 }]);
+        const r = await computeInPage(p.evaluate, [{}, { threads: 2 }], golden);
         assertThreaded(r, p.seen);
       } finally {
         await p.close();
@@ -292,12 +230,12 @@ test('vite dev server without COOP/COEP: threads: 2 falls back to 1 thread (simd
   const dev = await startDevServer('plain', { isolation: false, exclude: true });
   try {
     const p = await openTestPage(dev.url);
-    const r = await computeInPage(p.evaluate, [{}, { threads: 2 }, { threads: 2 }]).finally(() => p.close());
+    const r = await computeInPage(p.evaluate, [{}, { threads: 2 }, { threads: 2 }], golden).finally(() => p.close());
     assert.equal(r.crossOriginIsolated, false);
     for (const x of r.results) {
-      assert.deepEqual(x.info, { version: pkg.version, simd: true, threads: 1, build: 'simd' }, JSON.stringify(x.options));
-      assertGoldenOutput(x);
-      assert.ok(x.causalBitIdentical, `${JSON.stringify(x.options)} differs from the first instance`);
+      assert.deepEqual(x.info, { version: pkg.version, simd: true, threads: 1, build: 'simd' }, x.options);
+      assertGoldenOutput(x, golden);
+      assert.ok(x.causalBitIdentical, `${x.options} differs from the first instance`);
     }
     // One warning for both threaded requests (once per reason), naming the missing cross-origin isolation.
     assert.equal(p.seen.warnings.length, 1, JSON.stringify(p.seen.warnings));
@@ -331,7 +269,7 @@ test('vite dev server WITHOUT optimizeDeps.exclude: the pre-bundled package stil
           'without optimizeDeps.exclude createMHA() failed without the loader\'s error');
         assert.fail(`without optimizeDeps.exclude createMHA() now fails (with the loader's error): ${created}`);
       }
-      r = await computeInPage(p.evaluate, [{}]);
+      r = await computeInPage(p.evaluate, [{}], golden);
     } finally {
       await p.close();
     }
@@ -339,7 +277,7 @@ test('vite dev server WITHOUT optimizeDeps.exclude: the pre-bundled package stil
     const deps = new URL('/node_modules/.vite-prebundled/deps/mha-wasm.js', dev.url).href;
     assert.ok(p.seen.requests.some((u) => u.startsWith(deps)), `mha-wasm was not served pre-bundled from ${deps}`);
     assert.deepEqual(r.results[0].info, { version: pkg.version, simd: true, threads: 1, build: 'simd' });
-    assertGoldenOutput(r.results[0]);
+    assertGoldenOutput(r.results[0], golden);
     assert.ok(p.seen.requests.includes(new URL('/node_modules/mha-wasm/dist/mha.wasm', dev.url).href),
       `mha.wasm not fetched from the package folder: ${p.seen.requests.filter((u) => u.includes('.wasm'))}`);
     assert.deepEqual(p.seen.warnings, []);
@@ -382,7 +320,7 @@ test('vite build + vite preview with COOP/COEP: threads: 2 runs simd-threads on 
   const close = track(() => server.close());
   try {
     const p = await openTestPage(server.resolvedUrls.local[0]);
-    const r = await computeInPage(p.evaluate, [{}, { threads: 2 }]).finally(() => p.close());
+    const r = await computeInPage(p.evaluate, [{}, { threads: 2 }], golden).finally(() => p.close());
     assertThreaded(r, p.seen);
   } finally {
     await close();
