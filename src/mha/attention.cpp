@@ -96,32 +96,37 @@ Layout make_layout(const AttentionShape& shape) {
 // ---------------------------------------------------------------------------------------------------
 // Packing
 
-// K rows [0, nk) of the tile -> kt (Dh, kBk); keys [nk, round_up(nk, kNr)) are zero. 4x4 blocks are
-// transposed in registers (4 unaligned row loads, 8 shuffles, 4 aligned stores); edges go scalar.
+// Rows r..r+3 (row_stride apart, Dh each) -> dst (Dh, 4 adjacent floats, dst_stride apart): dst[d *
+// dst_stride + i] = row i [d]. 4x4 blocks are transposed in registers (4 unaligned row loads, 8 shuffles,
+// 4 aligned stores, so dst must be 16-byte aligned and dst_stride a multiple of 4); a Dh % 4 tail goes
+// scalar. Used for the Q panels (dst_stride kMr) and the K^T tile (dst_stride kBk).
+template <int32_t kDstStride>
+inline void transpose_4_rows(const float* r0, int64_t row_stride, int32_t dh, float* dst) {
+  const float* r1 = r0 + row_stride;
+  const float* r2 = r1 + row_stride;
+  const float* r3 = r2 + row_stride;
+  const int32_t dh4 = dh - dh % kLanes;
+  for (int32_t d = 0; d < dh4; d += kLanes) {
+    __m128 x0 = _mm_loadu_ps(r0 + d), x1 = _mm_loadu_ps(r1 + d), x2 = _mm_loadu_ps(r2 + d), x3 = _mm_loadu_ps(r3 + d);
+    _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+    _mm_store_ps(dst + (d + 0) * kDstStride, x0);
+    _mm_store_ps(dst + (d + 1) * kDstStride, x1);
+    _mm_store_ps(dst + (d + 2) * kDstStride, x2);
+    _mm_store_ps(dst + (d + 3) * kDstStride, x3);
+  }
+  for (int32_t d = dh4; d < dh; ++d) {
+    dst[d * kDstStride + 0] = r0[d];
+    dst[d * kDstStride + 1] = r1[d];
+    dst[d * kDstStride + 2] = r2[d];
+    dst[d * kDstStride + 3] = r3[d];
+  }
+}
+
+// K rows [0, nk) of the tile -> kt (Dh, kBk); keys [nk, round_up(nk, kNr)) are zero.
 MHA_PHASE void pack_k_transposed(const float* k, int64_t row_stride, int32_t nk, int32_t dh, float* kt) {
   const int32_t nk8 = round_up(nk, kNr);
   const int32_t nk4 = nk - nk % kLanes;
-  const int32_t dh4 = dh - dh % kLanes;
-  for (int32_t j = 0; j < nk4; j += kLanes) {
-    const float* r0 = k + j * row_stride;
-    const float* r1 = r0 + row_stride;
-    const float* r2 = r1 + row_stride;
-    const float* r3 = r2 + row_stride;
-    for (int32_t d = 0; d < dh4; d += kLanes) {
-      __m128 x0 = _mm_loadu_ps(r0 + d), x1 = _mm_loadu_ps(r1 + d), x2 = _mm_loadu_ps(r2 + d), x3 = _mm_loadu_ps(r3 + d);
-      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
-      _mm_store_ps(kt + (d + 0) * kBk + j, x0);
-      _mm_store_ps(kt + (d + 1) * kBk + j, x1);
-      _mm_store_ps(kt + (d + 2) * kBk + j, x2);
-      _mm_store_ps(kt + (d + 3) * kBk + j, x3);
-    }
-    for (int32_t d = dh4; d < dh; ++d) {
-      kt[d * kBk + j] = r0[d];
-      kt[d * kBk + j + 1] = r1[d];
-      kt[d * kBk + j + 2] = r2[d];
-      kt[d * kBk + j + 3] = r3[d];
-    }
-  }
+  for (int32_t j = 0; j < nk4; j += kLanes) transpose_4_rows<kBk>(k + j * row_stride, row_stride, dh, kt + j);
   for (int32_t j = nk4; j < nk; ++j) {
     const float* src = k + j * row_stride;
     for (int32_t d = 0; d < dh; ++d) kt[d * kBk + j] = src[d];
@@ -155,8 +160,9 @@ MHA_PHASE void pack_v(const float* v, int64_t row_stride, int32_t nk, int32_t dh
 // s[i][jb..jb+8) = scale * (q_i . k_j) for the 4 rows of one Q panel (Dh, 4) and keys [0, nk8) of the
 // K^T tile (Dh, kBk). Returns true when some stored score is +-inf or NaN (q.k overflowed float32, or an
 // input is not finite): checked here, on registers, at 9 operations per 32 scores instead of a pass over
-// each row (a sum of finite scores that overflows only costs a needless, exact, recomputation). 8 accumulators + 2 key vectors + 4 broadcasts + 1 product temporary = 15 of the
-// 16 xmm registers (V8 keeps the 16th as scratch): the largest block that does not spill without FMA.
+// each row (a sum of finite scores that overflows only costs a needless, exact, recomputation).
+// 8 accumulators + 2 key vectors + 4 broadcasts + 1 product temporary = 15 of the 16 xmm registers (V8
+// keeps the 16th as scratch): the largest block that does not spill without FMA.
 MHA_PHASE bool qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t nk8, float scale, float* s) {
   const VecF vscale(scale);
   VecF nonfinite(0.0f);  // stays 0 unless a score is not finite (0 * inf = NaN)
@@ -336,26 +342,8 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
   // Q rows as panels of 4 rows, qp[(r/4)*Dh*4 + d*4 + r%4]; rows past the unit are zero (discarded).
   const int32_t full4 = rows - rows % kMr;
   const int32_t dh4 = dh - dh % kLanes;
-  for (int32_t r = 0; r < full4; r += kMr) {  // 4x4 blocks transposed in registers
-    float* panel = qp + r * dh;
-    const float* r0 = q + (q_begin + r) * args.q.row_stride;
-    const float* r1 = r0 + args.q.row_stride;
-    const float* r2 = r1 + args.q.row_stride;
-    const float* r3 = r2 + args.q.row_stride;
-    for (int32_t d = 0; d < dh4; d += kLanes) {
-      __m128 x0 = _mm_loadu_ps(r0 + d), x1 = _mm_loadu_ps(r1 + d), x2 = _mm_loadu_ps(r2 + d), x3 = _mm_loadu_ps(r3 + d);
-      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
-      _mm_store_ps(panel + (d + 0) * kMr, x0);
-      _mm_store_ps(panel + (d + 1) * kMr, x1);
-      _mm_store_ps(panel + (d + 2) * kMr, x2);
-      _mm_store_ps(panel + (d + 3) * kMr, x3);
-    }
-    for (int32_t d = dh4; d < dh; ++d) {
-      panel[d * kMr + 0] = r0[d];
-      panel[d * kMr + 1] = r1[d];
-      panel[d * kMr + 2] = r2[d];
-      panel[d * kMr + 3] = r3[d];
-    }
+  for (int32_t r = 0; r < full4; r += kMr) {
+    transpose_4_rows<kMr>(q + (q_begin + r) * args.q.row_stride, args.q.row_stride, dh, qp + r * dh);
   }
   for (int32_t r = full4; r < rows4; ++r) {
     float* panel = qp + (r / kMr) * dh * kMr + r % kMr;
