@@ -26,8 +26,9 @@ constexpr int32_t kMaxRowsPerUnit = 64;  // Bq, as the fast kernel
 constexpr int32_t kKeysPerTile = 64;     // Bk
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// exp with the fast kernel's range contract (simd_exp.hpp): below -87.3 the result flushes to +0 instead
-// of a denormal, so a weight that underflows is 0 in both kernels (and 0 * inf = NaN, see hardening).
+// exp that flushes weights near FLT_MIN to +0 instead of a denormal, as the fast kernel's exp2 does
+// (simd_exp.hpp: below 2^-126.5, about e^-87.7), so a weight that underflows is 0 in both kernels (and
+// 0 * inf = NaN, see hardening).
 constexpr float kExpUnderflow = -87.3f;
 inline float exp_flushed(float x) { return x < kExpUnderflow ? 0.0f : std::exp(x); }
 
