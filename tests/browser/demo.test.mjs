@@ -166,10 +166,13 @@ describe('demo page', () => {
     assert.deepEqual(tokens.slice(0, 3), ['0: The', '1: cat', '2: sat']);
 
     // Hover a cell: the tooltip names query, key and weight.
-    const box = await page.locator('#heatmaps canvas[data-head="1"]').boundingBox();
-    const geo = await page.$eval('#heatmaps canvas[data-head="1"]', (c) => ({ left: +c.dataset.left, top: +c.dataset.top, cell: +c.dataset.cell, w: parseFloat(c.style.width) }));
-    const k = box.width / geo.w;
-    await page.mouse.move(box.x + (geo.left + 1.5 * geo.cell) * k, box.y + (geo.top + 2.5 * geo.cell) * k);
+    // Geometry and position are read in one step (a resize redraw could replace the canvas between two).
+    const canvas = page.locator('#heatmaps canvas[data-head="1"]');
+    const at = await canvas.evaluate((c) => {
+      const k = c.getBoundingClientRect().width / parseFloat(c.style.width);
+      return { x: (+c.dataset.left + 1.5 * +c.dataset.cell) * k, y: (+c.dataset.top + 2.5 * +c.dataset.cell) * k };
+    });
+    await canvas.hover({ position: at });
     const tip = page.locator('#tooltip');
     await tip.waitFor({ state: 'visible' });
     const tipText = await tip.textContent();
@@ -391,5 +394,22 @@ describe('demo page', () => {
       assert.ok(widest <= 390, `a heatmap reaches x = ${widest}`);
       assert.deepEqual(problems, []);
     }
+  });
+
+  test('resizing the window redraws the heatmaps at the new width; a settled page is not redrawn', async (t) => {
+    const { page, problems } = await openDemo(t, { width: 1280, height: 800 });
+    await waitPanel(page, 'timing');
+    const widths = () => page.$$eval('#heatmaps canvas', (cs) => cs.map((c) => c.width));
+    const wide = await widths();
+    await page.evaluate(() => document.querySelector('#heatmaps canvas').setAttribute('data-marked', ''));
+    await page.waitForTimeout(300);
+    assert.equal(await page.locator('#heatmaps canvas[data-marked]').count(), 1, 'a settled page redrew its heatmaps');
+    await page.setViewportSize({ width: 600, height: 800 });
+    await page.waitForFunction(() => !document.querySelector('#heatmaps canvas[data-marked]'), null, { timeout: 5_000 });
+    const narrow = await widths();
+    assert.equal(narrow.length, wide.length);
+    assert.ok(narrow[0] < wide[0], `canvas ${wide[0]}px wide at 1280, ${narrow[0]}px at 600`);
+    assert.ok(await page.evaluate(() => document.scrollingElement.scrollWidth) <= 600);
+    assert.deepEqual(problems, []);
   });
 });

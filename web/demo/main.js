@@ -408,7 +408,9 @@ function renderHeatmaps(state) {
   if (!(maxW > 0)) maxW = 1;
   const clipped = trueMax > maxW * 1.0001;
   const nanRow = Array.from({ length: S }, (_, i) => Number.isNaN(weights[i * T]));
-  const layout = heatLayout(S, T, H, rowLabels, rowLabels, $('heatmaps').clientWidth || 300);
+  const width = $('heatmaps').clientWidth;
+  const layout = heatLayout(S, T, H, rowLabels, rowLabels, width || 300);
+  heat.renderedWidth = width;
   heat.data = { S, T, H, weights, maxW, nanRow, visible: visibleItem, rowLabels, colLabels: rowLabels, layout };
 
   const dpr = window.devicePixelRatio || 1;
@@ -880,14 +882,14 @@ async function main() {
   });
 
   // Heatmaps are sized to their container: redraw (without recomputing) when its width changes.
-  let lastWidth = 0;
+  // The observer's first callback, and any width the maps were already drawn at, redraw nothing:
+  // a needless redraw replaces the canvases under the pointer (and under tests that hover them).
   let resizeTimer = 0;
-  new ResizeObserver(([entry]) => {
-    const width = Math.round(entry.contentRect.width);
-    if (width === lastWidth) return;
-    lastWidth = width;
+  new ResizeObserver(() => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => lastRender && renderHeatmaps(lastRender), 100);
+    resizeTimer = setTimeout(() => {
+      if (lastRender && $('heatmaps').clientWidth !== heat.renderedWidth) renderHeatmaps(lastRender);
+    }, 100);
   }).observe($('heatmaps'));
   update();
 }
