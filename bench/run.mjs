@@ -2,7 +2,7 @@
 // mha-wasm benchmark driver. Every (implementation, shape) pair runs in its own child process with a
 // timeout, so an OOM or crash costs only that row. See bench/README.md.
 //
-//   node bench/run.mjs [--shapes a,b] [--impls a,b] [--quick] [--budget ms] [--timeout s]
+//   node bench/run.mjs [--shapes a,b] [--impls a,b] [--quick] [--budget ms] [--rounds n] [--timeout s]
 //                      [--seed n] [--out dir] [--browser] [--no-ceiling]
 import { fork } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -30,6 +30,7 @@ function parseArgs(argv) {
       case '--browser': o.browser = true; break;
       case '--no-ceiling': o.ceiling = false; break;
       case '--budget': o.budgetMs = Number(value()); break;
+      case '--rounds': o.rounds = Number(value()); break;
       case '--timeout': o.timeoutS = Number(value()); break;
       case '--seed': o.seed = Number(value()); break;
       case '--out': o.out = resolve(value()); break;
@@ -45,6 +46,8 @@ function parseArgs(argv) {
   o.impls ??= o.browser ? ['mha-wasm', 'plain-js'] : IMPL_NAMES;
   for (const i of o.impls) if (!IMPL_NAMES.includes(i)) throw new Error(`unknown implementation "${i}" (expected one of ${IMPL_NAMES.join(', ')})`);
   o.budgetMs ??= o.quick ? 1000 : 3000;
+  o.rounds ??= o.quick ? 1 : 3;
+  if (!Number.isInteger(o.rounds) || o.rounds < 1) throw new Error(`--rounds: expected a positive integer, got ${o.rounds}`);
   o.timeoutS ??= o.quick ? 120 : 300;
   return o;
 }
@@ -97,6 +100,40 @@ function runChild(config, timeoutS) {
   });
 }
 
+/** Shapes above this many FLOPs per call (long2k, long8k) are measured in one round. */
+const ROUNDS_MAX_FLOPS = 2e9;
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+/**
+ * One row from the rounds of an (implementation, shape) pair: the first round that did not succeed if
+ * any (a wrong answer, crash or timeout is the row's result), else the pooled samples: median, min and
+ * reps over all of them; first call, load time and the check from the first round; the largest peak RSS.
+ */
+function poolRounds(rounds) {
+  if (rounds.length === 1) return rounds[0];
+  const failed = rounds.find((r) => r.status !== 'ok');
+  if (failed) return { ...failed, rounds: rounds.length };
+  const samples = rounds.flatMap((r) => r.samplesMs);
+  const medianMs = median(samples);
+  return {
+    ...rounds[0],
+    samplesMs: samples,
+    reps: samples.length,
+    medianMs,
+    minMs: Math.min(...samples),
+    p90Ms: [...samples].sort((a, b) => a - b)[Math.round(0.9 * (samples.length - 1))],
+    gflops: rounds[0].flops / (medianMs * 1e6),
+    peakRssBytes: Math.max(...rounds.map((r) => r.peakRssBytes ?? 0)),
+    rounds: rounds.length,
+    roundMediansMs: rounds.map((r) => r.medianMs),
+  };
+}
+
 const fmtMs = (x) => (x >= 100 ? x.toFixed(0) : x >= 1 ? x.toFixed(2) : x.toPrecision(3));
 
 const LABEL_WIDTH = Math.max(...Object.values(IMPL_LABELS).map((label) => label.length));
@@ -141,12 +178,23 @@ async function main() {
   if (opts.ceiling) await measureCeilingChild('start');
   for (const name of opts.shapes) {
     const shape = shapeByName(name);
-    console.error(`-- ${name} ${describeShape(shape)}: ${(flopsOf(shape) / 1e9).toFixed(3)} GFLOP per call`);
-    for (const impl of opts.impls) {
-      const r = await runChild({ impl, shape: name, seed: opts.seed, budgetMs: opts.budgetMs, minReps: 3 }, opts.timeoutS);
-      run.results.push(r);
-      console.error('   ' + fmtRow(r));
+    // Rounds interleave the implementations (forward, then backward, ...), so a slow spell of the shared
+    // machine falls on all of them rather than on whichever ran during it; each row pools its rounds'
+    // samples. Shapes whose calls take seconds get one round.
+    const rounds = flopsOf(shape) > ROUNDS_MAX_FLOPS ? 1 : opts.rounds;
+    const budgetMs = opts.budgetMs / rounds;
+    console.error(`-- ${name} ${describeShape(shape)}: ${(flopsOf(shape) / 1e9).toFixed(3)} GFLOP per call` +
+      (rounds > 1 ? `, ${rounds} rounds of ${budgetMs.toFixed(0)} ms per row` : ''));
+    const perImpl = new Map(opts.impls.map((impl) => [impl, []]));
+    for (let round = 0; round < rounds; round++) {
+      const order = round % 2 === 0 ? opts.impls : [...opts.impls].reverse();
+      for (const impl of order) {
+        const r = await runChild({ impl, shape: name, seed: opts.seed, budgetMs, minReps: 3 }, opts.timeoutS);
+        perImpl.get(impl).push(r);
+        console.error(`   ${rounds > 1 ? `[${round + 1}/${rounds}] ` : ''}${fmtRow(r)}`);
+      }
     }
+    for (const impl of opts.impls) run.results.push(poolRounds(perImpl.get(impl)));
   }
   if (opts.ceiling) {
     await measureCeilingChild('end');

@@ -56,7 +56,12 @@ export function markdown(run) {
   const ceilRuns = ceiling?.runs ? ` (runs: ${ceiling.runs.map((c) => `${c.when} ${fmt(c.gflops, 1)}`).join(', ')})` : '';
   lines.push(`Ceiling (12 independent f32x4 mul+add chains, one core): **${fmt(ceil, 1)} GFLOP/s**, best call of the best run${ceilRuns}.`);
   lines.push('FLOPs per call = 4·B·H·S·T·Dh (masked positions included). Times are end to end: Float32Array in, Float32Array out; ' +
-    'except the heap tensor rows, whose inputs are copied onto the wasm heap before timing and whose output stays there (no copies timed).', '');
+    'except the heap tensor rows, whose inputs are copied onto the wasm heap before timing and whose output stays there (no copies timed).');
+  const rounds = run.options?.rounds ?? 1;
+  if (rounds > 1 && run.mode !== 'browser') {
+    lines.push(`Each row of a shape up to 2 GFLOP per call pools ${rounds} rounds, in which the implementations ran in turn (forward, backward, ...), so a slow spell of the shared machine falls on all of them; median and reps are over all rounds' samples. Larger shapes ran once.`);
+  }
+  lines.push('');
 
   // Matrix: GFLOP/s per shape x implementation.
   const impls = IMPL_ORDER.filter((i) => results.some((r) => r.impl === i));
