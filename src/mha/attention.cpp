@@ -448,27 +448,34 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
     }
   }
 
-  // out = O / l; a row that never saw a visible key has l = 0 and O = 0, so it becomes NaN (0/0).
+  // out = O / l; a row that never saw a visible key has l = 0 and O = 0, so it becomes NaN (0/0). A row
+  // is checked before it is stored: out may be q itself (attention.hpp), and a non-finite row is redone
+  // by the reference, which reads that row of q.
   for (int32_t r = 0; r < rows; ++r) {
-    float* dst = out + (q_begin + r) * args.out.row_stride;
     const float* src = op + r * dh8;
     const float l = lrow[r];
-    const VecF vl(l);
+    // A row that saw a visible key has l >= 1 (its max key adds 2^0 = 1), so finite O gives a finite
+    // O / l; anything else takes the exact per-value test.
+    VecF o_check(0.0f);  // stays 0 unless some value of O is inf or NaN (0 * inf = NaN)
     int32_t d = 0;
-    VecF finite_check(0.0f);
-    for (; d < dh4; d += kLanes) {
-      const VecF value = VecF::load_aligned(src + d) / vl;  // exact, as scalar
-      value.store_unaligned(dst + d);
-      finite_check += value * VecF(0.0f);  // stays 0 unless some value is inf or NaN (0 * inf = NaN)
-    }
-    float tail_check = xsimd::hadd(finite_check);
-    for (; d < dh; ++d) {
-      dst[d] = src[d] / l;
-      tail_check += dst[d] * 0.0f;
+    for (; d < dh4; d += kLanes) o_check += VecF::load_aligned(src + d) * VecF(0.0f);
+    float tail_check = xsimd::hadd(o_check);
+    for (; d < dh; ++d) tail_check += src[d] * 0.0f;
+    bool finite = tail_check == 0.0f && l >= 1.0f && l <= std::numeric_limits<float>::max();
+    if (!finite) {
+      finite = true;
+      for (d = 0; d < dh; ++d) finite &= std::isfinite(src[d] / l);
     }
     // Non-finite rows (fully hidden rows, non-finite inputs, float32 overflow of the logits or of the
     // weighted sum) are rare; recomputing them with the reference gives exactly its NaN/inf semantics.
-    if (tail_check != 0.0f) reference_attention_query(args, unit.batch, unit.head, q_begin + r);
+    if (!finite) {
+      reference_attention_query(args, unit.batch, unit.head, q_begin + r);
+      continue;
+    }
+    float* dst = out + (q_begin + r) * args.out.row_stride;
+    const VecF vl(l);
+    for (d = 0; d < dh4; d += kLanes) (VecF::load_aligned(src + d) / vl).store_unaligned(dst + d);  // exact, as scalar
+    for (; d < dh; ++d) dst[d] = src[d] / l;
   }
 }
 

@@ -48,6 +48,10 @@ size_t attention_scratch_floats(const AttentionShape& shape);
 
 // Runs one unit. args must have passed validate_args; scratch holds attention_scratch_floats floats,
 // 64-byte aligned, and is private to the calling thread.
+//
+// out may be q itself (the same data and strides; any other overlap is undefined): a unit reads the
+// rows of its head of q before it writes the same rows of its head of out, and no other unit reads them.
+// This lets a caller that stages q anyway take the result from there (web/src/index.ts does).
 void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* scratch);
 
 // All units on the calling thread, with the scratch grown in `workspace` as needed.

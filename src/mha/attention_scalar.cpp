@@ -133,9 +133,14 @@ void attention_run_unit(const AttentionArgs& args, const WorkUnit& unit, float* 
     const float* o = o_all + size_t(r) * dh;
     const float l = l_all[r];
     bool finite = true;
-    for (int32_t d = 0; d < dh; ++d) finite &= std::isfinite(dst[d] = o[d] / l);
-    // As in the SIMD kernel: non-finite rows get exactly the reference's NaN/inf semantics.
-    if (!finite) reference_attention_query(args, unit.batch, unit.head, unit.q_begin + r);
+    for (int32_t d = 0; d < dh; ++d) finite &= std::isfinite(o[d] / l);
+    // As in the SIMD kernel: non-finite rows get exactly the reference's NaN/inf semantics. Checked
+    // before storing, because out may be q itself and the reference reads this row of q.
+    if (!finite) {
+      reference_attention_query(args, unit.batch, unit.head, unit.q_begin + r);
+      continue;
+    }
+    for (int32_t d = 0; d < dh; ++d) dst[d] = o[d] / l;
   }
 }
 

@@ -445,6 +445,54 @@ TEST_CASE("attention: units in shuffled order and in other splits give bit-ident
   }
 }
 
+// Runs attention with out = q itself (same buffer and strides) and returns the result, read back from
+// the q buffer in dense (B, S, D) order.
+std::vector<float> attention_into_q(const Problem& p, mha::Workspace& ws) {
+  std::vector<float> unused;
+  Problem in_place = p;  // its own copy of q, overwritten by the result
+  mha::AttentionArgs a = in_place.args(unused);
+  float* q = in_place.q_buf.data() + in_place.offset;
+  a.out = {q, in_place.q_batch_stride(), in_place.row_stride()};
+  REQUIRE(mha::attention(a, ws) == mha::Status::kOk);
+  std::vector<float> result;
+  for (int b = 0; b < p.shape.batch; ++b)
+    for (int i = 0; i < p.shape.seq_len; ++i)
+      for (int c = 0; c < p.shape.d_model; ++c) result.push_back(in_place.q(b, i, c));
+  return result;
+}
+
+TEST_CASE("attention: out may be q itself, with the bits of a separate out", "[attention][units]") {
+  mha::Workspace ws;
+  SECTION("several units and key tiles, masks with fully hidden rows, causal, strided and misaligned q") {
+    for (uint64_t seed : {41u, 42u, 43u}) {
+      INFO("seed " << seed);
+      const Problem p = make_problem({2, 150, 290, 40, 4}, seed, 1.0f, seed == 42 ? MaskKind::kFullyMaskedRows : MaskKind::kRandom,
+                                     seed != 41, seed == 43 ? 3 : 0, seed == 43 ? 5 : 0);
+      std::vector<float> separate;
+      REQUIRE(mha::attention(p.args(separate), ws) == mha::Status::kOk);
+      REQUIRE(bit_equal(attention_into_q(p, ws), separate));
+    }
+  }
+  SECTION("rows redone by the reference (non-finite q, overflowing logits) read q before it is overwritten") {
+    Problem p = make_problem({1, 70, 90, 32, 2}, 44);
+    p.q(0, 5, 3) = kNaN;        // head 0 of row 5: NaN
+    p.q(0, 9, 20) = 3e38f;      // head 1 of row 9: q.k overflows to inf
+    p.q(0, 66, 1) = kInf;
+    std::vector<float> separate;
+    REQUIRE(mha::attention(p.args(separate), ws) == mha::Status::kOk);
+    const std::vector<float> in_q = attention_into_q(p, ws);
+    REQUIRE(std::isnan(separate[5 * 32 + 3]));
+    REQUIRE(bit_equal(in_q, separate));
+  }
+  SECTION("a scale the kernel cannot fold runs on the reference, row by row, also in place") {
+    Problem p = make_problem({2, 20, 30, 24, 3}, 45, 1.0f, MaskKind::kRandom, true);
+    p.scale = 3e-39f;  // subnormal once log2(e) is folded in
+    std::vector<float> separate;
+    REQUIRE(mha::attention(p.args(separate), ws) == mha::Status::kOk);
+    REQUIRE(bit_equal(attention_into_q(p, ws), separate));
+  }
+}
+
 TEST_CASE("attention: units cover every (batch, head, row) exactly once", "[attention][units]") {
   for (const mha::AttentionShape& shape : {mha::AttentionShape{2, 5, 5, 12, 3}, mha::AttentionShape{3, 200, 7, 64, 4},
                                            mha::AttentionShape{1, 64, 64, 8, 1}, mha::AttentionShape{1, 65, 1, 8, 2}}) {

@@ -94,6 +94,14 @@ TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threa
         INFO("threads " << threads << " repeat " << repeat);
         REQUIRE(bit_equal(p.out, expected));
       }
+      // out = q itself (web/src/index.ts stages q and takes the result from there): units of other
+      // heads read those rows while one writes its head's columns.
+      mha_test::Problem in_place = p;
+      mha::AttentionArgs a = in_place.args();
+      a.out = mha::dense_view<float>(in_place.q.data(), c.shape.seq_len, c.shape.d_model);
+      REQUIRE(parallel.run(a) == mha::Status::kOk);
+      INFO("threads " << threads << ", out = q");
+      REQUIRE(bit_equal(in_place.q, expected));
     }
   }
 }

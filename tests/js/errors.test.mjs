@@ -9,7 +9,10 @@ const { q, k, v, out64, shape } = loadSpecExample();
 const attend = (overrides, qq = q, kk = k, vv = v) => mha.multiHeadAttention(qq, kk, vv, { ...shape, ...overrides });
 
 // q and out together need 2 GiB of heap, more than the module's 2 GiB maximum memory can also hold.
+// 1 GiB each (never touched, so never resident): q and one array as both k and v need 2 GiB of staging,
+// more than wasm memory can hold (the result is written over the staged q).
 const hugeQ = new Float32Array(2 ** 28);
+const hugeKV = new Float32Array(2 ** 28);
 
 // [description, thunk, error class, fragments the message must contain]
 export const BAD_INPUTS = [
@@ -44,7 +47,7 @@ export const BAD_INPUTS = [
   ['mergeHeads not a Float32Array', () => mha.mergeHeads('x', shape), TypeError, ['mergeHeads: xh', '"x"']],
   ['attentionWeights k short', () => mha.attentionWeights(q, k.subarray(0, 12), shape), RangeError, ['attentionWeights: k', 'got length 12']],
   ['attentionWeights weights beyond 2^31', () => mha.attentionWeights(new Float32Array(2 * 2 ** 14 * 4), new Float32Array(2 * 2 ** 14 * 4), { batch: 2, seqLen: 2 ** 14, dModel: 4, numHeads: 4 }), RangeError, ['too large', 'batch*numHeads*seqLen*kvSeqLen']],
-  ['inputs that do not fit in wasm memory', () => mha.multiHeadAttention(hugeQ, new Float32Array(128), new Float32Array(128), { batch: 1, seqLen: 2 ** 21, kvSeqLen: 1, dModel: 128, numHeads: 2 }), RangeError, ['bytes of wasm memory']],
+  ['inputs that do not fit in wasm memory', () => mha.multiHeadAttention(hugeQ, hugeKV, hugeKV, { batch: 1, seqLen: 2 ** 21, kvSeqLen: 2 ** 21, dModel: 128, numHeads: 2 }), RangeError, ['bytes of wasm memory']],
 ];
 
 for (const [description, thunk, ErrorClass, fragments] of BAD_INPUTS) {

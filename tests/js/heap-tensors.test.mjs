@@ -141,9 +141,10 @@ test('with q, k, v and out all tensors a call stages nothing: heap use grows by 
   const steady = instance.memoryStats();
   for (let i = 0; i < 20; i++) instance.multiHeadAttention(tq, tk, tv, { ...s, out: tOut });
   assert.deepEqual(instance.memoryStats(), steady);
-  // The same call with Float32Arrays stages all four: the comparison that makes the check above meaningful.
+  // The same call with Float32Arrays stages q, k and v (the result is written over the staged q): the
+  // comparison that makes the check above meaningful.
   instance.multiHeadAttention(qa, ka, va, s);
-  assert.ok(instance.memoryStats().heapBytesInUse - steady.heapBytesInUse >= 4 * qa.length * 4, 'the Float32Array path staged less than its four tensors');
+  assert.ok(instance.memoryStats().heapBytesInUse - steady.heapBytesInUse >= 3 * qa.length * 4, 'the Float32Array path staged less than its three inputs');
   instance.dispose();
 });
 
