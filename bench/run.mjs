@@ -100,8 +100,8 @@ function runChild(config, timeoutS) {
   });
 }
 
-/** Shapes above this many FLOPs per call (long2k, long8k) are measured in one round. */
-const ROUNDS_MAX_FLOPS = 2e9;
+/** Shapes above this many FLOPs per call (long8k, whose slowest peers take minutes) are measured in one round. */
+const ROUNDS_MAX_FLOPS = 2e10;
 
 function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
@@ -180,7 +180,7 @@ async function main() {
     const shape = shapeByName(name);
     // Rounds interleave the implementations (forward, then backward, ...), so a slow spell of the shared
     // machine falls on all of them rather than on whichever ran during it; each row pools its rounds'
-    // samples. Shapes whose calls take seconds get one round.
+    // samples. long8k, whose slowest rows take minutes, gets one round.
     const rounds = flopsOf(shape) > ROUNDS_MAX_FLOPS ? 1 : opts.rounds;
     const budgetMs = opts.budgetMs / rounds;
     console.error(`-- ${name} ${describeShape(shape)}: ${(flopsOf(shape) / 1e9).toFixed(3)} GFLOP per call` +
