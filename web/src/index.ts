@@ -1202,9 +1202,9 @@ class Instance implements MHA {
       const status = wasm._mha_attention(qAddress, kAddress, vAddress, typeof outIn === 'number' ? outIn + b0 * qPer * 4 : outAt,
         mask ? maskAt : 0, items, d.seqLen, d.kvSeqLen, d.dModel, d.numHeads, causal ? 1 : 0, scale);
       checkStatus(fn, status);
+      if (target === undefined) continue;
       // The kernel's scratch may have grown memory: a fresh view to copy out.
       const result = wasm.HEAPF32;
-      if (target === undefined) continue;
       if (target.length !== qLength) {
         // `out` is a view of this heap that the call's malloc detached (see copyIn; such a call is never
         // split): write the same elements and hand back a view of them in the current memory.
