@@ -25,7 +25,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launchChromium } from '../browser/chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
-import { repoRoot, sh, installPackedTarball, specGolden, openResources, computeInPage, assertGoldenOutput } from './harness.mjs';
+import { repoRoot, sh, installPackedTarball, specGolden, openResources, computeInPage, assertGoldenOutput, bundleWithEsbuild } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const fixtures = path.join(here, 'fixtures');
@@ -110,13 +110,7 @@ function buildEsbuild() {
     const dir = path.join(tmp, 'esbuild-app');
     fs.mkdirSync(path.join(dir, 'src'), { recursive: true });
     fs.copyFileSync(path.join(fixtures, 'threads/esbuild-entry.js'), path.join(dir, 'src/main.js'));
-    const esbuild = await import(bin('esbuild/lib/main.js')).then((m) => m.default ?? m);
-    const result = await esbuild.build({
-      absWorkingDir: dir, entryPoints: ['src/main.js'], bundle: true, format: 'esm', platform: 'browser',
-      target: 'es2022', outdir: 'dist', loader: { '.wasm': 'file' }, minify: true, logLevel: 'silent',
-    });
-    assert.deepEqual(result.errors, []);
-    assert.deepEqual(result.warnings.map((w) => w.text), []);
+    await bundleWithEsbuild(bin('esbuild/lib/main.js'), dir);
     const bundle = fs.readFileSync(path.join(dir, 'dist/main.js'), 'utf8');
     // What makes the copies necessary: the bundle still points next to itself.
     for (const file of THREAD_FILES) {

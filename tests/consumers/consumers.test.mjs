@@ -15,6 +15,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import zlib from 'node:zlib';
 import { launchChromium } from '../browser/chromium.mjs';
+import { bundleWithEsbuild } from './harness.mjs';
 import { serve } from '../../scripts/serve.mjs';
 
 const run = promisify(execFile);
@@ -215,13 +216,7 @@ test('esbuild: bundles with the mha-wasm/mha.wasm subpath (file loader) + wasmUr
   const dir = path.join(tmp, 'esbuild-app');
   copyDir(path.join(fixtures, 'esbuild'), dir);
   fs.copyFileSync(path.join(fixtures, 'shared/golden.js'), path.join(dir, 'src/golden.js'));
-  const esbuild = await import(bin('esbuild/lib/main.js')).then((m) => m.default ?? m);
-  const result = await esbuild.build({
-    absWorkingDir: dir, entryPoints: ['src/main.js'], bundle: true, format: 'esm', platform: 'browser',
-    target: 'es2022', outdir: 'dist', loader: { '.wasm': 'file' }, minify: true, logLevel: 'silent',
-  });
-  assert.deepEqual(result.errors, []);
-  assert.deepEqual(result.warnings.map((w) => w.text), []);
+  await bundleWithEsbuild(bin('esbuild/lib/main.js'), dir);
   fs.copyFileSync(path.join(dir, 'index.html'), path.join(dir, 'dist/index.html'));
   const { value, problems } = await openInChromium(path.join(dir, 'dist'), '/', waitForResult);
   assertGolden(value, problems);

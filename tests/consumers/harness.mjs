@@ -1,6 +1,7 @@
 // What the run-time consumer suites (vite-dev, bundler-threads) share: the packed tarball installed into
 // a temporary app, cleanup of servers and pages a failed test left open, and the in-page computation that
 // compares 1 and 2 threads on the spec's golden example and on a causal problem big enough for the pool.
+// The esbuild build as the README documents it is shared with the consumers suite too.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -105,4 +106,19 @@ export function assertGoldenOutput(result, golden) {
   const { maxError } = compare(Float32Array.from(result.golden), golden.out64);
   assert.ok(maxError <= 1e-5, `${result.options}: max |out - out64| = ${maxError}`);
   assert.ok(result.causalFinite, `${result.options}: the causal problem gave non-finite values`);
+}
+
+/**
+ * Bundles `dir`/src/main.js into `dir`/dist with esbuild as the README documents it (ESM for the browser,
+ * the `file` loader for .wasm), and asserts that the build has no errors and no warnings.
+ * `esbuildMain`: the path of the esbuild package's lib/main.js in the test's own install.
+ */
+export async function bundleWithEsbuild(esbuildMain, dir) {
+  const esbuild = await import(esbuildMain).then((m) => m.default ?? m);
+  const result = await esbuild.build({
+    absWorkingDir: dir, entryPoints: ['src/main.js'], bundle: true, format: 'esm', platform: 'browser',
+    target: 'es2022', outdir: 'dist', loader: { '.wasm': 'file' }, minify: true, logLevel: 'silent',
+  });
+  assert.deepEqual(result.errors, []);
+  assert.deepEqual(result.warnings.map((w) => w.text), []);
 }
