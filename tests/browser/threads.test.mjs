@@ -108,9 +108,9 @@ test('Chromium with COOP/COEP: a worker script that fails to load makes threads 
   const fallback = warnings.filter((w) => w.includes('running single-threaded'));
   assert.equal(fallback.length, 1, JSON.stringify(warnings));
   assert.match(fallback[0], /2 threads requested, running single-threaded: a worker of the threaded build failed to start \(worker sent an error!/);
-  // Emscripten 3.1.6's glue rethrows the worker's error event after logging it: one uncaught "Event" page
-  // error (the worker's own SyntaxError may be logged too); nothing else may go wrong.
-  assert.ok(problems.length >= 1 && problems.every((p) => /^pageerror: Event$|Cannot use import statement|nowhere/.test(p)),
+  // Emscripten 3.1.6's glue would rethrow the worker's error event (an uncaught "Event"); createMHA
+  // handles it while the workers start. Only the worker's own SyntaxError may be logged.
+  assert.ok(problems.every((p) => !p.startsWith('pageerror') && /Cannot use import statement|nowhere/.test(p)),
     problems.join('\n'));
   await page.close();
 });

@@ -6,6 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -284,6 +285,46 @@ test('simd: false with threads warns that the baseline build is single-threaded'
   assert.deepEqual(r.warnings.length, 1);
   assert.match(r.warnings[0], /simd: false selects the baseline build/);
 });
+
+for (const [label, breakWorker] of [
+  ['missing from the package (a bundle that left it out)', (file) => fs.rmSync(file)],
+  ['that throws when it loads', (file) => fs.writeFileSync(file, 'throw new Error("broken worker script");\n')],
+]) {
+  test(`a pthread worker file ${label}: threads fall back at once, with one warning, and the process lives on`, async () => {
+    // Emscripten's glue rethrows a worker's error event, which in Node is an uncaught exception that
+    // ends the process; createMHA must catch it and fall back to the single-threaded SIMD build.
+    const copy = fs.mkdtempSync(path.join(os.tmpdir(), 'mha-broken-worker-'));
+    try {
+      fs.cpSync(path.join(repoRoot, 'dist'), copy, { recursive: true });
+      breakWorker(path.join(copy, 'mha-threads.node.worker.cjs'));
+      const { code, stdout, stderr } = await runChild(`
+        const warnings = [];
+        console.warn = (...args) => warnings.push(args.join(' '));
+        const { createMHA } = await import(${JSON.stringify(pathToFileURL(path.join(copy, 'index.js')).href)});
+        const started = performance.now();
+        const broken = await createMHA({ threads: 2 });
+        const ms = performance.now() - started;
+        const single = await createMHA();
+        const x = new Float32Array(2 * 16 * 24).map((_, i) => Math.sin(i * 0.37));
+        const opts = { batch: 2, seqLen: 16, dModel: 24, numHeads: 4, causal: true };
+        const a = broken.multiHeadAttention(x, x, x, opts);
+        const b = single.multiHeadAttention(x, x, x, opts);
+        broken.dispose();
+        console.log(JSON.stringify({ info: broken.info, ms, warnings, same: a.every((v, i) => Object.is(v, b[i])) }));
+      `);
+      assert.equal(code, 0, `the child died: ${stderr}`);
+      const r = JSON.parse(stdout);
+      assert.equal(r.info.build, 'simd');
+      assert.equal(r.info.threads, 1);
+      assert.equal(r.same, true, 'the fallback instance gives the single-threaded build\'s bits');
+      assert.ok(r.ms < 10000, `fell back after ${r.ms} ms (the start-up timeout is 20 s)`);
+      assert.equal(r.warnings.length, 1, JSON.stringify(r.warnings));
+      assert.match(r.warnings[0], /2 threads requested, running single-threaded: a worker of the threaded build failed to start \(worker sent an error! .*(Cannot find module|broken worker script)/);
+    } finally {
+      fs.rmSync(copy, { recursive: true, force: true });
+    }
+  });
+}
 
 // ---------------------------------------------------------------------------------------------
 // Lifecycle: a Node script exits on its own

@@ -746,6 +746,29 @@ class ThreadsStartFailure extends Error {}
  */
 const THREADS_START_TIMEOUT_MS = 20000;
 
+/** How the glue's error handler starts its message about a worker's error event. */
+const WORKER_ERROR_PREFIX = 'worker sent an error!';
+
+/**
+ * Emscripten 3.1.6's handler of a worker's error event logs it and then rethrows the event: an uncaught
+ * exception, which in Node ends the process (a worker file missing from a bundle was enough). While the
+ * pool starts, each worker's handler reports to `failed` instead, and createMHA falls back to one
+ * thread; once start-up has settled, the glue's own handler runs again.
+ */
+function catchWorkerStartErrors(pthread: MhaModuleOptions['PThread'], startSettled: () => boolean, failed: (text: string) => void): void {
+  for (const worker of [...(pthread?.unusedWorkers ?? []), ...(pthread?.runningWorkers ?? [])]) {
+    const glueHandler = worker.onerror;
+    worker.onerror = (event: unknown) => {
+      if (startSettled()) {
+        glueHandler?.call(worker, event);
+        return;
+      }
+      const e = (event ?? {}) as { filename?: unknown; lineno?: unknown; message?: unknown };
+      failed(`${WORKER_ERROR_PREFIX} ${String(e.filename)}:${String(e.lineno)}: ${String(e.message)}`);
+    };
+  }
+}
+
 async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, threaded: boolean, workers: number): Promise<MhaWasmModule> {
   const mismatch = (detail: string, cause?: unknown): Error =>
     new Error(
@@ -784,15 +807,17 @@ async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, t
     };
     resolve = settle(resolve);
     reject = settle(reject);
+    // A worker that fails to load (a file a bundler left out, a broken script, a CSP refusing it) fires
+    // an error event: fall back at once instead of after the timeout.
+    const workerFailed = (text: string): void => {
+      if (settled) return;
+      moduleOptions.PThread?.terminateAllThreads();
+      reject(new ThreadsStartFailure(`a worker of the threaded build failed to start (${text})`));
+    };
     if (threaded) {
-      // A worker that fails to load (a bundler serving a broken script, a CSP refusing it) fires an error
-      // event, which the glue only logs through err(): fall back at once instead of after the timeout.
       moduleOptions.printErr = (text: string) => {
         console.warn(text);
-        if (!settled && text.startsWith('worker sent an error!')) {
-          moduleOptions.PThread?.terminateAllThreads();
-          reject(new ThreadsStartFailure(`a worker of the threaded build failed to start (${text})`));
-        }
+        if (text.startsWith(WORKER_ERROR_PREFIX)) workerFailed(text);
       };
     }
     factory(Object.assign(moduleOptions, {
@@ -800,7 +825,10 @@ async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, t
         // Errors here (a LinkError, or the glue failing on missing exports inside done()) would
         // otherwise leave the glue's ready promise pending forever.
         WebAssembly.instantiate(wasmModule, imports)
-          .then((instance) => done(instance, wasmModule))
+          .then((instance) => {
+            done(instance, wasmModule);  // gives every pooled worker the glue's error handler
+            if (threaded) catchWorkerStartErrors(moduleOptions.PThread, () => settled, workerFailed);
+          })
           .catch((error: unknown) => reject(mismatch(errorText(error), error)));
         return {};
       },

@@ -33,8 +33,14 @@ export interface MhaModuleOptions {
   mainScriptUrlOrBlob?: string;
   // Where the glue's err() goes (default console.warn); the threaded glue reports a worker's error event there.
   printErr?(text: string): void;
-  // Emscripten assigns its pthread bookkeeping onto the options object (it becomes the Module).
-  PThread?: { terminateAllThreads(): void };
+  // Emscripten assigns its pthread bookkeeping onto the options object (it becomes the Module). Each
+  // pooled worker (a Web Worker, or a Node Worker whose 'error' events the glue forwards to onerror)
+  // gets the glue's error handler when the module is instantiated.
+  PThread?: {
+    terminateAllThreads(): void;
+    unusedWorkers: Array<{ onerror: ((event: unknown) => void) | null }>;
+    runningWorkers: Array<{ onerror: ((event: unknown) => void) | null }>;
+  };
   instantiateWasm?(
     imports: WebAssembly.Imports,
     done: (instance: WebAssembly.Instance, module: WebAssembly.Module) => void,
