@@ -751,15 +751,16 @@ const WORKER_ERROR_PREFIX = 'worker sent an error!';
 
 /**
  * Emscripten 3.1.6's handler of a worker's error event logs it and then rethrows the event: an uncaught
- * exception, which in Node ends the process (a worker file missing from a bundle was enough). While the
- * pool starts, each worker's handler reports to `failed` instead, and createMHA falls back to one
- * thread; once start-up has settled, the glue's own handler runs again.
+ * exception, which in Node ends the process (a worker file missing from a bundle was enough). Until the
+ * pool has started, each worker's handler reports to `failed` instead (which falls back to one thread
+ * on the first report and ignores the rest, e.g. the other workers of a failed start); once the module
+ * has started, the glue's own handler runs again.
  */
-function catchWorkerStartErrors(pthread: MhaModuleOptions['PThread'], startSettled: () => boolean, failed: (text: string) => void): void {
+function catchWorkerStartErrors(pthread: MhaModuleOptions['PThread'], hasStarted: () => boolean, failed: (text: string) => void): void {
   for (const worker of [...(pthread?.unusedWorkers ?? []), ...(pthread?.runningWorkers ?? [])]) {
     const glueHandler = worker.onerror;
     worker.onerror = (event: unknown) => {
-      if (startSettled()) {
+      if (hasStarted()) {
         glueHandler?.call(worker, event);
         return;
       }
@@ -800,12 +801,17 @@ async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, t
         }, THREADS_START_TIMEOUT_MS)
       : undefined;
     let settled = false;
+    let started = false;  // settled, and not by a failure
     const settle = <T>(fn: (value: T) => void) => (value: T) => {
       settled = true;
       clearTimeout(timer);
       fn(value);
     };
-    resolve = settle(resolve);
+    const resolveSettled = settle(resolve);
+    resolve = (module) => {
+      started = !settled;
+      resolveSettled(module);
+    };
     reject = settle(reject);
     // A worker that fails to load (a file a bundler left out, a broken script, a CSP refusing it) fires
     // an error event: fall back at once instead of after the timeout.
@@ -827,7 +833,7 @@ async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, t
         WebAssembly.instantiate(wasmModule, imports)
           .then((instance) => {
             done(instance, wasmModule);  // gives every pooled worker the glue's error handler
-            if (threaded) catchWorkerStartErrors(moduleOptions.PThread, () => settled, workerFailed);
+            if (threaded) catchWorkerStartErrors(moduleOptions.PThread, () => started, workerFailed);
           })
           .catch((error: unknown) => reject(mismatch(errorText(error), error)));
         return {};
