@@ -746,9 +746,6 @@ class ThreadsStartFailure extends Error {}
  */
 const THREADS_START_TIMEOUT_MS = 20000;
 
-/** How the glue's error handler starts its message about a worker's error event. */
-const WORKER_ERROR_PREFIX = 'worker sent an error!';
-
 /**
  * Emscripten 3.1.6's handler of a worker's error event logs it and then rethrows the event: an uncaught
  * exception, which in Node ends the process (a worker file missing from a bundle was enough). Until the
@@ -765,7 +762,7 @@ function catchWorkerStartErrors(pthread: MhaModuleOptions['PThread'], hasStarted
         return;
       }
       const e = (event ?? {}) as { filename?: unknown; lineno?: unknown; message?: unknown };
-      failed(`${WORKER_ERROR_PREFIX} ${String(e.filename)}:${String(e.lineno)}: ${String(e.message)}`);
+      failed(`worker sent an error! ${String(e.filename)}:${String(e.lineno)}: ${String(e.message)}`);
     };
   }
 }
@@ -820,12 +817,6 @@ async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, t
       moduleOptions.PThread?.terminateAllThreads();
       reject(new ThreadsStartFailure(`a worker of the threaded build failed to start (${text})`));
     };
-    if (threaded) {
-      moduleOptions.printErr = (text: string) => {
-        console.warn(text);
-        if (text.startsWith(WORKER_ERROR_PREFIX)) workerFailed(text);
-      };
-    }
     factory(Object.assign(moduleOptions, {
       instantiateWasm(imports: WebAssembly.Imports, done: (instance: WebAssembly.Instance, module: WebAssembly.Module) => void) {
         // Errors here (a LinkError, or the glue failing on missing exports inside done()) would

@@ -31,8 +31,6 @@ export interface MhaModuleOptions {
   mhaWorkers?: number;
   locateFile?(file: string, scriptDirectory: string): string;
   mainScriptUrlOrBlob?: string;
-  // Where the glue's err() goes (default console.warn); the threaded glue reports a worker's error event there.
-  printErr?(text: string): void;
   // Emscripten assigns its pthread bookkeeping onto the options object (it becomes the Module). Each
   // pooled worker (a Web Worker, or a Node Worker whose 'error' events the glue forwards to onerror)
   // gets the glue's error handler when the module is instantiated.
