@@ -1,5 +1,5 @@
 // The naive scalar reference: the semantic spec of this library, written for clarity, not speed.
-// It follows ../shared/spec/multi-head-attention.md step by step and accumulates in double, so it is
+// It follows docs/spec.md step by step and accumulates in double, so it is
 // also the accuracy yardstick every fast kernel is tested against. Each head is read in place from
 // the (B, S, D) layout: head h of a row is the column slice [h*Dh, (h+1)*Dh).
 #pragma once

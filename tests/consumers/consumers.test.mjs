@@ -3,7 +3,7 @@
 // TypeScript (tsc --strict), and apps built by Vite, webpack 5 and esbuild, run in Chromium.
 // The build tools are the versions pinned in the repository's devDependencies, run from its node_modules.
 //
-// Needs a built dist/ (npm run build). Env: MHA_GOLDEN_DIR (default ../shared/golden beside the repo),
+// Needs a built dist/ (npm run build). Env: MHA_GOLDEN_DIR (default tests/golden/v1),
 // MHA_KEEP_CONSUMERS=1 keeps the temporary project and prints its path.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -16,13 +16,13 @@ import { fileURLToPath } from 'node:url';
 import zlib from 'node:zlib';
 import { launchChromium } from '../browser/chromium.mjs';
 import { bundleWithEsbuild } from './harness.mjs';
+import { goldenDir } from '../js/helpers.mjs';
 import { serve } from '../../scripts/serve.mjs';
 
 const run = promisify(execFile);
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '../..');
 const fixtures = path.join(here, 'fixtures');
-const goldenDir = process.env.MHA_GOLDEN_DIR ?? path.resolve(repoRoot, '../shared/golden');
 const bin = (p) => path.join(repoRoot, 'node_modules', p);
 const pkg = JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8'));
 

@@ -1,4 +1,4 @@
-// The reference (and split_heads) against the PyTorch golden vectors in ../shared/golden.
+// The reference (and split_heads) against the PyTorch golden vectors in tests/golden/v1.
 #include <catch2/catch.hpp>
 
 #include <cmath>

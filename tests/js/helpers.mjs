@@ -4,7 +4,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const goldenDir = process.env.MHA_GOLDEN_DIR ?? path.resolve(repoRoot, '../shared/golden');
+// The PyTorch golden vectors are test fixtures of this repository (tests/golden/README.md).
+export const goldenDir = process.env.MHA_GOLDEN_DIR ?? path.join(repoRoot, 'tests/golden/v1');
 
 export function loadGoldenCases() {
   return JSON.parse(fs.readFileSync(path.join(goldenDir, 'cases.json'), 'utf8'));
