@@ -7,47 +7,53 @@ import type { AttentionCall } from './attention-options.js';
 import type { MhaWasmModule } from './mha.js';
 
 /**
- * The fields this script writes, every one 4 bytes (uint32 addresses, int32 dims and flags, float32
- * scale and softcap). A module whose struct has other fields is of another release.
+ * The 4-byte slot (byte offset / 4) of each field this script writes, by the field's name in
+ * src/bindings.cpp, from the module's byte offsets; and the struct's size in bytes. Every field is 4 bytes
+ * (uint32 addresses, int32 dims and flags, float32 scale and softcap). One object literal, so the layout
+ * has a fixed shape with in-object properties: the writers below read it on every call (an object filled
+ * by computed keys would fall back to a slow dictionary after 16 properties).
  */
-const CALL_FIELDS = ['q', 'k', 'v', 'out', 'mask', 'bias', 'kv_lengths', 'alibi_slopes', 'lse', 'batch', 'seq_len',
-  'kv_seq_len', 'd_model', 'num_heads', 'num_kv_heads', 'query_offset', 'causal', 'window_left', 'window_right',
-  'bias_batch', 'bias_heads', 'empty_rows', 'scale', 'softcap'] as const;
+function slotsOf(offsets: Record<string, number>) {
+  const slot = (name: string): number => (offsets[name] ?? NaN) / 4;
+  return {
+    q: slot('q'), k: slot('k'), v: slot('v'), out: slot('out'), mask: slot('mask'), bias: slot('bias'),
+    kv_lengths: slot('kv_lengths'), alibi_slopes: slot('alibi_slopes'), lse: slot('lse'), batch: slot('batch'),
+    seq_len: slot('seq_len'), kv_seq_len: slot('kv_seq_len'), d_model: slot('d_model'), num_heads: slot('num_heads'),
+    num_kv_heads: slot('num_kv_heads'), query_offset: slot('query_offset'), causal: slot('causal'),
+    window_left: slot('window_left'), window_right: slot('window_right'), bias_batch: slot('bias_batch'),
+    bias_heads: slot('bias_heads'), empty_rows: slot('empty_rows'), scale: slot('scale'), softcap: slot('softcap'),
+    bytes: offsets.size ?? NaN,
+  };
+}
 
-type CallField = (typeof CALL_FIELDS)[number];
-
-/** The 4-byte slot (byte offset / 4) of each field, and the struct's size in bytes. */
-export type CallLayout = { readonly [F in CallField]: number } & { readonly bytes: number };
+export type CallLayout = Readonly<ReturnType<typeof slotsOf>>;
 
 /**
  * Reads the module's layout of AttentionCallAbi. Returns what does not match when the module's fields are
- * not exactly CALL_FIELDS, 4-byte aligned, distinct and within the struct (then no field could be left
- * unwritten, or written over another).
+ * not exactly the ones this script writes, each 4-byte aligned, distinct and within the struct (then no
+ * field could be left unwritten, or written over another).
  */
 export function readCallLayout(wasm: MhaWasmModule): CallLayout | string {
-  const raw = wasm.attentionCallLayout();
-  const size = raw.size;
-  const names = Object.keys(raw).filter((name) => name !== 'size');
-  const unknown = names.filter((name) => !(CALL_FIELDS as readonly string[]).includes(name));
-  const missing = CALL_FIELDS.filter((name) => !names.includes(name));
+  const offsets = wasm.attentionCallLayout();
+  const layout = slotsOf(offsets);
+  const written = Object.keys(layout).filter((name) => name !== 'bytes');
+  const names = Object.keys(offsets).filter((name) => name !== 'size');
+  const unknown = names.filter((name) => !written.includes(name));
+  const missing = written.filter((name) => !names.includes(name));
   if (unknown.length > 0 || missing.length > 0) {
     return `its attention call struct has the fields ${names.join(', ')}` +
       `${missing.length > 0 ? `, without ${missing.join(', ')}` : ''}${unknown.length > 0 ? `, with ${unknown.join(', ')}` : ''}`;
   }
-  if (size !== CALL_FIELDS.length * 4) return `its attention call struct is ${size} bytes, expected ${CALL_FIELDS.length * 4}`;
+  if (layout.bytes !== written.length * 4) return `its attention call struct is ${layout.bytes} bytes, expected ${written.length * 4}`;
   const slots = new Set<number>();
-  // Filled in CALL_FIELDS order, so every instance's layout object has the same shape (fast property reads).
-  const layout: Record<string, number> = {};
-  for (const name of CALL_FIELDS) {
-    const offset = raw[name]!;
-    if (!Number.isInteger(offset) || offset % 4 !== 0 || offset < 0 || offset >= size || slots.has(offset)) {
-      return `its attention call struct has field ${name} at byte offset ${offset}`;
+  for (const name of written) {
+    const slot = layout[name as keyof CallLayout];
+    if (!Number.isInteger(slot) || slot < 0 || slot >= written.length || slots.has(slot)) {
+      return `its attention call struct has field ${name} at byte offset ${offsets[name]}`;
     }
-    slots.add(offset);
-    layout[name] = offset >>> 2;
+    slots.add(slot);
   }
-  layout.bytes = size;
-  return Object.freeze(layout) as CallLayout;
+  return layout;
 }
 
 /**
