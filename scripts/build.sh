@@ -33,4 +33,7 @@ rm -f dist/mha-baseline.js
 version=$(node -p "require('./package.json').version")
 version_ts="export const VERSION = '${version}';"
 [[ "$(cat web/src/version.ts 2>/dev/null)" == "$version_ts" ]] || echo "$version_ts" > web/src/version.ts
+# tsc type-checks web/src and emits one module per file into build/ts; web/bundle.mjs builds the shipped
+# dist/index.js and dist/index.d.ts from them (one file each).
 npx tsc -p web/tsconfig.json
+node web/bundle.mjs

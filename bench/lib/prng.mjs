@@ -1,7 +1,8 @@
-// Seeded inputs shared by every implementation: mulberry32 uniform -> Box-Muller standard normals.
-// Isomorphic (Node and browsers): no imports.
+// The one seeded PRNG of the project's tests and bench: mulberry32 uniforms -> Box-Muller standard normals.
+// tests/js/helpers.mjs re-exports it (the demo keeps a tiny PRNG of its own). Isomorphic (Node and
+// browsers): no imports.
 
-/** mulberry32: a 32-bit state PRNG returning uniforms in [0, 1). */
+/** mulberry32: a 32-bit state PRNG returning uniforms in [0, 1), so failures can be replayed from the seed. */
 export function mulberry32(seed) {
   let a = seed >>> 0;
   return function next() {
@@ -13,29 +14,36 @@ export function mulberry32(seed) {
   };
 }
 
-/** Fills a Float32Array with N(0, 1) samples (Box-Muller, both outputs used). */
-export function fillNormal(array, rand) {
+/** Fills a Float32Array with N(0, scale²) samples (Box-Muller, both outputs used). */
+export function fillNormal(array, rand, scale = 1) {
   for (let i = 0; i < array.length; i += 2) {
     let u1 = rand();
     if (u1 < 1e-300) u1 = 1e-300;
     const u2 = rand();
-    const r = Math.sqrt(-2 * Math.log(u1));
+    const r = Math.sqrt(-2 * Math.log(u1)) * scale;
     array[i] = r * Math.cos(2 * Math.PI * u2);
     if (i + 1 < array.length) array[i + 1] = r * Math.sin(2 * Math.PI * u2);
   }
   return array;
 }
 
+/** A new Float32Array of `length` N(0, scale²) samples. */
+export function randomNormal(length, rand, scale = 1) {
+  return fillNormal(new Float32Array(length), rand, scale);
+}
+
 export const DEFAULT_SEED = 20240601;
 
 /**
- * q (B,S,D), k (B,T,D), v (B,T,D) for a shape. Each tensor has its own derived seed so that the
- * same shape always gets the same data, whichever implementation asks.
+ * q (B,S,H·Dh), k (B,T,Hkv·Dh), v (B,T,Hkv·Dh) for a bench shape (Hkv defaults to H, so k and v are
+ * (B,T,D)). Each tensor has its own derived seed so that the same shape always gets the same data,
+ * whichever implementation asks.
  */
 export function makeInputs(shape, seed = DEFAULT_SEED) {
   const { B, S, T, D } = shape;
-  const q = fillNormal(new Float32Array(B * S * D), mulberry32(seed ^ 0x51));
-  const k = fillNormal(new Float32Array(B * T * D), mulberry32(seed ^ 0x6b));
-  const v = fillNormal(new Float32Array(B * T * D), mulberry32(seed ^ 0x76));
+  const kvD = (D / shape.H) * (shape.Hkv ?? shape.H);
+  const q = randomNormal(B * S * D, mulberry32(seed ^ 0x51));
+  const k = randomNormal(B * T * kvD, mulberry32(seed ^ 0x6b));
+  const v = randomNormal(B * T * kvD, mulberry32(seed ^ 0x76));
   return { q, k, v };
 }

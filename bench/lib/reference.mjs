@@ -1,66 +1,113 @@
-// Plain-JS multi-head attention: straightforward loops, Float32Array storage, float64 (JS number)
-// accumulation. Used both as the "plain-js" implementation being timed and as the reference every
-// other implementation is checked against. Isomorphic: no imports.
+// The one float64 reference of the project's JS tests and bench: docs/spec.md (Parts 1 and 2) in plain
+// loops, Float32Array storage, float64 (JS number) accumulation. It is the bench's "plain-js"
+// implementation being timed, the reference every bench row is checked against, and (through
+// tests/js/helpers.mjs) the independent reference of the JS tests. Isomorphic: no imports.
+//
+// A shape uses the bench's letters: { B, S, T, D, H, causal, scale } and, all optional, the options of
+// docs/spec.md Part 2 by their API names: Hkv (numKvHeads), queryOffset, kvLengths, window, softcap,
+// alibiSlopes, bias + biasShape, emptyRows; and mask (B,S,T), truthy = may attend.
 
 /**
- * Computes output rows `rows` (global query-row indices r = b*S + i) of
- * softmax(q_h k_h^T * scale [+ causal mask]) v_h for every head h, writing them to `out`.
- * `out` is either the full (B,S,D) output (compact=false) or a (rows.length, D) array (compact=true).
+ * Computes output rows `rows` (global query-row indices r = b*S + i) of attention for every head h,
+ * writing them to `out`: per head, softmax over the visible keys of the scores
+ *   s = scale·(q_h[i]·k_g[j]) → softcap → − slope[h]·|p_i − j| → + bias[b', h', i, j],   g = floor(h / (H/Hkv)),
+ * times v_g. q (B,S,D), k and v (B,T,Hkv·Dh); `out` is either the full (B,S,D) output (compact=false) or
+ * a (rows.length, D) array (compact=true). `extras.lse` (B,H,S) and `extras.weights` (B,H,S,T), when
+ * given, receive the log-sum-exp and the softmax weights of those rows.
  */
-export function attentionRows(q, k, v, shape, rows, out, compact = false) {
-  const { B, S, T, D, H, causal } = shape;
+export function attentionRows(q, k, v, shape, rows, out, compact = false, extras = {}) {
+  const { B, S, T, D, H, causal = false, mask, kvLengths, softcap, alibiSlopes, bias } = shape;
+  const Hkv = shape.Hkv ?? H;
   const Dh = D / H;
+  const kvD = Hkv * Dh;
+  const headsPerKv = H / Hkv;
   const scale = shape.scale ?? Math.fround(1 / Math.sqrt(Dh));
+  const queryOffset = shape.queryOffset ?? 0;
+  const [left, right] = shape.window ?? [Infinity, Infinity];
+  const [biasB, biasH] = shape.biasShape ?? [B, H];
+  const emptyValue = shape.emptyRows === 'zero' ? 0 : NaN;
+  const { lse, weights } = extras;
   const scores = new Float64Array(T);
+  const hidden = new Uint8Array(T);
   const acc = new Float64Array(Dh);
   for (let n = 0; n < rows.length; n++) {
     const r = rows[n];
     const b = Math.floor(r / S);
     const i = r - b * S;
     if (b >= B) throw new RangeError(`row ${r} out of range`);
+    // Visibility by position and length (spec 2.3): only keys jStart <= j < jEnd can be visible; the mask
+    // and −Infinity scores hide more.
+    const position = queryOffset + i;
+    const jStart = Math.max(0, position - left);
+    const jEnd = Math.min(T, kvLengths ? kvLengths[b] : T, causal ? position + 1 : T, position + right + 1);
+    const maskRow = (b * S + i) * T;
     const qRow = r * D;
-    const kvBase = b * T * D;
+    const kvBase = b * T * kvD;
     const outRow = (compact ? n : r) * D;
     for (let h = 0; h < H; h++) {
       const qOff = qRow + h * Dh;
+      const kvHead = Math.floor(h / headsPerKv) * Dh;
+      const slope = alibiSlopes ? alibiSlopes[h] : 0;
+      const biasRow = bias ? (((biasB === 1 ? 0 : b) * biasH + (biasH === 1 ? 0 : h)) * S + i) * T : 0;
       let max = -Infinity;
-      for (let j = 0; j < T; j++) {
-        if (causal && j > i) {
-          scores[j] = -Infinity;
-          continue;
-        }
-        const kOff = kvBase + j * D + h * Dh;
+      let nanScore = false;
+      for (let j = jStart; j < jEnd; j++) {
+        hidden[j] = 1;
+        if (mask && !mask[maskRow + j]) continue;
+        const kOff = kvBase + j * kvD + kvHead;
         let dot = 0;
         for (let d = 0; d < Dh; d++) dot += q[qOff + d] * k[kOff + d];
-        const s = dot * scale;
+        let s = dot * scale;
+        if (softcap !== undefined) s = softcap * Math.tanh(s / softcap);
+        if (alibiSlopes) s -= slope * Math.abs(position - j);
+        if (bias) s += bias[biasRow + j];
+        if (s === -Infinity) continue; // hides the key, as the mask does
+        hidden[j] = 0;
         scores[j] = s;
         if (s > max) max = s;
+        else if (s !== s) nanScore = true;
+      }
+      const lseAt = (b * H + h) * S + i;
+      // An empty row (no visible key) gives emptyValue; a NaN score makes the whole row NaN.
+      if (max === -Infinity || nanScore) {
+        const value = nanScore ? NaN : emptyValue;
+        out.fill(value, outRow + h * Dh, outRow + (h + 1) * Dh);
+        if (lse) lse[lseAt] = nanScore ? NaN : -Infinity;
+        if (weights) weights.fill(value, lseAt * T, (lseAt + 1) * T);
+        continue;
       }
       let sum = 0;
-      for (let j = 0; j < T; j++) {
-        const e = scores[j] === -Infinity ? 0 : Math.exp(scores[j] - max);
+      for (let j = jStart; j < jEnd; j++) {
+        if (hidden[j]) continue;
+        const e = Math.exp(scores[j] - max);
         scores[j] = e;
         sum += e;
       }
       acc.fill(0);
-      for (let j = 0; j < T; j++) {
+      for (let j = jStart; j < jEnd; j++) {
+        if (hidden[j]) continue; // hidden keys are never read, as in the C++ reference
         const p = scores[j];
-        if (p === 0) continue;
-        const vOff = kvBase + j * D + h * Dh;
+        const vOff = kvBase + j * kvD + kvHead;
         for (let d = 0; d < Dh; d++) acc[d] += p * v[vOff + d];
       }
-      const inv = 1 / sum; // a row with no visible key gives NaN (0 * Infinity), as PyTorch does
+      const inv = 1 / sum;
       for (let d = 0; d < Dh; d++) out[outRow + h * Dh + d] = acc[d] * inv;
+      if (lse) lse[lseAt] = max + Math.log(sum);
+      if (weights) {
+        const wRow = lseAt * T;
+        weights.fill(0, wRow, wRow + T);
+        for (let j = jStart; j < jEnd; j++) if (!hidden[j]) weights[wRow + j] = scores[j] * inv;
+      }
     }
   }
   return out;
 }
 
-/** Full plain-JS attention, (B,S,D) output. */
-export function attention(q, k, v, shape, out = new Float32Array(shape.B * shape.S * shape.D)) {
+/** Full attention, (B,S,D) output; `extras` as attentionRows. */
+export function attention(q, k, v, shape, out = new Float32Array(shape.B * shape.S * shape.D), extras = {}) {
   const rows = new Int32Array(shape.B * shape.S);
   for (let r = 0; r < rows.length; r++) rows[r] = r;
-  return attentionRows(q, k, v, shape, rows, out, false);
+  return attentionRows(q, k, v, shape, rows, out, false, extras);
 }
 
 /** `count` global query rows spread evenly over [0, B*S), always including the first and last. */

@@ -13,8 +13,25 @@ const char* status_name(Status status) {
     case Status::kNullPointer: return "missing buffer";
     case Status::kBadScale: return "scale is not finite";
     case Status::kOutOfMemory: return "out of memory";
+    case Status::kUnsupportedOption: return "unsupported option";
   }
   return "unknown status";
+}
+
+const char* status_message(Status status) {
+  switch (status) {  // no default: -Wswitch names a Status added without a message
+    case Status::kOk: return "ok";
+    case Status::kNonPositiveDim: return "a dimension is not positive";
+    case Status::kHeadsDoNotDivide: return "dModel is not divisible by numHeads";
+    case Status::kTooLarge: return "a tensor is too large for 32-bit indexing";
+    case Status::kNullPointer: return "a buffer is missing";
+    case Status::kBadScale: return "scale is not finite";
+    case Status::kOutOfMemory: return "out of wasm memory for the kernel scratch";
+    case Status::kUnsupportedOption:
+      return "this build's core does not implement an option the call sets (numKvHeads other than numHeads, "
+             "queryOffset, kvLengths, window, softcap, alibiSlopes, bias, emptyRows or lse)";
+  }
+  return nullptr;
 }
 
 Status validate_shape(const AttentionShape& shape, ScoreTensor scores) {

@@ -20,9 +20,14 @@ enum class Status : int32_t {
   kNullPointer = 4,        // a required buffer is missing
   kBadScale = 5,           // scale is NaN or infinite
   kOutOfMemory = 6,        // scratch allocation failed
+  kUnsupportedOption = 7,  // the call sets an option this core does not implement (the v2 fields of the binding ABI)
 };
 
 const char* status_name(Status status);
+
+// What a status means in the terms of the JavaScript API (option names, not C++ names): the one source of
+// the messages web/src shows; nullptr for a number that is no Status.
+const char* status_message(Status status);
 
 // Largest element count of any one tensor; keeps every flat index in int32 range, which is also what
 // a wasm32 heap can address as float32.

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { loadGoldenCases, readGolden, compare } from './helpers.mjs';
+import { checkOut, checkWeights, loadGoldenCases, readGolden } from './helpers.mjs';
 
 const mha = await createMHA();
 const cases = loadGoldenCases();
@@ -20,15 +20,9 @@ for (const c of cases) {
   const mask = c.hasMask ? readGolden(c, 'mask') : undefined;
 
   test(`golden ${c.name}: multiHeadAttention within tolerance of out64, NaN rows identical`, () => {
-    const out64 = readGolden(c, 'out64');
-    const out32 = readGolden(c, 'out32');
-    const out = mha.multiHeadAttention(q, k, v, { ...shape, mask });
-    const torch = compare(out32, out64);
-    const ours = compare(out, out64);
-    const tolerance = Math.max(1e-5 * Math.max(1, ours.maxExpected), 2 * torch.maxError);
-    assert.equal(ours.nanMismatch, -1, `NaN position differs at element ${ours.nanMismatch}`);
-    assert.ok(ours.maxError <= tolerance, `max |ours - out64| = ${ours.maxError} > tolerance ${tolerance}`);
-    worstRatio = Math.max(worstRatio, ours.maxError / tolerance);
+    const r = checkOut(mha.multiHeadAttention(q, k, v, { ...shape, mask }), readGolden(c, 'out64'), readGolden(c, 'out32'));
+    assert.ok(r.ok, r.problem);
+    worstRatio = Math.max(worstRatio, r.ratio);
   });
 
   test(`golden ${c.name}: splitHeads equals split_q exactly, mergeHeads inverts it`, () => {
@@ -40,11 +34,8 @@ for (const c of cases) {
   });
 
   test(`golden ${c.name}: attentionWeights within 1e-5 of weights64`, () => {
-    const weights64 = readGolden(c, 'weights64');
-    const weights = mha.attentionWeights(q, k, { ...shape, mask });
-    const r = compare(weights, weights64);
-    assert.equal(r.nanMismatch, -1, `NaN position differs at element ${r.nanMismatch}`);
-    assert.ok(r.maxError <= 1e-5, `max |weights - weights64| = ${r.maxError}`);
+    const r = checkWeights(mha.attentionWeights(q, k, { ...shape, mask }), readGolden(c, 'weights64'));
+    assert.ok(r.ok, r.problem);
   });
 }
 

@@ -3,19 +3,9 @@
 // mixed calls), aliasing / views / shared and detached buffers, and instances across worker threads.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import v8 from 'node:v8';
-import vm from 'node:vm';
 import { Worker } from 'node:worker_threads';
 import { createMHA } from '../../dist/index.js';
-import { loadSpecExample, compare, referenceMHA, rng, randomNormal } from './helpers.mjs';
-
-v8.setFlagsFromString('--expose-gc');
-const collect = vm.runInNewContext('gc');
-// Twice: the backing stores of arrays found dead by the first collection are released by the next.
-const gc = () => {
-  collect();
-  collect();
-};
+import { compare, expectError, fullGc, loadSpecExample, mulberry32, randomNormal, referenceMHA } from './helpers.mjs';
 
 const mha = await createMHA();
 const { q, k, v, out64, shape } = loadSpecExample();
@@ -27,15 +17,6 @@ function detached(TypedArray = Float32Array, length = 120) {
   const array = new TypedArray(length);
   structuredClone(array.buffer, { transfer: [array.buffer] });
   return array;
-}
-
-/** Expects an error of that class whose message contains every fragment. */
-function expectError(thunk, ErrorClass, fragments) {
-  assert.throws(thunk, (error) => {
-    assert.ok(error instanceof ErrorClass, `expected ${ErrorClass.name}, got ${error?.constructor?.name}: ${error?.message}`);
-    for (const f of fragments) assert.ok(error.message.includes(f), `message "${error.message}" lacks "${f}"`);
-    return true;
-  });
 }
 
 // Largest shape whose weights (B,H,S,T) stay below 2^31 elements but need more bytes than the 2 GiB
@@ -213,7 +194,7 @@ test('a malloc failure leaves the wasm memory size unchanged and the instance wo
 });
 
 test('wasm memory and process external memory are flat over 20,000 valid, invalid and allocation-failing calls', () => {
-  const random = rng(11);
+  const random = mulberry32(11);
   const s2 = { batch: 1, seqLen: 33, kvSeqLen: 17, dModel: 64, numHeads: 4 };
   const q2 = randomNormal(33 * 64, random);
   const kv2 = randomNormal(17 * 64, random);
@@ -237,7 +218,7 @@ test('wasm memory and process external memory are flat over 20,000 valid, invali
     mha.multiHeadAttention(q2, kv2, kv2, s2);
   };
   for (let i = 0; i < 50; i++) round();
-  gc();
+  fullGc();
   const before = mha.memoryStats();
   const externalBefore = process.memoryUsage().external;
   const rounds = 20000 / calls.length;
@@ -249,7 +230,7 @@ test('wasm memory and process external memory are flat over 20,000 valid, invali
       assert.equal(now.wasmMemoryBytes, before.wasmMemoryBytes, `wasm memory grew after ${(i + 1) * calls.length} calls`);
     }
   }
-  gc();
+  fullGc();
   const after = mha.memoryStats();
   const externalAfter = process.memoryUsage().external;
   console.log(`# 20,000 calls: wasm heap in use ${before.heapBytesInUse} -> ${after.heapBytesInUse} B, memory ${before.wasmMemoryBytes} -> ${after.wasmMemoryBytes} B, external ${externalBefore} -> ${externalAfter} B`);
@@ -376,7 +357,7 @@ test('no user code runs while the heap is staged: getters in options or mask ent
 test('two instances in one process are independent (interleaved calls, dispose of one)', async () => {
   const a = await createMHA();
   const b = await createMHA();
-  const x = randomNormal(3 * 9 * 16, rng(5));
+  const x = randomNormal(3 * 9 * 16, mulberry32(5));
   const o = { batch: 3, seqLen: 9, dModel: 16, numHeads: 4, causal: true };
   const ref = referenceMHA(x, x, x, o);
   for (let i = 0; i < 20; i++) {

@@ -4,30 +4,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { loadSpecExample, compare, referenceMHA, rng, randomNormal } from './helpers.mjs';
+import { bitsEqual, compare, expectError, heapCopy, loadSpecExample, mulberry32, randomNormal, randomProblem, referenceMHA } from './helpers.mjs';
 
 const mha = await createMHA();
 const { q, k, v, out64, shape } = loadSpecExample();
-
-function bitsEqual(a, b) {
-  return a.length === b.length && Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
-}
-
-/** A tensor of `instance` holding a copy of `array`. */
-function heapCopy(instance, array) {
-  const tensor = instance.allocate(array.length);
-  tensor.set(array);
-  return tensor;
-}
-
-/** Expects an error of that class whose message contains every fragment. */
-function expectError(thunk, ErrorClass, fragments) {
-  assert.throws(thunk, (error) => {
-    assert.ok(error instanceof ErrorClass, `expected ${ErrorClass.name}, got ${error?.constructor?.name}: ${error?.message}`);
-    for (const f of fragments) assert.ok(error.message.includes(f), `message "${error.message}" lacks "${f}"`);
-    return true;
-  });
-}
 
 // Shapes: the spec example, cross-attention, and one large enough for the threaded build to split it.
 const SHAPES = [
@@ -35,13 +15,6 @@ const SHAPES = [
   { name: 'cross, causal + mask (2,9,13,16,4)', batch: 2, seqLen: 9, kvSeqLen: 13, dModel: 16, numHeads: 4, causal: true, mask: true },
   { name: 'parallel-sized (2,130,130,256,4)', batch: 2, seqLen: 130, kvSeqLen: 130, dModel: 256, numHeads: 4 },
 ];
-
-function problem({ batch: B, seqLen: S, kvSeqLen: T = S, dModel: D, numHeads, causal = false, mask }, seed) {
-  const random = rng(seed);
-  const options = { batch: B, seqLen: S, kvSeqLen: T, dModel: D, numHeads, causal };
-  if (mask) options.mask = Uint8Array.from({ length: B * S * T }, () => (random() < 0.7 ? 1 : 0));
-  return { q: randomNormal(B * S * D, random), k: randomNormal(B * T * D, random), v: randomNormal(B * T * D, random), options };
-}
 
 // ---------------------------------------------------------------------------------------------
 // Results
@@ -53,7 +26,7 @@ for (const [label, createOptions] of [['simd', {}], ['baseline', { simd: false }
       assert.equal(instance.info.build, label.split(' ')[0]);
       let seed = 40;
       for (const s of SHAPES) {
-        const { q: qa, k: ka, v: va, options } = problem(s, seed++);
+        const { q: qa, k: ka, v: va, options } = randomProblem(s, seed++);
         const expected = instance.multiHeadAttention(qa, ka, va, options);
         if (s.batch * s.seqLen <= 100) {
           // The expected output is right, so equal bits mean a right answer.
@@ -129,7 +102,7 @@ test('with q, k, v and out all tensors a call stages nothing: heap use grows by 
   const instance = await createMHA({ warmup: false }); // the warm-up would already have staged buffers
   // One batch item: a multi-item call could be staged a group of items at a time (staging.test.mjs).
   const s = { batch: 1, seqLen: 512, dModel: 256, numHeads: 4 };
-  const { q: qa, k: ka, v: va } = problem(s, 9);
+  const { q: qa, k: ka, v: va } = randomProblem(s, 9);
   const tensors = [qa, ka, va, new Float32Array(qa.length)].map((a) => heapCopy(instance, a));
   const [tq, tk, tv, tOut] = tensors;
   const before = instance.memoryStats().heapBytesInUse;
@@ -221,7 +194,7 @@ test('threaded build (shared memory): after growth the old view keeps the old, s
 // A call whose own staging malloc grows the memory detaches every view of it, including a tensor's data
 // passed as a Float32Array argument. Shapes: q and out 6 MiB each (S = 2^17 rows of 12), k and v tiny.
 const GROWTH_SHAPE = { batch: 1, seqLen: 2 ** 17, kvSeqLen: 5, dModel: 12, numHeads: 3 };
-const growthInputs = problem(GROWTH_SHAPE, 77);
+const growthInputs = randomProblem(GROWTH_SHAPE, 77);
 
 /**
  * A fresh instance whose 16 MiB memory is nearly filled by two 6 MiB tensors, so that staging even one
@@ -263,6 +236,21 @@ for (const which of ['q', 'k', 'v', 'out']) {
     });
   });
 }
+
+test('a Uint8Array mask that views the heap survives the memory growth of its own call', async () => {
+  const { q: qa, k: ka, v: va, options } = growthInputs;
+  const maskLength = options.batch * options.seqLen * options.kvSeqLen;
+  const pattern = Uint8Array.from({ length: maskLength }, (_, i) => (i % 7 === 3 ? 0 : 1));
+  const expected = mha.multiHeadAttention(qa, ka, va, { ...options, mask: pattern });
+  await withFullMemory((instance) => {
+    const holder = instance.allocate(maskLength / 4);
+    const view = new Uint8Array(holder.data.buffer, holder.data.byteOffset, maskLength);
+    view.set(pattern);
+    const result = instance.multiHeadAttention(qa, ka, va, { ...options, mask: view });
+    assert.equal(view.length, 0, 'the call did not detach the mask, so nothing was tested');
+    assert.ok(bitsEqual(result, expected), 'the mask was not staged from where it is');
+  });
+});
 
 test("a tensor's data passed to splitHeads and attentionWeights survives the memory growth of the call", async () => {
   const { q: qa, k: ka, options } = growthInputs;
@@ -416,7 +404,7 @@ test('a threaded instance: dispose() frees its tensors and ends its pool; the te
 
 test('no leak: 3,000 allocate/free cycles and 3,000 calls through tensors bring heap use back to the byte', async () => {
   const instance = await createMHA();
-  const random = rng(21);
+  const random = mulberry32(21);
   const s = { batch: 1, seqLen: 33, kvSeqLen: 17, dModel: 64, numHeads: 4 };
   const qa = randomNormal(33 * 64, random);
   const kva = randomNormal(17 * 64, random);

@@ -1,80 +1,49 @@
-// Shared by the JS tests: golden-vector loading, a seeded RNG and an independent float64 reference.
+// Shared by the JS tests (and the browser and consumer suites): the golden reader and its tolerance rule,
+// and the project's one seeded PRNG and one float64 reference (bench/lib/prng.mjs, bench/lib/reference.mjs),
+// adapted to the API's option names.
+import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { mulberry32, randomNormal } from '../../bench/lib/prng.mjs';
+import { attention } from '../../bench/lib/reference.mjs';
+
+export { mulberry32, randomNormal };
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 // The PyTorch golden vectors are test fixtures of this repository (tests/golden/README.md).
 export const goldenDir = process.env.MHA_GOLDEN_DIR ?? path.join(repoRoot, 'tests/golden/v1');
+export const goldenV2Dir = path.join(repoRoot, 'tests/golden/v2');
 
-export function loadGoldenCases() {
-  return JSON.parse(fs.readFileSync(path.join(goldenDir, 'cases.json'), 'utf8'));
+/** The cases of a golden set (`cases.json`); readGolden finds each case's files in its set's folder. */
+export function loadGoldenCases(dir = goldenDir) {
+  const cases = JSON.parse(fs.readFileSync(path.join(dir, 'cases.json'), 'utf8'));
+  // Not enumerable: a case stays the plain data of cases.json (JSON.stringify, deepEqual).
+  for (const c of cases) Object.defineProperty(c, 'dir', { value: dir });
+  return cases;
 }
 
 /** Reads a golden file as the typed array its role implies (mask: Uint8Array, others: Float32Array). */
 export function readGolden(c, role) {
-  const bytes = fs.readFileSync(path.join(goldenDir, c.files[role]));
+  const file = c.files[role];
+  if (file === undefined) throw new Error(`golden case ${c.name} has no ${role} file`);
+  const bytes = fs.readFileSync(path.join(c.dir ?? goldenDir, file));
   const copy = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
   return role === 'mask' ? new Uint8Array(copy) : new Float32Array(copy);
 }
 
-/** mulberry32: a small seeded generator, so failures can be replayed from the printed seed. */
-export function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-export function randomNormal(n, random, scale = 1) {
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    const u = 1 - random();
-    const v = random();
-    out[i] = Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v) * scale;
-  }
-  return out;
-}
-
 /**
- * The spec, independently, in float64 JS: per head softmax(q k^T * scale) v with hidden keys at -inf.
- * q (B,S,D), k/v (B,T,D), mask (B,S,T) optional -> (B,S,D).
+ * A v2 case's options by their API names (cases.json writes Infinity in a window as "Infinity"), with its
+ * bias read from its file; plus its dims.
  */
-export function referenceMHA(q, k, v, { batch: B, seqLen: S, kvSeqLen: T = S, dModel: D, numHeads: H, mask, causal = false, scale }) {
-  const Dh = D / H;
-  const s = scale ?? Math.fround(1 / Math.sqrt(Dh));
-  const out = new Float32Array(B * S * D);
-  const scores = new Float64Array(T);
-  const hidden = new Uint8Array(T);
-  for (let b = 0; b < B; b++) {
-    for (let h = 0; h < H; h++) {
-      for (let i = 0; i < S; i++) {
-        let max = -Infinity;
-        for (let j = 0; j < T; j++) {
-          const visible = (!causal || j <= i) && (!mask || mask[(b * S + i) * T + j]);
-          hidden[j] = visible ? 0 : 1;
-          if (!visible) { scores[j] = -Infinity; continue; }
-          let dot = 0;
-          for (let e = 0; e < Dh; e++) dot += q[(b * S + i) * D + h * Dh + e] * k[(b * T + j) * D + h * Dh + e];
-          scores[j] = dot * s;
-          if (scores[j] > max) max = scores[j];
-        }
-        let sum = 0;
-        for (let j = 0; j < T; j++) { scores[j] = max === -Infinity ? NaN : Math.exp(scores[j] - max); sum += scores[j]; }
-        for (let e = 0; e < Dh; e++) {
-          let acc = 0;
-          // hidden keys (-inf scores) are never read, as in the C++ reference
-          for (let j = 0; j < T; j++) if (hidden[j] === 0) acc += scores[j] * v[(b * T + j) * D + h * Dh + e];
-          out[(b * S + i) * D + h * Dh + e] = acc / sum;
-        }
-      }
-    }
-  }
-  return out;
+export function goldenOptions(c) {
+  const options = { batch: c.batch, seqLen: c.seqLen, kvSeqLen: c.kvSeqLen, dModel: c.dModel, numHeads: c.numHeads, ...c.options };
+  if (options.window) options.window = options.window.map((w) => (w === 'Infinity' ? Infinity : w));
+  if (c.files.mask) options.mask = readGolden(c, 'mask');
+  if (c.files.bias) options.bias = readGolden(c, 'bias');
+  return options;
 }
 
 /** Largest |a - b| over positions where both are finite, and whether NaN positions agree. */
@@ -89,6 +58,130 @@ export function compare(actual, expected) {
     maxExpected = Math.max(maxExpected, Math.abs(expected[i]));
   }
   return { maxError, nanMismatch, maxExpected };
+}
+
+/**
+ * The accuracy rule of docs/spec.md for an output against a golden case: NaN positions identical and
+ * max |out - out64| <= max(1e-5·max(1, max |out64|), 2·max |out32 - out64|). Returns what it measured;
+ * `ok` says whether it passed, `problem` why not.
+ */
+export function checkOut(out, out64, out32) {
+  const torch = compare(out32, out64);
+  const ours = compare(out, out64);
+  const tolerance = Math.max(1e-5 * Math.max(1, ours.maxExpected), 2 * torch.maxError);
+  const problem = ours.nanMismatch >= 0 ? `NaN position differs at element ${ours.nanMismatch}`
+    : ours.maxError <= tolerance ? undefined : `max |ours - out64| = ${ours.maxError} > tolerance ${tolerance}`;
+  return { ok: problem === undefined, problem, maxError: ours.maxError, tolerance, ratio: ours.maxError / tolerance };
+}
+
+/** Weights: NaN positions identical, within 1e-5. */
+export function checkWeights(weights, weights64) {
+  const r = compare(weights, weights64);
+  const problem = r.nanMismatch >= 0 ? `NaN position differs at element ${r.nanMismatch}`
+    : r.maxError <= 1e-5 ? undefined : `max |weights - weights64| = ${r.maxError} > 1e-5`;
+  return { ok: problem === undefined, problem, maxError: r.maxError };
+}
+
+/** lse: within 1e-5·max(1, |lse64|) elementwise, −Infinity (and NaN) exactly where lse64 has it. */
+export function checkLse(lse, lse64) {
+  let worst = 0;
+  for (let i = 0; i < lse64.length; i++) {
+    const [got, want] = [lse[i], lse64[i]];
+    if (!Number.isFinite(want) || !Number.isFinite(got)) {
+      if (!Object.is(got, want) && !(Number.isNaN(got) && Number.isNaN(want))) {
+        return { ok: false, problem: `lse[${i}] = ${got}, expected ${want} exactly`, worst };
+      }
+      continue;
+    }
+    const ratio = Math.abs(got - want) / (1e-5 * Math.max(1, Math.abs(want)));
+    if (ratio > 1) return { ok: false, problem: `lse[${i}] = ${got}, expected ${want} within 1e-5·max(1, |lse|)`, worst: ratio };
+    worst = Math.max(worst, ratio);
+  }
+  return { ok: true, problem: undefined, worst };
+}
+
+/** True when two typed arrays hold the same bytes. */
+export function bitsEqual(a, b) {
+  return a.length === b.length && Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
+}
+
+/** Expects `thunk` to throw an error of that class whose message contains every fragment. */
+export function expectError(thunk, ErrorClass, fragments) {
+  assert.throws(thunk, (error) => {
+    assert.ok(error instanceof ErrorClass, `expected ${ErrorClass.name}, got ${error?.constructor?.name}: ${error?.message}`);
+    for (const f of fragments) assert.ok(error.message.includes(f), `message "${error.message}" lacks "${f}"`);
+    return true;
+  });
+}
+
+let collect;
+/**
+ * Full garbage collections, so garbage result arrays do not hide or fake a change of memory. Twice: the
+ * backing stores of arrays found dead by the first one are only released by the next.
+ */
+export function fullGc() {
+  if (!collect) {
+    v8.setFlagsFromString('--expose-gc');
+    collect = vm.runInNewContext('gc');
+  }
+  collect();
+  collect();
+}
+
+/** A heap tensor of `instance` holding a copy of `array`. */
+export function heapCopy(instance, array) {
+  const tensor = instance.allocate(array.length);
+  tensor.set(array);
+  return tensor;
+}
+
+/**
+ * Seeded inputs for a spec of API options: q (B,S,D), k and v (B,T,Hkv·Dh); `mask: true` (or 'random')
+ * makes a mask with about 70 % visible keys, 'padding' one that hides the last 37·b keys of batch item b.
+ * Returns them with the options to call with (the mask as a Uint8Array).
+ */
+export function randomProblem(spec, seed) {
+  const random = mulberry32(seed);
+  const { batch: B, seqLen: S, dModel: D, numHeads: H } = spec;
+  const T = spec.kvSeqLen ?? S;
+  const kvD = (D / H) * (spec.numKvHeads ?? H);
+  const given = spec.mask instanceof Uint8Array || Array.isArray(spec.mask) ? spec.mask : undefined;
+  const options = { ...spec, kvSeqLen: T, causal: spec.causal ?? false, mask: given };
+  delete options.name;
+  if (spec.mask === true || spec.mask === 'random') options.mask = Uint8Array.from({ length: B * S * T }, () => (random() < 0.7 ? 1 : 0));
+  if (spec.mask === 'padding') {
+    options.mask = new Uint8Array(B * S * T);
+    for (let b = 0; b < B; b++) {
+      for (let i = 0; i < S; i++) options.mask.fill(1, (b * S + i) * T, (b * S + i) * T + Math.max(0, T - 37 * b));
+    }
+  }
+  return { q: randomNormal(B * S * D, random), k: randomNormal(B * T * kvD, random), v: randomNormal(B * T * kvD, random), options };
+}
+
+/** The reference's shape letters for API options. */
+function referenceShape(o) {
+  return {
+    B: o.batch, S: o.seqLen, T: o.kvSeqLen ?? o.seqLen, D: o.dModel, H: o.numHeads, Hkv: o.numKvHeads, causal: o.causal ?? false,
+    scale: o.scale, mask: o.mask, queryOffset: o.queryOffset, kvLengths: o.kvLengths, window: o.window, softcap: o.softcap,
+    alibiSlopes: o.alibiSlopes, bias: o.bias, biasShape: o.biasShape, emptyRows: o.emptyRows,
+  };
+}
+
+/**
+ * The spec, independently, in float64 JS (bench/lib/reference.mjs), called with the API's options:
+ * q (B,S,D), k and v (B,T,Hkv·Dh) -> out (B,S,D).
+ */
+export function referenceMHA(q, k, v, options) {
+  return attention(q, k, v, referenceShape(options));
+}
+
+/** The reference's out (B,S,D), lse (B,H,S) and weights (B,H,S,T) for the API's options. */
+export function referenceAll(q, k, v, options) {
+  const shape = referenceShape(options);
+  const lse = new Float64Array(shape.B * shape.H * shape.S);
+  const weights = new Float64Array(shape.B * shape.H * shape.S * shape.T);
+  const out = attention(q, k, v, shape, undefined, { lse, weights });
+  return { out, lse, weights };
 }
 
 /**

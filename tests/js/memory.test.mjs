@@ -2,22 +2,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { rng, randomNormal } from './helpers.mjs';
-import v8 from 'node:v8';
-import vm from 'node:vm';
-
-// Full GCs before each reading, so garbage result arrays do not hide or fake a change. Twice: the
-// backing stores of arrays found dead by the first one are only released by the next.
-v8.setFlagsFromString('--expose-gc');
-const collect = vm.runInNewContext('gc');
-const gc = () => {
-  collect();
-  collect();
-};
+import { fullGc, mulberry32, randomNormal } from './helpers.mjs';
 
 test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls', () => {
   return createMHA().then((mha) => {
-    const random = rng(7);
+    const random = mulberry32(7);
     const shapes = [
       { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 },
       { batch: 1, seqLen: 33, kvSeqLen: 17, dModel: 64, numHeads: 4 },
@@ -44,11 +33,11 @@ test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls
       }
     };
     for (let i = 0; i < 300; i++) round(i); // reach the steady-state arena size first
-    gc();
+    fullGc();
     const before = process.memoryUsage().external;
     const statsBefore = mha.memoryStats();
     for (let i = 0; i < 5000; i++) round(i);
-    gc();
+    fullGc();
     const after = process.memoryUsage().external;
     const statsAfter = mha.memoryStats();
     console.log(`# external memory: ${before} -> ${after} bytes; wasm heap in use ${statsBefore.heapBytesInUse} -> ${statsAfter.heapBytesInUse} bytes over 5,000 calls`);
@@ -64,7 +53,7 @@ test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls
 test('dispose() returns staging buffers and scratch to the heap; the instance keeps working', async () => {
   const mha = await createMHA({ warmup: false }); // the warm-up would already have staged buffers
   const o = { batch: 2, seqLen: 64, dModel: 64, numHeads: 4 };
-  const x = randomNormal(2 * 64 * 64, rng(3));
+  const x = randomNormal(2 * 64 * 64, mulberry32(3));
   const idle = mha.memoryStats().heapBytesInUse;
   const first = mha.multiHeadAttention(x, x, x, o);
   // q = k = v is staged once: the held staging is (at least) that copy plus out.

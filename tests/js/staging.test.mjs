@@ -6,10 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { compare, referenceMHA, rng, randomNormal } from './helpers.mjs';
-
-const bitsEqual = (a, b) =>
-  a.length === b.length && Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
+import { bitsEqual, compare, mulberry32, randomNormal, randomProblem, referenceMHA } from './helpers.mjs';
 
 // Staged bytes per batch item (q, k, v and the mask; the result is written over the staged q) and the
 // batch groups they give at 1 MiB:
@@ -21,13 +18,6 @@ const SHAPES = [
   { name: 'one-per-group (3,128,128,512,8), causal', batch: 3, seqLen: 128, kvSeqLen: 128, dModel: 512, numHeads: 8, causal: true },
   { name: 'cross (3,64,600,128,2) + mask + causal', batch: 3, seqLen: 64, kvSeqLen: 600, dModel: 128, numHeads: 2, mask: true, causal: true },
 ];
-
-function problem({ batch: B, seqLen: S, kvSeqLen: T, dModel: D, numHeads, causal = false, mask }, seed) {
-  const random = rng(seed);
-  const options = { batch: B, seqLen: S, kvSeqLen: T, dModel: D, numHeads, causal };
-  if (mask) options.mask = Uint8Array.from({ length: B * S * T }, () => (random() < 0.75 ? 1 : 0));
-  return { q: randomNormal(B * S * D, random), k: randomNormal(B * T * D, random), v: randomNormal(B * T * D, random), options };
-}
 
 /** One unsplit kernel call: q, k, v and out on the heap, so nothing is staged and nothing is split. */
 function unsplit(instance, q, k, v, options) {
@@ -49,7 +39,7 @@ for (const [label, createOptions] of [['simd', {}], ['baseline', { simd: false }
     try {
       let seed = 70;
       for (const s of SHAPES) {
-        const { q, k, v, options } = problem(s, seed++);
+        const { q, k, v, options } = randomProblem(s, seed++);
         const expected = unsplit(instance, q, k, v, options);
         const fresh = instance.multiHeadAttention(q, k, v, options);
         assert.ok(bitsEqual(fresh, expected), `${s.name}: fresh result`);
@@ -67,7 +57,7 @@ for (const [label, createOptions] of [['simd', {}], ['baseline', { simd: false }
         tout.free();
       }
       // The right answer, not only a consistent one: the float64 reference on the smallest shape.
-      const { q, k, v, options } = problem(SHAPES[2], 72);
+      const { q, k, v, options } = randomProblem(SHAPES[2], 72);
       assert.ok(compare(instance.multiHeadAttention(q, k, v, options), referenceMHA(q, k, v, options)).maxError < 2e-5);
     } finally {
       instance.dispose();
@@ -78,7 +68,7 @@ for (const [label, createOptions] of [['simd', {}], ['baseline', { simd: false }
 test('a batched call stages about 1 MiB at a time, not all of its inputs', async () => {
   const instance = await createMHA({ warmup: false });
   const s = SHAPES[1];
-  const { q, k, v, options } = problem(s, 80);
+  const { q, k, v, options } = randomProblem(s, 80);
   const whole = (q.length + k.length + v.length) * 4; // q (and the result over it), k, v
   const before = instance.memoryStats().heapBytesInUse;
   instance.multiHeadAttention(q, k, v, options);
@@ -91,7 +81,7 @@ test('a batched call stages about 1 MiB at a time, not all of its inputs', async
 
 test('self-attention (q === k === v) in batch groups: staged once per group, same bits', async () => {
   const instance = await createMHA();
-  const { q: x, options } = problem(SHAPES[1], 81);
+  const { q: x, options } = randomProblem(SHAPES[1], 81);
   const expected = unsplit(instance, x, x, x, options);
   assert.ok(bitsEqual(instance.multiHeadAttention(x, x, x, options), expected));
   const y = Float32Array.from(x);
@@ -103,7 +93,7 @@ test('self-attention (q === k === v) in batch groups: staged once per group, sam
 test('out aliasing q, k or v in a split call: the result is as if computed from the original inputs', async () => {
   const instance = await createMHA();
   for (const s of [SHAPES[0], SHAPES[1]]) {
-    const { q, k, v, options } = problem(s, 82);
+    const { q, k, v, options } = randomProblem(s, 82);
     const expected = unsplit(instance, q, k, v, options);
     for (const which of ['q', 'k', 'v']) {
       const x = { q: Float32Array.from(q), k: Float32Array.from(k), v: Float32Array.from(v) };
@@ -118,7 +108,7 @@ test('out aliasing q, k or v in a split call: the result is as if computed from 
 test('out overlapping an input at another offset (not splittable): still computed from the original inputs', async () => {
   const instance = await createMHA();
   const s = SHAPES[0];
-  const { q, k, v, options } = problem(s, 83);
+  const { q, k, v, options } = randomProblem(s, 83);
   const expected = unsplit(instance, q, k, v, options);
   const item = s.seqLen * s.dModel;
   for (const shift of [item, -item, 1, -3]) {
@@ -143,7 +133,7 @@ test('out overlapping an input at another offset (not splittable): still compute
 
 test('views of the wasm heap (a tensor\'s data) as inputs and out of a large batched call: right bits', async () => {
   const instance = await createMHA();
-  const { q, k, v, options } = problem(SHAPES[1], 84);
+  const { q, k, v, options } = randomProblem(SHAPES[1], 84);
   const expected = unsplit(instance, q, k, v, options);
   const tq = instance.allocate(q.length);
   tq.set(q);

@@ -2,17 +2,22 @@
 export interface MhaWasmModule {
   _malloc(bytes: number): number;
   _free(address: number): void;
-  // Direct C exports of src/bindings.cpp (addresses and dims in, mha::Status out; causal is 0/1).
-  _mha_attention(q: number, k: number, v: number, out: number, mask: number, batch: number, seqLen: number,
-    kvSeqLen: number, dModel: number, numHeads: number, causal: number, scale: number): number;
-  _mha_attention_weights(q: number, k: number, weights: number, mask: number, batch: number, seqLen: number,
-    kvSeqLen: number, dModel: number, numHeads: number, causal: number, scale: number): number;
+  // Direct C exports of src/bindings.cpp (addresses and dims in, mha::Status out). The attention calls take
+  // the heap address of one AttentionCallAbi (written by call-abi.ts).
+  _mha_attention(call: number): number;
+  _mha_attention_weights(call: number): number;
   _mha_split_heads(x: number, xh: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
   _mha_merge_heads(xh: number, x: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
   // Starts the thread pool (threaded build; returns the threads it got, 1 elsewhere or for threads <= 1).
   _mha_set_threads(threads: number): number;
   HEAPU8: Uint8Array;
+  HEAP32: Int32Array;
   HEAPF32: Float32Array;
+  // Embind, called once per instance or on the error path.
+  // {field name: byte offset} of AttentionCallAbi, and its size in bytes.
+  attentionCallLayout(): Record<string, number>;
+  // The message of an mha::Status code, '' for a number that is none.
+  statusMessage(status: number): string;
   releaseScratch(): void;
   heapBytesInUse(): number;
   version(): string;

@@ -1,0 +1,99 @@
+// The attention call ABI: one AttentionCallAbi struct (src/bindings.cpp) per kernel call, written here into
+// a slot of the staging arena and read by the direct exports _mha_attention / _mha_attention_weights. The
+// struct's field offsets come from the module (attentionCallLayout, built with offsetof): fields are
+// written by name, and no offset is copied by hand. Writing is plain stores into the heap views, so a call
+// costs no allocation and no Embind conversion.
+import type { AttentionCall } from './attention-options.js';
+import type { MhaWasmModule } from './mha.js';
+
+/**
+ * The 4-byte slot (byte offset / 4) of each field this script writes, by the field's name in
+ * src/bindings.cpp, from the module's byte offsets; and the struct's size in bytes. Every field is 4 bytes
+ * (uint32 addresses, int32 dims and flags, float32 scale and softcap). One object literal, so the layout
+ * has a fixed shape with in-object properties: the writers below read it on every call (an object filled
+ * by computed keys would fall back to a slow dictionary after 16 properties).
+ */
+function slotsOf(offsets: Record<string, number>) {
+  const slot = (name: string): number => (offsets[name] ?? NaN) / 4;
+  return {
+    q: slot('q'), k: slot('k'), v: slot('v'), out: slot('out'), mask: slot('mask'), bias: slot('bias'),
+    kv_lengths: slot('kv_lengths'), alibi_slopes: slot('alibi_slopes'), lse: slot('lse'), batch: slot('batch'),
+    seq_len: slot('seq_len'), kv_seq_len: slot('kv_seq_len'), d_model: slot('d_model'), num_heads: slot('num_heads'),
+    num_kv_heads: slot('num_kv_heads'), query_offset: slot('query_offset'), causal: slot('causal'),
+    window_left: slot('window_left'), window_right: slot('window_right'), bias_batch: slot('bias_batch'),
+    bias_heads: slot('bias_heads'), empty_rows: slot('empty_rows'), scale: slot('scale'), softcap: slot('softcap'),
+    bytes: offsets.size ?? NaN,
+  };
+}
+
+export type CallLayout = Readonly<ReturnType<typeof slotsOf>>;
+
+/**
+ * Reads the module's layout of AttentionCallAbi. Returns what does not match when the module's fields are
+ * not exactly the ones this script writes, each 4-byte aligned, distinct and within the struct (then no
+ * field could be left unwritten, or written over another).
+ */
+export function readCallLayout(wasm: MhaWasmModule): CallLayout | string {
+  const offsets = wasm.attentionCallLayout();
+  const layout = slotsOf(offsets);
+  const written = Object.keys(layout).filter((name) => name !== 'bytes');
+  const names = Object.keys(offsets).filter((name) => name !== 'size');
+  const unknown = names.filter((name) => !written.includes(name));
+  const missing = written.filter((name) => !names.includes(name));
+  if (unknown.length > 0 || missing.length > 0) {
+    return `its attention call struct has the fields ${names.join(', ')}` +
+      `${missing.length > 0 ? `, without ${missing.join(', ')}` : ''}${unknown.length > 0 ? `, with ${unknown.join(', ')}` : ''}`;
+  }
+  if (layout.bytes !== written.length * 4) return `its attention call struct is ${layout.bytes} bytes, expected ${written.length * 4}`;
+  const slots = new Set<number>();
+  for (const name of written) {
+    const slot = layout[name as keyof CallLayout];
+    if (!Number.isInteger(slot) || slot < 0 || slot >= written.length || slots.has(slot)) {
+      return `its attention call struct has field ${name} at byte offset ${offsets[name]}`;
+    }
+    slots.add(slot);
+  }
+  return layout;
+}
+
+/**
+ * Writes the fields that every kernel call of one API call shares: dims and options. Options this release
+ * does not take yet are written as "none" (see the struct's comments).
+ */
+export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number, call: AttentionCall<unknown>): void {
+  const i32 = wasm.HEAP32;
+  const f32 = wasm.HEAPF32;
+  const base = at >>> 2;
+  const d = call.d;
+  i32[base + L.seq_len] = d.seqLen;
+  i32[base + L.kv_seq_len] = d.kvSeqLen;
+  i32[base + L.d_model] = d.dModel;
+  i32[base + L.num_heads] = d.numHeads;
+  i32[base + L.num_kv_heads] = d.numHeads;
+  i32[base + L.query_offset] = 0;
+  i32[base + L.causal] = call.causal ? 1 : 0;
+  i32[base + L.window_left] = -1;
+  i32[base + L.window_right] = -1;
+  i32[base + L.bias_batch] = 0;
+  i32[base + L.bias_heads] = 0;
+  i32[base + L.empty_rows] = 0;
+  f32[base + L.scale] = call.scale;
+  f32[base + L.softcap] = 0;
+  i32[base + L.bias] = 0;
+  i32[base + L.kv_lengths] = 0;
+  i32[base + L.alibi_slopes] = 0;
+  i32[base + L.lse] = 0;
+}
+
+/** Writes the operands of one kernel call, over `batch` items: heap addresses (0 = none). */
+export function writeCallOperands(wasm: MhaWasmModule, L: CallLayout, at: number, q: number, k: number, v: number, out: number,
+  mask: number, batch: number): void {
+  const i32 = wasm.HEAP32;
+  const base = at >>> 2;
+  i32[base + L.q] = q;
+  i32[base + L.k] = k;
+  i32[base + L.v] = v;
+  i32[base + L.out] = out;
+  i32[base + L.mask] = mask;
+  i32[base + L.batch] = batch;
+}

@@ -1,0 +1,216 @@
+// Heap staging: the instance's one reusable allocation (the arena), the slots a call lays out in it,
+// copies in and out, and the staging plan of multiHeadAttention (what is staged, and how many batch items
+// per kernel call). Steady-state calls allocate nothing on the wasm heap, which cannot fragment under
+// mixed calls.
+import type { MhaWasmModule } from './mha.js';
+
+/**
+ * One allocation per instance, reused by every call; it only grows. It starts with the slot of the
+ * attention call struct (call-abi.ts), then the staging of the call.
+ */
+export class StagingArena {
+  private block = 0;
+  /** Staging bytes the block has room for after the call struct; -1 without a block. */
+  private bytes = -1;
+  /** Bytes before the staging: the call struct, rounded up to keep the staging 16-byte aligned. */
+  private readonly callSlot: number;
+
+  constructor(private readonly wasm: MhaWasmModule, callBytes: number) {
+    this.callSlot = Math.ceil(callBytes / 16) * 16;
+  }
+
+  /**
+   * Returns the base address of room for `bytes` of staging (the call struct's slot is before it, at
+   * callAt()), or throws a RangeError naming `fn`. The error counts the staging only: the inputs and output.
+   */
+  reserve(fn: string, bytes: number): number {
+    if (bytes <= this.bytes) return this.block + this.callSlot;
+    this.release();
+    const total = this.callSlot + bytes;
+    const block = total < 2 ** 31 ? this.wasm._malloc(total) : 0;
+    if (block === 0) {
+      throw new RangeError(`${fn}: the inputs and output need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`);
+    }
+    this.block = block;
+    this.bytes = bytes;
+    return block + this.callSlot;
+  }
+
+  /** The address of the call struct's slot, once reserve() has returned. */
+  callAt(): number {
+    return this.block;
+  }
+
+  release(): void {
+    if (this.block !== 0) this.wasm._free(this.block);
+    this.block = 0;
+    this.bytes = -1;
+  }
+}
+
+/** Lays buffers out back to back, each 16-byte aligned, and returns their addresses. */
+export function layout(base: number, sizes: readonly number[]): number[] {
+  const addresses: number[] = [];
+  let offset = base;
+  for (const size of sizes) {
+    addresses.push(offset);
+    offset += Math.ceil(size / 16) * 16;
+  }
+  return addresses;
+}
+
+export function totalBytes(sizes: readonly number[]): number {
+  return sizes.reduce((sum, size) => sum + Math.ceil(size / 16) * 16, 0);
+}
+
+/**
+ * Copies elements [start, start + length) of a typed-array argument into the staging slot at byte address
+ * `at` (`heap` is the wasm memory viewed as the argument's element type). The staging malloc detaches
+ * views of this instance's own heap (a tensor's `data`, or what a call with a HeapTensor `out` returned)
+ * when it grows the memory; no other buffer can be detached during a call (no user code runs), so an
+ * argument that now reads as empty is such a view, found again in the heap by the byte offset it had
+ * before the malloc.
+ */
+export function copyIn<A extends Float32Array | Uint8Array>(heap: A, array: A, byteOffset: number, start: number, length: number,
+  at: number): void {
+  const shift = heap.BYTES_PER_ELEMENT === 4 ? 2 : 0;
+  if (array.length === 0 && length !== 0) {
+    heap.copyWithin(at >>> shift, (byteOffset >>> shift) + start, (byteOffset >>> shift) + start + length);
+  } else {
+    heap.set(start === 0 && length === array.length ? array : array.subarray(start, start + length), at >>> shift);
+  }
+}
+
+/** The byte offset of a typed-array operand, read before any malloc of the call (0 for a HeapTensor's address). */
+export function byteOffsetOf(operand: ArrayBufferView | number | undefined): number {
+  return typeof operand === 'object' ? operand.byteOffset : 0;
+}
+
+/** Staging bytes of a multiHeadAttention operand: none for a HeapTensor (its address, a number). */
+function stagedBytes(operand: Float32Array | number | undefined, length: number): number {
+  return typeof operand === 'number' ? 0 : length * 4;
+}
+
+/**
+ * The address the kernel reads elements [start, start + length) of an operand from: a HeapTensor's own,
+ * or the staging slot `at` that a Float32Array's elements are copied to.
+ */
+export function place(heap: Float32Array, operand: Float32Array | number, byteOffset: number, start: number, length: number,
+  at: number): number {
+  if (typeof operand === 'number') return operand + start * 4;
+  copyIn(heap, operand, byteOffset, start, length, at);
+  return at;
+}
+
+type NodeBuffer = { allocUnsafeSlow?: (size: number) => Uint8Array };
+/** Node's uninitialized allocation (undefined in browsers), looked up once. */
+const allocUnsafeSlow = (globalThis as { Buffer?: NodeBuffer }).Buffer?.allocUnsafeSlow;
+
+/**
+ * A new Float32Array that the caller overwrites entirely. From 16 KiB up, in Node, it is uninitialized
+ * memory (Buffer.allocUnsafeSlow: a fresh ArrayBuffer of exactly this size, pooled with nothing), which
+ * skips zero-filling what is overwritten next (that memset was 2.5% of a bert call). Smaller arrays, other
+ * engines, or a Buffer polyfill that returns anything else: a zeroed array (for the seed shape's 120
+ * floats that is 0.2 us faster a call).
+ */
+export function unfilledFloat32Array(length: number): Float32Array {
+  if (allocUnsafeSlow !== undefined && length >= 4096) {
+    const bytes = allocUnsafeSlow(length * 4);
+    if (bytes instanceof Uint8Array && bytes.byteOffset === 0 && bytes.buffer instanceof ArrayBuffer &&
+      bytes.buffer.byteLength === length * 4) {
+      return new Float32Array(bytes.buffer, 0, length);
+    }
+  }
+  return new Float32Array(length);
+}
+
+/** Elements [from, from + length) of `heap` in a new Float32Array of their own. */
+export function copyOut(heap: Float32Array, from: number, length: number): Float32Array {
+  const result = unfilledFloat32Array(length);
+  result.set(heap.subarray(from, from + length));
+  return result;
+}
+
+/**
+ * About the L2 cache of a client CPU: the staging of one kernel call of a multi-item batch is kept near
+ * this size (see stagingGroup).
+ */
+const STAGING_GROUP_BYTES = 1 << 20;
+
+/** A q, k, v or out operand of multiHeadAttention: a Float32Array to stage, or a HeapTensor's address. */
+export type Operand = Float32Array | number;
+
+/**
+ * How many batch items multiHeadAttention stages per kernel call. Staging a whole large call copies all
+ * inputs before the kernel reads any of them: past the L2 cache the kernel then reads them back from
+ * memory, and the copy-out reads a cold output. Staged a group of items at a time, each copy is still
+ * in cache when it is read (measured, 1 thread: bert-b8 13.5-13.9 ms instead of 15.7-16.6, cross
+ * (4,64,1024,512,8) 18.2-18.6 instead of 19.9-20.4). The result has the same bits: the kernel runs every
+ * (batch item, head, query row) through the same operations however the call is split.
+ *
+ * A call is split only when its batch slices are independent: no typed array that views this heap (the
+ * staging malloc can detach it, which the whole-call path handles), and an `out` array that overlaps an
+ * input only as the identical range (then each group writes only rows that group has already read).
+ * `perItem`: the bytes staged per batch item.
+ */
+function stagingGroup(wasm: MhaWasmModule, batch: number, perItem: number, inputs: readonly (Operand | undefined)[],
+  out: Operand | undefined, mask: Uint8Array | undefined): number {
+  const heapBuffer = wasm.HEAPF32.buffer;
+  if (mask?.buffer === heapBuffer) return batch;
+  for (const operand of [...inputs, out]) {
+    if (operand instanceof Float32Array && operand.buffer === heapBuffer) return batch;
+  }
+  if (out instanceof Float32Array) {
+    for (const input of inputs) {
+      if (!(input instanceof Float32Array) || input === out || input.buffer !== out.buffer) continue;
+      const same = input.byteOffset === out.byteOffset && input.length === out.length;
+      const overlap = input.byteOffset < out.byteOffset + out.byteLength && out.byteOffset < input.byteOffset + input.byteLength;
+      if (overlap && !same) return batch;
+    }
+  }
+  return Math.max(1, Math.min(batch, Math.floor(STAGING_GROUP_BYTES / perItem)));
+}
+
+/** Dims that staging needs: B, S, T, D. */
+interface StagedDims {
+  batch: number;
+  seqLen: number;
+  kvSeqLen: number;
+  dModel: number;
+}
+
+/**
+ * What one multiHeadAttention call stages, per kernel call of `group` batch items. Slots, in `sizes` order:
+ * q, k, v, out and the mask (0 bytes: no slot). Self-attention often passes one array as
+ * q, k and v: it is staged once (the kernel only reads them).
+ */
+export interface AttentionStaging {
+  group: number;
+  kIsQ: boolean;
+  vIsK: boolean;
+  vIsQ: boolean;
+  /** The kernel writes its result over the staged q (no out slot). */
+  resultInQ: boolean;
+  sizes: number[];
+}
+
+export function planAttentionStaging(wasm: MhaWasmModule, d: StagedDims, qIn: Operand, kIn: Operand,
+  vIn: Operand, outIn: Operand | undefined, mask: Uint8Array | undefined): AttentionStaging {
+  const kIsQ = kIn === qIn;
+  const vIsK = vIn === kIn;
+  const vIsQ = !vIsK && vIn === qIn;
+  // Per batch item: elements of q/out and of k/v, bytes of the mask; then the bytes staged per item.
+  const qPer = d.seqLen * d.dModel;
+  const kvPer = d.kvSeqLen * d.dModel;
+  const maskPer = d.seqLen * d.kvSeqLen;
+  // The kernel may write its result over q (attention.hpp): a staged q that k and v do not share takes
+  // it, so the call stages one buffer fewer (bert: 1.2 instead of 1.6 MB, 2-3% faster a call).
+  const resultInQ = typeof qIn !== 'number' && typeof outIn !== 'number' && !kIsQ && vIn !== qIn;
+  const perItem = stagedBytes(qIn, qPer) + (kIsQ ? 0 : stagedBytes(kIn, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(vIn, kvPer)) +
+    (resultInQ ? 0 : stagedBytes(outIn, qPer)) + (mask ? maskPer : 0);
+  const group = perItem * d.batch <= STAGING_GROUP_BYTES ? d.batch
+    : stagingGroup(wasm, d.batch, perItem, [qIn, kIn, vIn], outIn, mask);
+  const sizes = [stagedBytes(qIn, group * qPer), kIsQ ? 0 : stagedBytes(kIn, group * kvPer),
+    vIsK || vIsQ ? 0 : stagedBytes(vIn, group * kvPer), resultInQ ? 0 : stagedBytes(outIn, group * qPer), mask ? group * maskPer : 0];
+  return { group, kIsQ, vIsK, vIsQ, resultInQ, sizes };
+}

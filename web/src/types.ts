@@ -1,0 +1,232 @@
+// The public types of mha-wasm: every interface the package exports, with their TSDoc. No runtime code;
+// the classes that implement them are private (instance.ts, heap-tensor.ts). Shapes are row-major,
+// outermost first: B batch, S query length, T key/value length, H heads, Dh = D / H head size, D model size.
+
+/** Options of {@link createMHA}. */
+export interface CreateOptions {
+  /**
+   * Threads for the kernel, the calling thread included: a count from 1 to 64, or `'auto'` for one per
+   * core (`navigator.hardwareConcurrency`, or `os.availableParallelism()` in Node), at most 8. Default 1.
+   * More than 1 loads the `simd-threads` build (a pool of Web Workers / Node worker threads on a
+   * SharedArrayBuffer), which needs WebAssembly threads and SIMD and, in browsers, a cross-origin
+   * isolated page (COOP/COEP headers). Where that is missing the instance runs single-threaded,
+   * `info.threads` says 1 and `console.warn` says why, once per reason. Call `dispose()` to end the
+   * worker pool (Node exits only once it has ended).
+   */
+  threads?: number | 'auto';
+  /**
+   * `'auto'` (default): the SIMD builds where the engine supports WebAssembly SIMD128, else the
+   * `baseline` build. `false`: always the `baseline` build (no SIMD, single-threaded).
+   */
+  simd?: 'auto' | false;
+  /**
+   * Where to fetch `mha.wasm` from, for a CDN or custom hosting: an absolute URL, a URL relative to
+   * the page (`document.baseURI`), or in Node a `file:` URL or a file path. The file must be a `.wasm`
+   * of this same release: `mha.wasm` (`mha-wasm/mha.wasm` in the package), `mha-baseline.wasm` or
+   * `mha-threads.wasm`; the file decides the build. Default: the selected build's file next to this
+   * script, e.g. `new URL('./mha.wasm', import.meta.url)`, which bundlers rewrite.
+   */
+  wasmUrl?: string | URL;
+  /** The bytes of one of those `.wasm` files, when you load them yourself. Exclusive with `wasmUrl`. */
+  wasmBinary?: ArrayBuffer | Uint8Array;
+  /**
+   * Default `true`: before resolving, run the kernel on a small problem until the engine has
+   * compiled it with its optimizing tier (checked by timing; at most 250 ms). V8 first runs wasm
+   * through a baseline compiler, and a long first call would otherwise run there from start to end,
+   * several times slower than later calls. `false` resolves as soon as the module is instantiated.
+   */
+  warmup?: boolean;
+}
+
+/** What the loaded module is. */
+export interface MHAInfo {
+  /** Package version; the wasm file reports the same one (checked at load). */
+  version: string;
+  /** True when the kernel runs on WebAssembly SIMD128. */
+  simd: boolean;
+  /** Threads the kernel actually uses, the calling thread included (1 = single-threaded; 1 after `dispose()`). */
+  threads: number;
+  /** The build that was loaded: `'simd'` (mha.wasm), `'simd-threads'` (mha-threads.wasm) or `'baseline'` (mha-baseline.wasm). */
+  build: BuildName;
+}
+
+/** The three builds of the wasm module. */
+export type BuildName = 'simd' | 'simd-threads' | 'baseline';
+
+/** Dims shared by every function: q is (batch, seqLen, dModel), heads split dModel into numHeads. */
+export interface HeadShape {
+  /** B, an integer >= 1. */
+  batch: number;
+  /** S, query rows per batch item, an integer >= 1. */
+  seqLen: number;
+  /** D, model size, an integer >= 1 and a multiple of numHeads. */
+  dModel: number;
+  /** H, an integer >= 1 that divides dModel; headDim = dModel / numHeads. */
+  numHeads: number;
+}
+
+/** Options of {@link MHA.attentionWeights}. */
+export interface AttentionWeightsOptions extends HeadShape {
+  /** T, key/value rows per batch item (cross-attention); defaults to seqLen. */
+  kvSeqLen?: number;
+  /**
+   * Boolean mask (batch, seqLen, kvSeqLen), shared by all heads: nonzero / true = may attend.
+   * A query row with no visible key gives NaN for that row, as PyTorch does.
+   */
+  mask?: Uint8Array | boolean[];
+  /** Query i sees key j only when j <= i (upper-left aligned when seqLen != kvSeqLen). ANDed with mask. */
+  causal?: boolean;
+  /** Multiplies q.k before the softmax; any finite number. Defaults to 1 / sqrt(headDim). */
+  scale?: number;
+}
+
+/** Options of {@link MHA.multiHeadAttention}. */
+export interface AttentionOptions extends AttentionWeightsOptions {
+  /**
+   * Preallocated output (batch, seqLen, dModel). A Float32Array is filled and returned; it may alias
+   * q, k or v. A {@link HeapTensor} is written by the kernel in place (no copy) and the call returns
+   * its `data` view; it must not be the same tensor as q, k or v, which the kernel reads while it writes.
+   */
+  out?: Float32Array | HeapTensor;
+}
+
+/**
+ * A float32 buffer on an instance's wasm heap, from {@link MHA.allocate}. {@link MHA.multiHeadAttention}
+ * takes it for q, k, v and `out` by address: no copy in or out. It belongs to the instance that made
+ * it, stays allocated until {@link HeapTensor.free} or {@link MHA.dispose}, and is not garbage-collected.
+ */
+export interface HeapTensor {
+  /** Number of float32 elements. */
+  readonly length: number;
+  /**
+   * A live Float32Array view of the tensor's memory: reads see what the kernel wrote, writes are what
+   * it will read. Any later call of the instance may grow its wasm memory, which detaches this view
+   * (threaded build: the view stays on the old, shorter buffer). Re-read `data` after each call
+   * instead of keeping the view; each read returns a view of the current memory.
+   *
+   * @throws TypeError once the tensor is freed
+   */
+  readonly data: Float32Array;
+  /**
+   * Copies `source` into the tensor, starting at element `offset`.
+   *
+   * @param source - Float32Array of at most `length - offset` elements
+   * @param offset - first element to write, an integer in [0, length]; default 0
+   * @throws TypeError when the tensor is freed or `source` is not a Float32Array
+   * @throws RangeError when `offset` is not an integer in [0, length] or `source` does not fit
+   */
+  set(source: Float32Array, offset?: number): void;
+  /**
+   * A copy of the tensor's elements in a new Float32Array, independent of the wasm memory.
+   *
+   * @throws TypeError once the tensor is freed
+   */
+  toArray(): Float32Array;
+  /** Returns the memory to the instance's heap. Calling it again does nothing; any other use then throws a TypeError. */
+  free(): void;
+}
+
+/** A loaded mha-wasm instance. Each has its own wasm memory; none shares state with another. */
+export interface MHA {
+  /** What was loaded. */
+  readonly info: MHAInfo;
+  /**
+   * Multi-head scaled dot-product attention, the spec's `multi_head_attention(q, k, v, num_heads, mask)`:
+   * per head h, `softmax(q_h k_h^T * scale) v_h`, heads merged back into dModel.
+   *
+   * Each of q, k, v and `options.out` may be a Float32Array (copied into the wasm heap and out again) or
+   * a {@link HeapTensor} of this instance (used in place); q, k and v may be one and the same.
+   *
+   * @param q - (batch, seqLen, dModel)
+   * @param k - (batch, kvSeqLen, dModel)
+   * @param v - (batch, kvSeqLen, dModel)
+   * @param options - dims, and the optional mask, causal flag, scale and output buffer
+   * @returns Float32Array (batch, seqLen, dModel): a Float32Array `options.out`, the `data` view of a
+   *   HeapTensor `options.out` (a live heap view: a later call may detach it), else a new array
+   * @throws TypeError when an argument has the wrong type or is missing, a HeapTensor was freed or
+   *   belongs to another instance, or `out` is the same HeapTensor as q, k or v
+   * @throws RangeError when a dim or length is wrong, or the buffers do not fit in wasm memory
+   * @example
+   * ```ts
+   * const out = mha.multiHeadAttention(q, k, v, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
+   * ```
+   */
+  multiHeadAttention(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
+    options: AttentionOptions): Float32Array;
+  /**
+   * A float32 tensor of `length` elements on this instance's wasm heap (16-byte aligned, contents
+   * unspecified until written). Pass it to {@link MHA.multiHeadAttention} as q, k, v or `out` to skip
+   * the copies into and out of the heap; fill it with `set()` or through `data`.
+   *
+   * @param length - number of float32 elements, an integer >= 1
+   * @returns a {@link HeapTensor}; free it with `free()`, or all at once with {@link MHA.dispose}
+   * @throws TypeError when `length` is not a number
+   * @throws RangeError when `length` is not a positive integer, or the wasm memory cannot hold it
+   * @example
+   * ```ts
+   * const x = mha.allocate(2 * 5 * 12);
+   * x.set(input);
+   * const y = mha.allocate(x.length);
+   * mha.multiHeadAttention(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3, out: y });
+   * console.log(y.data[0]);
+   * ```
+   */
+  allocate(length: number): HeapTensor;
+  /**
+   * The spec's `_split_heads`: (batch, seqLen, dModel) -> (batch, numHeads, seqLen, headDim).
+   *
+   * @param x - Float32Array (batch, seqLen, dModel)
+   * @param shape - dims of x and the head count
+   * @returns a new Float32Array (batch, numHeads, seqLen, headDim)
+   * @throws TypeError / RangeError as {@link MHA.multiHeadAttention}
+   * @example
+   * ```ts
+   * const xh = mha.splitHeads(x, { batch: 1, seqLen: 4, dModel: 8, numHeads: 2 });
+   * ```
+   */
+  splitHeads(x: Float32Array, shape: HeadShape): Float32Array;
+  /**
+   * Inverse of {@link MHA.splitHeads}: (batch, numHeads, seqLen, headDim) -> (batch, seqLen, dModel),
+   * bit-exactly.
+   *
+   * @param xh - Float32Array (batch, numHeads, seqLen, headDim)
+   * @param shape - dims of the merged tensor and the head count
+   * @returns a new Float32Array (batch, seqLen, dModel)
+   * @throws TypeError / RangeError as {@link MHA.multiHeadAttention}
+   * @example
+   * ```ts
+   * const x2 = mha.mergeHeads(mha.splitHeads(x, shape), shape); // equals x
+   * ```
+   */
+  mergeHeads(xh: Float32Array, shape: HeadShape): Float32Array;
+  /**
+   * The softmax attention probabilities of every head, (batch, numHeads, seqLen, kvSeqLen). Computed
+   * by the double-precision reference; meant for inspection and visualization, it materializes
+   * B*H*S*T floats.
+   *
+   * @param q - Float32Array (batch, seqLen, dModel)
+   * @param k - Float32Array (batch, kvSeqLen, dModel)
+   * @param options - dims, and the optional mask, causal flag and scale
+   * @returns a new Float32Array (batch, numHeads, seqLen, kvSeqLen); fully hidden rows are NaN
+   * @throws TypeError / RangeError as {@link MHA.multiHeadAttention}
+   * @example
+   * ```ts
+   * const w = mha.attentionWeights(q, k, { batch: 1, seqLen: 3, dModel: 4, numHeads: 2, causal: true });
+   * ```
+   */
+  attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array;
+  /**
+   * Memory of this instance's wasm heap: `wasmMemoryBytes` is the size of its WebAssembly.Memory
+   * (it only grows), `heapBytesInUse` what malloc has handed out (live heap tensors, and staging
+   * buffers and scratch, reused across calls). Both stay flat over repeated calls of the same shapes.
+   */
+  memoryStats(): { wasmMemoryBytes: number; heapBytesInUse: number };
+  /**
+   * Frees this instance's staging buffers and scratch memory, frees every {@link HeapTensor} it
+   * allocated (using one afterwards throws a TypeError), and ends its worker pool (threaded build:
+   * the workers are terminated, so Node can exit). The instance stays usable: later calls allocate
+   * again and run on the calling thread. The WebAssembly.Memory itself cannot shrink; drop the
+   * instance to release it.
+   */
+  dispose(): void;
+}
