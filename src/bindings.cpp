@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "mha/attention.hpp"
+#include "mha/kernel.hpp"
 #include "mha/heads.hpp"
 #include "mha/parallel.hpp"
 #include "mha/reference.hpp"  // attention weights come from the reference
