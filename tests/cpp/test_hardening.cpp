@@ -17,8 +17,8 @@ struct Pair {
   std::vector<float> fast, ref;
 };
 
-// Dense (1, S, D) x (1, T, D), one head, no mask: `kernel` and the reference.
-Pair run_both(const mha::KernelVariant& kernel, int32_t s, int32_t t, int32_t d, const std::vector<float>& q,
+// Dense (1, S, D) x (1, T, D), one head, no mask: `kernel` and the reference (mha_test::run_both).
+Pair run_one_head(const mha::KernelVariant& kernel, int32_t s, int32_t t, int32_t d, const std::vector<float>& q,
               const std::vector<float>& k, const std::vector<float>& v, float scale) {
   mha_test::Problem p;
   p.shape = mha::AttentionShape{1, s, t, d, 1};
@@ -43,7 +43,7 @@ TEST_CASE("hardening: |v| near FLT_MAX with equal logits: the result is the mean
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   const std::vector<float> q{0.0f}, k(4, 0.0f), v(4, 1e38f);  // all logits 0: weights 1/4
-  const Pair p = run_both(kernel, 1, 4, 1, q, k, v, 1.0f);
+  const Pair p = run_one_head(kernel, 1, 4, 1, q, k, v, 1.0f);
   CHECK(p.ref[0] == 1e38f);
   CHECK(p.fast[0] == p.ref[0]);
 }
@@ -55,10 +55,10 @@ TEST_CASE("hardening: inf in v behind a weight that underflows in float32", "[ha
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   const std::vector<float> q{1.0f}, k{100.0f, 0.0f}, v{1.0f, -kInf};  // key 1's weight is e^-100
-  const Pair p = run_both(kernel, 1, 2, 1, q, k, v, 1.0f);
+  const Pair p = run_one_head(kernel, 1, 2, 1, q, k, v, 1.0f);
   CHECK(p.ref[0] == -kInf);
   CHECK(p.fast[0] == -kInf);
-  const Pair near = run_both(kernel, 1, 2, 1, q, std::vector<float>{80.0f, 0.0f}, v, 1.0f);
+  const Pair near = run_one_head(kernel, 1, 2, 1, q, std::vector<float>{80.0f, 0.0f}, v, 1.0f);
   CHECK(near.ref[0] == -kInf);
   CHECK(near.fast[0] == -kInf);
 }
@@ -69,7 +69,7 @@ TEST_CASE("hardening: q.k beyond FLT_MAX still selects the winning key", "[harde
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   const std::vector<float> q{1e20f}, k{1e20f, 0.0f}, v{2.0f, 3.0f};
-  const Pair p = run_both(kernel, 1, 2, 1, q, k, v, 1.0f);
+  const Pair p = run_one_head(kernel, 1, 2, 1, q, k, v, 1.0f);
   CHECK(p.ref[0] == 2.0f);
   CHECK(p.fast[0] == 2.0f);
 }
@@ -80,7 +80,7 @@ TEST_CASE("hardening: scale beyond FLT_MAX / log2(e) with a tiny q.k is applied 
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   const std::vector<float> q{1e-19f}, k{1e-19f, 0.0f}, v{1.0f, 0.0f};
-  const Pair p = run_both(kernel, 1, 2, 1, q, k, v, 3e38f);  // logits: 3e38 * 1e-38 = 3, and 0
+  const Pair p = run_one_head(kernel, 1, 2, 1, q, k, v, 3e38f);  // logits: 3e38 * 1e-38 = 3, and 0
   CHECK(p.ref[0] == Approx(1.0 / (1.0 + std::exp(-3.0))).epsilon(1e-6));
   CHECK(p.fast[0] == p.ref[0]);
 }
@@ -91,7 +91,7 @@ TEST_CASE("hardening: a q.k that overflows float32 under a tiny scale keeps its 
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   const std::vector<float> q{3e38f, 3e38f}, k{1.0f, 0.0f, -1.0f, -1.0f}, v{1.0f, 0.0f, 0.0f, 1.0f};
-  const Pair p = run_both(kernel, 1, 2, 2, q, k, v, 1e-38f);  // logits 3 and -6: weights 0.99988, 1.234e-4
+  const Pair p = run_one_head(kernel, 1, 2, 2, q, k, v, 1e-38f);  // logits 3 and -6: weights 0.99988, 1.234e-4
   CHECK(p.ref[1] == Approx(1.0 / (1.0 + std::exp(9.0))).epsilon(1e-6));
   CHECK(p.fast[0] == p.ref[0]);
   CHECK(p.fast[1] == p.ref[1]);

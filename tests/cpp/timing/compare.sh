@@ -2,7 +2,7 @@
 # Interleaved timing of two kernel timing harnesses (tests/cpp/timing/kernel_timing.cpp built against two
 # versions of the core), for before/after comparisons on a shared, noisy machine: the runs alternate
 # A B B A A B ..., so a slow spell falls on both. Prints per shape the median and range over rounds of
-# each side's GFLOP/s and the ratio of the medians.
+# each side's GFLOP/s and the ratio of the medians, by wall time and by CPU time.
 #
 #   tests/cpp/timing/compare.sh <harness A .cjs|exe> <harness B .cjs|exe> [rounds=6] [shapes] [budget ms=1000]
 #
@@ -28,12 +28,16 @@ python3 - "$log" <<'PY'
 import sys, statistics as st
 rows = {}
 for line in open(sys.argv[1]):
-    side, name, ms, gflops, calls = line.split()
-    rows.setdefault(name, {}).setdefault(side, []).append(float(gflops))
-print(f"{'shape':<14} {'A GFLOP/s median [min-max]':>30} {'B GFLOP/s median [min-max]':>30} {'B/A':>6}")
-for name, sides in rows.items():
-    a, b = sides.get('A', [0]), sides.get('B', [0])
-    fa = f"{st.median(a):.2f} [{min(a):.2f}-{max(a):.2f}]"
-    fb = f"{st.median(b):.2f} [{min(b):.2f}-{max(b):.2f}]"
-    print(f"{name:<14} {fa:>30} {fb:>30} {st.median(b)/st.median(a):6.3f}")
+    f = line.split()
+    if len(f) < 7: continue
+    side, name, gflops, cpu_gflops = f[0], f[1], float(f[3]), float(f[6])
+    rows.setdefault(name, {}).setdefault(side, []).append((gflops, cpu_gflops))
+def fmt(x): return f"{st.median(x):.2f} [{min(x):.2f}-{max(x):.2f}]"
+for k, label in ((0, 'wall'), (1, 'CPU time')):
+    print(f"GFLOP/s by {label}: median [min-max] over rounds")
+    print(f"{'shape':<14} {'A':>24} {'B':>24} {'B/A':>6}")
+    for name, sides in rows.items():
+        a = [x[k] for x in sides.get('A', [])] or [0]
+        b = [x[k] for x in sides.get('B', [])] or [0]
+        print(f"{name:<14} {fmt(a):>24} {fmt(b):>24} {st.median(b)/st.median(a):6.3f}")
 PY

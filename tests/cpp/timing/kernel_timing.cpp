@@ -4,7 +4,9 @@
 //
 //   tests/cpp/timing/compare.sh <old src dir> <new src dir> [rounds] [shapes]
 //
-// Output: one line per shape, `name ms_per_call gflops calls`, the median of the calls in the budget.
+// Output: one line per shape, `name ms gflops calls cpu_ms cpu_gflops`: medians over the calls in the
+// budget of the wall time and of the process's CPU time (on a machine shared with other jobs the CPU
+// time is the steadier of the two: time spent descheduled does not count).
 // Built by CMake as mha_kernel_timing (wasm and native), or by compare.sh straight from a source tree.
 // Flops count every (query, key) pair as bench/lib/shapes.mjs does (causal: half).
 #include <algorithm>
@@ -16,6 +18,12 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#ifdef __EMSCRIPTEN__
+#include <emscripten.h>
+#else
+#include <time.h>
+#endif
 
 #include "mha/shape.hpp"
 #include "mha/workspace.hpp"
@@ -57,6 +65,20 @@ const TimedShape kShapes[] = {
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+#ifdef __EMSCRIPTEN__
+// Node's CPU time of this process (user + system), in ms.
+EM_JS(double, cpu_ms, (), {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+});
+#else
+double cpu_ms() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+#endif
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -107,19 +129,22 @@ void time_shape(const TimedShape& s, double budget_ms) {
     std::printf("%s failed\n", s.name);
     return;
   }
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
   const double start = now_ms();
   while (times.size() < 3 || (now_ms() - start < budget_ms && times.size() < 2000)) {
-    const double t0 = now_ms();
+    const double t0 = now_ms(), c0 = cpu_ms();
     mha::attention(args, workspace);
+    cpu_times.push_back(cpu_ms() - c0);
     times.push_back(now_ms() - t0);
   }
   std::sort(times.begin(), times.end());
-  const double median = times[times.size() / 2];
+  std::sort(cpu_times.begin(), cpu_times.end());
+  const double median = times[times.size() / 2], cpu_median = cpu_times[cpu_times.size() / 2];
   double pairs = double(s.batch) * s.num_heads * s.seq_len * s.kv_seq_len;
   if (s.causal) pairs *= 0.5;
-  const double gflops = 4.0 * pairs * head_dim / (median * 1e6);
-  std::printf("%s %.4f %.2f %zu\n", s.name, median, gflops, times.size());
+  const double flops = 4.0 * pairs * head_dim;
+  std::printf("%s %.4f %.2f %zu %.4f %.2f\n", s.name, median, flops / (median * 1e6), times.size(), cpu_median,
+              flops / (cpu_median * 1e6));
   std::fflush(stdout);
 }
 
