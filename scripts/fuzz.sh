@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Differential fuzzing of the fast kernel against the double reference (tests/fuzz/fuzz_attention.cpp),
+# Differential fuzzing of every kernel variant against the double reference (tests/fuzz/fuzz_attention.cpp),
 # libFuzzer + ASan + UBSan, native clang++ (bootstrap installs clang and libclang-rt-14-dev).
 #
 #   scripts/fuzz.sh [seconds]          fuzz for that long (default 600), new inputs in build/fuzz/corpus

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 export NODE_PATH=/usr/share/nodejs
 start=$(date +%s)
 
-echo "== C++ suite, native (Catch2)"
+echo "== C++ suite, native (Catch2; every kernel variant: simd128 and scalar)"
 [[ -f build/native/build.ninja ]] || cmake --preset native >/dev/null
 cmake --build build/native
 ctest --test-dir build/native --output-on-failure
@@ -15,15 +15,10 @@ echo "== C++ suite, native under ASan + UBSan"
 cmake --build build/native-asan
 ctest --test-dir build/native-asan --output-on-failure
 
-echo "== C++ suite, native with MHA_SIMD=OFF: the scalar kernel of the baseline wasm build (Catch2)"
-[[ -f build/native-scalar/build.ninja ]] || cmake --preset native-scalar >/dev/null
-cmake --build build/native-scalar
-ctest --test-dir build/native-scalar --output-on-failure
-
-echo "== Differential fuzzing slice: fast kernel vs reference, libFuzzer + ASan + UBSan (fixed seed)"
+echo "== Differential fuzzing slice: every kernel variant vs reference, libFuzzer + ASan + UBSan (fixed seed)"
 bash scripts/fuzz.sh --slice
 
-echo "== C++ suite, compiled to wasm and run by Node (Catch2)"
+echo "== C++ suite, compiled to wasm and run by Node (Catch2; simd128 and scalar)"
 cmake --build build/wasm --target mha_tests
 ctest --test-dir build/wasm --output-on-failure
 

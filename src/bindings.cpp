@@ -13,7 +13,7 @@
 #include <string>
 #include <type_traits>
 
-#include "mha/attention.hpp"
+#include "mha/kernel.hpp"
 #include "mha/heads.hpp"
 #include "mha/parallel.hpp"
 #include "mha/reference.hpp"  // attention weights come from the reference

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <system_error>
 
-#include "mha/attention.hpp"
 
 namespace mha {
 
@@ -109,9 +108,10 @@ namespace {
 
 struct UnitJob {
   const AttentionArgs* args;
+  const KernelVariant* kernel;
+  const KernelPlan* plan;
   std::vector<Workspace>* scratch;
-  int64_t heads = 0;   // B * H
-  int64_t blocks = 0;  // query blocks per head
+  int64_t kv_heads = 0;  // B * Hkv
 };
 
 // Causal units get more expensive with their query block (they see more keys), so the threads take
@@ -119,15 +119,16 @@ struct UnitJob {
 // with small units and the threads finish together (longest-first). Any order gives the same bits.
 int64_t scheduled_unit(const UnitJob& job, int64_t index) {
   if (!job.args->causal) return index;
-  const int64_t block = job.blocks - 1 - index / job.heads;
-  const int64_t head = index % job.heads;
-  return head * job.blocks + block;  // attention_unit's order: batch-major, head, then block
+  const int64_t blocks = job.plan->units_per_kv_head;
+  const int64_t block = blocks - 1 - index / job.kv_heads;
+  const int64_t head = index % job.kv_heads;
+  return head * blocks + block;  // plan_unit's order: batch-major, KV head, then block
 }
 
 void run_unit(void* ctx, int64_t index, int worker) {
   const auto* job = static_cast<const UnitJob*>(ctx);
-  const int64_t unit = scheduled_unit(*job, index);
-  attention_run_unit(*job->args, attention_unit(job->args->shape, unit), (*job->scratch)[worker].data());
+  const WorkUnit unit = plan_unit(job->args->shape, *job->plan, scheduled_unit(*job, index));
+  job->kernel->run_unit(*job->args, *job->plan, unit, (*job->scratch)[worker].data());
 }
 
 }  // namespace
@@ -135,16 +136,15 @@ void run_unit(void* ctx, int64_t index, int worker) {
 Status ParallelAttention::run(const AttentionArgs& args) {
   const Status status = validate_args(args);
   if (status != Status::kOk) return status;
-  const int64_t units = attention_unit_count(args.shape);
-  const bool parallel = pool_.size() > 1 && units > 1 && attention_flops(args.shape, args.causal) >= kParallelMinFlops;
-  if (!parallel) return attention(args, scratch_[0]);  // the single-threaded driver, same bits
-  const size_t floats = attention_scratch_floats(args.shape);
+  const KernelPlan plan = kernel_->plan(args);
+  const bool parallel =
+      pool_.size() > 1 && plan.unit_count > 1 && attention_flops(args.shape, args.causal) >= kParallelMinFlops;
+  if (!parallel) return attention(args, scratch_[0], *kernel_);  // the single-threaded driver, same bits
   for (Workspace& scratch : scratch_) {
-    if (!scratch.reserve(floats)) return Status::kOutOfMemory;
+    if (!scratch.reserve(plan.scratch.total)) return Status::kOutOfMemory;
   }
-  UnitJob job{&args, &scratch_, int64_t{args.shape.batch} * args.shape.num_heads, 0};
-  job.blocks = units / job.heads;
-  pool_.parallel_for(units, &run_unit, &job);
+  UnitJob job{&args, kernel_, &plan, &scratch_, plan.unit_count / plan.units_per_kv_head};
+  pool_.parallel_for(plan.unit_count, &run_unit, &job);
   return Status::kOk;
 }
 

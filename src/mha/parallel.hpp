@@ -1,6 +1,6 @@
 // A small persistent thread pool and the parallel attention built on it.
 //
-// Work is the kernel's units (attention.hpp: one (batch, head, query-block) each). Threads take unit
+// Work is a kernel variant's units (kernel.hpp: one (batch, KV head, query block) each). Threads take unit
 // indices from one atomic counter (dynamic scheduling), so causal and masked calls, whose units differ
 // in cost, stay balanced. Every unit does the same float operations whatever thread runs it, so the
 // result is bit-identical for any thread count.
@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "mha/kernel.hpp"
 #include "mha/shape.hpp"
 #include "mha/workspace.hpp"
 
@@ -82,11 +83,13 @@ constexpr double kParallelMinFlops = 4.0e6;
 // Estimated flops of one call (the same count the benchmark uses).
 double attention_flops(const AttentionShape& shape, bool causal);
 
-// The kernel of attention.hpp over a thread pool: same semantics and bit-identical output to
-// attention(). Owns one scratch Workspace per thread; not thread-safe itself (one call at a time).
+// A kernel variant (kernel.hpp; the build's default unless given) over a thread pool: same semantics and
+// bit-identical output to attention() with that variant. Owns one scratch Workspace per thread; not
+// thread-safe itself (one call at a time).
 class ParallelAttention {
  public:
-  explicit ParallelAttention(int threads) : pool_(threads), scratch_(static_cast<size_t>(pool_.size())) {}
+  explicit ParallelAttention(int threads, const KernelVariant& kernel = default_kernel())
+      : pool_(threads), scratch_(static_cast<size_t>(pool_.size())), kernel_(&kernel) {}
 
   // Threads actually available (1 when none could be started).
   int threads() const { return pool_.size(); }
@@ -104,6 +107,7 @@ class ParallelAttention {
  private:
   ThreadPool pool_;
   std::vector<Workspace> scratch_;
+  const KernelVariant* kernel_;
 };
 
 }  // namespace mha

@@ -78,7 +78,8 @@ TensorView<T> dense_view(T* data, int32_t rows, int32_t d_model) {
 // q (B,S,D), k (B,T,D), v (B,T,D), out (B,S,D).
 // mask (B,S,T) uint8, optional: nonzero = attend; shared by all heads.
 // causal: key j visible to query i iff j <= i (upper-left aligned when S != T); combined with mask
-//         by AND. A query row with no visible key yields NaN in all its outputs, as PyTorch does.
+//         by AND (the rule is src/mha/visibility.hpp). A query row with no visible key yields NaN in all
+//         its outputs, as PyTorch does.
 struct AttentionArgs {
   AttentionShape shape;
   TensorView<const float> q, k, v;
@@ -92,12 +93,5 @@ float default_scale(int32_t head_dim);
 
 // Validates shape, pointers and scale of a call.
 Status validate_args(const AttentionArgs& args);
-
-// True when key j is visible to query i under the causal flag and the mask (nullptr = no mask).
-// mask_row points at mask[b, i, 0].
-inline bool key_visible(const uint8_t* mask_row, bool causal, int32_t i, int32_t j) {
-  if (causal && j > i) return false;
-  return mask_row == nullptr || mask_row[j] != 0;
-}
 
 }  // namespace mha

@@ -1,6 +1,6 @@
 // The thread pool and the parallel attention (src/mha/parallel.hpp): every index runs exactly once, and
 // the output is bit-identical to the single-threaded attention() for 1, 2, 3 and 4 threads, on plain,
-// causal, masked and cross-attention shapes. Native only: the wasm Catch2 binary is single-threaded;
+// causal, masked and cross-attention shapes, for every kernel variant. Native only: the wasm Catch2 binary is single-threaded;
 // the threaded wasm build is tested through the JS API (tests/js/threads.test.mjs).
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "mha/attention.hpp"
+#include "mha/kernel.hpp"
 #include "mha/parallel.hpp"
 #include "test_util.hpp"
 
@@ -26,10 +26,6 @@ void count_hit(void* ctx, int64_t index, int worker) {
   auto* c = static_cast<Counter*>(ctx);
   c->hits[static_cast<size_t>(index)].fetch_add(1);
   if (worker < 0 || worker >= c->workers) c->bad_worker.fetch_add(1);
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -57,7 +53,9 @@ TEST_CASE("thread pool: a pool that is created and destroyed without work joins 
   }
 }
 
-TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threads", "[parallel]") {
+TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threads, every kernel variant", "[parallel]") {
+  const mha::KernelVariant& kernel = EACH_KERNEL();
+  INFO("kernel " << kernel.name);
   struct Case {
     mha::AttentionShape shape;
     bool causal;
@@ -83,16 +81,16 @@ TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threa
                    << c.shape.d_model << " H" << c.shape.num_heads << " causal " << c.causal << " mask " << c.mask
                    << " seed " << seed);
     mha::Workspace ws;
-    REQUIRE(mha::attention(p.args(), ws) == mha::Status::kOk);
+    REQUIRE(mha::attention(p.args(), ws, kernel) == mha::Status::kOk);
     const std::vector<float> expected = p.out;
     for (int threads : {1, 2, 3, 4}) {
-      mha::ParallelAttention parallel(threads);
+      mha::ParallelAttention parallel(threads, kernel);
       REQUIRE(parallel.threads() == threads);
       for (int repeat = 0; repeat < 3; ++repeat) {
         std::fill(p.out.begin(), p.out.end(), -1.0f);
         REQUIRE(parallel.run(p.args()) == mha::Status::kOk);
         INFO("threads " << threads << " repeat " << repeat);
-        REQUIRE(bit_equal(p.out, expected));
+        REQUIRE(mha_test::bit_equal(p.out, expected));
       }
       // out = q itself (web/src/index.ts stages q and takes the result from there): units of other
       // heads read those rows while one writes its head's columns.
@@ -101,7 +99,7 @@ TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threa
       a.out = mha::dense_view<float>(in_place.q.data(), c.shape.seq_len, c.shape.d_model);
       REQUIRE(parallel.run(a) == mha::Status::kOk);
       INFO("threads " << threads << ", out = q");
-      REQUIRE(bit_equal(in_place.q, expected));
+      REQUIRE(mha_test::bit_equal(in_place.q, expected));
     }
   }
 }

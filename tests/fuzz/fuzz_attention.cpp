@@ -1,12 +1,12 @@
-// Differential fuzzing of the fast kernel (mha::attention) against the double-precision reference
-// (mha::reference_attention), under ASan + UBSan. Built by the CMake option MHA_FUZZ (clang only);
+// Differential fuzzing of every kernel variant of the build (mha::kernel_variants(): simd128 and scalar)
+// against the double-precision reference (mha::reference_attention), under ASan + UBSan. Built by the CMake option MHA_FUZZ (clang only);
 // run with `npm run fuzz` (scripts/fuzz.sh) or the short fixed-seed slice in scripts/test.sh.
 //
 // Input layout (tests/fuzz/README.md describes it for corpus authors): a header of shape/config bytes,
 // an 8-byte seed for the bulk values, then any number of 4-byte "injections" that put special values
 // (NaN, +-inf, denormals, +-0, FLT_MAX, 1e30, ...) at chosen positions of q, k, v or flip mask bytes.
 //
-// What one input checks:
+// What one input checks, for each kernel variant:
 //   1. no crash, no ASan/UBSan report; inputs are allocated with their exact extent and the gaps of
 //      strided buffers hold NaN, so an out-of-bounds or gap read shows up;
 //   2. neither kernel writes outside the output's (B, S, D) elements (gap sentinels unchanged);
@@ -55,10 +55,11 @@
 #include <random>
 #include <vector>
 
-#include "mha/attention.hpp"
+#include "mha/kernel.hpp"
 #include "mha/heads.hpp"
 #include "mha/reference.hpp"
 #include "mha/shape.hpp"
+#include "mha/visibility.hpp"
 #include "mha/workspace.hpp"
 
 namespace {
@@ -125,8 +126,10 @@ struct Strided {
   }
 };
 
+const char* g_kernel_name = "";  // the variant being checked, for failure messages
+
 [[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "fuzz_attention: FAILED: %s\n", what);
+  std::fprintf(stderr, "fuzz_attention: FAILED (kernel %s): %s\n", g_kernel_name, what);
   std::fflush(stderr);
   __builtin_trap();
 }
@@ -206,6 +209,164 @@ struct Counters {
 Counters g_counters;
 mha::Workspace g_workspace;  // reused across inputs, as the wasm binding reuses its scratch
 
+struct KernelOutput {
+  const char* kernel;  // the variant's name
+  Strided out;
+};
+
+// Check 6 for every variant's output: per row the reference weights in double, the tolerance terms, then
+// every column of each output.
+void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, const Strided& k, const Strided& v,
+                            const std::vector<KernelOutput>& outputs, const Strided& ref,
+                            const std::vector<uint8_t>& mask, float scale, int32_t Dh) {
+  const mha::AttentionShape& shape = args.shape;
+  const int32_t B = shape.batch, S = shape.seq_len, T = shape.kv_seq_len, D = shape.d_model;
+  const bool causal = args.causal, with_mask = !mask.empty();
+  const bool strict = std::getenv("MHA_FUZZ_STRICT") != nullptr;
+  const int32_t tiles = (T + 63) / 64;
+  const double gamma_t = T * kU / (1 - T * kU);
+  std::vector<double> logits(size_t(T), 0.0), weights(size_t(T), 0.0);
+  std::vector<uint8_t> visible(size_t(T), 0);
+  for (int32_t b = 0; b < B; ++b) {
+    const mha::KeyVisibility visibility = mha::key_visibility(args, b);
+    for (int32_t h = 0; h < shape.num_heads; ++h) {
+      for (int32_t i = 0; i < S; ++i) {
+        bool row_finite = true;
+        double a_max = 0.0, m = -INFINITY;
+        for (int32_t j = 0; j < T; ++j) {
+          visible[j] = visibility.visible(i, j);
+          if (!visible[j]) continue;
+          double dot = 0.0, a = 0.0;
+          for (int32_t e = 0; e < Dh; ++e) {
+            const double qe = q.at(b, i, h * Dh + e), ke = k.at(b, j, h * Dh + e);
+            if (!std::isfinite(qe) || !std::isfinite(ke)) row_finite = false;
+            dot += qe * ke;
+            if (std::isfinite(qe * ke)) a += std::abs(qe * ke);  // finite terms: can their float sum overflow?
+          }
+          logits[j] = dot * double(scale);
+          a_max = std::max(a_max, a);
+          if (logits[j] > m) m = logits[j];
+        }
+        double sum = 0.0;
+        for (int32_t j = 0; j < T; ++j) {
+          weights[j] = visible[j] ? std::exp(logits[j] - m) : 0.0;
+          sum += weights[j];
+        }
+        for (int32_t j = 0; j < T; ++j) weights[j] /= sum;
+        const double A = std::abs(double(scale)) * a_max;
+        const bool logit_range = (a_max >= kFltMax / 4.0 || A >= kFltMax / 4.0);
+        const double E = 2.0 * ((Dh + 5) * kU * A + (tiles + 2) * 4.0 * kU +
+                                std::abs(double(scale)) * Dh * std::ldexp(1.0, -149));
+
+        for (int32_t e = 0; e < Dh; ++e) {
+          const int32_t c = h * Dh + e;
+          const float r = ref.at(b, i, c);
+          double v1 = 0.0, vmin = INFINITY, vmax = -INFINITY, vabs = 0.0, vabs_finite = 0.0;
+          bool col_finite = true;
+          for (int32_t j = 0; j < T; ++j) {
+            if (!visible[j]) continue;
+            const double x = v.at(b, j, c);
+            if (!std::isfinite(x)) col_finite = false;
+            v1 += weights[j] * std::abs(x);
+            vmin = std::min(vmin, x);
+            vmax = std::max(vmax, x);
+            vabs = std::max(vabs, std::abs(x));
+            if (std::isfinite(x)) vabs_finite = std::max(vabs_finite, std::abs(x));
+          }
+          const bool value_range = T * vabs_finite >= kFltMax / 4.0;
+          for (const KernelOutput& output : outputs) {
+            g_kernel_name = output.kernel;
+            const float f = output.out.at(b, i, c);
+            ++g_counters.outputs;
+            if (!strict && (logit_range || value_range)) {
+              if (value_class(f) != value_class(r) || (std::isfinite(f) && std::abs(double(f) - r) > vmax - vmin + 1e-6 * vabs)) {
+                g_counters.logit_range += logit_range;
+                g_counters.value_range += value_range && !logit_range;
+              }
+              continue;
+            }
+            if (((std::isnan(f) && std::isinf(r)) || (std::isinf(f) && std::isnan(r))) && !strict) {
+              // (c) weight underflow: an infinite v_jd at a visible key whose weight is 0 on one side and
+              // positive on the other, so one side computes 0 * inf = NaN and the other +-inf.
+              //   fast NaN, reference +-inf: the logit is more than 87.3 below the row max (within the
+              //   logit error E), where the kernel's float32 exp flushes to 0 (PyTorch float32 beyond
+              //   ~104); the double weight is tiny but positive.
+              //   fast +-inf, reference NaN: the double weight is exactly 0 (gap beyond ~745) but the float
+              //   logits, carrying an error E > 650 (|logits| ~ 1e30), can tie, giving a positive weight.
+              // Mathematically the weight is positive, so +-inf is the exact answer. Counted as
+              // `weight_underflow`.
+              bool underflow = false;
+              for (int32_t j = 0; j < T; ++j) {
+                if (!visible[j] || !std::isinf(v.at(b, j, c))) continue;
+                const double gap = m - logits[j];
+                underflow |= std::isnan(f) ? gap > 87.3 - E : (weights[j] == 0.0 && gap < 87.3 + E);
+              }
+              if (underflow) {
+                ++g_counters.weight_underflow;
+                continue;
+              }
+            }
+            if (value_class(f) != value_class(r)) {
+              std::fprintf(stderr,
+                           "b=%d h=%d i=%d e=%d B=%d S=%d T=%d D=%d H=%d causal=%d mask=%d scale=%g: fast=%g ref=%g "
+                           "(row inputs finite=%d, v column finite=%d)\n",
+                           b, h, i, e, B, S, T, D, shape.num_heads, causal, with_mask, double(scale), double(f),
+                           double(r), row_finite, col_finite);
+              if (std::getenv("MHA_FUZZ_VERBOSE")) {
+                for (int32_t j = 0; j < T; ++j) {
+                  std::fprintf(stderr, "  key %d visible=%d logit=%g v=%g:", j, visible[j], logits[j], double(v.at(b, j, c)));
+                  for (int32_t x = 0; x < Dh; ++x) std::fprintf(stderr, " %g*%g", double(q.at(b, i, h * Dh + x)), double(k.at(b, j, h * Dh + x)));
+                  std::fprintf(stderr, "\n");
+                }
+              }
+              fail("fast and reference differ in NaN/inf class");
+            }
+            if (!std::isfinite(r)) continue;
+            const double rounding = (2.0 * gamma_t + 8.0 * kU) * std::exp(std::min(2.0 * E, 700.0)) +
+                                    0.0;  // relative to V1 (or max|v| for the hull bound)
+            const double flush = T * std::ldexp(1.0, -125) * vabs;
+            double tol;
+            if (row_finite && col_finite) {
+              // V1 uses the double weights, which underflow to exactly 0 for keys more than ~745 below the max
+              // logit; a logit error that large (2E >= 700) can make such a key win in float32, so there the
+              // weight-ratio bound says nothing and only the convex hull bounds the result.
+              const double perturbation = 2.0 * E >= 700.0
+                                              ? INFINITY
+                                              : std::expm1(2.0 * E) * v1 + rounding * v1 + 4.0 * kU * v1;
+              const double hull = (vmax - vmin) + (2.0 * gamma_t + 8.0 * kU) * vabs;
+              tol = std::min(perturbation, hull) + flush + kU * std::abs(double(r));
+            } else {
+              // Non-finite q/k (some logits -inf, weight 0 in both) or v: only the convex-hull bound over
+              // the finite visible values is checked.
+              double fmin = INFINITY, fmax = -INFINITY, fabs_max = 0.0;
+              for (int32_t j = 0; j < T; ++j) {
+                const double x = v.at(b, j, c);
+                if (!visible[j] || !std::isfinite(x)) continue;
+                fmin = std::min(fmin, x);
+                fmax = std::max(fmax, x);
+                fabs_max = std::max(fabs_max, std::abs(x));
+              }
+              tol = (fmax - fmin) + (2.0 * gamma_t + 8.0 * kU) * fabs_max + flush + kU * std::abs(double(r));
+            }
+            // Products p_j v_jd and partial sums in the denormal range lose up to 2^-150 each, absolutely
+            // (the division by l >= 1 does not enlarge that), and the reference's rounding to float too.
+            tol += (T + 2) * double(std::numeric_limits<float>::denorm_min());
+            const double err = std::abs(double(f) - double(r));
+            if (!(err <= tol)) {
+              std::fprintf(stderr,
+                           "b=%d h=%d i=%d e=%d B=%d S=%d T=%d D=%d H=%d causal=%d mask=%d scale=%g: fast=%.9g ref=%.9g "
+                           "err=%g tol=%g (E=%g V1=%g hull=[%g, %g])\n",
+                           b, h, i, e, B, S, T, D, shape.num_heads, causal, with_mask, double(scale), double(f),
+                           double(r), err, tol, E, v1, vmin, vmax);
+              fail("fast and reference differ beyond the derived tolerance");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -240,7 +401,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int32_t batch_pad = strided ? which : 0;
     return Strided(B, rows, D, off, row_pad, batch_pad);
   };
-  Strided q = make(S, 0), k = make(T, 1), v = make(T, 2), out = make(S, 3);
+  Strided q = make(S, 0), k = make(T, 1), v = make(T, 2);
 
   std::mt19937_64 rng(seed);
   auto cells_of = [](Strided& t) {
@@ -288,34 +449,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   args.q = q.view<const float>();
   args.k = k.view<const float>();
   args.v = v.view<const float>();
-  args.out = out.view<float>();
   args.mask = mask.empty() ? nullptr : mask.data();
   args.causal = causal;
   args.scale = scale;
-
-  // Fast kernel, scratch poisoned with NaN first.
-  if (!g_workspace.reserve(mha::attention_scratch_floats(shape))) fail("workspace reserve");
-  std::fill(g_workspace.data(), g_workspace.data() + g_workspace.capacity(), kNaN);
-  if (mha::attention(args, g_workspace) != mha::Status::kOk) fail("attention rejected a valid call");
-  for (size_t i = 0; i < out.storage.size(); ++i) {
-    if (!out.is_element(i) && !is_sentinel(out.storage[i])) fail("attention wrote outside the output elements");
-  }
-
-  // Units in reverse order, fresh NaN-poisoned scratch: bit-identical.
-  {
-    Strided out2 = make(S, 3);
-    mha::AttentionArgs a2 = args;
-    a2.out = out2.view<float>();
-    std::vector<float> scratch(mha::attention_scratch_floats(shape) + 16, kNaN);
-    float* aligned = scratch.data();
-    while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
-    for (int64_t u = mha::attention_unit_count(shape) - 1; u >= 0; --u) {
-      mha::attention_run_unit(a2, mha::attention_unit(shape, u), aligned);
-    }
-    if (std::memcmp(out2.storage.data(), out.storage.data(), out.storage.size() * sizeof(float)) != 0) {
-      fail("units in reverse order differ from attention()");
-    }
-  }
 
   // Reference, into a strided output too.
   Strided ref = make(S, 3);
@@ -336,147 +472,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (std::memcmp(x.data(), back.data(), x.size() * sizeof(float)) != 0) fail("merge(split(x)) != x");
   }
 
-  // Per row: reference weights in double, the tolerance terms, then every column.
-  const bool strict = std::getenv("MHA_FUZZ_STRICT") != nullptr;
-  const int32_t tiles = (T + 63) / 64;
-  const double gamma_t = T * kU / (1 - T * kU);
-  std::vector<double> logits(size_t(T), 0.0), weights(size_t(T), 0.0);
-  std::vector<uint8_t> visible(size_t(T), 0);
   ++g_counters.inputs;
   if (std::getenv("MHA_FUZZ_VERBOSE")) std::fprintf(stderr, "input: B=%d S=%d T=%d D=%d H=%d causal=%d mask=%d strided=%d scale=%g\n", B, S, T, D, shape.num_heads, causal, with_mask, strided, double(scale));
-  for (int32_t b = 0; b < B; ++b) {
-    for (int32_t h = 0; h < shape.num_heads; ++h) {
-      for (int32_t i = 0; i < S; ++i) {
-        const uint8_t* mask_row = mask.empty() ? nullptr : mask.data() + (size_t(b) * S + i) * T;
-        bool row_finite = true;
-        double a_max = 0.0, m = -INFINITY;
-        for (int32_t j = 0; j < T; ++j) {
-          visible[j] = mha::key_visible(mask_row, causal, i, j);
-          if (!visible[j]) continue;
-          double dot = 0.0, a = 0.0;
-          for (int32_t e = 0; e < Dh; ++e) {
-            const double qe = q.at(b, i, h * Dh + e), ke = k.at(b, j, h * Dh + e);
-            if (!std::isfinite(qe) || !std::isfinite(ke)) row_finite = false;
-            dot += qe * ke;
-            if (std::isfinite(qe * ke)) a += std::abs(qe * ke);  // finite terms: can their float sum overflow?
-          }
-          logits[j] = dot * double(scale);
-          a_max = std::max(a_max, a);
-          if (logits[j] > m) m = logits[j];
-        }
-        double sum = 0.0;
-        for (int32_t j = 0; j < T; ++j) {
-          weights[j] = visible[j] ? std::exp(logits[j] - m) : 0.0;
-          sum += weights[j];
-        }
-        for (int32_t j = 0; j < T; ++j) weights[j] /= sum;
-        const double A = std::abs(double(scale)) * a_max;
-        const bool logit_range = (a_max >= kFltMax / 4.0 || A >= kFltMax / 4.0);
-        const double E = 2.0 * ((Dh + 5) * kU * A + (tiles + 2) * 4.0 * kU +
-                                std::abs(double(scale)) * Dh * std::ldexp(1.0, -149));
+  std::vector<KernelOutput> outputs;
+  for (const mha::KernelVariant* kernel : mha::kernel_variants()) {
+    g_kernel_name = kernel->name;
+    // The variant, scratch poisoned with NaN first.
+    outputs.push_back(KernelOutput{kernel->name, make(S, 3)});
+    Strided& out = outputs.back().out;
+    args.out = out.view<float>();
+    const mha::KernelPlan plan = kernel->plan(args);
+    if (!g_workspace.reserve(plan.scratch.total)) fail("workspace reserve");
+    std::fill(g_workspace.data(), g_workspace.data() + g_workspace.capacity(), kNaN);
+    if (mha::attention(args, g_workspace, *kernel) != mha::Status::kOk) fail("attention rejected a valid call");
+    for (size_t i = 0; i < out.storage.size(); ++i) {
+      if (!out.is_element(i) && !is_sentinel(out.storage[i])) fail("attention wrote outside the output elements");
+    }
 
-        for (int32_t e = 0; e < Dh; ++e) {
-          const int32_t c = h * Dh + e;
-          const float f = out.at(b, i, c), r = ref.at(b, i, c);
-          ++g_counters.outputs;
-          double v1 = 0.0, vmin = INFINITY, vmax = -INFINITY, vabs = 0.0, vabs_finite = 0.0;
-          bool col_finite = true;
-          for (int32_t j = 0; j < T; ++j) {
-            if (!visible[j]) continue;
-            const double x = v.at(b, j, c);
-            if (!std::isfinite(x)) col_finite = false;
-            v1 += weights[j] * std::abs(x);
-            vmin = std::min(vmin, x);
-            vmax = std::max(vmax, x);
-            vabs = std::max(vabs, std::abs(x));
-            if (std::isfinite(x)) vabs_finite = std::max(vabs_finite, std::abs(x));
-          }
-          const bool value_range = T * vabs_finite >= kFltMax / 4.0;
-          if (!strict && (logit_range || value_range)) {
-            if (value_class(f) != value_class(r) || (std::isfinite(f) && std::abs(double(f) - r) > vmax - vmin + 1e-6 * vabs)) {
-              g_counters.logit_range += logit_range;
-              g_counters.value_range += value_range && !logit_range;
-            }
-            continue;
-          }
-          if (((std::isnan(f) && std::isinf(r)) || (std::isinf(f) && std::isnan(r))) && !strict) {
-            // (c) weight underflow: an infinite v_jd at a visible key whose weight is 0 on one side and
-            // positive on the other, so one side computes 0 * inf = NaN and the other +-inf.
-            //   fast NaN, reference +-inf: the logit is more than 87.3 below the row max (within the
-            //   logit error E), where the kernel's float32 exp flushes to 0 (PyTorch float32 beyond
-            //   ~104); the double weight is tiny but positive.
-            //   fast +-inf, reference NaN: the double weight is exactly 0 (gap beyond ~745) but the float
-            //   logits, carrying an error E > 650 (|logits| ~ 1e30), can tie, giving a positive weight.
-            // Mathematically the weight is positive, so +-inf is the exact answer. Counted as
-            // `weight_underflow`.
-            bool underflow = false;
-            for (int32_t j = 0; j < T; ++j) {
-              if (!visible[j] || !std::isinf(v.at(b, j, c))) continue;
-              const double gap = m - logits[j];
-              underflow |= std::isnan(f) ? gap > 87.3 - E : (weights[j] == 0.0 && gap < 87.3 + E);
-            }
-            if (underflow) {
-              ++g_counters.weight_underflow;
-              continue;
-            }
-          }
-          if (value_class(f) != value_class(r)) {
-            std::fprintf(stderr,
-                         "b=%d h=%d i=%d e=%d B=%d S=%d T=%d D=%d H=%d causal=%d mask=%d scale=%g: fast=%g ref=%g "
-                         "(row inputs finite=%d, v column finite=%d)\n",
-                         b, h, i, e, B, S, T, D, shape.num_heads, causal, with_mask, double(scale), double(f),
-                         double(r), row_finite, col_finite);
-            if (std::getenv("MHA_FUZZ_VERBOSE")) {
-              for (int32_t j = 0; j < T; ++j) {
-                std::fprintf(stderr, "  key %d visible=%d logit=%g v=%g:", j, visible[j], logits[j], double(v.at(b, j, c)));
-                for (int32_t x = 0; x < Dh; ++x) std::fprintf(stderr, " %g*%g", double(q.at(b, i, h * Dh + x)), double(k.at(b, j, h * Dh + x)));
-                std::fprintf(stderr, "\n");
-              }
-            }
-            fail("fast and reference differ in NaN/inf class");
-          }
-          if (!std::isfinite(r)) continue;
-          const double rounding = (2.0 * gamma_t + 8.0 * kU) * std::exp(std::min(2.0 * E, 700.0)) +
-                                  0.0;  // relative to V1 (or max|v| for the hull bound)
-          const double flush = T * std::ldexp(1.0, -125) * vabs;
-          double tol;
-          if (row_finite && col_finite) {
-            // V1 uses the double weights, which underflow to exactly 0 for keys more than ~745 below the max
-            // logit; a logit error that large (2E >= 700) can make such a key win in float32, so there the
-            // weight-ratio bound says nothing and only the convex hull bounds the result.
-            const double perturbation = 2.0 * E >= 700.0
-                                            ? INFINITY
-                                            : std::expm1(2.0 * E) * v1 + rounding * v1 + 4.0 * kU * v1;
-            const double hull = (vmax - vmin) + (2.0 * gamma_t + 8.0 * kU) * vabs;
-            tol = std::min(perturbation, hull) + flush + kU * std::abs(double(r));
-          } else {
-            // Non-finite q/k (some logits -inf, weight 0 in both) or v: only the convex-hull bound over
-            // the finite visible values is checked.
-            double fmin = INFINITY, fmax = -INFINITY, fabs_max = 0.0;
-            for (int32_t j = 0; j < T; ++j) {
-              const double x = v.at(b, j, c);
-              if (!visible[j] || !std::isfinite(x)) continue;
-              fmin = std::min(fmin, x);
-              fmax = std::max(fmax, x);
-              fabs_max = std::max(fabs_max, std::abs(x));
-            }
-            tol = (fmax - fmin) + (2.0 * gamma_t + 8.0 * kU) * fabs_max + flush + kU * std::abs(double(r));
-          }
-          // Products p_j v_jd and partial sums in the denormal range lose up to 2^-150 each, absolutely
-          // (the division by l >= 1 does not enlarge that), and the reference's rounding to float too.
-          tol += (T + 2) * double(std::numeric_limits<float>::denorm_min());
-          const double err = std::abs(double(f) - double(r));
-          if (!(err <= tol)) {
-            std::fprintf(stderr,
-                         "b=%d h=%d i=%d e=%d B=%d S=%d T=%d D=%d H=%d causal=%d mask=%d scale=%g: fast=%.9g ref=%.9g "
-                         "err=%g tol=%g (E=%g V1=%g hull=[%g, %g])\n",
-                         b, h, i, e, B, S, T, D, shape.num_heads, causal, with_mask, double(scale), double(f),
-                         double(r), err, tol, E, v1, vmin, vmax);
-            fail("fast and reference differ beyond the derived tolerance");
-          }
-        }
-      }
+    // Units in reverse order, fresh NaN-poisoned scratch: bit-identical.
+    Strided out2 = make(S, 3);
+    mha::AttentionArgs a2 = args;
+    a2.out = out2.view<float>();
+    std::vector<float> scratch(plan.scratch.total + 16, kNaN);
+    float* aligned = scratch.data();
+    while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+    for (int64_t u = plan.unit_count - 1; u >= 0; --u) kernel->run_unit(a2, plan, mha::plan_unit(shape, plan, u), aligned);
+    if (std::memcmp(out2.storage.data(), out.storage.data(), out.storage.size() * sizeof(float)) != 0) {
+      fail("units in reverse order differ from attention()");
     }
   }
+  compare_with_reference(args, q, k, v, outputs, ref, mask, scale, Dh);
   return 0;
 }

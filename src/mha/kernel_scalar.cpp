@@ -1,0 +1,174 @@
+// The portable kernel variant mha::scalar: the interface of kernel.hpp in plain float loops, for wasm
+// engines without SIMD128 (the `baseline` build). It follows the simd128 variant step for step, without
+// its packing and register blocking:
+//
+// One unit = (batch b, KV head g, query rows [q_begin, q_end)) of the G query heads of g. For each key
+// tile of Bk keys that some row of the unit may see (the unit's key range), per head and row:
+//   1. s (Bk) = scale * (q_i . k_j), keys hidden from the row (kernel-independent rule: visibility.hpp)
+//      set to -inf;
+//   2. running max m, p = exp(s - m), running sum l, alpha = exp(m_old - m_new);
+//   3. o (Dh) = o * alpha + sum over the visible keys of p_j v_j (hidden keys are skipped, so inf/NaN
+//      behind a mask is never read; a visible key is multiplied even when p_j underflowed to 0).
+// 4. At the end out = o / l; a row that is not finite (no visible key, non-finite inputs, float32
+//    overflow) is recomputed by the reference, so NaN/inf semantics are exactly the reference's.
+//
+// Determinism: each row's operations depend only on the row and the key tiles (which lie on one grid of
+// multiples of Bk for every block; a tile a row skips would only have rescaled by exactly 1 and added
+// exact zeros), never on the unit split, so results are bit-identical for any split or thread order.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mha/kernel.hpp"
+#include "mha/reference.hpp"
+
+namespace mha {
+namespace scalar {
+namespace {
+
+constexpr int32_t kRowsPerUnit = 64;
+constexpr int32_t kKeysPerTile = 64;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// exp that flushes weights near FLT_MIN to +0 instead of a denormal, as the simd128 variant's exp2 does
+// (simd_exp.hpp: below 2^-126.5, about e^-87.7), so a weight that underflows is 0 in both variants (and
+// 0 * inf = NaN, see hardening).
+constexpr float kExpUnderflow = -87.3f;
+inline float exp_flushed(float x) { return x < kExpUnderflow ? 0.0f : std::exp(x); }
+
+constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // keeps every buffer 64-byte aligned
+
+KernelPlan plan(const AttentionArgs& args) {
+  const AttentionShape& shape = args.shape;
+  KernelPlan p;
+  p.head_dim = shape.head_dim();
+  p.padded_head_dim = p.head_dim;
+  p.heads_per_kv_head = 1;
+  p.rows_per_unit = std::min(kRowsPerUnit, std::max(shape.seq_len, 1));
+  p.rows_per_block = p.rows_per_unit;
+  p.keys_per_tile = kKeysPerTile;
+  count_units(shape, p);
+  const size_t rows = size_t(p.heads_per_kv_head) * p.rows_per_unit;
+  ScratchLayout& lay = p.scratch;
+  size_t at = 0;
+  auto take = [&at](size_t floats) {
+    const size_t here = at;
+    at += round_up16(floats);
+    return here;
+  };
+  lay.scores = take(kKeysPerTile);                   // one row's scores of one tile (Bk)
+  lay.out_acc = take(rows * size_t(p.head_dim));     // (G*R, Dh)
+  lay.row_max = take(rows);                          // (G*R)
+  lay.row_sum = take(rows);                          // (G*R)
+  lay.reference = take(2 * size_t(p.head_dim));     // Dh doubles
+  lay.total = at;
+  return p;
+}
+
+// Steps 1-3 for row i of one head against keys [j0, j0 + nk): `keys` is the part of the tile the row may
+// see by range, mask_row its mask (or nullptr).
+void attend_tile(const AttentionArgs& args, const float* q_row, const float* k, const float* v, int32_t dh,
+                 int32_t j0, int32_t nk, KeyRange keys, const uint8_t* mask_row, float* s, float* o, float& m,
+                 float& l) {
+  auto visible = [&](int32_t j) {
+    return j0 + j >= keys.begin && j0 + j < keys.end && (mask_row == nullptr || mask_row[j0 + j] != 0);
+  };
+  // 1. Scores, hidden keys at -inf, and the tile max (NaN scores do not win the max; they poison the row
+  //    through exp below, as in the simd128 variant).
+  float tile_max = kNegInf;
+  for (int32_t j = 0; j < nk; ++j) {
+    if (!visible(j)) {
+      s[j] = kNegInf;
+      continue;
+    }
+    const float* k_row = k + (j0 + j) * args.k.row_stride;
+    float dot = 0.0f;
+    for (int32_t d = 0; d < dh; ++d) dot += q_row[d] * k_row[d];
+    s[j] = dot * args.scale;
+    // q.k overflowed float32 (or an input is not finite): poison l so that the reference recomputes the
+    // row instead of an -inf score silently dropping the key.
+    if (!std::isfinite(s[j])) l = std::numeric_limits<float>::quiet_NaN();
+    tile_max = s[j] > tile_max ? s[j] : tile_max;
+  }
+
+  // 2. Online softmax step.
+  const float m_new = tile_max > m ? tile_max : m;
+  const float m_sub = (m_new == kNegInf) ? 0.0f : m_new;  // nothing visible yet: exp(-inf) stays 0
+  float sum = 0.0f;
+  for (int32_t j = 0; j < nk; ++j) {
+    s[j] = exp_flushed(s[j] - m_sub);
+    sum += s[j];
+  }
+  const float alpha = exp_flushed(m - m_sub);
+  l = l * alpha + sum;
+  m = m_new;
+
+  // 3. o = o * alpha + P V over the visible keys.
+  for (int32_t d = 0; d < dh; ++d) o[d] *= alpha;
+  for (int32_t j = 0; j < nk; ++j) {
+    if (!visible(j)) continue;
+    const float p = s[j];
+    const float* v_row = v + (j0 + j) * args.v.row_stride;
+    for (int32_t d = 0; d < dh; ++d) o[d] += p * v_row[d];
+  }
+}
+
+void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit, float* scratch) {
+  const int32_t dh = plan.head_dim;
+  const int32_t T = args.shape.kv_seq_len;
+  const int32_t rows = unit.q_end - unit.q_begin;
+  const int32_t heads = plan.heads_per_kv_head;
+  const auto [q, k, v, out, vis] = unit_views(args, plan, unit);
+
+  float* s = scratch + plan.scratch.scores;
+  float* o_all = scratch + plan.scratch.out_acc;
+  float* m_all = scratch + plan.scratch.row_max;
+  float* l_all = scratch + plan.scratch.row_sum;
+  const size_t unit_rows = size_t(heads) * rows;
+  std::fill(o_all, o_all + unit_rows * dh, 0.0f);
+  std::fill(m_all, m_all + unit_rows, kNegInf);
+  std::fill(l_all, l_all + unit_rows, 0.0f);
+
+  // Only the tiles of the grid that meet the unit's key range are visited.
+  const KeyRange unit_keys = vis.rows_union(unit.q_begin, unit.q_end);
+  const int32_t first_tile = unit_keys.empty() ? 0 : unit_keys.begin / kKeysPerTile * kKeysPerTile;
+  for (int32_t j0 = first_tile; j0 < unit_keys.end; j0 += kKeysPerTile) {
+    const int32_t nk = std::min(kKeysPerTile, T - j0);
+    for (int32_t hg = 0; hg < heads; ++hg) {
+      for (int32_t r = 0; r < rows; ++r) {
+        const int32_t i = unit.q_begin + r;
+        const size_t row = size_t(hg) * rows + r;
+        attend_tile(args, q + i * args.q.row_stride + hg * dh, k, v, dh, j0, nk, vis.row_range(i), vis.mask_row(i), s,
+                    o_all + row * dh, m_all[row], l_all[row]);
+      }
+    }
+  }
+
+  // 4. out = o / l, or the reference's row.
+  double* reference_acc = reinterpret_cast<double*>(scratch + plan.scratch.reference);
+  for (int32_t hg = 0; hg < heads; ++hg) {
+    for (int32_t r = 0; r < rows; ++r) {
+      const size_t row = size_t(hg) * rows + r;
+      float* dst = out + (unit.q_begin + r) * args.out.row_stride + hg * dh;
+      const float* o = o_all + row * dh;
+      const float l = l_all[row];
+      bool finite = true;
+      for (int32_t d = 0; d < dh; ++d) finite &= std::isfinite(o[d] / l);
+      // As in the simd128 variant: non-finite rows get exactly the reference's NaN/inf semantics. Checked
+      // before storing, because out may be q itself and the reference reads this row of q.
+      if (!finite) {
+        reference_attention_query(args, unit.batch, unit.kv_head * heads + hg, unit.q_begin + r, reference_acc);
+        continue;
+      }
+      for (int32_t d = 0; d < dh; ++d) dst[d] = o[d] / l;
+    }
+  }
+}
+
+}  // namespace
+
+extern const KernelVariant kKernel;
+const KernelVariant kKernel{"scalar", &plan, &run_unit};
+
+}  // namespace scalar
+}  // namespace mha

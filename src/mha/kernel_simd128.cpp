@@ -1,0 +1,323 @@
+// The kernel variant mha::simd128: FlashAttention-style tiling with an online softmax, xsimd micro-kernels
+// (simd128_tiles.hpp) on 4-lane vectors: SSE4.2 natively, WebAssembly SIMD128 with Emscripten.
+//
+// One unit = (batch b, KV head g, query rows [q_begin, q_end)) of the G query heads that read g:
+//   1. pack the unit's Q rows of each head as 4-row panels (Dh, 4) into aligned scratch;
+// then for each key tile of Bk keys that some row of the unit may see (the unit's key range), and each
+// block of Bq rows:
+//   2. classify the tile against the block's visible key ranges and the mask: skipped when every key is
+//      hidden from every row, computed without per-key tests when none is;
+//   3. pack K^T (Dh, Bk) and V (Bk, Dh8) of KV head g (once per tile, for every block and head; Dh8 = Dh
+//      rounded up to 8, zero padded), so the micro-kernels only ever see whole vectors;
+//   4. per head of the group: S (Bq, Bk) = Q K^T with a 4 rows x 8 keys register-blocked micro-kernel;
+//   5. online softmax of the tile: hide keys (-inf), running max m, p = 2^(s - m), running sum l;
+//   6. O (Bq, Dh8) = O * 2^(m_old - m_new) + P V with a 4 rows x 8 lanes micro-kernel;
+//   7. finish the rows: out = O / l. Rows whose float32 result is not finite (fully hidden rows,
+//      non-finite inputs, overflow of the logits or of O) are recomputed by the reference, so NaN/inf
+//      semantics are exactly the reference's.
+// Nothing of size S x T exists; scratch depends on Dh and the fixed tiles only.
+//
+// Determinism: every query row goes through exactly the same float operations whatever block it is in
+// (the key tiles lie on one grid of multiples of Bk for every block, the 4-row micro-kernels treat rows
+// independently, and a tile a block skips would only have rescaled the row by exactly 1 and added exact
+// zeros), so results do not depend on the unit split or order.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "mha/kernel.hpp"
+#include "mha/reference.hpp"
+#include "mha/simd128_tiles.hpp"
+
+namespace mha {
+namespace simd128 {
+namespace {
+
+constexpr int32_t kRowsPerBlock = 64;       // Bq
+constexpr int32_t kMaxRowsPerUnit = 1024;   // a unit runs up to 16 blocks against each packed key tile
+constexpr int64_t kMinUnits = 8;            // keep enough units for the thread pool on small problems
+constexpr int32_t kKeysPerTile = kTileStride;  // Bk (measured: 128 halves per-tile overheads, +1-4% over 64)
+// Bk when the visible keys depend on the row (causal): the diagonal tiles, partly hidden and computed in
+// full, waste less.
+constexpr int32_t kRangedKeysPerTile = 64;
+constexpr float kLog2e = 1.44269504088896341f;
+
+constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // 64-byte multiples of floats
+
+int32_t rows_per_unit(const AttentionShape& shape, int32_t padded_head_dim) {
+  const int32_t s4 = round_up(shape.seq_len, kMr);
+  // The unit's Q panels and O accumulators stay within about 512 KiB: 1024 rows at Dh <= 64. Every unit
+  // packs K/V of all its tiles, strided reads from memory that is mostly not in cache (K/V packing was
+  // 18% of the time at 256 rows), so more rows per unit pay although Q and O then live in L2/L3:
+  // measured on (1,2048,2048,768,12), 256 -> 512 rows with Bk 128 +11%, 512 -> 1024 rows +6%, 2048 no better.
+  int32_t rows = std::max(kRowsPerBlock, std::min(kMaxRowsPerUnit, 65536 / padded_head_dim / kRowsPerBlock * kRowsPerBlock));
+  rows = std::min(rows, round_up(s4, kRowsPerBlock));  // above that every choice is one unit per head
+  const int64_t heads = int64_t{shape.batch} * shape.num_heads;
+  while (rows > kRowsPerBlock && heads * ((s4 + rows - 1) / rows) < kMinUnits) rows -= kRowsPerBlock;
+  return std::min(rows, s4);
+}
+
+KernelPlan plan(const AttentionArgs& args) {
+  const AttentionShape& shape = args.shape;
+  KernelPlan p;
+  p.head_dim = shape.head_dim();
+  p.padded_head_dim = round_up(p.head_dim, kNr);
+  p.heads_per_kv_head = 1;
+  p.rows_per_unit = rows_per_unit(shape, p.padded_head_dim);
+  p.rows_per_block = std::min(kRowsPerBlock, round_up(p.rows_per_unit, kMr));
+  const int32_t tile = args.causal ? kRangedKeysPerTile : kKeysPerTile;
+  p.keys_per_tile = std::min(tile, round_up(shape.kv_seq_len, kNr));
+  count_units(shape, p);
+
+  const size_t dh = static_cast<size_t>(p.head_dim), dh8 = static_cast<size_t>(p.padded_head_dim);
+  const size_t unit_rows = size_t(p.heads_per_kv_head) * round_up(p.rows_per_unit, kMr);  // G*R4
+  ScratchLayout& lay = p.scratch;
+  size_t at = 0;
+  auto take = [&at](size_t floats) {
+    const size_t here = at;
+    at += round_up16(floats);
+    return here;
+  };
+  lay.q_panels = take(unit_rows * dh);                         // (G*R4/4) panels (Dh, 4), unscaled
+  lay.k_tile = take(dh * kTileStride);                         // K^T (Dh, kTileStride)
+  lay.v_tile = take(size_t(p.keys_per_tile) * dh8);            // V (Bk, Dh8)
+  lay.scores = take(size_t(p.rows_per_block) * kTileStride);   // one block's scores (Bq, kTileStride)
+  lay.out_acc = take(unit_rows * dh8);                         // O (G*R4, Dh8)
+  lay.row_max = take(unit_rows);
+  lay.row_sum = take(unit_rows);
+  lay.rescale = take(unit_rows);
+  lay.reference = take(2 * dh);                                // Dh doubles
+  lay.total = at;
+  return p;
+}
+
+// A unit's scratch buffers (ScratchLayout) and its constants.
+struct UnitState {
+  const AttentionArgs& args;
+  const KernelPlan& plan;
+  const WorkUnit& unit;
+  UnitViews views;
+  int32_t rows;        // query rows of each head of the unit
+  int32_t rows4;       // rows rounded up to kMr: the stride between heads in q_panels, o, m, l
+  float scale2;        // scale * log2(e): the scores are in log2 units
+  float* q_panels;
+  float* k_tile;
+  float* v_tile;
+  float* scores;
+  float* out_acc;
+  float* row_max;
+  float* row_sum;
+  float* rescale;
+  double* reference_acc;
+};
+
+// How a key tile meets the rows of one block (step 2).
+struct TileClass {
+  bool skip = false;          // every key is hidden from every row of the block
+  bool range_partial = false; // some key is outside some row's range (length, causality, window)
+  bool mask_partial = false;  // some mask byte of the tile is 0
+  bool hides_some() const { return range_partial || mask_partial; }
+};
+
+// 2. The tile [j0, j0 + nk) against rows [i_begin, i_end): by their key ranges, then by the mask bytes.
+MHA_PHASE TileClass classify_tile(const KeyVisibility& vis, int32_t i_begin, int32_t i_end, int32_t j0, int32_t nk) {
+  TileClass tile;
+  const KeyRange some = vis.rows_union(i_begin, i_end);
+  if (j0 + nk <= some.begin || j0 >= some.end) {
+    tile.skip = true;
+    return tile;
+  }
+  const KeyRange every = vis.rows_common(i_begin, i_end);
+  tile.range_partial = j0 < every.begin || j0 + nk > every.end;
+  if (vis.mask != nullptr) {
+    bool any = false, all = true;
+    for (int32_t i = i_begin; i < i_end; ++i) {
+      const uint8_t* mask_row = vis.mask_row(i) + j0;
+      for (int32_t j = 0; j < nk; ++j) {
+        const bool on = mask_row[j] != 0;
+        any |= on;
+        all &= on;
+      }
+    }
+    tile.skip = !any;
+    tile.mask_partial = !all;
+  }
+  return tile;
+}
+
+// 5. Online softmax of one block's score tile (rows [0, brows4) of sp, block rows start at query
+// i_begin, row state at m / l / rescale): in three passes over the block's rows: the row maxima (from
+// qk_tile when no key is hidden; otherwise a pass over each row, whose dependency chains overlap), the
+// running max and rescale factors of 4 rows per vector, then the exponentials and row sums.
+MHA_PHASE void softmax_tile(const UnitState& st, const TileClass& tile, int32_t i_begin, int32_t brows, int32_t j0,
+                            int32_t nk, bool fused_max, const bool* panel_nonfinite, float* tile_max, float* m, float* l,
+                            float* alpha, const simd::Exp2Constants& ek) {
+  const int32_t nk8 = round_up(nk, kNr);
+  const int32_t brows4 = round_up(brows, kMr);
+  const KeyVisibility& vis = st.views.visibility;
+  float* sp = st.scores;
+  alignas(16) float m_sub[kRowsPerBlock];
+  for (int32_t r = 0; r < brows4 && !fused_max; ++r) {
+    // Padding rows (r >= brows) hide only the padding keys; their results are discarded.
+    const int32_t i = i_begin + r;
+    const bool hide = r < brows && tile.hides_some();
+    KeyRange keys{0, nk};
+    if (hide && tile.range_partial) {
+      const KeyRange row_keys = vis.row_range(i);
+      keys = KeyRange{row_keys.begin - j0, row_keys.end - j0};
+    }
+    const uint8_t* mask = hide && tile.mask_partial ? vis.mask_row(i) + j0 : nullptr;
+    tile_max[r] = hide_and_max_row(sp + r * kTileStride, nk, nk8, keys, mask);
+  }
+  for (int32_t r = 0; r < brows4; r += kMr) update_running_max(tile_max + r, m + r, m_sub + r, alpha + r, ek);
+  for (int32_t r = 0; r < brows4; ++r) {
+    const float sum = exp_row(sp + r * kTileStride, nk8, m_sub[r], ek);
+    // A non-finite raw score in the row's panel: poison l (see qk_tile), the reference redoes the row.
+    const float l_old = panel_nonfinite[r / kMr] ? std::numeric_limits<float>::quiet_NaN() : l[r];
+    l[r] = l_old * alpha[r] + sum;
+  }
+}
+
+// Steps 4-6 for rows [b0, b0 + brows) of head hg of the unit against the packed key tile [j0, j0 + nk).
+MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t hg, int32_t b0, int32_t brows,
+                            int32_t j0, int32_t nk, const simd::Exp2Constants& ek) {
+  const int32_t dh = st.plan.head_dim, dh8 = st.plan.padded_head_dim;
+  const int32_t nk8 = round_up(nk, kNr);
+  const int32_t brows4 = round_up(brows, kMr);
+  const int32_t row0 = hg * st.rows4 + b0;  // the block's first row in the unit's row buffers
+  const float* qb = st.q_panels + size_t(row0) * dh;
+  float* ob = st.out_acc + size_t(row0) * dh8;
+
+  // 4. S = Q K^T. Without hidden or padding keys the row maxima come from its epilogue, on registers.
+  const bool fused_max = !tile.hides_some() && nk == nk8;
+  bool panel_nonfinite[kRowsPerBlock / kMr];
+  alignas(16) float tile_max[kRowsPerBlock];
+  for (int32_t r = 0; r < brows4; r += kMr) {
+    panel_nonfinite[r / kMr] = qk_tile(qb + r * dh, dh, st.k_tile, nk8, st.scale2, st.scores + r * kTileStride,
+                                       fused_max ? tile_max + r : nullptr);
+  }
+
+  // 5. Online softmax.
+  softmax_tile(st, tile, st.unit.q_begin + b0, brows, j0, nk, fused_max, panel_nonfinite, tile_max, st.row_max + row0,
+               st.row_sum + row0, st.rescale + row0, ek);
+
+  // 6. O = O * alpha + P V. Keys hidden from a row enter with p = 0. A non-finite V value there turns
+  // 0 * inf into NaN, and the row is then recomputed by the reference, which never reads hidden keys.
+  for (int32_t r = 0; r < brows4; r += kMr) {
+    pv_tile(st.scores + r * kTileStride, st.v_tile, dh8, nk, st.rescale + row0 + r, ob + r * dh8);
+  }
+}
+
+// 7. out = O / l for every row of the unit, or the reference's row where that is not finite.
+MHA_PHASE void finish_rows(const UnitState& st) {
+  const AttentionArgs& args = st.args;
+  const int32_t dh = st.plan.head_dim, dh8 = st.plan.padded_head_dim;
+  const int32_t dh4 = dh - dh % kLanes;
+  for (int32_t hg = 0; hg < st.plan.heads_per_kv_head; ++hg) {
+    const int32_t head = st.unit.kv_head * st.plan.heads_per_kv_head + hg;
+    for (int32_t r = 0; r < st.rows; ++r) {
+      const int32_t row = hg * st.rows4 + r;
+      const int32_t i = st.unit.q_begin + r;
+      const float* src = st.out_acc + size_t(row) * dh8;
+      const float l = st.row_sum[row];
+      // A row that saw a visible key has l >= 1 (its max key adds 2^0 = 1), so finite O gives a finite
+      // O / l; anything else takes the exact per-value test.
+      VecF o_check(0.0f);  // stays 0 unless some value of O is inf or NaN (0 * inf = NaN)
+      int32_t d = 0;
+      for (; d < dh4; d += kLanes) o_check += VecF::load_aligned(src + d) * VecF(0.0f);
+      float tail_check = xsimd::hadd(o_check);
+      for (; d < dh; ++d) tail_check += src[d] * 0.0f;
+      bool finite = tail_check == 0.0f && l >= 1.0f && l <= std::numeric_limits<float>::max();
+      if (!finite) {
+        finite = true;
+        for (d = 0; d < dh; ++d) finite &= std::isfinite(src[d] / l);
+      }
+      // Non-finite rows (fully hidden rows, non-finite inputs, float32 overflow of the logits or of the
+      // weighted sum) are rare; recomputing them with the reference gives exactly its NaN/inf semantics.
+      // A row is checked before it is stored: out may be q itself, and the reference reads that row of q.
+      if (!finite) {
+        reference_attention_query(args, st.unit.batch, head, i, st.reference_acc);
+        continue;
+      }
+      float* dst = st.views.out + i * args.out.row_stride + hg * dh;
+      const VecF vl(l);
+      for (d = 0; d < dh4; d += kLanes) (VecF::load_aligned(src + d) / vl).store_unaligned(dst + d);  // exact, as scalar
+      for (; d < dh; ++d) dst[d] = src[d] / l;
+    }
+  }
+}
+
+void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit, float* scratch) {
+  const ScratchLayout& lay = plan.scratch;
+  const int32_t rows = unit.q_end - unit.q_begin;
+  const UnitState st{args, plan, unit, unit_views(args, plan, unit), rows, round_up(rows, kMr),
+                     args.scale * kLog2e, scratch + lay.q_panels, scratch + lay.k_tile, scratch + lay.v_tile,
+                     scratch + lay.scores, scratch + lay.out_acc, scratch + lay.row_max, scratch + lay.row_sum,
+                     scratch + lay.rescale, reinterpret_cast<double*>(scratch + lay.reference)};
+  const int32_t heads = plan.heads_per_kv_head;
+  const int32_t dh = plan.head_dim;
+
+  // The kernel folds log2(e) into the scale. Where that product is not a normal float it is no longer the
+  // given scale to float precision: above FLT_MAX / log2(e) (~2.4e38) it overflows, and below FLT_MIN it
+  // is subnormal and keeps only a few bits. Such (absurd) scales take the reference path, row by row.
+  if (!std::isfinite(st.scale2) || (st.scale2 != 0.0f && std::fabs(st.scale2) < std::numeric_limits<float>::min())) {
+    for (int32_t hg = 0; hg < heads; ++hg) {
+      for (int32_t i = unit.q_begin; i < unit.q_end; ++i) {
+        reference_attention_query(args, unit.batch, unit.kv_head * heads + hg, i, st.reference_acc);
+      }
+    }
+    return;
+  }
+
+  // 1. Q panels of every head of the unit; O, m and l start empty.
+  const int64_t q_stride = args.q.row_stride;
+  for (int32_t hg = 0; hg < heads; ++hg) {
+    pack_q_panels(st.views.q + unit.q_begin * q_stride + hg * dh, q_stride, rows, dh,
+                  st.q_panels + size_t(hg) * st.rows4 * dh);
+  }
+  const size_t unit_rows = size_t(heads) * st.rows4;
+  std::fill(st.out_acc, st.out_acc + unit_rows * plan.padded_head_dim, 0.0f);
+  std::fill(st.row_max, st.row_max + unit_rows, kNegInf);
+  std::fill(st.row_sum, st.row_sum + unit_rows, 0.0f);
+
+  const simd::Exp2Constants exp_constants;
+  const KeyVisibility& vis = st.views.visibility;
+  const int32_t T = args.shape.kv_seq_len;
+  // Tiles that no row of the unit may see (causal: keys >= q_end) are never visited; the tiles visited
+  // lie on the grid of multiples of keys_per_tile.
+  const KeyRange unit_keys = vis.rows_union(unit.q_begin, unit.q_end);
+  const int32_t first_tile = unit_keys.begin / plan.keys_per_tile * plan.keys_per_tile;
+  for (int32_t j0 = first_tile; j0 < unit_keys.end; j0 += plan.keys_per_tile) {
+    const int32_t nk = std::min(plan.keys_per_tile, T - j0);
+    bool packed = false;
+    // The unit's rows in blocks sharing this tile's packed K^T and V (V is packed once per tile; reading
+    // it in place, row stride D, measured slower: long2k 28.9 vs 29.4 GFLOP/s).
+    for (int32_t b0 = 0; b0 < rows; b0 += plan.rows_per_block) {
+      const int32_t brows = std::min(plan.rows_per_block, rows - b0);
+      const int32_t i_begin = unit.q_begin + b0;
+      // 2. Classify the tile against the block's rows.
+      const TileClass tile = classify_tile(vis, i_begin, i_begin + brows, j0, nk);
+      if (tile.skip) continue;
+      // 3. Pack K^T and V of the tile, once.
+      if (!packed) {
+        pack_k_transposed(st.views.k + j0 * args.k.row_stride, args.k.row_stride, nk, dh, st.k_tile);
+        pack_v(st.views.v + j0 * args.v.row_stride, args.v.row_stride, nk, dh, plan.padded_head_dim, st.v_tile);
+        packed = true;
+      }
+      // 4-6. Every head of the group against the packed tile, while it is hot in cache.
+      for (int32_t hg = 0; hg < heads; ++hg) attend_block(st, tile, hg, b0, brows, j0, nk, exp_constants);
+    }
+  }
+
+  // 7. Finish the rows.
+  finish_rows(st);
+}
+
+}  // namespace
+
+extern const KernelVariant kKernel;
+const KernelVariant kKernel{"simd128", &plan, &run_unit};
+
+}  // namespace simd128
+}  // namespace mha

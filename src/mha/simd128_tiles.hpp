@@ -1,0 +1,301 @@
+// The simd128 variant's packing routines and micro-kernels (xsimd on 4-lane f32 vectors: SSE4.2 natively,
+// WebAssembly SIMD128 when compiled with Emscripten). Included only by kernel_simd128.cpp, which is
+// compiled with the SIMD flags; kept apart so that the driver there reads as its phases.
+//
+// Addressing matters as much as arithmetic here: V8 addresses wasm memory as [base + index + imm], so
+// every distinct computed address costs an extra lea. The scratch strides are compile-time constants
+// (kTileStride) and the Q block is packed as 4-row panels (d-major, the 4 rows' values adjacent), so
+// each micro-kernel step reads all its operands from one or two pointers with immediate offsets.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "mha/simd_exp.hpp"
+#include "mha/visibility.hpp"
+
+#ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
+#define MHA_PHASE __attribute__((noinline))
+#else
+#define MHA_PHASE
+#endif
+
+namespace mha {
+namespace simd128 {
+
+using simd::VecF;
+constexpr int32_t kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
+static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
+
+constexpr int32_t kMr = 4;  // query rows per micro-kernel (a Q panel)
+constexpr int32_t kNr = 8;  // keys (QK^T) or output lanes (PV) per micro-kernel
+// The largest keys per tile, and so the row stride of the K^T and score tiles: a compile-time constant,
+// so that the micro-kernels address their operands with immediate offsets (see the top of this file).
+constexpr int32_t kTileStride = 128;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+constexpr int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
+
+// ---------------------------------------------------------------------------------------------------
+// Packing
+
+// [a0 a1 b0 b1] and [a2 a3 b2 b3]: xsimd's zips of the vectors seen as 2 doubles (SSE's movelh/movehl).
+inline VecF zip_lo_pairs(VecF a, VecF b) {
+  using VecD = xsimd::batch<double>;
+  return xsimd::bitwise_cast<VecF>(xsimd::zip_lo(xsimd::bitwise_cast<VecD>(a), xsimd::bitwise_cast<VecD>(b)));
+}
+inline VecF zip_hi_pairs(VecF a, VecF b) {
+  using VecD = xsimd::batch<double>;
+  return xsimd::bitwise_cast<VecF>(xsimd::zip_hi(xsimd::bitwise_cast<VecD>(a), xsimd::bitwise_cast<VecD>(b)));
+}
+
+// 4x4 transpose in registers: rows x0..x3 in, columns out (the 8 shuffles of _MM_TRANSPOSE4_PS).
+inline void transpose_4x4(VecF& x0, VecF& x1, VecF& x2, VecF& x3) {
+  const VecF t0 = xsimd::zip_lo(x0, x1);  // x00 x10 x01 x11
+  const VecF t1 = xsimd::zip_lo(x2, x3);  // x20 x30 x21 x31
+  const VecF t2 = xsimd::zip_hi(x0, x1);  // x02 x12 x03 x13
+  const VecF t3 = xsimd::zip_hi(x2, x3);  // x22 x32 x23 x33
+  x0 = zip_lo_pairs(t0, t1);
+  x1 = zip_hi_pairs(t0, t1);
+  x2 = zip_lo_pairs(t2, t3);
+  x3 = zip_hi_pairs(t2, t3);
+}
+
+// Rows r..r+3 (row_stride apart, Dh each) -> dst (Dh, 4 adjacent floats, kDstStride apart): dst[d *
+// kDstStride + i] = row i [d]. 4x4 blocks are transposed in registers (4 unaligned row loads, 8 shuffles,
+// 4 aligned stores, so dst must be 16-byte aligned and kDstStride a multiple of 4); a Dh % 4 tail goes
+// scalar. Used for the Q panels (kDstStride kMr) and the K^T tile (kDstStride kTileStride).
+template <int32_t kDstStride>
+inline void transpose_4_rows(const float* r0, int64_t row_stride, int32_t dh, float* dst) {
+  const float* r1 = r0 + row_stride;
+  const float* r2 = r1 + row_stride;
+  const float* r3 = r2 + row_stride;
+  const int32_t dh4 = dh - dh % kLanes;
+  for (int32_t d = 0; d < dh4; d += kLanes) {
+    VecF x0 = VecF::load_unaligned(r0 + d), x1 = VecF::load_unaligned(r1 + d);
+    VecF x2 = VecF::load_unaligned(r2 + d), x3 = VecF::load_unaligned(r3 + d);
+    transpose_4x4(x0, x1, x2, x3);
+    x0.store_aligned(dst + (d + 0) * kDstStride);
+    x1.store_aligned(dst + (d + 1) * kDstStride);
+    x2.store_aligned(dst + (d + 2) * kDstStride);
+    x3.store_aligned(dst + (d + 3) * kDstStride);
+  }
+  for (int32_t d = dh4; d < dh; ++d) {
+    dst[d * kDstStride + 0] = r0[d];
+    dst[d * kDstStride + 1] = r1[d];
+    dst[d * kDstStride + 2] = r2[d];
+    dst[d * kDstStride + 3] = r3[d];
+  }
+}
+
+// Query rows [0, rows) (row_stride apart) -> panels of 4 rows, qp[(r/4)*Dh*4 + d*4 + r%4]; rows
+// [rows, round_up(rows, 4)) are zero (their results are discarded).
+MHA_PHASE inline void pack_q_panels(const float* q, int64_t row_stride, int32_t rows, int32_t dh, float* qp) {
+  const int32_t rows4 = round_up(rows, kMr);
+  const int32_t full4 = rows - rows % kMr;
+  for (int32_t r = 0; r < full4; r += kMr) transpose_4_rows<kMr>(q + r * row_stride, row_stride, dh, qp + r * dh);
+  for (int32_t r = full4; r < rows4; ++r) {
+    float* panel = qp + (r / kMr) * dh * kMr + r % kMr;
+    if (r < rows) {
+      const float* src = q + r * row_stride;
+      for (int32_t d = 0; d < dh; ++d) panel[d * kMr] = src[d];
+    } else {
+      for (int32_t d = 0; d < dh; ++d) panel[d * kMr] = 0.0f;
+    }
+  }
+}
+
+// K rows [0, nk) of the tile -> kt (Dh, kTileStride); keys [nk, round_up(nk, kNr)) are zero.
+MHA_PHASE inline void pack_k_transposed(const float* k, int64_t row_stride, int32_t nk, int32_t dh, float* kt) {
+  const int32_t nk8 = round_up(nk, kNr);
+  const int32_t nk4 = nk - nk % kLanes;
+  for (int32_t j = 0; j < nk4; j += kLanes) transpose_4_rows<kTileStride>(k + j * row_stride, row_stride, dh, kt + j);
+  for (int32_t j = nk4; j < nk; ++j) {
+    const float* src = k + j * row_stride;
+    for (int32_t d = 0; d < dh; ++d) kt[d * kTileStride + j] = src[d];
+  }
+  for (int32_t d = 0; d < dh; ++d) {
+    for (int32_t j = nk; j < nk8; ++j) kt[d * kTileStride + j] = 0.0f;
+  }
+}
+
+// V rows [0, nk) of the tile -> vp (nk, dh8), columns [dh, dh8) zero.
+MHA_PHASE inline void pack_v(const float* v, int64_t row_stride, int32_t nk, int32_t dh, int32_t dh8, float* vp) {
+  const int32_t dh4 = dh - dh % kLanes;
+  for (int32_t j = 0; j < nk; ++j) {
+    const float* src = v + j * row_stride;
+    float* dst = vp + j * dh8;
+    int32_t d = 0;
+    for (; d < dh4; d += kLanes) VecF::load_unaligned(src + d).store_aligned(dst + d);
+    for (; d < dh; ++d) dst[d] = src[d];
+    for (; d < dh8; ++d) dst[d] = 0.0f;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Micro-kernels
+
+// s[i][jb..jb+8) = scale * (q_i . k_j) for the 4 rows of one Q panel (Dh, 4) and keys [0, nk8) of the
+// K^T tile (Dh, kTileStride). Returns true when some stored score is +-inf or NaN (q.k overflowed
+// float32, or an input is not finite): checked here, on registers, at 9 operations per 32 scores instead
+// of a pass over each row (a sum of finite scores that overflows only costs a needless, exact,
+// recomputation).
+// With row_max, also row_max[0..4) = each row's largest score (the caller asks only when no key of the
+// tile is hidden or padding): 8 maxima per 32 scores here, where a pass over the stored rows was 3% of
+// long2k's time (measured with it: long2k, bert-b8 and cross 2-5% faster).
+// 8 accumulators + 2 key vectors + 4 broadcasts + 1 product temporary = 15 of the 16 xmm registers (V8
+// keeps the 16th as scratch): the largest block that does not spill without FMA.
+MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t nk8, float scale, float* s,
+                              float* row_max) {
+  const VecF vscale(scale);
+  VecF nonfinite(0.0f);  // stays 0 unless a score is not finite (0 * inf = NaN)
+  VecF max0(kNegInf), max1(kNegInf), max2(kNegInf), max3(kNegInf);  // lane-wise maxima of the 4 rows
+  for (int32_t jb = 0; jb < nk8; jb += kNr) {
+    VecF a00(0.0f), a01(0.0f), a10(0.0f), a11(0.0f), a20(0.0f), a21(0.0f), a30(0.0f), a31(0.0f);
+    const float* qp = qpanel;
+    const float* kp = kt + jb;
+    auto step = [&](const float* qd, const float* kd) {
+      const VecF k0 = VecF::load_aligned(kd);
+      const VecF k1 = VecF::load_aligned(kd + kLanes);
+      const VecF b0(qd[0]), b1(qd[1]), b2(qd[2]), b3(qd[3]);
+      a00 += b0 * k0;
+      a01 += b0 * k1;
+      a10 += b1 * k0;
+      a11 += b1 * k1;
+      a20 += b2 * k0;
+      a21 += b2 * k1;
+      a30 += b3 * k0;
+      a31 += b3 * k1;
+    };
+    // Not unrolled: LLVM would hoist the second step's loads above the first step's arithmetic, and
+    // the extra live vectors spill in V8 (measured: slower).
+    for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kTileStride) step(qp, kp);
+    a00 *= vscale, a01 *= vscale, a10 *= vscale, a11 *= vscale;
+    a20 *= vscale, a21 *= vscale, a30 *= vscale, a31 *= vscale;
+    a00.store_aligned(s + jb);
+    a01.store_aligned(s + jb + kLanes);
+    a10.store_aligned(s + kTileStride + jb);
+    a11.store_aligned(s + kTileStride + jb + kLanes);
+    a20.store_aligned(s + 2 * kTileStride + jb);
+    a21.store_aligned(s + 2 * kTileStride + jb + kLanes);
+    a30.store_aligned(s + 3 * kTileStride + jb);
+    a31.store_aligned(s + 3 * kTileStride + jb + kLanes);
+    nonfinite += (((a00 + a01) + (a10 + a11)) + ((a20 + a21) + (a30 + a31))) * VecF(0.0f);
+    if (row_max != nullptr) {
+      max0 = simd::pseudo_max(max0, simd::pseudo_max(a00, a01));
+      max1 = simd::pseudo_max(max1, simd::pseudo_max(a10, a11));
+      max2 = simd::pseudo_max(max2, simd::pseudo_max(a20, a21));
+      max3 = simd::pseudo_max(max3, simd::pseudo_max(a30, a31));
+    }
+  }
+  if (row_max != nullptr) {
+    // row_max[i] = max of the lanes of max_i: two rounds of shuffles and maxima over the 4 rows at once.
+    const VecF m01 = simd::pseudo_max(xsimd::zip_lo(max0, max1), xsimd::zip_hi(max0, max1));  // rows 0 1 0 1
+    const VecF m23 = simd::pseudo_max(xsimd::zip_lo(max2, max3), xsimd::zip_hi(max2, max3));  // rows 2 3 2 3
+    simd::pseudo_max(zip_lo_pairs(m01, m23), zip_hi_pairs(m01, m23)).store_aligned(row_max);
+  }
+  return xsimd::hadd(nonfinite) != 0.0f;
+}
+
+// o[0..4)[0..dh8) = o * alpha + p[0..4)[0..nk) @ v[0..nk): 4 rows x 8 output lanes per pass over the
+// key tile; p rows are kTileStride apart, packed v and o rows dh8 apart. The rescale by alpha is folded
+// into loading the accumulators.
+MHA_PHASE inline void pv_tile(const float* p, const float* v, int32_t dh8, int32_t nk, const float* alpha, float* o) {
+  const VecF al0(alpha[0]), al1(alpha[1]), al2(alpha[2]), al3(alpha[3]);
+  float* o0 = o;
+  float* o1 = o + dh8;
+  float* o2 = o + 2 * dh8;
+  float* o3 = o + 3 * dh8;
+  for (int32_t d = 0; d < dh8; d += kNr) {
+    VecF a00 = VecF::load_aligned(o0 + d) * al0, a01 = VecF::load_aligned(o0 + d + kLanes) * al0;
+    VecF a10 = VecF::load_aligned(o1 + d) * al1, a11 = VecF::load_aligned(o1 + d + kLanes) * al1;
+    VecF a20 = VecF::load_aligned(o2 + d) * al2, a21 = VecF::load_aligned(o2 + d + kLanes) * al2;
+    VecF a30 = VecF::load_aligned(o3 + d) * al3, a31 = VecF::load_aligned(o3 + d + kLanes) * al3;
+    const float* vp = v + d;
+    const float* pp = p;
+    auto step = [&](const float* pj, const float* vj) {
+      const VecF v0 = VecF::load_unaligned(vj);
+      const VecF v1 = VecF::load_unaligned(vj + kLanes);
+      const VecF b0(pj[0]), b1(pj[kTileStride]), b2(pj[2 * kTileStride]), b3(pj[3 * kTileStride]);
+      a00 += b0 * v0;
+      a01 += b0 * v1;
+      a10 += b1 * v0;
+      a11 += b1 * v1;
+      a20 += b2 * v0;
+      a21 += b2 * v1;
+      a30 += b3 * v0;
+      a31 += b3 * v1;
+    };
+    for (int32_t j = 0; j < nk; ++j, ++pp, vp += dh8) step(pp, vp);
+    a00.store_aligned(o0 + d);
+    a01.store_aligned(o0 + d + kLanes);
+    a10.store_aligned(o1 + d);
+    a11.store_aligned(o1 + d + kLanes);
+    a20.store_aligned(o2 + d);
+    a21.store_aligned(o2 + d + kLanes);
+    a30.store_aligned(o3 + d);
+    a31.store_aligned(o3 + d + kLanes);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Row helpers of the online softmax. Scores are in log2 units: s = scale*log2(e) * q.k.
+
+// Keys of the tile outside `keys` (tile-relative, the row's visible range by length, causality and
+// window), keys whose mask byte is 0 (mask: the row's bytes from the tile's first key, or nullptr) and
+// the padding keys [nk, nk8) become -inf; returns the row's largest score of the tile. A NaN score is
+// dropped by the max or kept (when first); either way its row is poisoned by the nonfinite check of
+// qk_tile.
+MHA_PHASE inline float hide_and_max_row(float* s, int32_t nk, int32_t nk8, KeyRange keys, const uint8_t* mask) {
+  const int32_t begin = std::max(keys.begin, 0);
+  const int32_t end = std::max(std::min(keys.end, nk), begin);
+  for (int32_t j = 0; j < begin; ++j) s[j] = kNegInf;
+  for (int32_t j = end; j < nk8; ++j) s[j] = kNegInf;
+  if (mask != nullptr) {
+    for (int32_t j = begin; j < end; ++j) {
+      if (mask[j] == 0) s[j] = kNegInf;
+    }
+  }
+  VecF vmax0 = VecF::load_aligned(s), vmax1 = VecF::load_aligned(s + kLanes);
+  for (int32_t j = kNr; j < nk8; j += kNr) {
+    vmax0 = simd::pseudo_max(vmax0, VecF::load_aligned(s + j));
+    vmax1 = simd::pseudo_max(vmax1, VecF::load_aligned(s + j + kLanes));
+  }
+  alignas(16) float lanes[kLanes];
+  simd::pseudo_max(vmax0, vmax1).store_aligned(lanes);
+  return std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+}
+
+// 4 rows: m_new = max(m, tile_max); m_sub = m_new, or 0 while nothing is visible (so that -inf - m_sub
+// stays -inf instead of NaN); alpha = 2^(m_old - m_sub), the rescale of the rows' sums and accumulators.
+MHA_PHASE inline void update_running_max(const float* tile_max, float* m, float* m_sub, float* alpha,
+                                         const simd::Exp2Constants& ek) {
+  const VecF m_old = VecF::load_unaligned(m);
+  const VecF m_new = simd::pseudo_max(m_old, VecF::load_unaligned(tile_max));
+  const VecF sub = xsimd::select(m_new == VecF(kNegInf), VecF(0.0f), m_new);
+  m_new.store_unaligned(m);
+  sub.store_unaligned(m_sub);
+  simd::exp2_nonpositive(m_old - sub, ek).store_unaligned(alpha);
+}
+
+// s (nk8 floats, 16-byte aligned) -> p = 2^(s - m_sub) (0 where hidden); returns the sum of p.
+MHA_PHASE inline float exp_row(float* s, int32_t nk8, float m_sub, const simd::Exp2Constants& ek) {
+  const VecF vm(m_sub);
+  VecF vsum0(0.0f), vsum1(0.0f);
+  for (int32_t j = 0; j < nk8; j += kNr) {
+    const VecF p0 = simd::exp2_nonpositive(VecF::load_aligned(s + j) - vm, ek);
+    const VecF p1 = simd::exp2_nonpositive(VecF::load_aligned(s + j + kLanes) - vm, ek);
+    p0.store_aligned(s + j);
+    p1.store_aligned(s + j + kLanes);
+    vsum0 += p0;
+    vsum1 += p1;
+  }
+  return xsimd::hadd(vsum0 + vsum1);
+}
+
+}  // namespace simd128
+}  // namespace mha
