@@ -115,9 +115,12 @@ test('with q, k, v and out all tensors a call stages nothing: heap use grows by 
   for (let i = 0; i < 20; i++) instance.multiHeadAttention(tq, tk, tv, { ...s, out: tOut });
   assert.deepEqual(instance.memoryStats(), steady);
   // The same call with Float32Arrays stages q, k and v (the result is written over the staged q): the
-  // comparison that makes the check above meaningful.
+  // comparison that makes the check above meaningful. Its arena replaces the one that held only the call
+  // struct (staging.ts), which is freed: the growth is the three inputs less that small block, whose size
+  // depends on the allocator's placement (1 KiB bounds it).
   instance.multiHeadAttention(qa, ka, va, s);
-  assert.ok(instance.memoryStats().heapBytesInUse - steady.heapBytesInUse >= 3 * qa.length * 4, 'the Float32Array path staged less than its three inputs');
+  const staged = instance.memoryStats().heapBytesInUse - steady.heapBytesInUse;
+  assert.ok(staged >= 3 * qa.length * 4 - 1024, `the Float32Array path staged ${staged} bytes, less than its three inputs`);
   instance.dispose();
 });
 
