@@ -393,10 +393,11 @@ export async function launchEngine(name) {
  * Declares the suite's tests once per selected engine, in a describe block named after the engine that
  * launches the browser once before its tests and closes it after them. `body(engine)` gets the object
  * that the launch fills in: `name` and `caps` are there at once (tests may branch on them), `version`,
- * `open` and `close` from the launch on.
+ * `open` and `close` from the launch on. `except` names engines to leave out (a suite that has its own
+ * Chromium tests).
  */
-export function forEachEngine(body) {
-  for (const name of selectedEngines()) {
+export function forEachEngine(body, { except = [] } = {}) {
+  for (const name of selectedEngines().filter((n) => !except.includes(n))) {
     describe(name, () => {
       const engine = { name, caps: ENGINES[name] };
       before(async () => { Object.assign(engine, await launchEngine(name)); }, { timeout: 3 * LAUNCH_TIMEOUT_MS });
