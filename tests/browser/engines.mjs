@@ -20,8 +20,11 @@
 import { after, before, describe } from 'node:test';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import net from 'node:net';
-import { createHandler } from '../../scripts/serve.mjs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createHandler, REPO_ROOT } from '../../scripts/serve.mjs';
 import { launchChromium } from './chromium.mjs';
 
 /**
@@ -217,9 +220,31 @@ async function launchChromiumEngine() {
   };
 }
 
+/**
+ * A Firefox profile that has been started once: the first start of a fresh profile (databases, startup
+ * cache) took 6-11 s here, a copy of a used one 2-3 s. Made once per checkout in build/, copied per launch.
+ */
+async function firefoxProfileTemplate(puppeteer) {
+  const template = join(REPO_ROOT, 'build/firefox-profile');
+  if (existsSync(join(template, 'prefs.js'))) return template;
+  mkdirSync(join(REPO_ROOT, 'build'), { recursive: true });
+  const fresh = mkdtempSync(join(REPO_ROOT, 'build/firefox-profile.tmp-'));
+  const browser = await puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, timeout: LAUNCH_TIMEOUT_MS, userDataDir: fresh });
+  await browser.close();
+  try {
+    renameSync(fresh, template);  // atomic: a suite file that raced us and won keeps its copy
+  } catch {
+    rmSync(fresh, { recursive: true, force: true });
+  }
+  return template;
+}
+
 async function launchFirefoxEngine() {
   const { default: puppeteer } = await import('puppeteer-core');
-  const browser = await puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, timeout: LAUNCH_TIMEOUT_MS });
+  const profile = mkdtempSync(join(tmpdir(), 'mha-firefox-'));
+  cpSync(await firefoxProfileTemplate(puppeteer), profile, { recursive: true, filter: (path) => !/[\\/]\.?(parent)?lock$/.test(path) });
+  const browser = await puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, timeout: LAUNCH_TIMEOUT_MS, userDataDir: profile })
+    .catch((error) => { rmSync(profile, { recursive: true, force: true }); throw error; });
   return {
     version: `Firefox ${(await browser.version()).replace(/^firefox\//, '')}`,
     async open(url, { viewport = { width: 1280, height: 800 } } = {}) {
@@ -239,7 +264,10 @@ async function launchFirefoxEngine() {
         close: () => context.close(),
       };
     },
-    close: () => browser.close(),
+    async close() {
+      await browser.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
   };
 }
 
