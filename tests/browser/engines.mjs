@@ -239,18 +239,19 @@ async function firefoxProfileTemplate(puppeteer) {
   return template;
 }
 
-async function launchFirefoxEngine() {
+async function launchFirefoxEngine({ evaluateTimeoutMs }) {
   const { default: puppeteer } = await import('puppeteer-core');
   const profile = mkdtempSync(join(tmpdir(), 'mha-firefox-'));
   cpSync(await firefoxProfileTemplate(puppeteer), profile, { recursive: true, filter: (path) => !/[\\/]\.?(parent)?lock$/.test(path) });
-  const browser = await puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, timeout: LAUNCH_TIMEOUT_MS, userDataDir: profile })
+  const browser = await puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, timeout: LAUNCH_TIMEOUT_MS,
+    protocolTimeout: evaluateTimeoutMs, userDataDir: profile })
     .catch((error) => { rmSync(profile, { recursive: true, force: true }); throw error; });
   return {
     version: `Firefox ${(await browser.version()).replace(/^firefox\//, '')}`,
     async open(url, { viewport = { width: 1280, height: 800 } } = {}) {
       const context = await browser.createBrowserContext();
       const page = await context.newPage();
-      page.setDefaultTimeout(EVALUATE_TIMEOUT_MS);
+      page.setDefaultTimeout(evaluateTimeoutMs);
       await page.setViewport(viewport);
       const seen = recordEvents(page, { warningType: 'warn' });
       await page.goto(url);
@@ -350,7 +351,7 @@ function runInWebKit(driver, fn, arg) {
   });
 }
 
-async function launchWebKitEngine(env) {
+async function launchWebKitEngine(env, { evaluateTimeoutMs }) {
   const { Builder } = await import('selenium-webdriver');
   const stops = [];
   const stopAll = async () => { for (const stop of stops.splice(0).reverse()) await stop().catch(() => {}); };
@@ -368,7 +369,7 @@ async function launchWebKitEngine(env) {
       'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] },
     }).build(), LAUNCH_TIMEOUT_MS, `opening a WebKitWebDriver session on display ${xvfb.display}`);
     stops.push(() => withTimeout(driver.quit(), 10_000, 'closing MiniBrowser'));
-    await driver.manage().setTimeouts({ script: EVALUATE_TIMEOUT_MS, pageLoad: LAUNCH_TIMEOUT_MS });
+    await driver.manage().setTimeouts({ script: evaluateTimeoutMs, pageLoad: LAUNCH_TIMEOUT_MS });
     const capabilities = await driver.getCapabilities();
     return {
       version: `WebKitGTK ${capabilities.get('browserVersion')} (MiniBrowser)`,
@@ -406,14 +407,15 @@ async function launchWebKitEngine(env) {
 
 /**
  * Launches engine `name` (a key of ENGINES). Resolves to { name, caps, version, open, close }; the
- * launch is bounded by a timeout on every engine.
+ * launch is bounded by a timeout on every engine, and so is a function run in a page on Firefox and
+ * WebKit (`evaluateTimeoutMs`; the benchmark raises it).
  */
-export async function launchEngine(name) {
+export async function launchEngine(name, { evaluateTimeoutMs = EVALUATE_TIMEOUT_MS } = {}) {
   const caps = ENGINES[name];
   if (!caps) throw new Error(`launchEngine: unknown engine "${name}" (expected one of ${Object.keys(ENGINES).join(', ')})`);
   const launched = name === 'chromium' ? await launchChromiumEngine()
-    : name === 'firefox' ? await launchFirefoxEngine()
-      : await launchWebKitEngine(caps.env);
+    : name === 'firefox' ? await launchFirefoxEngine({ evaluateTimeoutMs })
+      : await launchWebKitEngine(caps.env, { evaluateTimeoutMs });
   return { name, caps, ...launched };
 }
 
