@@ -246,6 +246,9 @@ async function launchFirefoxEngine({ evaluateTimeoutMs }) {
   const browser = await puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, timeout: LAUNCH_TIMEOUT_MS,
     protocolTimeout: evaluateTimeoutMs, userDataDir: profile })
     .catch((error) => { rmSync(profile, { recursive: true, force: true }); throw error; });
+  // Puppeteer ends Firefox when this process exits or is interrupted, but not when it is killed (SIGKILL,
+  // a CI runner's timeout): Firefox then lives on. A guard ends it once our end of the guard's stdin closes.
+  const guard = guardPid(browser.process().pid);
   return {
     version: `Firefox ${(await browser.version()).replace(/^firefox\//, '')}`,
     async open(url, { viewport = { width: 1280, height: 800 } } = {}) {
@@ -267,6 +270,7 @@ async function launchFirefoxEngine({ evaluateTimeoutMs }) {
     },
     async close() {
       await browser.close();
+      guard.dismiss();
       rmSync(profile, { recursive: true, force: true });
     },
   };
@@ -297,6 +301,18 @@ function spawnGuarded(command, args, { env = process.env, fd3 = false } = {}) {
       });
     },
   };
+}
+
+/**
+ * Kills process `pid` when this Node process dies in any way: a shell waits on a pipe from us and kills
+ * `pid` on end of file. dismiss() stops the guard without touching `pid` (after a normal close).
+ */
+function guardPid(pid) {
+  const guard = spawn('sh', ['-c', 'read -r _; kill -KILL "$1" 2>/dev/null', 'guard', String(pid)],
+    { stdio: ['pipe', 'ignore', 'ignore'] });
+  guard.unref();
+  guard.stdin.unref?.();
+  return { dismiss: () => guard.kill('SIGKILL') };
 }
 
 /** A private X display: Xvfb picks a free display number and writes it to fd 3 (-displayfd). */
