@@ -24,7 +24,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from '
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createHandler, REPO_ROOT } from '../../scripts/serve.mjs';
+import { createHandler, ISOLATION_HEADERS, REPO_ROOT } from '../../scripts/serve.mjs';
 import { launchChromium } from './chromium.mjs';
 
 /**
@@ -128,8 +128,7 @@ const responseLog = [];
  */
 export function startTestServer({ overrides = {}, ...handlerOptions } = {}) {
   const handle = createHandler(handlerOptions);
-  const isolation = handlerOptions.isolation === false ? {} :
-    { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp', 'Cross-Origin-Resource-Policy': 'same-origin' };
+  const isolation = handlerOptions.isolation === false ? {} : ISOLATION_HEADERS;
   const server = createServer((req, res) => {
     const url = `http://${req.headers.host}${req.url}`;
     res.on('finish', () => {
