@@ -42,6 +42,9 @@ forEachEngine((engine) => {
     await page.close();
   });
 
+  // Issue #15 (relaxed SIMD): createMHA() is to pick the relaxed build where engine.caps.relaxedSimd is
+  // true (Chromium, Firefox, webkit-flags) and plain SIMD where it is false (webkit); its test goes here.
+
   test('the spec example computed in the page matches the golden out64', async () => {
     const c = loadGoldenCases().find((x) => x.name === 'example_b2_s5_d12_h3');
     const [q, k, v, out64] = ['q', 'k', 'v', 'out64'].map((role) => readGolden(c, role));
