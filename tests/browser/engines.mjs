@@ -122,8 +122,9 @@ const responseLog = [];
  * with the page hooks in every HTML page and every status >= 400 logged for WebKit's problem list.
  *
  * @param {object} [options] - createHandler's options, plus
- * @param {Record<string, {type: string, body: string}>} [options.overrides] - exact path -> response
- *   served instead of the file (a broken worker script, an HTML page where a .wasm is expected)
+ * @param {Record<string, {type: string, body: string, delayMs?: number}>} [options.overrides] - exact
+ *   path -> response served instead of the file (a broken worker script, an HTML page where a .wasm is
+ *   expected), after `delayMs`
  * @returns {Promise<{ url: string, close: () => Promise<void> }>} url with a trailing slash
  */
 export function startTestServer({ overrides = {}, ...handlerOptions } = {}) {
@@ -136,9 +137,11 @@ export function startTestServer({ overrides = {}, ...handlerOptions } = {}) {
     });
     const path = new URL(url).pathname;
     if (Object.hasOwn(overrides, path)) {
-      const { type, body } = overrides[path];
-      res.writeHead(200, { ...isolation, 'Content-Type': type, 'Content-Length': Buffer.byteLength(body), 'Cache-Control': 'no-cache' });
-      res.end(body);
+      const { type, body, delayMs = 0 } = overrides[path];
+      setTimeout(() => {
+        res.writeHead(200, { ...isolation, 'Content-Type': type, 'Content-Length': Buffer.byteLength(body), 'Cache-Control': 'no-cache' });
+        res.end(body);
+      }, delayMs);
       return;
     }
     if (req.method === 'GET') injectPageHooks(res);

@@ -11,6 +11,7 @@ import { forEachEngine, startTestServer } from './engines.mjs';
 let isolated;
 let plain;
 let brokenWorker;
+let lateBrokenWorker;
 
 before(async () => {
   isolated = await startTestServer();
@@ -19,12 +20,17 @@ before(async () => {
   brokenWorker = await startTestServer({
     overrides: { '/dist/mha-threads.worker.js': { type: 'text/javascript', body: 'import x from "/nowhere.js";' } },
   });
+  // The same script 500 ms late: its error comes after createMHA listens, on every engine.
+  lateBrokenWorker = await startTestServer({
+    overrides: { '/dist/mha-threads.worker.js': { type: 'text/javascript', body: 'import x from "/nowhere.js";', delayMs: 500 } },
+  });
 });
 
 after(async () => {
   await isolated?.close();
   await plain?.close();
   await brokenWorker?.close();
+  await lateBrokenWorker?.close();
 });
 
 const BLANK = 'tests/browser/fixtures/blank.html';
@@ -106,10 +112,11 @@ forEachEngine((engine) => {
   // Until web/src listens from the workers' creation on, this case is a todo on WebKit with threads.
   const lostWorkerError = threads && engine.name.startsWith('webkit') &&
     'WebKit may fire the worker error before any handler is attached: the fallback then waits 20 s';
-  test(threads
-    ? 'with COOP/COEP: a worker script that fails to load makes threads fall back at once, with a warning'
-    : 'with COOP/COEP and a broken worker script but no SharedArrayBuffer: the fallback happens before any worker', { todo: lostWorkerError }, async () => {
-    const page = await engine.open(new URL(BLANK, brokenWorker.url).href);
+  // server() returns the test server, which before() starts.
+  const brokenWorkerTest = (server, late, todo) => test(threads
+    ? `with COOP/COEP: a worker script that fails to load${late ? ' (served 500 ms late)' : ''} makes threads fall back at once, with a warning`
+    : `with COOP/COEP and a broken worker script${late ? ' (served late)' : ''} but no SharedArrayBuffer: the fallback happens before any worker`, { todo }, async () => {
+    const page = await engine.open(new URL(BLANK, server().url).href);
     const started = Date.now();
     const { results } = await runInPage(page, [{ threads: 2 }], CAUSAL);
     const elapsed = Date.now() - started;
@@ -132,6 +139,8 @@ forEachEngine((engine) => {
     }
     await page.close();
   });
+  brokenWorkerTest(() => brokenWorker, false, lostWorkerError);
+  if (threads) brokenWorkerTest(() => lateBrokenWorker, true, false);
 
   test(threads
     ? 'dispose() terminates every worker of a threaded instance'
