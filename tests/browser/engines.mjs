@@ -249,8 +249,8 @@ async function launchFirefoxEngine({ evaluateTimeoutMs }) {
     protocolTimeout: evaluateTimeoutMs, userDataDir: profile })
     .catch((error) => { rmSync(profile, { recursive: true, force: true }); throw error; });
   // Puppeteer ends Firefox when this process exits or is interrupted, but not when it is killed (SIGKILL,
-  // a CI runner's timeout): Firefox then lives on. A guard ends it once our end of the guard's stdin closes.
-  const guard = guardPid(browser.process().pid);
+  // a CI runner's timeout): Firefox then lives on. A guard ends it and deletes its profile copy then.
+  const guard = guardPid(browser.process().pid, profile);
   return {
     version: `Firefox ${(await browser.version()).replace(/^firefox\//, '')}`,
     async open(url, { viewport = { width: 1280, height: 800 } } = {}) {
@@ -306,12 +306,12 @@ function spawnGuarded(command, args, { env = process.env, fd3 = false } = {}) {
 }
 
 /**
- * Kills process `pid` when this Node process dies in any way: a shell waits on a pipe from us and kills
- * `pid` on end of file. dismiss() stops the guard without touching `pid` (after a normal close).
+ * Kills process `pid` when this Node process dies in any way, then deletes `dir`: a shell waits on a pipe
+ * from us and acts on end of file. dismiss() stops the guard without touching either (after a normal close).
  */
-function guardPid(pid) {
-  const guard = spawn('sh', ['-c', 'read -r _; kill -KILL "$1" 2>/dev/null', 'guard', String(pid)],
-    { stdio: ['pipe', 'ignore', 'ignore'] });
+function guardPid(pid, dir) {
+  const script = 'read -r _; kill -KILL "$1" 2>/dev/null; while [ -d "/proc/$1" ]; do sleep 0.1; done; rm -rf "$2"';
+  const guard = spawn('sh', ['-c', script, 'guard', String(pid), dir], { stdio: ['pipe', 'ignore', 'ignore'] });
   guard.unref();
   guard.stdin.unref?.();
   return { dismiss: () => guard.kill('SIGKILL') };

@@ -1,11 +1,11 @@
 // The engine layer itself (tests/browser/engines.mjs): nothing a launch starts (the browser and its
-// processes; for WebKit also Xvfb and WebKitWebDriver) outlives the Node process that launched it, even
-// when that process is killed with SIGKILL, and WebKit's close() ends all of it. The launches run in a
+// processes; for WebKit also Xvfb and WebKitWebDriver; Firefox's profile copy) outlives the Node process
+// that launched it, even when that process is killed with SIGKILL, and WebKit's close() ends all of it. The launches run in a
 // child process (tests/browser/fixtures/launch-and-wait.mjs) whose descendants are read from /proc.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { selectedEngines } from './engines.mjs';
 
@@ -51,6 +51,28 @@ async function stillAlive(processes, withinMs) {
   }
 }
 
+/** The --profile directories on the command lines of `processes` (Firefox's copy of the profile). */
+function firefoxProfilesOf(processes) {
+  const dirs = new Set();
+  for (const { pid } of processes) {
+    try {
+      const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      const at = args.indexOf('--profile');
+      if (at >= 0) dirs.add(args[at + 1]);
+    } catch { /* ended */ }
+  }
+  return [...dirs];
+}
+
+async function gone(path, withinMs) {
+  const deadline = Date.now() + withinMs;
+  while (existsSync(path)) {
+    if (Date.now() > deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return true;
+}
+
 /** Starts the fixture; `printed(line)` resolves once the child printed that line. */
 function launchInChild(engine, mode) {
   const child = spawn(process.execPath, [FIXTURE, engine, mode], { stdio: ['pipe', 'pipe', 'pipe'] });
@@ -77,9 +99,12 @@ for (const engine of selectedEngines().filter((name) => name !== 'webkit-flags')
       if (engine === 'webkit') {
         for (const name of WEBKIT_PROCESSES) assert.ok(started.some((p) => p.name === name), `no ${name} among ${started.map((p) => p.name)}`);
       }
+      const profiles = engine === 'firefox' ? firefoxProfilesOf(started) : [];
+      if (engine === 'firefox') assert.equal(profiles.length, 1, 'the Firefox profile copy in use');
       child.kill('SIGKILL');
       const alive = await stillAlive(started, 10_000);
       assert.deepEqual(alive, [], `still running 10 s after SIGKILL (of ${started.map((p) => p.name).join(', ')})`);
+      for (const dir of profiles) assert.equal(await gone(dir, 5_000), true, `${dir} left behind`);
     } finally {
       child.kill('SIGKILL');
     }
