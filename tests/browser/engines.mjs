@@ -49,9 +49,10 @@ export const RELAXED_SIMD_PROBE = Object.freeze([0x00, 0x61, 0x73, 0x6d, 0x01, 0
   0x60, 0x01, 0x7b, 0x00, 0x03, 0x02, 0x01, 0x00, 0x0a, 0x0e, 0x01, 0x0c, 0x00, 0x20, 0x00, 0x20, 0x00, 0x20, 0x00,
   0xfd, 0x85, 0x02, 0x1a, 0x0b]);
 
-/** The engines of this run: MHA_TEST_ENGINES, or all of them. */
+/** The engines of this run: those MHA_TEST_ENGINES lists, or all of them when it is unset or empty. */
 export function selectedEngines() {
-  const wanted = process.env.MHA_TEST_ENGINES?.split(',').map((s) => s.trim()).filter(Boolean) ?? Object.keys(ENGINES);
+  const listed = (process.env.MHA_TEST_ENGINES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const wanted = listed.length > 0 ? listed : Object.keys(ENGINES);
   for (const name of wanted) {
     if (!Object.hasOwn(ENGINES, name)) throw new Error(`MHA_TEST_ENGINES: unknown engine "${name}" (expected some of ${Object.keys(ENGINES).join(', ')})`);
   }
@@ -271,7 +272,7 @@ async function launchFirefoxEngine({ evaluateTimeoutMs }) {
       };
     },
     async close() {
-      await browser.close();
+      await withTimeout(browser.close(), 10_000, 'closing Firefox', () => browser.process()?.kill('SIGKILL')).catch(() => {});
       guard.dismiss();
       rmSync(profile, { recursive: true, force: true });
     },
@@ -280,26 +281,27 @@ async function launchFirefoxEngine({ evaluateTimeoutMs }) {
 
 /**
  * Starts `command args` under a guard shell that kills it as soon as our end of its stdin closes: when
- * stop() is called, and also when this Node process dies in any way (even SIGKILL), so no Xvfb or
- * WebKitWebDriver outlives a test run. The guard prints the command's pid first; `fd3` adds a pipe as fd 3.
+ * stop() is called, and also when this Node process ends in any way (even SIGKILL: the kernel closes
+ * the pipe), so no Xvfb or WebKitWebDriver outlives a test run. The guard prints the command's pid first;
+ * `fd3` adds a pipe as fd 3.
  */
 function spawnGuarded(command, args, { env = process.env, fd3 = false } = {}) {
   const guard = '"$@" & child=$!\necho "$child"\nread -r _ || true\nkill "$child" 2>/dev/null\nwait "$child" 2>/dev/null\nexit 0\n';
   const proc = spawn('sh', ['-c', guard, 'guard', command, ...args], { env, stdio: ['pipe', 'pipe', 'pipe', ...(fd3 ? ['pipe'] : [])] });
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr = (stderr + d).slice(-2000); });
-  const pid = new Promise((resolve) => proc.stdout.once('data', (d) => resolve(Number(String(d).trim()))));
+  proc.stdin.on('error', () => {});  // EPIPE when the guard has already gone
+  let childPid;
+  proc.stdout.once('data', (d) => { childPid = Number(String(d).split('\n')[0]); });
   const exited = new Promise((resolve) => proc.once('exit', resolve));
-  const killOnExit = () => { pid.then((p) => { try { process.kill(p, 'SIGKILL'); } catch { /* gone */ } }); };
-  process.once('exit', killOnExit);
   return {
     proc,
+    exited,
     stderr: () => stderr,
     async stop() {
-      process.off('exit', killOnExit);
       proc.stdin.end();
-      await withTimeout(exited, 10_000, `stopping ${command}`, () => proc.kill('SIGKILL')).catch(async () => {
-        try { process.kill(await pid, 'SIGKILL'); } catch { /* gone */ }
+      await withTimeout(exited, 10_000, `stopping ${command}`, () => proc.kill('SIGKILL')).catch(() => {
+        try { if (childPid) process.kill(childPid, 'SIGKILL'); } catch { /* gone */ }
       });
     },
   };
@@ -347,12 +349,18 @@ function freePort() {
   });
 }
 
-async function waitForDriver(port) {
+/** Resolves once WebKitWebDriver answers on `port`; rejects when it exits or LAUNCH_TIMEOUT_MS passes. */
+async function waitForDriver(port, driverProcess) {
+  let exited = false;
+  driverProcess.exited.then(() => { exited = true; });
+  const deadline = Date.now() + LAUNCH_TIMEOUT_MS;
   for (;;) {
     try {
       const r = await fetch(`http://127.0.0.1:${port}/status`);
       if (r.ok) return;
     } catch { /* not listening yet */ }
+    if (exited) throw new Error(`WebKitWebDriver exited: ${driverProcess.stderr()}`);
+    if (Date.now() > deadline) throw new Error(`starting WebKitWebDriver: no answer within ${LAUNCH_TIMEOUT_MS / 1000} s`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
@@ -380,7 +388,7 @@ async function launchWebKitEngine(env, { evaluateTimeoutMs }) {
     const driverProcess = spawnGuarded(WEBKIT_DRIVER, [`--port=${port}`, '--host=127.0.0.1'],
       { env: { ...process.env, DISPLAY: xvfb.display, ...env } });
     stops.push(driverProcess.stop);
-    await withTimeout(waitForDriver(port), LAUNCH_TIMEOUT_MS, 'starting WebKitWebDriver');
+    await waitForDriver(port, driverProcess);
     // Without a usable display the session never opens: the timeout is what ends such a launch.
     const driver = await withTimeout(new Builder().usingServer(`http://127.0.0.1:${port}`).withCapabilities({
       browserName: 'MiniBrowser',
