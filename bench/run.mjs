@@ -3,7 +3,7 @@
 // timeout, so an OOM or crash costs only that row. See bench/README.md.
 //
 //   node bench/run.mjs [--shapes a,b] [--impls a,b] [--quick] [--budget ms] [--rounds n] [--timeout s]
-//                      [--seed n] [--out dir] [--browser] [--no-ceiling]
+//                      [--seed n] [--out dir] [--browser [chromium|firefox|webkit|webkit-flags]] [--no-ceiling]
 import { fork } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -27,7 +27,12 @@ function parseArgs(argv) {
       case '--shapes': o.shapes = value().split(',').filter(Boolean); break;
       case '--impls': o.impls = value().split(',').filter(Boolean); break;
       case '--quick': o.quick = true; break;
-      case '--browser': o.browser = true; break;
+      case '--browser':
+        // `--browser` alone is Chromium; `--browser firefox`, `--browser=webkit` pick another engine.
+        o.browser = true;
+        if (inline !== undefined) o.engine = inline;
+        else if (argv[i + 1] !== undefined && !argv[i + 1].startsWith('--')) o.engine = argv[++i];
+        break;
       case '--no-ceiling': o.ceiling = false; break;
       case '--budget': o.budgetMs = Number(value()); break;
       case '--rounds': o.rounds = Number(value()); break;
@@ -41,6 +46,7 @@ function parseArgs(argv) {
       default: throw new Error(`unknown argument "${a}" (try --help)`);
     }
   }
+  if (o.browser) o.engine ??= 'chromium';
   o.shapes ??= o.quick ? ['seed', 'bert', 'causal512', 'cross'] : SHAPES.map((s) => s.name);
   o.shapes.forEach(shapeByName); // validates names
   o.impls ??= o.browser ? ['mha-wasm', 'plain-js'] : IMPL_NAMES;
@@ -157,11 +163,14 @@ function writeOutputs(run, outDir, prefix) {
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
   if (opts.browser) {
-    const { runBrowser } = await import('./browser/run-browser.mjs');
+    const { runBrowser, BROWSER_ENGINES } = await import('./browser/run-browser.mjs');
+    if (!BROWSER_ENGINES.includes(opts.engine)) throw new Error(`--browser: unknown engine "${opts.engine}" (expected one of ${BROWSER_ENGINES.join(', ')})`);
     const run = await runBrowser({ ...opts, repoRoot, env: environment(repoRoot) });
-    const md = writeOutputs(run, opts.out, 'browser-latest');
+    // Chromium's files keep their name; the other engines get their own.
+    const prefix = opts.engine === 'chromium' ? 'browser-latest' : `browser-${opts.engine}-latest`;
+    const md = writeOutputs(run, opts.out, prefix);
     console.log('\n' + md);
-    console.error(`wrote ${join(opts.out, 'browser-latest.{md,json,svg}')}`);
+    console.error(`wrote ${join(opts.out, `${prefix}.{md,json,svg}`)}`);
     return;
   }
   const started = Date.now();

@@ -15,6 +15,15 @@ declare -A NEEDS=(
   [ninja]=ninja-build
   [clang++]=clang
   [/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.asan-x86_64.a]=libclang-rt-14-dev
+  # clang-19 + lld-19 emit the final relaxed-SIMD opcodes (clang-14 emits the old prototype ones)
+  [clang-19]=clang-19
+  [wasm-ld-19]=lld-19
+  # the other browser engines of tests/browser (tests/browser/engines.mjs) and the JavaScriptCore shell
+  [/usr/bin/firefox-esr]=firefox-esr
+  [/usr/bin/WebKitWebDriver]=webkit2gtk-driver
+  [/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser]=libwebkit2gtk-4.1-0
+  [Xvfb]=xvfb
+  [/usr/bin/jsc]=libjavascriptcoregtk-4.0-bin
 )
 missing=()
 for need in "${!NEEDS[@]}"; do
@@ -28,8 +37,24 @@ if ((${#missing[@]})); then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Another apt or dpkg (unattended-upgrades, a second bootstrap) may hold the locks: install waits for
+  # the dpkg lock itself (DPkg::Lock::Timeout), and a step that still fails on a lock is retried.
+  apt_waiting() {
+    local try output
+    for try in $(seq 1 60); do
+      if output=$("$@" -o DPkg::Lock::Timeout=300 2>&1); then return 0; fi
+      if ! grep -qiE 'could not get lock|unable to lock|is another process using it' <<<"$output"; then
+        echo "$output" >&2
+        return 1
+      fi
+      ((try == 1)) && echo "bootstrap: waiting for another apt/dpkg to release its lock"
+      sleep 5
+    done
+    echo "$output" >&2
+    return 1
+  }
+  apt_waiting apt-get update -qq
+  apt_waiting apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 # npm ci when node_modules is missing or older than the lock file.

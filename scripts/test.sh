@@ -25,8 +25,10 @@ ctest --test-dir build/wasm --output-on-failure
 echo "== JS tests (node:test)"
 node --test --test-timeout=600000 --test-reporter=spec tests/js/
 
-echo "== Browser tests (playwright-core + /usr/bin/chromium)"
-node --test --test-timeout=600000 --test-reporter=spec tests/browser/
+echo "== Browser tests on Chromium, Firefox ESR, WebKitGTK (without and with the JSC flags) + the JavaScriptCore shell"
+browser_start=$(date +%s)
+node --test --test-timeout=600000 --test-reporter=spec tests/browser/ tests/jsc/
+echo "browser and jsc tests: $(( $(date +%s) - browser_start )) s"
 
 echo "== Consumer tests (npm pack -> empty project: Node ESM/CJS, tsc --strict, Vite (build, dev server, preview), webpack, esbuild, Chromium)"
 node --test --test-timeout=600000 --test-reporter=spec tests/consumers/

@@ -1,73 +1,24 @@
-// `node bench/run.mjs --browser`: the same measurements in headless Chromium (playwright-core,
-// /usr/bin/chromium). The repo is served by a tiny static server on 127.0.0.1 with COOP/COEP headers
-// (cross-origin isolated: 5 us timers, SharedArrayBuffer). Each (implementation, shape) row gets a
-// fresh browser context and page, so a renderer crash or OOM costs only that row.
-import { createServer } from 'node:http';
-import { createReadStream, statSync } from 'node:fs';
-import { extname, join, normalize, sep } from 'node:path';
-import { chromium } from 'playwright-core';
+// `node bench/run.mjs --browser [engine]`: the same measurements in a browser: headless Chromium (the
+// default, playwright-core, /usr/bin/chromium), headless Firefox ESR (puppeteer-core) or WebKitGTK's
+// MiniBrowser on a private Xvfb (selenium-webdriver), launched through the browser tests' engine layer
+// (tests/browser/engines.mjs). The repo is served on 127.0.0.1 by that layer's test server (scripts/serve.mjs
+// with COOP/COEP: cross-origin isolated, 5 us timers, SharedArrayBuffer where the engine gives it). Each
+// (implementation, shape) row gets a fresh page (a fresh browser context on Chromium and Firefox), so a
+// renderer crash or OOM costs only that row.
 import { shapeByName, describeShape, flopsOf } from '../lib/shapes.mjs';
+import { ENGINES, launchEngine, startTestServer } from '../../tests/browser/engines.mjs';
 
-const TYPES = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.mjs': 'text/javascript; charset=utf-8',
-  '.json': 'application/json',
-  '.wasm': 'application/wasm',
-  '.svg': 'image/svg+xml',
-  '.map': 'application/json',
-};
+/** The engines `--browser` accepts: those of the browser tests. */
+export const BROWSER_ENGINES = Object.keys(ENGINES);
 
-export function startServer(root) {
-  const server = createServer((req, res) => {
-    const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
-    const file = normalize(join(root, path));
-    const headers = {
-      'Cross-Origin-Opener-Policy': 'same-origin',
-      'Cross-Origin-Embedder-Policy': 'require-corp',
-      'Cross-Origin-Resource-Policy': 'same-origin',
-      'Cache-Control': 'no-store',
-    };
-    if (file !== root && !file.startsWith(root + sep)) {
-      res.writeHead(403, headers).end('forbidden');
-      return;
-    }
-    let st;
-    try {
-      st = statSync(file);
-    } catch {
-      res.writeHead(404, headers).end('not found');
-      return;
-    }
-    if (!st.isFile()) {
-      res.writeHead(404, headers).end('not found');
-      return;
-    }
-    res.writeHead(200, { ...headers, 'Content-Type': TYPES[extname(file)] ?? 'application/octet-stream', 'Content-Length': st.size });
-    createReadStream(file).pipe(res);
-  });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
-}
-
-const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
-
-async function runInPage(browser, base, config, timeoutS) {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  let crashed = false;
-  page.on('crash', () => {
-    crashed = true;
-  });
-  const consoleTail = [];
-  page.on('console', (m) => {
-    consoleTail.push(m.text());
-    if (consoleTail.length > 5) consoleTail.shift();
-  });
-  page.on('pageerror', (e) => consoleTail.push(String(e)));
+async function runInPage(engine, base, config, timeoutS) {
   const base0 = { impl: config.impl, shape: config.shape };
+  let page;
+  let crashed = false;
   try {
-    await page.goto(`${base}/bench/browser/index.html`);
-    await page.waitForFunction(() => window.__benchReady === true, null, { timeout: 30000 });
+    page = await engine.open(`${base}/bench/browser/index.html`);
+    if (engine.name === 'chromium') page.native.on('crash', () => { crashed = true; });
+    await page.waitFor(() => window.__benchReady === true, undefined, { timeout: 30000 });
     let timer;
     const timeout = new Promise((resolve) => {
       timer = setTimeout(() => resolve({ ...base0, status: 'timeout', error: `no result within ${timeoutS} s` }), timeoutS * 1000);
@@ -77,28 +28,32 @@ async function runInPage(browser, base, config, timeoutS) {
     if (result.status === 'timeout') result.phase = await page.evaluate(() => window.__benchPhase).catch(() => undefined);
     return { ...base0, ...result };
   } catch (error) {
+    const problems = (await page?.problems().catch(() => [])) ?? [];
     return {
       ...base0,
       status: crashed ? 'crash' : 'error',
       signal: crashed ? 'renderer crash' : undefined,
-      error: `${String(error?.message ?? error).split('\n')[0]}${consoleTail.length ? ` | console: ${consoleTail.join(' | ')}` : ''}`,
+      error: `${String(error?.message ?? error).split('\n')[0]}${problems.length ? ` | page: ${problems.slice(-5).join(' | ')}` : ''}`,
     };
   } finally {
-    await context.close().catch(() => {});
+    await page?.close().catch(() => {});
   }
 }
 
 export async function runBrowser(opts) {
   const started = Date.now();
-  const server = await startServer(opts.repoRoot);
-  const base = `http://127.0.0.1:${server.address().port}`;
-  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: ARGS });
-  const env = { ...opts.env, browser: `Chromium ${browser.version()} (headless, playwright-core)` };
+  const engineName = opts.engine ?? 'chromium';
+  // A WebKit page cannot be abandoned while it computes (WebDriver runs one command at a time), so its
+  // in-page timeout outlasts the row's.
+  const engine = await launchEngine(engineName, { evaluateTimeoutMs: (opts.timeoutS + 60) * 1000 });
+  const server = await startTestServer();
+  const base = server.url.replace(/\/$/, '');
+  const env = { ...opts.env, browser: `${engine.version} (${engineName}: ${ENGINES[engineName].driver}${engineName === 'webkit-flags' ? ', JSC_useSharedArrayBuffer=1 JSC_useWasmRelaxedSIMD=1' : ''})` };
   const run = { mode: 'browser', env, options: { ...opts, env: undefined, out: undefined, repoRoot: undefined }, ceiling: null, results: [] };
   try {
     console.error(`mha-wasm bench (browser, ${env.browser}): ${opts.shapes.length} shapes × ${opts.impls.length} implementations, served from ${base}`);
     if (opts.ceiling) {
-      const c = await runInPage(browser, base, { impl: 'ceiling' }, 60);
+      const c = await runInPage(engine, base, { impl: 'ceiling' }, 60);
       run.ceiling = c.status === 'ok' ? c : { gflops: undefined, error: c.error };
       console.error(`ceiling: ${c.gflops?.toFixed(1) ?? `failed: ${c.error}`} GFLOP/s`);
     }
@@ -110,7 +65,7 @@ export async function runBrowser(opts) {
           run.results.push({ impl, shape: name, status: 'skipped', error: 'peers are not run in browser mode (the ONNX graphs are built with onnx-proto, a CommonJS package)' });
           continue;
         }
-        const r = await runInPage(browser, base, { impl, shape: name, seed: opts.seed, budgetMs: opts.budgetMs, minReps: 3 }, opts.timeoutS);
+        const r = await runInPage(engine, base, { impl, shape: name, seed: opts.seed, budgetMs: opts.budgetMs, minReps: 3 }, opts.timeoutS);
         run.results.push(r);
         console.error(
           `   ${impl.padEnd(10)} ${name.padEnd(10)} ` +
@@ -121,8 +76,8 @@ export async function runBrowser(opts) {
       }
     }
   } finally {
-    await browser.close().catch(() => {});
-    server.close();
+    await engine.close().catch(() => {});
+    await server.close();
   }
   run.totalSeconds = (Date.now() - started) / 1000;
   return run;

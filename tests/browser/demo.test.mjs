@@ -1,5 +1,7 @@
 // The demo page (web/demo/), served the way `npm start` serves it (scripts/serve.mjs, repository root),
-// driven in headless Chromium. Assumes dist/ is built (npm test builds first).
+// driven in headless Chromium; at the end, the same page on the other engines of tests/browser/engines.mjs
+// (Firefox, WebKit): it draws its heatmaps and finishes its checks with no console errors. Assumes dist/
+// is built (npm test builds first).
 //
 //   node --test tests/browser/demo.test.mjs
 import { after, before, describe, test } from 'node:test';
@@ -8,6 +10,7 @@ import { mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { launchChromium } from './chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
+import { forEachEngine, startTestServer } from './engines.mjs';
 
 const RESULTS = fileURLToPath(new URL('../../test-results/', import.meta.url));
 
@@ -412,4 +415,53 @@ describe('demo page', () => {
     assert.ok(await page.evaluate(() => document.scrollingElement.scrollWidth) <= 600);
     assert.deepEqual(problems, []);
   });
+});
+
+describe('demo page on the other engines', () => {
+  let hooked;
+
+  before(async () => {
+    hooked = await startTestServer();
+  });
+
+  after(async () => {
+    await hooked?.close();
+  });
+
+  forEachEngine((engine) => {
+    test('draws one non-blank heatmap per head, finishes its checks and timing, redraws for 8 heads; no console errors', async () => {
+      const page = await engine.open(hooked.url);
+      await page.waitFor(() => document.body.dataset.ready === 'true', undefined, { timeout: 20_000 });
+      assert.match(await page.url(), /\/web\/demo\/$/);
+      assert.equal(await page.evaluate(() => window.crossOriginIsolated), true);
+      const stats = await heatmapStats(page);
+      assert.equal(stats.length, 4, 'one canvas per head');
+      for (const s of stats) {
+        assert.ok(s.width > 100 && s.height > 100, `head ${s.head}: canvas ${s.width}x${s.height}`);
+        assert.ok(s.nonWhite > s.total * 0.25, `head ${s.head}: only ${s.nonWhite} of ${s.total} pixels drawn`);
+        assert.ok(s.colors > 8, `head ${s.head}: only ${s.colors} colors`);
+      }
+      const build = await page.evaluate(() => document.getElementById('build-info').textContent);
+      assert.match(build, /v\d+\.\d+\.\d+/);
+      assert.match(build, /SIMD128 on/);
+      const panelsDone = () => ['checks', 'timing'].every((id) => {
+        const el = document.getElementById(id);
+        return el.dataset.state === 'done' && el.dataset.job === document.body.dataset.job;
+      });
+      await page.waitFor(panelsDone, undefined, { timeout: 60_000 });
+      assert.equal(await page.evaluate(() => document.getElementById('exact-diff').textContent), '0');
+      assert.match(await page.evaluate(() => document.getElementById('t-wasm').textContent), /^\d+(\.\d+)? (µs|ms|s)$/);
+
+      const renders = await page.evaluate(() => Number(document.body.dataset.renders));
+      await page.evaluate(() => {
+        const heads = document.getElementById('numHeads');
+        heads.value = '8';
+        heads.dispatchEvent(new Event('input', { bubbles: true }));
+      });
+      await page.waitFor((n) => Number(document.body.dataset.renders) > n, renders, { timeout: 10_000 });
+      assert.equal((await heatmapStats(page)).length, 8);
+      assert.deepEqual(await page.problems(), []);
+      await page.close();
+    });
+  }, { except: ['chromium'] });
 });

@@ -1,55 +1,97 @@
-// Browser smoke test: Chromium loads pages that import the package, runs the spec's example and the
-// README's browser example; results are checked against the PyTorch golden output.
+// Browser smoke test, on every engine of tests/browser/engines.mjs: the engine has what the capability
+// table says, a page computes the spec's example, the README's browser example shows its last row, and
+// the loader's errors (a 404, an HTML page where the .wasm should be, a foreign module, a version mismatch)
+// each name what was fetched and what was expected, after which the defaults still load. The loader cases
+// are the consumers' shared fixture (tests/consumers/fixtures/shared/errors.js), served here with the
+// repository's own dist/.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { launchChromium } from './chromium.mjs';
-import { serve } from '../../scripts/serve.mjs';
-import { loadGoldenCases, readGolden, compare, expectedLastRow } from '../js/helpers.mjs';
+import { readFileSync } from 'node:fs';
+import { forEachEngine, startTestServer, RELAXED_SIMD_PROBE } from './engines.mjs';
+import { loadGoldenCases, readGolden, compare, expectedLastRow, repoRoot } from '../js/helpers.mjs';
 
+const { version } = JSON.parse(readFileSync(`${repoRoot}/package.json`, 'utf8'));
 let server;
-let browser;
 
 before(async () => {
-  server = await serve({ port: 0 });
-  browser = await launchChromium();
+  server = await startTestServer({
+    // errors.js expects the layout of an installed package and an HTML page at /plain.html (an SPA fallback).
+    mounts: { '/node_modules/mha-wasm/': '.' },
+    overrides: { '/plain.html': { type: 'text/html; charset=utf-8', body: '<!doctype html><title>SPA fallback</title>' } },
+  });
 });
 
 after(async () => {
-  await browser?.close();
   await server?.close();
 });
 
-async function openPage(url) {
-  const page = await browser.newPage();
-  const problems = [];
-  page.on('console', (m) => m.type() === 'error' && problems.push(`console: ${m.text()}`));
-  page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-  await page.goto(url);
-  return { page, problems };
-}
+forEachEngine((engine) => {
+  test('the engine has the threads and relaxed SIMD its capability table row says', async (t) => {
+    const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
+    const r = await page.evaluate((probe) => ({
+      crossOriginIsolated: globalThis.crossOriginIsolated,
+      sharedArrayBuffer: typeof SharedArrayBuffer === 'function',
+      relaxedSimd: WebAssembly.validate(new Uint8Array(probe)),
+      cores: navigator.hardwareConcurrency,
+    }), RELAXED_SIMD_PROBE);
+    t.diagnostic(`${engine.version}, ${engine.caps.driver}: ${JSON.stringify(r)}`);
+    assert.equal(r.crossOriginIsolated, true);
+    assert.equal(r.sharedArrayBuffer, engine.caps.threads, 'SharedArrayBuffer in a cross-origin isolated page');
+    assert.equal(r.relaxedSimd, engine.caps.relaxedSimd, 'WebAssembly.validate of the relaxed SIMD probe');
+    assert.deepEqual(await page.problems(), []);
+    await page.close();
+  });
 
-test('the spec example computed in Chromium matches the golden out64', async () => {
-  const c = loadGoldenCases().find((x) => x.name === 'example_b2_s5_d12_h3');
-  const [q, k, v, out64] = ['q', 'k', 'v', 'out64'].map((role) => readGolden(c, role));
-  const { page, problems } = await openPage(new URL('examples/browser.html', server.url).href);
-  const result = await page.evaluate(async ([qa, ka, va]) => {
-    const { createMHA } = await import('/dist/index.js');
-    const mha = await createMHA();
-    const out = mha.multiHeadAttention(new Float32Array(qa), new Float32Array(ka), new Float32Array(va),
-      { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-    return { out: Array.from(out), info: mha.info };
-  }, [Array.from(q), Array.from(k), Array.from(v)]);
-  assert.equal(result.info.simd, true);
-  const r = compare(Float32Array.from(result.out), out64);
-  assert.ok(r.maxError <= 1e-5, `max |chromium - out64| = ${r.maxError}`);
-  assert.deepEqual(problems, []);
-  await page.close();
-});
+  // Issue #15 (relaxed SIMD): createMHA() is to pick the relaxed build where engine.caps.relaxedSimd is
+  // true (Chromium, Firefox, webkit-flags) and plain SIMD where it is false (webkit); its test goes here.
 
-test('examples/browser.html (README browser quick start) shows the right last row', async () => {
-  const { page, problems } = await openPage(new URL('examples/browser.html', server.url).href);
-  await page.waitForFunction(() => !document.querySelector('#result').textContent.includes('computing'));
-  assert.equal(await page.textContent('#result'), `last row: ${expectedLastRow()}`);
-  assert.deepEqual(problems, []);
-  await page.close();
+  test('the spec example computed in the page matches the golden out64', async () => {
+    const c = loadGoldenCases().find((x) => x.name === 'example_b2_s5_d12_h3');
+    const [q, k, v, out64] = ['q', 'k', 'v', 'out64'].map((role) => readGolden(c, role));
+    const page = await engine.open(new URL('examples/browser.html', server.url).href);
+    const result = await page.evaluate(async ([qa, ka, va]) => {
+      const { createMHA } = await import('/dist/index.js');
+      const mha = await createMHA();
+      const out = mha.multiHeadAttention(new Float32Array(qa), new Float32Array(ka), new Float32Array(va),
+        { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
+      return { out: Array.from(out), info: mha.info };
+    }, [Array.from(q), Array.from(k), Array.from(v)]);
+    assert.equal(result.info.simd, true);
+    assert.equal(result.info.build, 'simd');
+    const r = compare(Float32Array.from(result.out), out64);
+    assert.ok(r.maxError <= 1e-5, `max |${engine.name} - out64| = ${r.maxError}`);
+    assert.deepEqual(await page.problems(), []);
+    await page.close();
+  });
+
+  test('examples/browser.html (README browser quick start) shows the right last row', async () => {
+    const page = await engine.open(new URL('examples/browser.html', server.url).href);
+    await page.waitFor(() => !document.querySelector('#result').textContent.includes('computing'));
+    assert.equal(await page.evaluate(() => document.querySelector('#result').textContent), `last row: ${expectedLastRow()}`);
+    assert.deepEqual(await page.problems(), []);
+    await page.close();
+  });
+
+  test('loader errors: 404, HTML page, foreign module, version mismatch name what was fetched and expected', async () => {
+    const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
+    const r = await page.evaluate(async () => {
+      const { createMHA } = await import('/dist/index.js');
+      const { loaderErrors } = await import('/tests/consumers/fixtures/shared/errors.js');
+      const wasm = await (await fetch('/dist/mha.wasm')).arrayBuffer();
+      return loaderErrors(createMHA, location.origin, wasm);
+    });
+    const base = server.url;
+    assert.match(r.notFound, new RegExp(`^Error: mha-wasm: fetching ${base}missing\\.wasm failed: HTTP 404`));
+    assert.ok(r.notFound.includes(`expected the WebAssembly file mha.wasm of mha-wasm ${version}`), r.notFound);
+    assert.match(r.html, new RegExp(`^Error: mha-wasm: ${base}plain\\.html is not a WebAssembly file`));
+    assert.ok(r.html.includes('magic bytes 00 61 73 6d'), r.html);
+    assert.match(r.html, /starting 3c 21 64 6f, an HTML page.*served as text\/html/);
+    assert.match(r.emptyModule, /^Error: mha-wasm: wasmBinary \(8 bytes\) does not match this script .*without a memory export/);
+    assert.match(r.versionMismatch,
+      new RegExp(`^Error: mha-wasm: version mismatch: the script is ${version} but wasmBinary \\(\\d+ bytes\\) is 9\\.9\\.9`));
+    assert.equal(r.bothSources, 'TypeError: createMHA: expected at most one of wasmUrl and wasmBinary, got both');
+    for (const key of ['defaultAfter', 'goodUrl', 'goodBinary']) assert.equal(r[key], `no error (version ${version})`, key);
+    assert.deepEqual(await page.problems(), [`HTTP 404: ${base}missing.wasm`]);
+    await page.close();
+  });
 });

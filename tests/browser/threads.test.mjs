@@ -1,45 +1,44 @@
-// The builds in Chromium: with cross-origin isolation (COOP/COEP) the threaded build runs with 2 and 3
-// threads and gives the single-threaded build's bits; without the headers a threads request falls
-// back to 1 thread with one console warning naming the missing headers; simd: false runs the baseline
-// build; dispose() terminates the workers.
+// The threaded build on every engine of tests/browser/engines.mjs. With cross-origin isolation (COOP/COEP)
+// an engine that gives isolated pages SharedArrayBuffer runs 2 and 3 threads on the simd-threads build
+// with the single-threaded build's bits; one that does not (WebKitGTK without JSC_useSharedArrayBuffer=1)
+// runs the documented fallback: 1 thread, the same bits, one console warning saying why. Without the
+// headers a threads request falls back with one warning naming them. A worker script that fails to load
+// makes the request fall back at once; dispose() terminates the workers.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { launchChromium } from './chromium.mjs';
-import { serve } from '../../scripts/serve.mjs';
-import { loadGoldenCases, readGolden, compare } from '../js/helpers.mjs';
+import { forEachEngine, startTestServer } from './engines.mjs';
 
 let isolated;
 let plain;
-let browser;
+let brokenWorker;
+let lateBrokenWorker;
 
 before(async () => {
-  isolated = await serve({ port: 0 });
-  plain = await serve({ port: 0, isolation: false });
-  browser = await launchChromium();
+  isolated = await startTestServer();
+  plain = await startTestServer({ isolation: false });
+  // As a bundler or server that breaks the classic worker script would (a SyntaxError in the worker).
+  brokenWorker = await startTestServer({
+    overrides: { '/dist/mha-threads.worker.js': { type: 'text/javascript', body: 'import x from "/nowhere.js";' } },
+  });
+  // The same script 500 ms late: its error comes after createMHA listens, on every engine.
+  lateBrokenWorker = await startTestServer({
+    overrides: { '/dist/mha-threads.worker.js': { type: 'text/javascript', body: 'import x from "/nowhere.js";', delayMs: 500 } },
+  });
 });
 
 after(async () => {
-  await browser?.close();
   await isolated?.close();
   await plain?.close();
+  await brokenWorker?.close();
+  await lateBrokenWorker?.close();
 });
 
-async function openPage(server) {
-  const page = await browser.newPage();
-  const problems = [];
-  const warnings = [];
-  page.on('console', (m) => {
-    // Chromium logs a 404 for the favicon that the blank page does not have.
-    if (m.type() === 'error' && !m.location()?.url?.endsWith('/favicon.ico')) problems.push(`console: ${m.text()} at ${m.location()?.url}`);
-    if (m.type() === 'warning') warnings.push(m.text());
-  });
-  page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-  await page.goto(new URL('tests/browser/fixtures/blank.html', server.url).href);
-  return { page, problems, warnings };
-}
+const BLANK = 'tests/browser/fixtures/blank.html';
+const CAUSAL = { batch: 1, seqLen: 384, kvSeqLen: 384, dModel: 256, numHeads: 4, causal: true };
+const NO_SHARED_MEMORY = /^mha-wasm: (\d+) threads requested, running single-threaded: SharedArrayBuffer is not available in this environment$/;
 
 /** In the page: runs a seeded problem on instances created with each options object, returns infos and bit equality. */
-async function runInPage(page, optionsList, shape) {
+function runInPage(page, optionsList, shape) {
   return page.evaluate(async ([optionsList, shape]) => {
     const { createMHA } = await import('/dist/index.js');
     let seed = 12345;
@@ -65,91 +64,129 @@ async function runInPage(page, optionsList, shape) {
   }, [optionsList, shape]);
 }
 
-const CAUSAL = { batch: 1, seqLen: 384, kvSeqLen: 384, dModel: 256, numHeads: 4, causal: true };
+forEachEngine((engine) => {
+  const { threads } = engine.caps;
 
-test('Chromium with COOP/COEP: 2 and 3 threads run the threaded build, bit-identical to 1 thread', async () => {
-  const { page, problems, warnings } = await openPage(isolated);
-  const r = await runInPage(page, [{ threads: 2 }, { threads: 3 }, { threads: 'auto' }], CAUSAL);
-  assert.equal(r.crossOriginIsolated, true);
-  assert.deepEqual(r.results.map((x) => [x.info.build, x.info.threads]).slice(0, 2), [['simd-threads', 2], ['simd-threads', 3]]);
-  assert.ok(r.results[2].info.threads >= 1);
-  for (const x of r.results) assert.ok(x.bitIdentical, `${JSON.stringify(x.info)} differs (max ${x.maxDiff})`);
-  assert.deepEqual(warnings, []);
-  assert.deepEqual(problems, []);
-  await page.close();
-});
-
-test('Chromium without COOP/COEP: threads fall back to 1 with one warning naming the missing headers', async () => {
-  const { page, problems, warnings } = await openPage(plain);
-  const r = await runInPage(page, [{ threads: 2 }, { threads: 4 }], CAUSAL);
-  assert.equal(r.crossOriginIsolated, false);
-  for (const x of r.results) {
-    assert.equal(x.info.threads, 1);
-    assert.equal(x.info.build, 'simd');
-    assert.ok(x.bitIdentical);
-  }
-  assert.equal(warnings.length, 1, JSON.stringify(warnings));
-  assert.match(warnings[0], /2 threads requested, running single-threaded: .*Cross-Origin-Opener-Policy: same-origin.*Cross-Origin-Embedder-Policy: require-corp/);
-  assert.deepEqual(problems, []);
-  await page.close();
-});
-
-test('Chromium with COOP/COEP: a worker script that fails to load makes threads fall back at once, with a warning', async () => {
-  const { page, problems, warnings } = await openPage(isolated);
-  // As a bundler or server that breaks the classic worker script would (a SyntaxError in the worker).
-  await page.route(/mha-threads\.worker\.js/, (route) =>
-    route.fulfill({ status: 200, contentType: 'text/javascript', body: 'import x from "/nowhere.js";' }));
-  const started = Date.now();
-  const { results } = await runInPage(page, [{ threads: 2 }], CAUSAL);
-  const elapsed = Date.now() - started;
-  assert.deepEqual(results[0].info, { version: results[0].info.version, simd: true, threads: 1, build: 'simd' });
-  assert.equal(results[0].bitIdentical, true);
-  assert.ok(elapsed < 10000, `fell back after ${elapsed} ms (the start-up timeout is 20 s)`);
-  const fallback = warnings.filter((w) => w.includes('running single-threaded'));
-  assert.equal(fallback.length, 1, JSON.stringify(warnings));
-  assert.match(fallback[0], /2 threads requested, running single-threaded: a worker of the threaded build failed to start \(worker sent an error!/);
-  // Emscripten 3.1.6's glue would rethrow the worker's error event (an uncaught "Event"); createMHA
-  // handles it while the workers start. Only the worker's own SyntaxError may be logged.
-  assert.ok(problems.every((p) => !p.startsWith('pageerror') && /Cannot use import statement|nowhere/.test(p)),
-    problems.join('\n'));
-  await page.close();
-});
-
-test('Chromium: simd: false runs the baseline build on the golden example', async () => {
-  const c = loadGoldenCases().find((x) => x.name === 'example_b2_s5_d12_h3');
-  const [q, k, v, out64] = ['q', 'k', 'v', 'out64'].map((role) => readGolden(c, role));
-  const { page, problems } = await openPage(plain);
-  const r = await page.evaluate(async ([qa, ka, va]) => {
-    const { createMHA } = await import('/dist/index.js');
-    const mha = await createMHA({ simd: false });
-    const out = mha.multiHeadAttention(new Float32Array(qa), new Float32Array(ka), new Float32Array(va),
-      { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-    return { info: { ...mha.info }, out: Array.from(out) };
-  }, [Array.from(q), Array.from(k), Array.from(v)]);
-  assert.equal(r.info.build, 'baseline');
-  assert.equal(r.info.simd, false);
-  assert.ok(compare(Float32Array.from(r.out), out64).maxError < 1e-5);
-  assert.deepEqual(problems, []);
-  await page.close();
-});
-
-test('Chromium: dispose() terminates the workers of a threaded instance', async () => {
-  const { page, problems } = await openPage(isolated);
-  const workers = [];
-  page.on('worker', (w) => workers.push(w));
-  const info = await page.evaluate(async () => {
-    const { createMHA } = await import('/dist/index.js');
-    const mha = await createMHA({ threads: 3 });
-    const x = new Float32Array(120).map((_, i) => Math.sin(i));
-    mha.multiHeadAttention(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-    globalThis.__mha = mha;
-    return { ...mha.info };
+  test(threads
+    ? 'with COOP/COEP: 2 and 3 threads run the threaded build, bit-identical to 1 thread'
+    : 'with COOP/COEP but no SharedArrayBuffer: threads fall back to 1, bit-identical, with one warning saying why', async () => {
+    const page = await engine.open(new URL(BLANK, isolated.url).href);
+    const r = await runInPage(page, [{ threads: 2 }, { threads: 3 }, { threads: 'auto' }], CAUSAL);
+    assert.equal(r.crossOriginIsolated, true);
+    for (const x of r.results) assert.ok(x.bitIdentical, `${JSON.stringify(x.info)} differs (max ${x.maxDiff})`);
+    const warnings = await page.warnings();
+    if (threads) {
+      assert.deepEqual(r.results.map((x) => [x.info.build, x.info.threads]).slice(0, 2), [['simd-threads', 2], ['simd-threads', 3]]);
+      assert.ok(r.results[2].info.threads >= 1);
+      assert.deepEqual(warnings, []);
+    } else {
+      assert.deepEqual(r.results.map((x) => [x.info.build, x.info.threads]), [['simd', 1], ['simd', 1], ['simd', 1]]);
+      // One warning per reason and page: the first request's.
+      assert.equal(warnings.length, 1, JSON.stringify(warnings));
+      assert.match(warnings[0], NO_SHARED_MEMORY);
+      assert.equal(NO_SHARED_MEMORY.exec(warnings[0])[1], '2');
+    }
+    assert.deepEqual(await page.problems(), []);
+    await page.close();
   });
-  assert.equal(info.threads, 3);
-  assert.ok(workers.length >= 2, `expected at least 2 workers, saw ${workers.length}`);
-  const closed = Promise.all(workers.map((w) => new Promise((resolve) => w.once('close', resolve))));
-  await page.evaluate(() => globalThis.__mha.dispose());
-  await Promise.race([closed, new Promise((_, reject) => setTimeout(() => reject(new Error('workers still alive 5 s after dispose()')), 5000))]);
-  assert.deepEqual(problems, []);
-  await page.close();
+
+  test('without COOP/COEP: threads fall back to 1 with one warning naming the missing headers', async () => {
+    const page = await engine.open(new URL(BLANK, plain.url).href);
+    const r = await runInPage(page, [{ threads: 2 }, { threads: 4 }], CAUSAL);
+    assert.equal(r.crossOriginIsolated, false);
+    for (const x of r.results) {
+      assert.equal(x.info.threads, 1);
+      assert.equal(x.info.build, 'simd');
+      assert.ok(x.bitIdentical);
+    }
+    const warnings = await page.warnings();
+    assert.equal(warnings.length, 1, JSON.stringify(warnings));
+    assert.match(warnings[0], /2 threads requested, running single-threaded: .*Cross-Origin-Opener-Policy: same-origin.*Cross-Origin-Embedder-Policy: require-corp/);
+    assert.deepEqual(await page.problems(), []);
+    await page.close();
+  });
+
+  // WebKit can fire a broken worker script's error event before the glue or createMHA has put a handler
+  // on the worker (seen: the event 5 ms after `new Worker`, onerror still null); the start-up then waits
+  // for its 20 s timeout (createMHA puts its handlers on the pooled workers only after instantiation).
+  // Until web/src listens from the workers' creation on, this case is a todo on WebKit with threads.
+  const lostWorkerError = threads && engine.name.startsWith('webkit') &&
+    'WebKit may fire the worker error before any handler is attached: the fallback then waits 20 s';
+  // server() returns the test server, which before() starts.
+  const brokenWorkerTest = (server, late, todo) => test(threads
+    ? `with COOP/COEP: a worker script that fails to load${late ? ' (served 500 ms late)' : ''} makes threads fall back at once, with a warning`
+    : `with COOP/COEP and a broken worker script${late ? ' (served late)' : ''} but no SharedArrayBuffer: the fallback happens before any worker`, { todo }, async () => {
+    const page = await engine.open(new URL(BLANK, server().url).href);
+    const started = Date.now();
+    const { results } = await runInPage(page, [{ threads: 2 }], CAUSAL);
+    const elapsed = Date.now() - started;
+    assert.deepEqual(results[0].info, { version: results[0].info.version, simd: true, threads: 1, build: 'simd' });
+    assert.equal(results[0].bitIdentical, true);
+    const fallback = (await page.warnings()).filter((w) => w.includes('running single-threaded'));
+    assert.equal(fallback.length, 1, JSON.stringify(fallback));
+    const problems = await page.problems();
+    if (threads) {
+      assert.ok(elapsed < 10000, `fell back after ${elapsed} ms (the start-up timeout is 20 s): ${fallback[0]}`);
+      assert.match(fallback[0], /2 threads requested, running single-threaded: a worker of the threaded build failed to start \(worker sent an error!/);
+      // Emscripten 3.1.6's glue would rethrow the worker's error event (an uncaught "Event"); createMHA
+      // handles it while the workers start. Only the worker's own SyntaxError may be logged.
+      // WebKit reports it as a page error too, located in the worker script.
+      const fromWorker = (p) => !p.startsWith('pageerror') || /\(\S*\/mha-threads\.worker\.js\S*\)$/.test(p);
+      assert.ok(problems.every((p) => fromWorker(p) && /import|nowhere/i.test(p)), problems.join('\n'));
+    } else {
+      assert.match(fallback[0], NO_SHARED_MEMORY);
+      assert.deepEqual(problems, []);
+    }
+    await page.close();
+  });
+  brokenWorkerTest(() => brokenWorker, false, lostWorkerError);
+  if (threads) brokenWorkerTest(() => lateBrokenWorker, true, false);
+
+  test(threads
+    ? 'dispose() terminates every worker of a threaded instance'
+    : 'without SharedArrayBuffer a threads request starts no worker, and dispose() works', async () => {
+    const page = await engine.open(new URL(BLANK, isolated.url).href);
+    // Chromium reports worker lifetimes itself (CDP); elsewhere the page counts its workers and their terminate().
+    const chromiumWorkers = [];
+    if (engine.name === 'chromium') page.native.on('worker', (w) => chromiumWorkers.push(w));
+    const r = await page.evaluate(async () => {
+      const created = [];
+      globalThis.Worker = class CountedWorker extends globalThis.Worker {
+        constructor(...args) {
+          super(...args);
+          created.push(this);
+        }
+        terminate() {
+          this.terminated = true;
+          return super.terminate();
+        }
+      };
+      const { createMHA } = await import('/dist/index.js');
+      const mha = await createMHA({ threads: 3 });
+      const x = new Float32Array(120).map((_, i) => Math.sin(i));
+      mha.multiHeadAttention(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
+      globalThis.__mha = mha;
+      globalThis.__workers = created;
+      return { info: { ...mha.info }, workers: created.length };
+    });
+    const closed = Promise.all(chromiumWorkers.map((w) => new Promise((resolve) => w.once('close', resolve))));
+    const terminated = await page.evaluate(() => {
+      globalThis.__mha.dispose();
+      return globalThis.__workers.filter((w) => w.terminated).length;
+    });
+    if (threads) {
+      assert.equal(r.info.threads, 3);
+      assert.ok(r.workers >= 2, `expected at least 2 workers, saw ${r.workers}`);
+      assert.equal(terminated, r.workers, `dispose() terminated ${terminated} of ${r.workers} workers`);
+      if (engine.name === 'chromium') {
+        assert.ok(chromiumWorkers.length >= 2, `expected at least 2 workers, saw ${chromiumWorkers.length}`);
+        await Promise.race([closed, new Promise((_, reject) => setTimeout(() => reject(new Error('workers still alive 5 s after dispose()')), 5000))]);
+      }
+    } else {
+      assert.equal(r.info.threads, 1);
+      assert.equal(r.workers, 0);
+    }
+    assert.deepEqual(await page.problems(), []);
+    await page.close();
+  });
 });

@@ -1,0 +1,100 @@
+// The PyTorch golden sets (tests/golden/, format in its README) run case by case inside any JavaScript
+// engine: a browser page (tests/browser/golden.test.mjs fetches the files from the test server) or the
+// JavaScriptCore shell (tests/jsc/ reads them with jsc's readFile). The caller brings the instance and a
+// `read(fileName)` for the set's folder; this module decides what to run from cases.json alone (the shape,
+// the options, which files a case has) and returns JSON-safe summaries, which the Node side asserts.
+// It needs nothing but the ECMAScript built-ins, so it runs in a page and in a bare shell alike.
+
+/**
+ * The sets the browser and jsc suites run. v2 joins with one entry once the API takes its options
+ * (issue #13): its stateless cases go through the same code; its 3 `cache` cases need the cache branch
+ * marked in runGoldenCase.
+ */
+export const GOLDEN_SETS = Object.freeze(['v1']);
+
+/** Reads file `role` of case `c` as the typed array the role implies: mask uint8, all others float32. */
+async function readRole(read, c, role) {
+  const bytes = await read(c.files[role]);
+  const buffer = bytes instanceof ArrayBuffer ? bytes : bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+  return role === 'mask' ? new Uint8Array(buffer) : new Float32Array(buffer);
+}
+
+/**
+ * Largest |actual - expected| over the positions where expected is finite, the largest |expected| there,
+ * and the first position where actual is not NaN / not the same infinity while expected is (-1: none).
+ */
+export function compare(actual, expected) {
+  let maxError = 0;
+  let maxExpected = 0;
+  let specialMismatch = -1;
+  for (let i = 0; i < expected.length; i++) {
+    if (Number.isFinite(expected[i])) {
+      if (!Number.isFinite(actual[i]) && specialMismatch < 0) specialMismatch = i;
+      maxError = Math.max(maxError, Math.abs(actual[i] - expected[i]));
+      maxExpected = Math.max(maxExpected, Math.abs(expected[i]));
+    } else if (!Object.is(actual[i], expected[i]) && !(Number.isNaN(actual[i]) && Number.isNaN(expected[i])) && specialMismatch < 0) {
+      specialMismatch = i;
+    }
+  }
+  if (actual.length !== expected.length) specialMismatch = Math.min(actual.length, expected.length);
+  return { maxError, maxExpected, specialMismatch };
+}
+
+const sameBits = (a, b) => a.length === b.length &&
+  new Uint32Array(a.buffer, a.byteOffset, a.length).every((x, i) => x === new Uint32Array(b.buffer, b.byteOffset, b.length)[i]);
+
+/** cases.json writes an unbounded window side as the string "Infinity". */
+function callOptions(c) {
+  const options = { ...(c.options ?? {}) };
+  if (options.window) options.window = options.window.map((x) => (x === 'Infinity' ? Infinity : x));
+  return options;
+}
+
+/**
+ * Runs golden case `c` on `mha` and checks it with docs/spec.md's tolerances ("Accuracy"):
+ * out within max(1e-5 · max(1, max|out64|), 2 · max|out32 − out64|) of out64, weights within 1e-5 of
+ * weights64, lse within 1e-5 · max(1, max|lse64|), split_q bit for bit; NaN and ±Infinity positions exact.
+ * Returns { name, checks: [{ what, pass, maxError?, tolerance?, specialMismatch? }] }.
+ */
+export async function runGoldenCase(mha, c, read) {
+  const checks = [];
+  const within = (what, got, want, tolerance) => {
+    const r = compare(got, want);
+    checks.push({ what, pass: r.specialMismatch < 0 && r.maxError <= tolerance(r), maxError: r.maxError,
+      tolerance: tolerance(r), specialMismatch: r.specialMismatch });
+  };
+  const has = (role) => Object.hasOwn(c.files, role);
+  const [q, k, v] = await Promise.all(['q', 'k', 'v'].map((role) => readRole(read, c, role)));
+  const shape = { batch: c.batch, seqLen: c.seqLen, kvSeqLen: c.kvSeqLen, dModel: c.dModel, numHeads: c.numHeads };
+  const options = { ...shape, ...callOptions(c) };
+  if (has('mask')) options.mask = await readRole(read, c, 'mask');
+  if (has('bias')) options.bias = await readRole(read, c, 'bias');
+  if ((c.kind ?? 'stateless') !== 'stateless') {
+    // The cache branch (docs/spec.md Part 3: createKVCache, then one attend per entry of c.cache.steps).
+    throw new Error(`golden case ${c.name}: kind "${c.kind}" is not run by this runner yet`);
+  }
+
+  const [out64, out32] = await Promise.all(['out64', 'out32'].map((role) => readRole(read, c, role)));
+  const torch = compare(out32, out64);
+  const lse = has('lse64') ? new Float32Array(c.batch * c.numHeads * c.seqLen) : undefined;
+  const out = mha.multiHeadAttention(q, k, v, lse ? { ...options, lse } : options);
+  within('multiHeadAttention vs out64', out, out64, (r) => Math.max(1e-5 * Math.max(1, r.maxExpected), 2 * torch.maxError));
+  if (lse) within('lse vs lse64', lse, await readRole(read, c, 'lse64'), (r) => 1e-5 * Math.max(1, r.maxExpected));
+  if (has('weights64')) {
+    within('attentionWeights vs weights64', mha.attentionWeights(q, k, options), await readRole(read, c, 'weights64'), () => 1e-5);
+  }
+  if (has('split_q')) {
+    const headShape = { batch: c.batch, seqLen: c.seqLen, dModel: c.dModel, numHeads: c.numHeads };
+    const split = mha.splitHeads(q, headShape);
+    checks.push({ what: 'splitHeads equals split_q bit for bit, mergeHeads inverts it',
+      pass: sameBits(split, await readRole(read, c, 'split_q')) && sameBits(mha.mergeHeads(split, headShape), q) });
+  }
+  return { name: c.name, checks };
+}
+
+/** Runs every case of a set (its parsed cases.json) in order; summaries as runGoldenCase's. */
+export async function runGoldenSet(mha, cases, read) {
+  const results = [];
+  for (const c of cases) results.push(await runGoldenCase(mha, c, read));
+  return results;
+}

@@ -1,0 +1,57 @@
+// The PyTorch golden sets in the page, on every engine of tests/browser/engines.mjs, with the SIMD build
+// and with the baseline build forced by `simd: false`. The page runs tests/browser/golden-runner.mjs over
+// the files it fetches from the test server; the sets are GOLDEN_SETS (v1 now, v2 by one more entry).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { forEachEngine, startTestServer } from './engines.mjs';
+import { GOLDEN_SETS } from './golden-runner.mjs';
+import { repoRoot } from '../js/helpers.mjs';
+
+let server;
+
+before(async () => {
+  server = await startTestServer();
+});
+
+after(async () => {
+  await server?.close();
+});
+
+const BUILDS = [
+  { options: {}, build: 'simd', simd: true },
+  { options: { simd: false }, build: 'baseline', simd: false },
+];
+
+forEachEngine((engine) => {
+  for (const set of GOLDEN_SETS) {
+    const cases = JSON.parse(readFileSync(`${repoRoot}/tests/golden/${set}/cases.json`, 'utf8'));
+    for (const { options, build, simd } of BUILDS) {
+      test(`golden ${set} (${cases.length} cases) in the page, ${build} build${simd ? '' : ' (simd: false)'}: within the spec's tolerances`, async (t) => {
+        const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
+        const r = await page.evaluate(async ({ set, options }) => {
+          const { createMHA } = await import('/dist/index.js');
+          const { runGoldenSet } = await import('/tests/browser/golden-runner.mjs');
+          const folder = `/tests/golden/${set}/`;
+          const read = async (file) => {
+            const response = await fetch(folder + file);
+            if (!response.ok) throw new Error(`${folder}${file}: HTTP ${response.status}`);
+            return response.arrayBuffer();
+          };
+          const cases = JSON.parse(new TextDecoder().decode(await read('cases.json')));
+          const mha = await createMHA(options);
+          return { info: { ...mha.info }, results: await runGoldenSet(mha, cases, read) };
+        }, { set, options });
+        assert.equal(r.info.build, build);
+        assert.equal(r.info.simd, simd);
+        assert.deepEqual(r.results.map((x) => x.name), cases.map((c) => c.name));
+        const failed = r.results.flatMap((x) => x.checks.filter((c) => !c.pass).map((c) => `${x.name}: ${c.what} ${JSON.stringify(c)}`));
+        assert.deepEqual(failed, []);
+        const ratios = r.results.flatMap((x) => x.checks.filter((c) => c.tolerance > 0).map((c) => c.maxError / c.tolerance));
+        t.diagnostic(`${r.results.length} cases, ${r.results.reduce((n, x) => n + x.checks.length, 0)} checks, worst error / tolerance ${Math.max(...ratios).toExponential(2)}`);
+        assert.deepEqual(await page.problems(), []);
+        await page.close();
+      });
+    }
+  }
+});
