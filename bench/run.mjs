@@ -173,7 +173,9 @@ async function main() {
   const measureCeilingChild = async (when) => {
     const c = await runChild({ impl: 'ceiling' }, 60);
     ceilings.push({ when, ...c });
-    console.error(`ceiling (${when}): ${c.gflops?.toFixed(1) ?? 'failed'} GFLOP/s (12 f32x4 mul+add chains, one core)`);
+    console.error(`ceiling (${when}): ${c.gflops?.toFixed(1) ?? 'failed'} GFLOP/s (12 f32x4 mul+add chains, one core)` +
+      (c.fma ? `, relaxed_madd ${c.fma.gflops.toFixed(1)} GFLOP/s (${c.fma.ratioFma.toFixed(2)}x)` : ', relaxed_madd: not enabled in this engine') +
+      (c.bandwidth ? `, streaming read ${c.bandwidth.gbps.toFixed(1)} GB/s on 1 thread, ${c.bandwidthAllThreads?.gbps.toFixed(1)} GB/s on ${c.bandwidthAllThreads?.threads}` : ''));
   };
   if (opts.ceiling) await measureCeilingChild('start');
   for (const name of opts.shapes) {
@@ -200,7 +202,11 @@ async function main() {
     await measureCeilingChild('end');
     const ok = ceilings.filter((c) => c.status === 'ok');
     const best = ok.sort((a, b) => b.gflops - a.gflops)[0];
-    run.ceiling = best ? { ...best, runs: ceilings.map((c) => ({ when: c.when, gflops: c.gflops, medianGflops: c.medianGflops })) } : { gflops: undefined, error: ceilings.map((c) => c.error).join('; ') };
+    const bestOf = (pick) => ok.map(pick).filter(Boolean).sort((a, b) => (b.gflops ?? b.gbps) - (a.gflops ?? a.gbps))[0] ?? null;
+    run.ceiling = best
+      ? { ...best, fma: bestOf((c) => c.fma), bandwidth: bestOf((c) => c.bandwidth), bandwidthAllThreads: bestOf((c) => c.bandwidthAllThreads),
+        runs: ceilings.map((c) => ({ when: c.when, gflops: c.gflops, medianGflops: c.medianGflops, fmaGflops: c.fma?.gflops, gbps: c.bandwidth?.gbps, gbpsAllThreads: c.bandwidthAllThreads?.gbps })) }
+      : { gflops: undefined, error: ceilings.map((c) => c.error).join('; ') };
   }
   run.env.loadAverageEnd = loadAverage();
   run.totalSeconds = (Date.now() - started) / 1000;

@@ -123,3 +123,27 @@ export function measureCeiling({ targetMs = 100, trials = 15, fma = false } = {}
     checksum: sink,
   };
 }
+
+/**
+ * Every physical ceiling of this engine in one go, interleaved so a slow spell of the shared machine
+ * falls on all of them: the mul+add ceiling, its relaxed_madd twin (null where the engine lacks Relaxed
+ * SIMD) and the single-thread streaming-read bandwidth (bandwidth.mjs). Each figure is the best of
+ * `rounds` measurements; `ratioFma` is fma / mul+add of the same round, median over rounds.
+ */
+export async function measureCeilings({ rounds = 3, bandwidth = true } = {}) {
+  const { measureBandwidth } = await import('./bandwidth.mjs');
+  const fmaAvailable = hasRelaxedSimd();
+  const mulAdd = [], fma = [], bw = [];
+  for (let r = 0; r < rounds; r++) {
+    mulAdd.push(measureCeiling({ trials: 7 }));
+    if (fmaAvailable) fma.push(measureCeiling({ trials: 7, fma: true }));
+    if (bandwidth) bw.push(measureBandwidth({ trials: 5 }));
+  }
+  const best = (xs, key) => xs.reduce((a, b) => (b[key] > a[key] ? b : a));
+  const ratios = fma.map((f, r) => f.gflops / mulAdd[r].gflops).sort((a, b) => a - b);
+  return {
+    ...best(mulAdd, 'gflops'),
+    fma: fmaAvailable ? { ...best(fma, 'gflops'), ratioFma: ratios[ratios.length >> 1] } : null,
+    bandwidth: bandwidth ? best(bw, 'gbps') : null,
+  };
+}

@@ -55,6 +55,12 @@ export function markdown(run) {
   lines.push('');
   const ceilRuns = ceiling?.runs ? ` (runs: ${ceiling.runs.map((c) => `${c.when} ${fmt(c.gflops, 1)}`).join(', ')})` : '';
   lines.push(`Ceiling (12 independent f32x4 mul+add chains, one core): **${fmt(ceil, 1)} GFLOP/s**, best call of the best run${ceilRuns}.`);
+  if (ceiling?.fma) lines.push(`FMA ceiling (the same chains with f32x4.relaxed_madd): **${fmt(ceiling.fma.gflops, 1)} GFLOP/s**, ${fmt(ceiling.fma.ratioFma)}x mul+add in the same rounds.`);
+  else if (ceiling) lines.push('FMA ceiling: this engine does not enable Relaxed SIMD (Node 20 needs --experimental-wasm-relaxed-simd).');
+  if (ceiling?.bandwidth) {
+    lines.push(`Memory bandwidth (streaming v128 reads over ${fmtMB(ceiling.bandwidth.bufferBytes)} MB, 8x the 32 MiB L3 of the machines this was tuned on): **${fmt(ceiling.bandwidth.gbps, 1)} GB/s** on one thread` +
+      (ceiling.bandwidthAllThreads ? `, **${fmt(ceiling.bandwidthAllThreads.gbps, 1)} GB/s** on ${ceiling.bandwidthAllThreads.threads} threads together.` : '.'));
+  }
   lines.push('FLOPs per call = 4·B·H·S·T·Dh (masked positions included). Times are end to end: Float32Array in, Float32Array out; ' +
     'except the heap tensor rows, whose inputs are copied onto the wasm heap before timing and whose output stays there (no copies timed).');
   const rounds = run.options?.rounds ?? 1;
