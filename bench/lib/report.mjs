@@ -1,7 +1,7 @@
 // Markdown tables and a hand-written SVG chart from the collected results.
-import { SHAPES, describeShape } from './shapes.mjs';
+import { SHAPES, PAIRS, describeShape } from './shapes.mjs';
 
-export const IMPL_ORDER = ['mha-wasm', 'mha-wasm-2t', 'mha-wasm-heap', 'mha-wasm-heap-2t', 'plain-js', 'ort-std', 'ort-mha', 'tfjs-wasm'];
+export const IMPL_ORDER = ['mha-wasm', 'mha-wasm-2t', 'mha-wasm-heap', 'mha-wasm-heap-2t', 'plain-js', 'ort-std', 'ort-mha', 'ort-gqa', 'tfjs-wasm'];
 export const IMPL_LABELS = {
   'mha-wasm': 'mha-wasm',
   'mha-wasm-2t': 'mha-wasm 2 threads',
@@ -10,9 +10,10 @@ export const IMPL_LABELS = {
   'plain-js': 'plain JS',
   'ort-std': 'ORT std ops',
   'ort-mha': 'ORT contrib MHA',
+  'ort-gqa': 'ORT contrib GQA',
   'tfjs-wasm': 'tfjs-backend-wasm',
 };
-const COLORS = { 'mha-wasm': '#d62728', 'mha-wasm-2t': '#8c1a1a', 'mha-wasm-heap': '#ff9896', 'mha-wasm-heap-2t': '#c45a5a', 'plain-js': '#7f7f7f', 'ort-std': '#1f77b4', 'ort-mha': '#17becf', 'tfjs-wasm': '#ff7f0e' };
+const COLORS = { 'mha-wasm': '#d62728', 'mha-wasm-2t': '#8c1a1a', 'mha-wasm-heap': '#ff9896', 'mha-wasm-heap-2t': '#c45a5a', 'plain-js': '#7f7f7f', 'ort-std': '#1f77b4', 'ort-mha': '#17becf', 'ort-gqa': '#2ca02c', 'tfjs-wasm': '#ff7f0e' };
 
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
 const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
@@ -88,6 +89,7 @@ export function markdown(run) {
   }
   lines.push('', '\\* plain JS timed on an evenly spread subset of query rows and extrapolated to the full shape.', '');
   lines.push(...threadScaling(results, shapes));
+  lines.push(...optionPairs(results));
 
   lines.push('## Details', '');
   lines.push('| shape | implementation | status | median ms | min ms | reps | GFLOP/s | % ceiling | mha-wasm speedup | first call ms | load ms | peak RSS MB | check vs plain JS (max abs err) |');
@@ -137,6 +139,23 @@ function threadScaling(results, shapes) {
     const [c1, c2, h1, h2] = times;
     const ratio = (one, two) => (one !== undefined && two !== undefined ? `${fmt(one / two)}×` : '—');
     lines.push(`| ${s.name} ${describeShape(s)} | ${fmtMs(c1)} | ${fmtMs(c2)} | ${ratio(c1, c2)} | ${fmtMs(h1)} | ${fmtMs(h2)} | ${ratio(h1, h2)} |`);
+  }
+  lines.push('');
+  return lines;
+}
+
+/** Issue #13's ratios (shapes.mjs PAIRS): each option's call against the call without it, mha-wasm 1 thread. */
+function optionPairs(results) {
+  const median = (shape) => results.find((r) => r.impl === 'mha-wasm' && r.shape === shape && r.status === 'ok')?.medianMs;
+  const flops = (shape) => results.find((r) => r.impl === 'mha-wasm' && r.shape === shape && r.status === 'ok')?.flops;
+  const rows = PAIRS.filter((p) => median(p.shape) !== undefined && median(p.against) !== undefined);
+  if (rows.length === 0) return [];
+  const lines = ['## Options against the call without them (mha-wasm, 1 thread, same run)', ''];
+  lines.push('| shape | against | ms | ms | ratio | target |', '| --- | --- | ---: | ---: | ---: | --- |');
+  for (const p of rows) {
+    const [a, b] = [median(p.shape), median(p.against)];
+    const ratio = p.speed ? `${fmt(flops(p.shape) / a / (flops(p.against) / b))}x GFLOP/s` : p.speedup ? `${fmt(b / a)}x faster` : `${fmt(a / b)}x the time`;
+    lines.push(`| ${p.shape} | ${p.against} | ${fmtMs(a)} | ${fmtMs(b)} | ${ratio} | ${p.target} |`);
   }
   lines.push('');
   return lines;
