@@ -3,7 +3,8 @@
 import { IMPLS } from './impls/index.mjs';
 import { shapeByName } from './lib/shapes.mjs';
 import { measure } from './lib/measure.mjs';
-import { measureCeiling } from './lib/ceiling.mjs';
+import { measureCeilings } from './lib/ceiling.mjs';
+import { measureBandwidthThreads } from './lib/bandwidth-threads.mjs';
 
 const config = JSON.parse(process.argv[2]);
 const send = (msg) => new Promise((resolve) => (process.send ? process.send(msg, () => resolve()) : (console.log(JSON.stringify(msg)), resolve())));
@@ -11,7 +12,9 @@ const maxRss = () => process.resourceUsage().maxRSS * 1024;
 
 async function main() {
   if (config.impl === 'ceiling') {
-    const r = measureCeiling();
+    const r = await measureCeilings();
+    // All cores reading at once: the bandwidth a multi-threaded decode step can get.
+    r.bandwidthAllThreads = await measureBandwidthThreads({ threads: config.threads ?? 2 });
     await send({ type: 'result', result: { impl: 'ceiling', status: 'ok', ...r, peakRssBytes: maxRss() } });
     return;
   }

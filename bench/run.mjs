@@ -9,7 +9,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SHAPES, shapeByName, describeShape, flopsOf } from './lib/shapes.mjs';
-import { IMPL_NAMES } from './impls/index.mjs';
+import { IMPL_NAMES, IMPLS, supports } from './impls/index.mjs';
 import { DEFAULT_SEED } from './lib/prng.mjs';
 import { markdown, svg, speedups, statusText, IMPL_LABELS } from './lib/report.mjs';
 import { environment, loadAverage } from './lib/env.mjs';
@@ -182,7 +182,9 @@ async function main() {
   const measureCeilingChild = async (when) => {
     const c = await runChild({ impl: 'ceiling' }, 60);
     ceilings.push({ when, ...c });
-    console.error(`ceiling (${when}): ${c.gflops?.toFixed(1) ?? 'failed'} GFLOP/s (12 f32x4 mul+add chains, one core)`);
+    console.error(`ceiling (${when}): ${c.gflops?.toFixed(1) ?? 'failed'} GFLOP/s (12 f32x4 mul+add chains, one core)` +
+      (c.fma ? `, relaxed_madd ${c.fma.gflops.toFixed(1)} GFLOP/s (${c.fma.ratioFma.toFixed(2)}x)` : ', relaxed_madd: not enabled in this engine') +
+      (c.bandwidth ? `, streaming read ${c.bandwidth.gbps.toFixed(1)} GB/s on 1 thread, ${c.bandwidthAllThreads?.gbps.toFixed(1)} GB/s on ${c.bandwidthAllThreads?.threads}` : ''));
   };
   if (opts.ceiling) await measureCeilingChild('start');
   for (const name of opts.shapes) {
@@ -194,22 +196,32 @@ async function main() {
     const budgetMs = opts.budgetMs / rounds;
     console.error(`-- ${name} ${describeShape(shape)}: ${(flopsOf(shape) / 1e9).toFixed(3)} GFLOP per call` +
       (rounds > 1 ? `, ${rounds} rounds of ${budgetMs.toFixed(0)} ms per row` : ''));
-    const perImpl = new Map(opts.impls.map((impl) => [impl, []]));
+    // A peer without one of the shape's options gets a skipped row that says why, not another computation.
+    const runnable = opts.impls.filter((impl) => {
+      const ok = supports(impl, shape);
+      if (ok !== true) run.results.push({ impl, shape: name, status: 'skipped', error: `${IMPLS[impl].label} ${ok}` });
+      return ok === true;
+    });
+    const perImpl = new Map(runnable.map((impl) => [impl, []]));
     for (let round = 0; round < rounds; round++) {
-      const order = round % 2 === 0 ? opts.impls : [...opts.impls].reverse();
+      const order = round % 2 === 0 ? runnable : [...runnable].reverse();
       for (const impl of order) {
         const r = await runChild({ impl, shape: name, seed: opts.seed, budgetMs, minReps: 3 }, opts.timeoutS);
         perImpl.get(impl).push(r);
         console.error(`   ${rounds > 1 ? `[${round + 1}/${rounds}] ` : ''}${fmtRow(r)}`);
       }
     }
-    for (const impl of opts.impls) run.results.push(poolRounds(perImpl.get(impl)));
+    for (const impl of runnable) run.results.push(poolRounds(perImpl.get(impl)));
   }
   if (opts.ceiling) {
     await measureCeilingChild('end');
     const ok = ceilings.filter((c) => c.status === 'ok');
     const best = ok.sort((a, b) => b.gflops - a.gflops)[0];
-    run.ceiling = best ? { ...best, runs: ceilings.map((c) => ({ when: c.when, gflops: c.gflops, medianGflops: c.medianGflops })) } : { gflops: undefined, error: ceilings.map((c) => c.error).join('; ') };
+    const bestOf = (pick) => ok.map(pick).filter(Boolean).sort((a, b) => (b.gflops ?? b.gbps) - (a.gflops ?? a.gbps))[0] ?? null;
+    run.ceiling = best
+      ? { ...best, fma: bestOf((c) => c.fma), bandwidth: bestOf((c) => c.bandwidth), bandwidthAllThreads: bestOf((c) => c.bandwidthAllThreads),
+        runs: ceilings.map((c) => ({ when: c.when, gflops: c.gflops, medianGflops: c.medianGflops, fmaGflops: c.fma?.gflops, gbps: c.bandwidth?.gbps, gbpsAllThreads: c.bandwidthAllThreads?.gbps })) }
+      : { gflops: undefined, error: ceilings.map((c) => c.error).join('; ') };
   }
   run.env.loadAverageEnd = loadAverage();
   run.totalSeconds = (Date.now() - started) / 1000;

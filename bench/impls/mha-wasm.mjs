@@ -9,7 +9,7 @@ export async function create(shape, { distUrl = new URL('../../dist/index.js', i
   const { createMHA } = await import(distUrl);
   const mha = await createMHA({ threads });
   if (mha.info.threads !== threads) throw new Error(`asked for ${threads} threads, got ${mha.info.threads} (${mha.info.build})`);
-  const options = { batch: shape.B, seqLen: shape.S, kvSeqLen: shape.T, dModel: shape.D, numHeads: shape.H, causal: !!shape.causal };
+  const options = { batch: shape.B, seqLen: shape.S, kvSeqLen: shape.T, dModel: shape.D, numHeads: shape.H, causal: !!shape.causal, ...modelOptions(shape) };
   const info = { ...mha.info, mask: shape.causal ? 'causal: true' : 'none' };
   if (!heapTensors) {
     return {
@@ -40,4 +40,15 @@ export async function create(shape, { distUrl = new URL('../../dist/index.js', i
       mha.dispose(); // frees the tensors too
     },
   };
+}
+
+/** The options of docs/spec.md Part 2 that a bench shape sets, by their API names. */
+function modelOptions(shape) {
+  const o = {};
+  if (shape.Hkv !== undefined) o.numKvHeads = shape.Hkv;
+  if (shape.window) o.window = shape.window;
+  if (shape.softcap !== undefined) o.softcap = shape.softcap;
+  if (shape.alibiSlopes) o.alibiSlopes = shape.alibiSlopes;
+  if (shape.bias) Object.assign(o, { bias: shape.bias, biasShape: shape.biasShape });
+  return o;
 }

@@ -1,7 +1,7 @@
 // onnxruntime-web peers (WASM execution provider, one thread): the standard-op graph and the
 // com.microsoft.MultiHeadAttention contrib op.
 import * as ort from 'onnxruntime-web';
-import { standardOpsModel, contribModel, causalBias, causalMaskInt32 } from '../lib/onnx-models.mjs';
+import { standardOpsModel, contribModel, gqaModel, causalBias, causalMaskInt32 } from '../lib/onnx-models.mjs';
 
 async function session(bytes) {
   ort.env.wasm.numThreads = 1;
@@ -10,18 +10,20 @@ async function session(bytes) {
 }
 
 // One feed/run/dispose wrapper for both graphs; `extra` holds the mask input of a causal run.
-function peer(sess, { B, S, T, D }, extra, info) {
+function peer(sess, { B, S, T, D, H, Hkv = H }, extra, info) {
+  const kvD = (D / H) * Hkv;
   return {
     info: { ort: ort.env.versions?.web ?? 'unknown', threads: ort.env.wasm.numThreads, ...info },
     async run(q, k, v) {
       const feeds = {
         q: new ort.Tensor('float32', q, [B, S, D]),
-        k: new ort.Tensor('float32', k, [B, T, D]),
-        v: new ort.Tensor('float32', v, [B, T, D]),
+        k: new ort.Tensor('float32', k, [B, T, kvD]),
+        v: new ort.Tensor('float32', v, [B, T, kvD]),
         ...extra,
       };
       const res = await sess.run(feeds);
       const out = res.out.data;
+      for (const t of Object.values(res)) if (t !== res.out) t.dispose?.();
       res.out.dispose?.();
       return out;
     },
@@ -45,4 +47,22 @@ export async function createContrib(shape) {
   const { B, S, T } = shape;
   const extra = masked ? { mask: new ort.Tensor('int32', causalMaskInt32(B, S, T), [B, S, T]) } : {};
   return peer(sess, shape, extra, { graph: 'com.microsoft.MultiHeadAttention', mask: masked ? 'key_padding_mask int32 (B,S,T), -10000 added' : 'none' });
+}
+
+/**
+ * com.microsoft.GroupQueryAttention over an empty past: onnxruntime's own grouped-query kernel (causal
+ * only, S = T). Its present K/V outputs (the cache it would hand to the next step) are part of the call.
+ */
+export async function createGqa(shape) {
+  const sess = await session(gqaModel(shape));
+  const { B, S, D, H } = shape;
+  const Hkv = shape.Hkv ?? H;
+  const Dh = D / H;
+  const extra = {
+    past_key: new ort.Tensor('float32', new Float32Array(0), [B, Hkv, 0, Dh]),
+    past_value: new ort.Tensor('float32', new Float32Array(0), [B, Hkv, 0, Dh]),
+    seqlens_k: new ort.Tensor('int32', new Int32Array(B).fill(S - 1), [B]),
+    total_sequence_length: new ort.Tensor('int32', Int32Array.of(S), []),
+  };
+  return peer(sess, shape, extra, { graph: 'com.microsoft.GroupQueryAttention', mask: 'causal (the op is always causal)' });
 }

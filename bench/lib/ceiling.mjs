@@ -1,5 +1,8 @@
-// Single-core WASM SIMD ceiling: a hand-assembled module whose hot loop runs 12 independent
-// f32x4 multiply+add chains (x_i = x_i * m + c), 8 FLOPs per chain per step, no loads or stores.
+// Single-core WASM SIMD ceilings: a hand-assembled module whose hot loop runs 12 independent
+// f32x4 chains x_i = x_i * m + c, 8 FLOPs per chain per step, no loads or stores. Two twins:
+//   mul+add       f32x4.mul then f32x4.add (SIMD128 has no fused multiply-add): prefill's limit today;
+//   relaxed_madd  one f32x4.relaxed_madd per step (Relaxed SIMD): the limit of an FMA build, measured
+//                 only where the engine validates the opcode.
 // The bytes are emitted here directly (no build step). Isomorphic: no imports.
 
 const CHAINS = 12;
@@ -34,9 +37,13 @@ const F32X4_SPLAT = [SIMD, ...uleb(19)];
 const F32X4_EXTRACT_LANE = [SIMD, ...uleb(31)];
 const F32X4_ADD = [SIMD, ...uleb(228)];
 const F32X4_MUL = [SIMD, ...uleb(230)];
+const F32X4_RELAXED_MADD = [SIMD, ...uleb(261)]; // relaxed_madd(a, b, c) = a * b + c, fused or not
 
-/** Bytes of the module: export `run(iterations: i32) -> f32`. */
-export function ceilingModuleBytes() {
+/**
+ * Bytes of the module: export `run(iterations: i32) -> f32`.
+ * @param {{fma?: boolean}} [o] fma: one relaxed_madd per step instead of mul + add
+ */
+export function ceilingModuleBytes({ fma = false } = {}) {
   // Locals: 0 = iterations (param), 1..12 = chains, 13 = m, 14 = c.
   const M = CHAINS + 1, C = CHAINS + 2;
   const body = [];
@@ -46,7 +53,8 @@ export function ceilingModuleBytes() {
   body.push(LOOP, BLOCKTYPE_EMPTY);
   for (let u = 0; u < UNROLL; u++) {
     for (let i = 1; i <= CHAINS; i++) {
-      body.push(LOCAL_GET, i, LOCAL_GET, M, ...F32X4_MUL, LOCAL_GET, C, ...F32X4_ADD, LOCAL_SET, i);
+      if (fma) body.push(LOCAL_GET, i, LOCAL_GET, M, LOCAL_GET, C, ...F32X4_RELAXED_MADD, LOCAL_SET, i);
+      else body.push(LOCAL_GET, i, LOCAL_GET, M, ...F32X4_MUL, LOCAL_GET, C, ...F32X4_ADD, LOCAL_SET, i);
     }
   }
   // iterations -= 1; continue while nonzero
@@ -69,12 +77,18 @@ export function ceilingModuleBytes() {
 /** FLOPs of run(iterations). */
 export const flopsPerIteration = CHAINS * UNROLL * 8;
 
+/** True when this engine compiles the relaxed_madd twin (Relaxed SIMD enabled). */
+export function hasRelaxedSimd() {
+  return WebAssembly.validate(ceilingModuleBytes({ fma: true }));
+}
+
 /**
  * Measures peak GFLOP/s: calibrates a call to ~targetMs, then takes the best of `trials` calls.
- * Synchronous; returns { gflops, samples, iterations, ... }.
+ * Synchronous; returns { gflops, samples, iterations, ... }. With fma: the relaxed_madd twin (the caller
+ * checks hasRelaxedSimd() first: the module does not compile without the feature).
  */
-export function measureCeiling({ targetMs = 100, trials = 15 } = {}) {
-  const bytes = ceilingModuleBytes();
+export function measureCeiling({ targetMs = 100, trials = 15, fma = false } = {}) {
+  const bytes = ceilingModuleBytes({ fma });
   const instance = new WebAssembly.Instance(new WebAssembly.Module(bytes), {});
   const run = instance.exports.run;
   let iterations = 1 << 14;
@@ -104,7 +118,32 @@ export function measureCeiling({ targetMs = 100, trials = 15 } = {}) {
     iterations,
     chains: CHAINS,
     unroll: UNROLL,
+    op: fma ? 'f32x4.relaxed_madd' : 'f32x4.mul + f32x4.add',
     moduleBytes: bytes.length,
     checksum: sink,
+  };
+}
+
+/**
+ * Every physical ceiling of this engine in one go, interleaved so a slow spell of the shared machine
+ * falls on all of them: the mul+add ceiling, its relaxed_madd twin (null where the engine lacks Relaxed
+ * SIMD) and the single-thread streaming-read bandwidth (bandwidth.mjs). Each figure is the best of
+ * `rounds` measurements; `ratioFma` is fma / mul+add of the same round, median over rounds.
+ */
+export async function measureCeilings({ rounds = 3, bandwidth = true } = {}) {
+  const { measureBandwidth } = await import('./bandwidth.mjs');
+  const fmaAvailable = hasRelaxedSimd();
+  const mulAdd = [], fma = [], bw = [];
+  for (let r = 0; r < rounds; r++) {
+    mulAdd.push(measureCeiling({ trials: 7 }));
+    if (fmaAvailable) fma.push(measureCeiling({ trials: 7, fma: true }));
+    if (bandwidth) bw.push(measureBandwidth({ trials: 5 }));
+  }
+  const best = (xs, key) => xs.reduce((a, b) => (b[key] > a[key] ? b : a));
+  const ratios = fma.map((f, r) => f.gflops / mulAdd[r].gflops).sort((a, b) => a - b);
+  return {
+    ...best(mulAdd, 'gflops'),
+    fma: fmaAvailable ? { ...best(fma, 'gflops'), ratioFma: ratios[ratios.length >> 1] } : null,
+    bandwidth: bandwidth ? best(bw, 'gbps') : null,
   };
 }

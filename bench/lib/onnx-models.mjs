@@ -128,3 +128,34 @@ export function causalMaskInt32(B, S, T) {
   for (let b = 0; b < B; b++) for (let i = 0; i < S; i++) for (let j = 0; j <= i && j < T; j++) mask[(b * S + i) * T + j] = 1;
   return mask;
 }
+
+/**
+ * com.microsoft.GroupQueryAttention contrib op over an empty past (a prefill: S = T, always causal,
+ * lower-right aligned). Inputs q (B,S,H·Dh), k and v (B,S,Hkv·Dh), past_key/past_value (B,Hkv,0,Dh),
+ * seqlens_k (B) int32 = S - 1, total_sequence_length int32 scalar = S. A window [left, 0] is its
+ * local_window_size = left; softcap its softcap attribute. Outputs out and the present K/V.
+ */
+export function gqaModel(shape) {
+  const { B, S, D, H } = shape;
+  const Hkv = shape.Hkv ?? H;
+  const Dh = D / H;
+  const attrs = [int('num_heads', H), int('kv_num_heads', Hkv), float('scale', Math.fround(1 / Math.sqrt(Dh)))];
+  if (shape.window) attrs.push(int('local_window_size', shape.window[0]));
+  if (shape.softcap !== undefined) attrs.push(float('softcap', shape.softcap));
+  const graph = onnx.GraphProto.create({
+    name: 'gqa_contrib',
+    node: [node('GroupQueryAttention', ['q', 'k', 'v', 'past_key', 'past_value', 'seqlens_k', 'total_sequence_length'],
+      ['out', 'present_key', 'present_value'], attrs, 'com.microsoft')],
+    input: [
+      valueInfo('q', FLOAT, [B, S, H * Dh]),
+      valueInfo('k', FLOAT, [B, S, Hkv * Dh]),
+      valueInfo('v', FLOAT, [B, S, Hkv * Dh]),
+      valueInfo('past_key', FLOAT, [B, Hkv, 0, Dh]),
+      valueInfo('past_value', FLOAT, [B, Hkv, 0, Dh]),
+      valueInfo('seqlens_k', INT32, [B]),
+      valueInfo('total_sequence_length', INT32, []),
+    ],
+    output: [valueInfo('out', FLOAT, [B, S, H * Dh]), valueInfo('present_key', FLOAT, [B, Hkv, S, Dh]), valueInfo('present_value', FLOAT, [B, Hkv, S, Dh])],
+  });
+  return model(graph, [['', 17], ['com.microsoft', 1]]);
+}

@@ -1,7 +1,7 @@
 // Markdown tables and a hand-written SVG chart from the collected results.
-import { SHAPES, describeShape } from './shapes.mjs';
+import { SHAPES, PAIRS, describeShape } from './shapes.mjs';
 
-export const IMPL_ORDER = ['mha-wasm', 'mha-wasm-2t', 'mha-wasm-heap', 'mha-wasm-heap-2t', 'plain-js', 'ort-std', 'ort-mha', 'tfjs-wasm'];
+export const IMPL_ORDER = ['mha-wasm', 'mha-wasm-2t', 'mha-wasm-heap', 'mha-wasm-heap-2t', 'plain-js', 'ort-std', 'ort-mha', 'ort-gqa', 'tfjs-wasm'];
 export const IMPL_LABELS = {
   'mha-wasm': 'mha-wasm',
   'mha-wasm-2t': 'mha-wasm 2 threads',
@@ -10,9 +10,10 @@ export const IMPL_LABELS = {
   'plain-js': 'plain JS',
   'ort-std': 'ORT std ops',
   'ort-mha': 'ORT contrib MHA',
+  'ort-gqa': 'ORT contrib GQA',
   'tfjs-wasm': 'tfjs-backend-wasm',
 };
-const COLORS = { 'mha-wasm': '#d62728', 'mha-wasm-2t': '#8c1a1a', 'mha-wasm-heap': '#ff9896', 'mha-wasm-heap-2t': '#c45a5a', 'plain-js': '#7f7f7f', 'ort-std': '#1f77b4', 'ort-mha': '#17becf', 'tfjs-wasm': '#ff7f0e' };
+const COLORS = { 'mha-wasm': '#d62728', 'mha-wasm-2t': '#8c1a1a', 'mha-wasm-heap': '#ff9896', 'mha-wasm-heap-2t': '#c45a5a', 'plain-js': '#7f7f7f', 'ort-std': '#1f77b4', 'ort-mha': '#17becf', 'ort-gqa': '#2ca02c', 'tfjs-wasm': '#ff7f0e' };
 
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
 const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
@@ -55,6 +56,12 @@ export function markdown(run) {
   lines.push('');
   const ceilRuns = ceiling?.runs ? ` (runs: ${ceiling.runs.map((c) => `${c.when} ${fmt(c.gflops, 1)}`).join(', ')})` : '';
   lines.push(`Ceiling (12 independent f32x4 mul+add chains, one core): **${fmt(ceil, 1)} GFLOP/s**, best call of the best run${ceilRuns}.`);
+  if (ceiling?.fma) lines.push(`FMA ceiling (the same chains with f32x4.relaxed_madd): **${fmt(ceiling.fma.gflops, 1)} GFLOP/s**, ${fmt(ceiling.fma.ratioFma)}x mul+add in the same rounds.`);
+  else if (ceiling) lines.push('FMA ceiling: this engine does not enable Relaxed SIMD (Node 20 needs --experimental-wasm-relaxed-simd).');
+  if (ceiling?.bandwidth) {
+    lines.push(`Memory bandwidth (streaming v128 reads over ${fmtMB(ceiling.bandwidth.bufferBytes)} MB, 8x the 32 MiB L3 of the machines this was tuned on): **${fmt(ceiling.bandwidth.gbps, 1)} GB/s** on one thread` +
+      (ceiling.bandwidthAllThreads ? `, **${fmt(ceiling.bandwidthAllThreads.gbps, 1)} GB/s** on ${ceiling.bandwidthAllThreads.threads} threads together.` : '.'));
+  }
   lines.push('FLOPs per call = 4·B·H·S·T·Dh (masked positions included). Times are end to end: Float32Array in, Float32Array out; ' +
     'except the heap tensor rows, whose inputs are copied onto the wasm heap before timing and whose output stays there (no copies timed).');
   const rounds = run.options?.rounds ?? 1;
@@ -82,6 +89,7 @@ export function markdown(run) {
   }
   lines.push('', '\\* plain JS timed on an evenly spread subset of query rows and extrapolated to the full shape.', '');
   lines.push(...threadScaling(results, shapes));
+  lines.push(...optionPairs(results));
 
   lines.push('## Details', '');
   lines.push('| shape | implementation | status | median ms | min ms | reps | GFLOP/s | % ceiling | mha-wasm speedup | first call ms | load ms | peak RSS MB | check vs plain JS (max abs err) |');
@@ -131,6 +139,23 @@ function threadScaling(results, shapes) {
     const [c1, c2, h1, h2] = times;
     const ratio = (one, two) => (one !== undefined && two !== undefined ? `${fmt(one / two)}×` : '—');
     lines.push(`| ${s.name} ${describeShape(s)} | ${fmtMs(c1)} | ${fmtMs(c2)} | ${ratio(c1, c2)} | ${fmtMs(h1)} | ${fmtMs(h2)} | ${ratio(h1, h2)} |`);
+  }
+  lines.push('');
+  return lines;
+}
+
+/** Issue #13's ratios (shapes.mjs PAIRS): each option's call against the call without it, mha-wasm 1 thread. */
+function optionPairs(results) {
+  const median = (shape) => results.find((r) => r.impl === 'mha-wasm' && r.shape === shape && r.status === 'ok')?.medianMs;
+  const flops = (shape) => results.find((r) => r.impl === 'mha-wasm' && r.shape === shape && r.status === 'ok')?.flops;
+  const rows = PAIRS.filter((p) => median(p.shape) !== undefined && median(p.against) !== undefined);
+  if (rows.length === 0) return [];
+  const lines = ['## Options against the call without them (mha-wasm, 1 thread, same run)', ''];
+  lines.push('| shape | against | ms | ms | ratio | target |', '| --- | --- | ---: | ---: | ---: | --- |');
+  for (const p of rows) {
+    const [a, b] = [median(p.shape), median(p.against)];
+    const ratio = p.speed ? `${fmt(flops(p.shape) / a / (flops(p.against) / b))}x GFLOP/s` : p.speedup ? `${fmt(b / a)}x faster` : `${fmt(a / b)}x the time`;
+    lines.push(`| ${p.shape} | ${p.against} | ${fmtMs(a)} | ${fmtMs(b)} | ${ratio} | ${p.target} |`);
   }
   lines.push('');
   return lines;

@@ -1,4 +1,11 @@
-// Benchmark shapes. B batch, S query rows, T key/value rows, D model size, H heads (Dh = D / H).
+// Benchmark shapes. B batch, S query rows, T key/value rows, D model size, H heads (Dh = D / H), and the
+// options of docs/spec.md Part 2 by their reference names (bench/lib/reference.mjs): Hkv, window, softcap,
+// alibiSlopes, biasShape (the bias itself is drawn with the inputs, bench/lib/prng.mjs).
+
+/** ALiBi slopes of the paper (Press et al.) for H heads, a power of two: 2^(-8(h+1)/H). */
+export function alibiSlopes(H) {
+  return Array.from({ length: H }, (_, h) => Math.fround(2 ** ((-8 * (h + 1)) / H)));
+}
 
 export const SHAPES = [
   { name: 'seed', B: 2, S: 5, T: 5, D: 12, H: 3, causal: false },
@@ -8,6 +15,35 @@ export const SHAPES = [
   { name: 'cross', B: 4, S: 64, T: 1024, D: 512, H: 8, causal: false },
   { name: 'long2k', B: 1, S: 2048, T: 2048, D: 768, H: 12, causal: false },
   { name: 'long8k', B: 1, S: 8192, T: 8192, D: 512, H: 8, causal: false },
+  // Options for real models (issue #13), each beside the call it is compared with (PAIRS).
+  { name: 'gqa2k', B: 1, S: 2048, T: 2048, D: 2048, H: 32, Hkv: 8, causal: true },
+  { name: 'gqa2k-mha', B: 1, S: 2048, T: 2048, D: 2048, H: 32, Hkv: 32, causal: true },
+  // The 8k pair runs mha-wasm and plain JS only: the ORT and TF.js rows of long8k take minutes and GBs.
+  { name: 'window8k', B: 1, S: 8192, T: 8192, D: 512, H: 8, causal: true, window: [511, 0], only: ['mha-wasm', 'mha-wasm-2t', 'plain-js'] },
+  { name: 'causal8k', B: 1, S: 8192, T: 8192, D: 512, H: 8, causal: true, only: ['mha-wasm', 'mha-wasm-2t', 'plain-js'] },
+  { name: 'bert-bias', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, biasShape: [1, 12, 128, 128] },
+  { name: 'bert-alibi', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, alibiSlopes: alibiSlopes(12) },
+  { name: 'bert-softcap', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, softcap: 30 },
+];
+
+/** The shapes that uses no option of docs/spec.md Part 2 (the v1 set, the default of a run). */
+export const V1_SHAPES = SHAPES.filter((s) => !hasOptions(s)).map((s) => s.name);
+
+/** True when a shape uses an option of Part 2 (peers without that option skip it). */
+export function hasOptions(s) {
+  return (s.Hkv !== undefined && s.Hkv !== s.H) || !!s.window || s.softcap !== undefined || !!s.alibiSlopes || !!s.biasShape;
+}
+
+/**
+ * Issue #13's ratios, each measured in one run: time of `shape` over time of `against` (both mha-wasm,
+ * 1 thread) with its target; `speed: true` compares GFLOP/s instead (higher is better).
+ */
+export const PAIRS = [
+  { shape: 'gqa2k', against: 'gqa2k-mha', speed: true, target: '>= 1.0x the GFLOP/s of Hkv = H' },
+  { shape: 'window8k', against: 'causal8k', speedup: true, target: '>= 6x faster than full causal' },
+  { shape: 'bert-bias', against: 'bert', target: '<= 1.25x the time of bert', max: 1.25 },
+  { shape: 'bert-alibi', against: 'bert', target: '<= 1.15x', max: 1.15 },
+  { shape: 'bert-softcap', against: 'bert', target: '<= 1.3x', max: 1.3 },
 ];
 
 export function shapeByName(name) {
@@ -23,5 +59,13 @@ export function flopsOf(shape) {
 }
 
 export function describeShape(s) {
-  return `(${s.B},${s.S},${s.T},${s.D},${s.H}${s.causal ? ',causal' : ''})`;
+  const options = [
+    s.Hkv !== undefined && s.Hkv !== s.H ? `Hkv ${s.Hkv}` : '',
+    s.causal ? 'causal' : '',
+    s.window ? `window [${s.window.join(', ')}]` : '',
+    s.biasShape ? `bias [${s.biasShape.join(',')}]` : '',
+    s.alibiSlopes ? 'ALiBi' : '',
+    s.softcap !== undefined ? `softcap ${s.softcap}` : '',
+  ].filter(Boolean);
+  return `(${s.B},${s.S},${s.T},${s.D},${s.H}${options.length ? `,${options.join(',')}` : ''})`;
 }
