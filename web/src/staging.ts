@@ -149,40 +149,62 @@ export type Operand = Float32Array | number;
  * (batch item, head, query row) through the same operations however the call is split.
  *
  * A call is split only when its batch slices are independent: no typed array that views this heap (the
- * staging malloc can detach it, which the whole-call path handles), and an `out` array that overlaps an
+ * staging malloc can detach it, which the whole-call path handles), and outputs (out, lse) that overlap an
  * input only as the identical range (then each group writes only rows that group has already read).
  * `perItem`: the bytes staged per batch item.
  */
 function stagingGroup(wasm: MhaWasmModule, batch: number, perItem: number, inputs: readonly (Operand | undefined)[],
-  out: Operand | undefined, mask: Uint8Array | undefined): number {
+  outputs: readonly (Operand | undefined)[], mask: Uint8Array | undefined): number {
   const heapBuffer = wasm.HEAPF32.buffer;
   if (mask?.buffer === heapBuffer) return batch;
-  for (const operand of [...inputs, out]) {
+  for (const operand of [...inputs, ...outputs]) {
     if (operand instanceof Float32Array && operand.buffer === heapBuffer) return batch;
   }
-  if (out instanceof Float32Array) {
+  for (const output of outputs) {
+    if (!(output instanceof Float32Array)) continue;
     for (const input of inputs) {
-      if (!(input instanceof Float32Array) || input === out || input.buffer !== out.buffer) continue;
-      const same = input.byteOffset === out.byteOffset && input.length === out.length;
-      const overlap = input.byteOffset < out.byteOffset + out.byteLength && out.byteOffset < input.byteOffset + input.byteLength;
+      if (!(input instanceof Float32Array) || input === output || input.buffer !== output.buffer) continue;
+      const same = input.byteOffset === output.byteOffset && input.length === output.length;
+      const overlap = input.byteOffset < output.byteOffset + output.byteLength && output.byteOffset < input.byteOffset + input.byteLength;
       if (overlap && !same) return batch;
     }
   }
   return Math.max(1, Math.min(batch, Math.floor(STAGING_GROUP_BYTES / perItem)));
 }
 
-/** Dims that staging needs: B, S, T, D. */
+/** Dims that staging needs: B, S, T, D, H and the width of k and v, Hkv·Dh. */
 interface StagedDims {
   batch: number;
   seqLen: number;
   kvSeqLen: number;
   dModel: number;
+  numHeads: number;
+  kvDModel: number;
+}
+
+/** The tensors of one multiHeadAttention call, as staging sees them (a number: a heap tensor's address). */
+export interface AttentionOperands {
+  q: Operand;
+  k: Operand;
+  v: Operand;
+  out: Operand | undefined;
+  mask: Uint8Array | undefined;
+  bias: Operand | undefined;
+  /** 1 = one bias for every batch item (staged once), else B (a slice per item). */
+  biasBatch: number;
+  /** Bias elements per batch item of biasShape. */
+  biasPerItem: number;
+  kvLengths: Int32Array | undefined;
+  alibiSlopes: Float32Array | undefined;
+  lse: Operand | undefined;
 }
 
 /**
- * What one multiHeadAttention call stages, per kernel call of `group` batch items. Slots, in `sizes` order:
- * q, k, v, out and the mask (0 bytes: no slot). Self-attention often passes one array as
- * q, k and v: it is staged once (the kernel only reads them).
+ * What one multiHeadAttention call stages, per kernel call of `group` batch items. Slots, in `sizes` order
+ * (0 bytes: no slot): q, k, v, out and the mask, and the bias, all a group's slice; the key lengths and
+ * ALiBi slopes, whole (a few bytes; each kernel call reads its slice of the key lengths); the lse, a
+ * group's slice. A bias broadcast over the batch (biasShape [1, ...]) is staged once, whole. Self-attention
+ * often passes one array as q, k and v: it is staged once (the kernel only reads them).
  */
 export interface AttentionStaging {
   group: number;
@@ -191,26 +213,33 @@ export interface AttentionStaging {
   vIsQ: boolean;
   /** The kernel writes its result over the staged q (no out slot). */
   resultInQ: boolean;
+  /** The bias is staged (or addressed) a group's items at a time. */
+  biasSliced: boolean;
   sizes: number[];
 }
 
-export function planAttentionStaging(wasm: MhaWasmModule, d: StagedDims, qIn: Operand, kIn: Operand,
-  vIn: Operand, outIn: Operand | undefined, mask: Uint8Array | undefined): AttentionStaging {
-  const kIsQ = kIn === qIn;
-  const vIsK = vIn === kIn;
-  const vIsQ = !vIsK && vIn === qIn;
-  // Per batch item: elements of q/out and of k/v, bytes of the mask; then the bytes staged per item.
+export function planAttentionStaging(wasm: MhaWasmModule, d: StagedDims, o: AttentionOperands): AttentionStaging {
+  const { q, k, v, out, mask, bias, lse } = o;
+  const kIsQ = k === q;
+  const vIsK = v === k;
+  const vIsQ = !vIsK && v === q;
+  const biasSliced = bias !== undefined && o.biasBatch > 1;
+  // Per batch item: elements of q/out, k/v, lse, bytes of the mask; then the bytes staged per item.
   const qPer = d.seqLen * d.dModel;
-  const kvPer = d.kvSeqLen * d.dModel;
+  const kvPer = d.kvSeqLen * d.kvDModel;
   const maskPer = d.seqLen * d.kvSeqLen;
+  const lsePer = d.numHeads * d.seqLen;
   // The kernel may write its result over q (attention.hpp): a staged q that k and v do not share takes
   // it, so the call stages one buffer fewer (bert: 1.2 instead of 1.6 MB, 2-3% faster a call).
-  const resultInQ = typeof qIn !== 'number' && typeof outIn !== 'number' && !kIsQ && vIn !== qIn;
-  const perItem = stagedBytes(qIn, qPer) + (kIsQ ? 0 : stagedBytes(kIn, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(vIn, kvPer)) +
-    (resultInQ ? 0 : stagedBytes(outIn, qPer)) + (mask ? maskPer : 0);
+  const resultInQ = typeof q !== 'number' && typeof out !== 'number' && !kIsQ && v !== q;
+  const perItem = stagedBytes(q, qPer) + (kIsQ ? 0 : stagedBytes(k, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(v, kvPer)) +
+    (resultInQ ? 0 : stagedBytes(out, qPer)) + (mask ? maskPer : 0) + (biasSliced ? stagedBytes(bias, o.biasPerItem) : 0) +
+    stagedBytes(lse, lsePer);
   const group = perItem * d.batch <= STAGING_GROUP_BYTES ? d.batch
-    : stagingGroup(wasm, d.batch, perItem, [qIn, kIn, vIn], outIn, mask);
-  const sizes = [stagedBytes(qIn, group * qPer), kIsQ ? 0 : stagedBytes(kIn, group * kvPer),
-    vIsK || vIsQ ? 0 : stagedBytes(vIn, group * kvPer), resultInQ ? 0 : stagedBytes(outIn, group * qPer), mask ? group * maskPer : 0];
-  return { group, kIsQ, vIsK, vIsQ, resultInQ, sizes };
+    : stagingGroup(wasm, d.batch, perItem, [q, k, v, bias], [out, lse], mask);
+  const sizes = [stagedBytes(q, group * qPer), kIsQ ? 0 : stagedBytes(k, group * kvPer),
+    vIsK || vIsQ ? 0 : stagedBytes(v, group * kvPer), resultInQ ? 0 : stagedBytes(out, group * qPer), mask ? group * maskPer : 0,
+    stagedBytes(bias, biasSliced ? group * o.biasPerItem : o.biasPerItem), o.kvLengths ? o.kvLengths.byteLength : 0,
+    o.alibiSlopes ? o.alibiSlopes.byteLength : 0, stagedBytes(lse, group * lsePer)];
+  return { group, kIsQ, vIsK, vIsQ, resultInQ, biasSliced, sizes };
 }
