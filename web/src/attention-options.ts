@@ -158,19 +158,8 @@ function checkBiasShape(fn: string, value: unknown, d: Dims): [number, number] {
 /** Checks one tensor argument (q, k, v or bias) and returns what the call uses of it. */
 export type TensorCheck<T> = (name: string, value: unknown, expected: number, formula: () => string) => T;
 
-/** A checked attention call: its dims, tensor arguments, and options resolved to the values the core takes. */
-export interface AttentionCall<T, Bias> {
-  d: Dims;
-  /** Elements of q and out (B, S, D), and of k and v (B, T, Hkv·Dh). */
-  qLength: number;
-  kvLength: number;
-  qIn: T;
-  kIn: T;
-  /** undefined for attentionWeights, which has no v. */
-  vIn: T | undefined;
-  mask: Uint8Array | undefined;
-  causal: boolean;
-  scale: number;
+/** The options of docs/spec.md Part 2 but numKvHeads (a dim), resolved to the values of the call ABI. */
+export interface ModelOptions<Bias> {
   queryOffset: number;
   kvLengths: Int32Array | undefined;
   /** -1 = unbounded. */
@@ -189,10 +178,66 @@ export interface AttentionCall<T, Bias> {
   emptyRows: 0 | 1;
 }
 
+/** A call that sets none of them: one shared object, so such a call allocates none. */
+const NO_MODEL_OPTIONS: ModelOptions<never> = Object.freeze({
+  queryOffset: 0, kvLengths: undefined, windowLeft: -1, windowRight: -1, softcap: 0, alibiSlopes: undefined, bias: undefined,
+  biasBatch: 0, biasHeads: 0, biasPerItem: 0, emptyRows: 0,
+});
+
+/** Checks them in this order: queryOffset, kvLengths, window, softcap, alibiSlopes, biasShape and bias, emptyRows. */
+function checkModelOptions<Bias>(fn: string, o: Record<string, unknown>, d: Dims, checkBias: TensorCheck<Bias>): ModelOptions<Bias> {
+  // Each option is read once (a getter runs once), before any is checked.
+  const { queryOffset: offsetIn, kvLengths: lengthsIn, window: windowIn, softcap: capIn, alibiSlopes: slopesIn, bias: biasIn,
+    biasShape: biasShapeIn, emptyRows: emptyIn } = o;
+  if (offsetIn === undefined && lengthsIn === undefined && windowIn === undefined && capIn === undefined &&
+    slopesIn === undefined && biasIn === undefined && biasShapeIn === undefined && emptyIn === undefined) {
+    return NO_MODEL_OPTIONS;
+  }
+  const queryOffset = checkQueryOffset(fn, offsetIn, d);
+  const kvLengths = checkKvLengths(fn, lengthsIn, d);
+  const [windowLeft, windowRight] = checkWindow(fn, windowIn);
+  const softcap = checkSoftcap(fn, capIn);
+  const alibiSlopes = checkAlibiSlopes(fn, slopesIn, d);
+  if (biasIn === undefined && biasShapeIn !== undefined) {
+    throw new TypeError(`${fn}: biasShape: expected only together with bias, got biasShape ${describeList(biasShapeIn)} without bias`);
+  }
+  let bias: Bias | undefined;
+  let [biasBatch, biasHeads] = [0, 0];
+  if (biasIn !== undefined) {
+    [biasBatch, biasHeads] = checkBiasShape(fn, biasShapeIn, d);
+    const length = biasBatch * biasHeads * d.seqLen * d.kvSeqLen;
+    const formula = () => `biasShape [${biasBatch}, ${biasHeads}, ${d.seqLen}, ${d.kvSeqLen}] = ${biasBatch}*${biasHeads}*${d.seqLen}*${d.kvSeqLen}`;
+    if (length >= MAX_ELEMENTS) {
+      throw new RangeError(`${fn}: shape too large for a bias: ${formula()} = ${length} elements, expected fewer than 2^31`);
+    }
+    bias = checkBias(`${fn}: bias`, biasIn, length, formula);
+  }
+  const emptyRows = checkEmptyRows(fn, emptyIn);
+  return {
+    queryOffset, kvLengths, windowLeft, windowRight, softcap, alibiSlopes, bias, biasBatch, biasHeads,
+    biasPerItem: biasHeads * d.seqLen * d.kvSeqLen, emptyRows,
+  };
+}
+
+/** A checked attention call: its dims, tensor arguments, and options resolved to the values the core takes. */
+export interface AttentionCall<T, Bias> {
+  d: Dims;
+  /** Elements of q and out (B, S, D), and of k and v (B, T, Hkv·Dh). */
+  qLength: number;
+  kvLength: number;
+  qIn: T;
+  kIn: T;
+  /** undefined for attentionWeights, which has no v. */
+  vIn: T | undefined;
+  mask: Uint8Array | undefined;
+  causal: boolean;
+  scale: number;
+  model: ModelOptions<Bias>;
+}
+
 /**
  * What multiHeadAttention and attentionWeights both check, in this order: dims (numKvHeads included),
- * q, k, v (when `withV`), mask, causal, scale, queryOffset, kvLengths, window, softcap, alibiSlopes,
- * biasShape and bias, emptyRows.
+ * q, k, v (when `withV`), mask, causal, scale, then the model options (checkModelOptions).
  */
 export function checkAttentionCall<T, Bias>(fn: string, o: Record<string, unknown>, q: unknown, k: unknown, withV: boolean, v: unknown,
   check: TensorCheck<T>, checkBias: TensorCheck<Bias>): AttentionCall<T, Bias> {
@@ -205,28 +250,6 @@ export function checkAttentionCall<T, Bias>(fn: string, o: Record<string, unknow
   const mask = checkMask(fn, o.mask, d);
   const causal = checkCausal(fn, o.causal);
   const scale = checkScale(fn, o.scale, d.headDim);
-  const queryOffset = checkQueryOffset(fn, o.queryOffset, d);
-  const kvLengths = checkKvLengths(fn, o.kvLengths, d);
-  const [windowLeft, windowRight] = checkWindow(fn, o.window);
-  const softcap = checkSoftcap(fn, o.softcap);
-  const alibiSlopes = checkAlibiSlopes(fn, o.alibiSlopes, d);
-  let bias: Bias | undefined;
-  let [biasBatch, biasHeads] = [0, 0];
-  if (o.bias === undefined && o.biasShape !== undefined) {
-    throw new TypeError(`${fn}: biasShape: expected only together with bias, got biasShape ${describeList(o.biasShape)} without bias`);
-  }
-  if (o.bias !== undefined) {
-    [biasBatch, biasHeads] = checkBiasShape(fn, o.biasShape, d);
-    const length = biasBatch * biasHeads * d.seqLen * d.kvSeqLen;
-    const formula = () => `biasShape [${biasBatch}, ${biasHeads}, ${d.seqLen}, ${d.kvSeqLen}] = ${biasBatch}*${biasHeads}*${d.seqLen}*${d.kvSeqLen}`;
-    if (length >= MAX_ELEMENTS) {
-      throw new RangeError(`${fn}: shape too large for a bias: ${formula()} = ${length} elements, expected fewer than 2^31`);
-    }
-    bias = checkBias(`${fn}: bias`, o.bias, length, formula);
-  }
-  const emptyRows = checkEmptyRows(fn, o.emptyRows);
-  return {
-    d, qLength, kvLength, qIn, kIn, vIn, mask, causal, scale, queryOffset, kvLengths, windowLeft, windowRight, softcap, alibiSlopes,
-    bias, biasBatch, biasHeads, biasPerItem: biasHeads * d.seqLen * d.kvSeqLen, emptyRows,
-  };
+  const model = checkModelOptions(fn, o, d, checkBias);
+  return { d, qLength, kvLength, qIn, kIn, vIn, mask, causal, scale, model };
 }

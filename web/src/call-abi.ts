@@ -66,20 +66,21 @@ export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number,
   const f32 = wasm.HEAPF32;
   const base = at >>> 2;
   const d = call.d;
+  const m = call.model;
   i32[base + L.seq_len] = d.seqLen;
   i32[base + L.kv_seq_len] = d.kvSeqLen;
   i32[base + L.d_model] = d.dModel;
   i32[base + L.num_heads] = d.numHeads;
   i32[base + L.num_kv_heads] = d.numKvHeads;
-  i32[base + L.query_offset] = call.queryOffset;
+  i32[base + L.query_offset] = m.queryOffset;
   i32[base + L.causal] = call.causal ? 1 : 0;
-  i32[base + L.window_left] = call.windowLeft;
-  i32[base + L.window_right] = call.windowRight;
-  i32[base + L.bias_heads] = call.biasHeads;
-  i32[base + L.empty_rows] = call.emptyRows;
+  i32[base + L.window_left] = m.windowLeft;
+  i32[base + L.window_right] = m.windowRight;
+  i32[base + L.bias_heads] = m.biasHeads;
+  i32[base + L.empty_rows] = m.emptyRows;
   i32[base + L.alibi_slopes] = alibiSlopes;
   f32[base + L.scale] = call.scale;
-  f32[base + L.softcap] = call.softcap;
+  f32[base + L.softcap] = m.softcap;
 }
 
 /**

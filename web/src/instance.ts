@@ -2,12 +2,12 @@
 // its arguments (validate.ts, attention-options.ts, heap-tensor.ts), stages them (staging.ts), writes the
 // call struct (call-abi.ts), makes one direct wasm call and copies the result out.
 import { checkAttentionCall } from './attention-options.js';
-import type { TensorCheck } from './attention-options.js';
+import type { AttentionCall, TensorCheck } from './attention-options.js';
 import { writeCallOperands, writeCallOptions } from './call-abi.js';
 import type { CallLayout } from './call-abi.js';
 import { checkArrayOnly, checkOperand, checkStillUsable, MallocedTensor } from './heap-tensor.js';
 import type { MhaWasmModule } from './mha.js';
-import { byteOffsetOf, copyIn, copyOut, layout, place, planAttentionStaging, StagingArena, totalBytes,
+import { AttentionStaging, byteOffsetOf, copyIn, copyOut, layout, place, StagingArena, totalBytes,
   unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
 import { checkStatus } from './status.js';
@@ -26,22 +26,30 @@ function copyResult(heap: Float32Array, target: Float32Array, fullLength: number
   else target.set(heap.subarray(from >>> 2, (from >>> 2) + length), start);
 }
 
+/** Throws when the heap tensor `output` (an address) is also q, k, v, the bias or (for lse) out. */
+function refuseInputs(fn: string, outputName: string, output: number, call: AttentionCall<Operand, Operand>, out: Operand | undefined): void {
+  refuseSameTensor(fn, outputName, output, 'q', call.qIn);
+  refuseSameTensor(fn, outputName, output, 'k', call.kIn);
+  refuseSameTensor(fn, outputName, output, 'v', call.vIn);
+  refuseSameTensor(fn, outputName, output, 'bias', call.model.bias);
+  refuseSameTensor(fn, outputName, output, 'out', out);
+}
+
+/** Throws unless the heap tensor `output` (an address) is another tensor than `input`. */
+function refuseSameTensor(fn: string, outputName: string, output: number, name: string, input: Operand | undefined): void {
+  if (input !== output) return;
+  const why = name === 'out' ? 'both are written' : `the kernel reads ${name} while it writes ${outputName}`;
+  throw new TypeError(`${fn}: ${outputName}: expected a HeapTensor other than ${name} (${why}), got ${name} itself`);
+}
+
 /**
  * The outputs of multiHeadAttention must not alias what the kernel reads while it writes them: a heap
  * tensor out or lse is not one of the input tensors, nor are out and lse one tensor; an lse array does
  * not overlap an out array (both are written). Distinct live tensors never overlap.
  */
-function checkOutputsApart(fn: string, inputs: readonly (readonly [string, Operand | undefined])[], out: Operand | undefined,
-  lse: Operand | undefined): void {
-  for (const [outputName, output] of [['out', out], ['lse', lse]] as const) {
-    if (typeof output !== 'number') continue;
-    for (const [name, input] of outputName === 'lse' ? [...inputs, ['out', out] as const] : inputs) {
-      if (input === output) {
-        const why = name === 'out' ? 'both are written' : `the kernel reads ${name} while it writes ${outputName}`;
-        throw new TypeError(`${fn}: ${outputName}: expected a HeapTensor other than ${name} (${why}), got ${name} itself`);
-      }
-    }
-  }
+function checkOutputsApart(fn: string, call: AttentionCall<Operand, Operand>, out: Operand | undefined, lse: Operand | undefined): void {
+  if (typeof out === 'number') refuseInputs(fn, 'out', out, call, undefined);
+  if (typeof lse === 'number') refuseInputs(fn, 'lse', lse, call, out);
   if (out instanceof Float32Array && lse instanceof Float32Array && out.buffer === lse.buffer &&
     out.byteOffset < lse.byteOffset + lse.byteLength && lse.byteOffset < out.byteOffset + out.byteLength) {
     throw new TypeError(`${fn}: lse: expected an array that does not overlap out (both are written), got one that shares its memory`);
@@ -64,6 +72,8 @@ export class WasmMHA implements MHA {
   // Replaced (not mutated) when dispose() ends the pool, so a caller's copy stays a true snapshot.
   private currentInfo: MHAInfo;
   private readonly arena: StagingArena;
+  /** The staging plan of multiHeadAttention, refilled by each call. */
+  private readonly staging = new AttentionStaging();
   /** Live tensors of this instance, freed by dispose(). */
   private readonly tensors = new Set<MallocedTensor>();
   /** q, k, v, bias, out and lse: a Float32Array, or a heap tensor of this instance (its address). */
@@ -85,8 +95,9 @@ export class WasmMHA implements MHA {
     const o = checkOptionsObject(`${fn}: options`, options, ATTENTION_KEYS);
     const wasm = this.wasm;
     const call = checkAttentionCall(fn, o, q, k, true, v, this.checkOperand, this.checkOperand);
-    const { d, qLength, kvLength, mask, qIn, kIn, bias: biasIn } = call;
+    const { d, qLength, kvLength, mask, qIn, kIn, model } = call;
     const vIn = call.vIn!;
+    const biasIn = model.bias;
     // A number is a HeapTensor's address: used in place, so it gets no staging slot.
     const outValue = o.out;
     const outIn = outValue === undefined ? undefined : this.checkOperand(`${fn}: out`, outValue, qLength, () => qFormula(d));
@@ -96,33 +107,35 @@ export class WasmMHA implements MHA {
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kvLength);
     checkStillUsable(`${fn}: v`, v, vIn, kvLength);
-    if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, o.bias, biasIn, call.biasBatch * call.biasPerItem);
-    checkOutputsApart(fn, [['q', qIn], ['k', kIn], ['v', vIn], ['bias', biasIn]], outIn, lseIn);
+    if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, o.bias, biasIn, model.biasBatch * model.biasPerItem);
+    checkOutputsApart(fn, call, outIn, lseIn);
 
-    const staged = { q: qIn, k: kIn, v: vIn, out: outIn, mask, bias: biasIn, biasBatch: call.biasBatch, biasPerItem: call.biasPerItem,
-      kvLengths: call.kvLengths, alibiSlopes: call.alibiSlopes, lse: lseIn };
-    const plan = planAttentionStaging(wasm, d, staged);
+    const plan = this.staging;
+    plan.plan(wasm, call, outIn, lseIn);
     const { group, kIsQ, vIsK, vIsQ, biasSliced } = plan;
     const qPer = d.seqLen * d.dModel;
     const kvPer = d.kvSeqLen * d.kvDModel;
     const maskPer = d.seqLen * d.kvSeqLen;
     const lsePer = d.numHeads * d.seqLen;
-    const biasPer = call.biasPerItem;
+    const biasPer = model.biasPerItem;
     // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
-    const [qOffset, kOffset, vOffset, outOffset, maskOffset, biasOffset, lseOffset] = [byteOffsetOf(qIn), byteOffsetOf(kIn),
-      byteOffsetOf(vIn), byteOffsetOf(outIn), byteOffsetOf(mask), byteOffsetOf(biasIn), byteOffsetOf(lseIn)];
+    const qOffset = byteOffsetOf(qIn);
+    const kOffset = byteOffsetOf(kIn);
+    const vOffset = byteOffsetOf(vIn);
+    const outOffset = byteOffsetOf(outIn);
+    const maskOffset = byteOffsetOf(mask);
+    const biasOffset = byteOffsetOf(biasIn);
+    const lseOffset = byteOffsetOf(lseIn);
     // The only allocation of the call: it may grow (and so detach) memory, so views are taken after it.
-    const base = this.arena.reserve(fn, totalBytes(plan.sizes));
+    plan.layOut(this.arena.reserve(fn, plan.bytes()));
     const callAt = this.arena.callAt();
-    const [qAt, kAt, vAt, outSlot, maskAt, biasAt, kvLengthsAt, alibiAt, lseAt] =
-      layout(base, plan.sizes) as [number, number, number, number, number, number, number, number, number];
-    const outAt = plan.resultInQ ? qAt : outSlot;
+    const { qAt, kAt, vAt, outAt, maskAt, biasAt, kvLengthsAt, alibiSlopesAt, lseAt } = plan;
     const target = typeof outIn === 'number' ? undefined : outIn ?? unfilledFloat32Array(qLength);
     // What every kernel call reads whole is staged once.
-    if (call.kvLengths) wasm.HEAP32.set(call.kvLengths, kvLengthsAt >>> 2);
-    if (call.alibiSlopes) wasm.HEAPF32.set(call.alibiSlopes, alibiAt >>> 2);
+    if (model.kvLengths) wasm.HEAP32.set(model.kvLengths, kvLengthsAt >>> 2);
+    if (model.alibiSlopes) wasm.HEAPF32.set(model.alibiSlopes, alibiSlopesAt >>> 2);
     const wholeBias = biasIn === undefined || biasSliced ? 0 : place(wasm.HEAPF32, biasIn, biasOffset, 0, biasPer, biasAt);
-    writeCallOptions(wasm, this.callLayout, callAt, call, call.alibiSlopes ? alibiAt : 0);
+    writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? alibiSlopesAt : 0);
     for (let b0 = 0; b0 < d.batch; b0 += group) {
       const items = Math.min(group, d.batch - b0);
       const heap = wasm.HEAPF32;
@@ -133,7 +146,7 @@ export class WasmMHA implements MHA {
       const biasAddress = biasSliced ? place(heap, biasIn!, biasOffset, b0 * biasPer, items * biasPer, biasAt) : wholeBias;
       writeCallOperands(wasm, this.callLayout, callAt, qAddress, kAddress, vAddress,
         typeof outIn === 'number' ? outIn + b0 * qPer * 4 : outAt, mask ? maskAt : 0, biasAddress,
-        biasIn === undefined ? 0 : biasSliced ? items : 1, call.kvLengths ? kvLengthsAt + b0 * 4 : 0,
+        biasIn === undefined ? 0 : biasSliced ? items : 1, model.kvLengths ? kvLengthsAt + b0 * 4 : 0,
         lseIn === undefined ? 0 : typeof lseIn === 'number' ? lseIn + b0 * lsePer * 4 : lseAt, items);
       checkStatus(wasm, fn, wasm._mha_attention(callAt));
       // The kernel's scratch may have grown memory: fresh views to copy out.
@@ -168,10 +181,11 @@ export class WasmMHA implements MHA {
     checkNoOutputs(fn, options);
     const o = checkOptionsObject(`${fn}: options`, options, WEIGHTS_KEYS);
     const call = checkAttentionCall(fn, o, q, k, false, undefined, checkArrayOnly, this.checkOperand);
-    const { d, qLength, kvLength: kLength, mask, qIn, kIn, bias: biasIn, kvLengths, alibiSlopes } = call;
+    const { d, qLength, kvLength: kLength, mask, qIn, kIn, model } = call;
+    const { bias: biasIn, kvLengths, alibiSlopes } = model;
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kLength);
-    const biasLength = call.biasBatch * call.biasPerItem;
+    const biasLength = model.biasBatch * model.biasPerItem;
     if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, o.bias, biasIn, biasLength);
     const weightsLength = d.batch * d.numHeads * d.seqLen * d.kvSeqLen;
     if (weightsLength >= MAX_ELEMENTS) {
@@ -196,7 +210,7 @@ export class WasmMHA implements MHA {
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
     writeCallOptions(wasm, this.callLayout, callAt, call, alibiSlopes ? alibiAt : 0);
     writeCallOperands(wasm, this.callLayout, callAt, qAt, kAt, 0, wAt, mask ? maskAt : 0, biasAddress,
-      biasIn === undefined ? 0 : call.biasBatch, kvLengths ? kvLengthsAt : 0, 0, d.batch);
+      biasIn === undefined ? 0 : model.biasBatch, kvLengths ? kvLengthsAt : 0, 0, d.batch);
     checkStatus(wasm, fn, wasm._mha_attention_weights(callAt));
     return copyOut(wasm.HEAPF32, wAt >>> 2, weightsLength);
   }

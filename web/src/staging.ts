@@ -2,6 +2,7 @@
 // copies in and out, and the staging plan of multiHeadAttention (what is staged, and how many batch items
 // per kernel call). Steady-state calls allocate nothing on the wasm heap, which cannot fragment under
 // mixed calls.
+import type { AttentionCall } from './attention-options.js';
 import type { MhaWasmModule } from './mha.js';
 
 /**
@@ -172,74 +173,96 @@ function stagingGroup(wasm: MhaWasmModule, batch: number, perItem: number, input
   return Math.max(1, Math.min(batch, Math.floor(STAGING_GROUP_BYTES / perItem)));
 }
 
-/** Dims that staging needs: B, S, T, D, H and the width of k and v, Hkv·Dh. */
-interface StagedDims {
-  batch: number;
-  seqLen: number;
-  kvSeqLen: number;
-  dModel: number;
-  numHeads: number;
-  kvDModel: number;
-}
-
-/** The tensors of one multiHeadAttention call, as staging sees them (a number: a heap tensor's address). */
-export interface AttentionOperands {
-  q: Operand;
-  k: Operand;
-  v: Operand;
-  out: Operand | undefined;
-  mask: Uint8Array | undefined;
-  bias: Operand | undefined;
-  /** 1 = one bias for every batch item (staged once), else B (a slice per item). */
-  biasBatch: number;
-  /** Bias elements per batch item of biasShape. */
-  biasPerItem: number;
-  kvLengths: Int32Array | undefined;
-  alibiSlopes: Float32Array | undefined;
-  lse: Operand | undefined;
-}
+/** The slots of a multiHeadAttention call's staging, in layout order. */
+const enum Slot { q, k, v, out, mask, bias, kvLengths, alibiSlopes, lse, count }
 
 /**
- * What one multiHeadAttention call stages, per kernel call of `group` batch items. Slots, in `sizes` order
- * (0 bytes: no slot): q, k, v, out and the mask, and the bias, all a group's slice; the key lengths and
+ * What one multiHeadAttention call stages, per kernel call of `group` batch items, and where: slots (0
+ * bytes: no slot) for q, k, v, out and the mask, and the bias, all a group's slice; the key lengths and
  * ALiBi slopes, whole (a few bytes; each kernel call reads its slice of the key lengths); the lse, a
  * group's slice. A bias broadcast over the batch (biasShape [1, ...]) is staged once, whole. Self-attention
- * often passes one array as q, k and v: it is staged once (the kernel only reads them).
+ * often passes one array as q, k and v: it is staged once (the kernel only reads them). One per instance,
+ * refilled by every call (calls do not nest: no user code runs once the arguments are checked), so a call
+ * allocates nothing for its plan.
  */
-export interface AttentionStaging {
-  group: number;
-  kIsQ: boolean;
-  vIsK: boolean;
-  vIsQ: boolean;
+export class AttentionStaging {
+  group = 0;
+  kIsQ = false;
+  vIsK = false;
+  vIsQ = false;
   /** The kernel writes its result over the staged q (no out slot). */
-  resultInQ: boolean;
+  resultInQ = false;
   /** The bias is staged (or addressed) a group's items at a time. */
-  biasSliced: boolean;
-  sizes: number[];
-}
+  biasSliced = false;
+  /** Bytes of each slot. */
+  private readonly sizes: number[] = new Array<number>(Slot.count).fill(0);
+  /** Byte address of each slot, once laidOut(). */
+  private readonly at: number[] = new Array<number>(Slot.count).fill(0);
 
-export function planAttentionStaging(wasm: MhaWasmModule, d: StagedDims, o: AttentionOperands): AttentionStaging {
-  const { q, k, v, out, mask, bias, lse } = o;
-  const kIsQ = k === q;
-  const vIsK = v === k;
-  const vIsQ = !vIsK && v === q;
-  const biasSliced = bias !== undefined && o.biasBatch > 1;
-  // Per batch item: elements of q/out, k/v, lse, bytes of the mask; then the bytes staged per item.
-  const qPer = d.seqLen * d.dModel;
-  const kvPer = d.kvSeqLen * d.kvDModel;
-  const maskPer = d.seqLen * d.kvSeqLen;
-  const lsePer = d.numHeads * d.seqLen;
-  // The kernel may write its result over q (attention.hpp): a staged q that k and v do not share takes
-  // it, so the call stages one buffer fewer (bert: 1.2 instead of 1.6 MB, 2-3% faster a call).
-  const resultInQ = typeof q !== 'number' && typeof out !== 'number' && !kIsQ && v !== q;
-  const perItem = stagedBytes(q, qPer) + (kIsQ ? 0 : stagedBytes(k, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(v, kvPer)) +
-    (resultInQ ? 0 : stagedBytes(out, qPer)) + (mask ? maskPer : 0) + (biasSliced ? stagedBytes(bias, o.biasPerItem) : 0) +
-    stagedBytes(lse, lsePer);
-  const group = perItem * d.batch <= STAGING_GROUP_BYTES ? d.batch
-    : stagingGroup(wasm, d.batch, perItem, [q, k, v, bias], [out, lse], mask);
-  const sizes = [stagedBytes(q, group * qPer), kIsQ ? 0 : stagedBytes(k, group * kvPer),
-    vIsK || vIsQ ? 0 : stagedBytes(v, group * kvPer), resultInQ ? 0 : stagedBytes(out, group * qPer), mask ? group * maskPer : 0,
-    stagedBytes(bias, biasSliced ? group * o.biasPerItem : o.biasPerItem), o.kvLengths ? o.kvLengths.byteLength : 0,
-    o.alibiSlopes ? o.alibiSlopes.byteLength : 0, stagedBytes(lse, group * lsePer)];
-  return { group, kIsQ, vIsK, vIsQ, resultInQ, biasSliced, sizes };
+  /** Plans the staging of a checked call and its outputs (operands: a typed array, or a heap tensor's address). */
+  plan(wasm: MhaWasmModule, call: AttentionCall<Operand, Operand>, out: Operand | undefined, lse: Operand | undefined): void {
+    const { d, qIn: q, kIn: k, mask } = call;
+    const { bias, biasPerItem, kvLengths, alibiSlopes } = call.model;
+    const v = call.vIn!;
+    const kIsQ = k === q;
+    const vIsK = v === k;
+    const vIsQ = !vIsK && v === q;
+    const biasSliced = bias !== undefined && call.model.biasBatch > 1;
+    // Per batch item: elements of q/out, k/v, lse, bytes of the mask; then the bytes staged per item.
+    const qPer = d.seqLen * d.dModel;
+    const kvPer = d.kvSeqLen * d.kvDModel;
+    const maskPer = d.seqLen * d.kvSeqLen;
+    const lsePer = d.numHeads * d.seqLen;
+    // The kernel may write its result over q (attention.hpp): a staged q that k and v do not share takes
+    // it, so the call stages one buffer fewer (bert: 1.2 instead of 1.6 MB, 2-3% faster a call).
+    const resultInQ = typeof q !== 'number' && typeof out !== 'number' && !kIsQ && v !== q;
+    const perItem = stagedBytes(q, qPer) + (kIsQ ? 0 : stagedBytes(k, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(v, kvPer)) +
+      (resultInQ ? 0 : stagedBytes(out, qPer)) + (mask ? maskPer : 0) + (biasSliced ? stagedBytes(bias, biasPerItem) : 0) +
+      stagedBytes(lse, lsePer);
+    const group = perItem * d.batch <= STAGING_GROUP_BYTES ? d.batch
+      : stagingGroup(wasm, d.batch, perItem, [q, k, v, bias], [out, lse], mask);
+    const sizes = this.sizes;
+    sizes[Slot.q] = stagedBytes(q, group * qPer);
+    sizes[Slot.k] = kIsQ ? 0 : stagedBytes(k, group * kvPer);
+    sizes[Slot.v] = vIsK || vIsQ ? 0 : stagedBytes(v, group * kvPer);
+    sizes[Slot.out] = resultInQ ? 0 : stagedBytes(out, group * qPer);
+    sizes[Slot.mask] = mask ? group * maskPer : 0;
+    sizes[Slot.bias] = stagedBytes(bias, biasSliced ? group * biasPerItem : biasPerItem);
+    sizes[Slot.kvLengths] = kvLengths ? kvLengths.byteLength : 0;
+    sizes[Slot.alibiSlopes] = alibiSlopes ? alibiSlopes.byteLength : 0;
+    sizes[Slot.lse] = stagedBytes(lse, group * lsePer);
+    this.group = group;
+    this.kIsQ = kIsQ;
+    this.vIsK = vIsK;
+    this.vIsQ = vIsQ;
+    this.resultInQ = resultInQ;
+    this.biasSliced = biasSliced;
+  }
+
+  /** Bytes the planned slots take, each 16-byte aligned. */
+  bytes(): number {
+    let bytes = 0;
+    for (let slot = 0; slot < Slot.count; slot++) bytes += Math.ceil(this.sizes[slot]! / 16) * 16;
+    return bytes;
+  }
+
+  /** Lays the planned slots out from `base`, back to back, each 16-byte aligned. */
+  layOut(base: number): void {
+    let offset = base;
+    for (let slot = 0; slot < Slot.count; slot++) {
+      this.at[slot] = offset;
+      offset += Math.ceil(this.sizes[slot]! / 16) * 16;
+    }
+  }
+
+  get qAt(): number { return this.at[Slot.q]!; }
+  get kAt(): number { return this.at[Slot.k]!; }
+  get vAt(): number { return this.at[Slot.v]!; }
+  /** Where the kernel writes its result: the out slot, or the staged q. */
+  get outAt(): number { return this.at[this.resultInQ ? Slot.q : Slot.out]!; }
+  get maskAt(): number { return this.at[Slot.mask]!; }
+  get biasAt(): number { return this.at[Slot.bias]!; }
+  get kvLengthsAt(): number { return this.at[Slot.kvLengths]!; }
+  get alibiSlopesAt(): number { return this.at[Slot.alibiSlopes]!; }
+  get lseAt(): number { return this.at[Slot.lse]!; }
 }
