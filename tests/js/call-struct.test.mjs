@@ -176,3 +176,23 @@ test('stand-in core: batch groups carry their slice of q, k, v, mask, bias, key 
     mha.dispose();
   }
 });
+
+test('stand-in core: a call without the Part 2 options writes the "none" value of every field the struct documents', async () => {
+  const mha = await createMHA({ warmup: false });
+  try {
+    const calls = installStandIn(mha);
+    const x = randomNormal(2 * 5 * 12, mulberry32(5));
+    mha.multiHeadAttention(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3, causal: true });
+    mha.attentionWeights(x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
+    const none = { num_kv_heads: 3, query_offset: 0, window_left: -1, window_right: -1, bias: 0, bias_batch: 1, bias_heads: 1,
+      kv_lengths: 0, alibi_slopes: 0, softcap: 0, empty_rows: 0, lse: 0, mask: 0 };
+    for (const c of calls) {
+      assert.deepEqual(Object.fromEntries(Object.keys(none).map((name) => [name, c[name]])), none, `${c.kind}`);
+      assert.deepEqual([c.batch, c.seq_len, c.kv_seq_len, c.d_model, c.num_heads], [2, 5, 5, 12, 3]);
+      assert.equal(c.scale, Math.fround(1 / Math.sqrt(4)));
+    }
+    assert.deepEqual(calls.map((c) => [c.kind, c.causal]), [['attention', 1], ['weights', 0]]);
+  } finally {
+    mha.dispose();
+  }
+});

@@ -169,10 +169,12 @@ export interface ModelOptions<Bias> {
   softcap: number;
   alibiSlopes: Float32Array | undefined;
   bias: Bias | undefined;
-  /** The first two dims of biasShape (1 = broadcast); 0 without a bias. */
+  /** The bias as given (a Float32Array or a HeapTensor), to check again once no user code can run. */
+  biasGiven: unknown;
+  /** The first two dims of biasShape (1 = broadcast); 1 without a bias. */
   biasBatch: number;
   biasHeads: number;
-  /** Elements of the bias per batch item of biasShape: biasHeads·S·T. */
+  /** Elements of the bias per batch item of biasShape: biasHeads·S·T; 0 without a bias. */
   biasPerItem: number;
   /** 0 = 'nan', 1 = 'zero'. */
   emptyRows: 0 | 1;
@@ -181,7 +183,7 @@ export interface ModelOptions<Bias> {
 /** A call that sets none of them: one shared object, so such a call allocates none. */
 const NO_MODEL_OPTIONS: ModelOptions<never> = Object.freeze({
   queryOffset: 0, kvLengths: undefined, windowLeft: -1, windowRight: -1, softcap: 0, alibiSlopes: undefined, bias: undefined,
-  biasBatch: 0, biasHeads: 0, biasPerItem: 0, emptyRows: 0,
+  biasGiven: undefined, biasBatch: 1, biasHeads: 1, biasPerItem: 0, emptyRows: 0,
 });
 
 /** Checks them in this order: queryOffset, kvLengths, window, softcap, alibiSlopes, biasShape and bias, emptyRows. */
@@ -202,7 +204,7 @@ function checkModelOptions<Bias>(fn: string, o: Record<string, unknown>, d: Dims
     throw new TypeError(`${fn}: biasShape: expected only together with bias, got biasShape ${describeList(biasShapeIn)} without bias`);
   }
   let bias: Bias | undefined;
-  let [biasBatch, biasHeads] = [0, 0];
+  let [biasBatch, biasHeads] = [1, 1];
   if (biasIn !== undefined) {
     [biasBatch, biasHeads] = checkBiasShape(fn, biasShapeIn, d);
     const length = biasBatch * biasHeads * d.seqLen * d.kvSeqLen;
@@ -214,8 +216,8 @@ function checkModelOptions<Bias>(fn: string, o: Record<string, unknown>, d: Dims
   }
   const emptyRows = checkEmptyRows(fn, emptyIn);
   return {
-    queryOffset, kvLengths, windowLeft, windowRight, softcap, alibiSlopes, bias, biasBatch, biasHeads,
-    biasPerItem: biasHeads * d.seqLen * d.kvSeqLen, emptyRows,
+    queryOffset, kvLengths, windowLeft, windowRight, softcap, alibiSlopes, bias, biasGiven: biasIn, biasBatch, biasHeads,
+    biasPerItem: bias === undefined ? 0 : biasHeads * d.seqLen * d.kvSeqLen, emptyRows,
   };
 }
 

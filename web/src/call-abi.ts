@@ -85,8 +85,8 @@ export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number,
 
 /**
  * Writes the operands of one kernel call over `batch` items: heap addresses (0 = none) of q, k, v, out,
- * the mask, the bias, the key lengths and the lse output, and the call's bias_batch (1, or `batch` for a
- * bias with a batch dim, which the call then reads as its own slice; 0 without a bias).
+ * the mask, the bias, the key lengths and the lse output, and the call's bias_batch (`batch` for a bias
+ * with a batch dim, which the call then reads as its own slice; else 1, also without a bias).
  */
 export function writeCallOperands(wasm: MhaWasmModule, L: CallLayout, at: number, q: number, k: number, v: number, out: number,
   mask: number, bias: number, biasBatch: number, kvLengths: number, lse: number, batch: number): void {

@@ -101,13 +101,14 @@ export class WasmMHA implements MHA {
     // A number is a HeapTensor's address: used in place, so it gets no staging slot.
     const outValue = o.out;
     const outIn = outValue === undefined ? undefined : this.checkOperand(`${fn}: out`, outValue, qLength, () => qFormula(d));
+    const lseValue = o.lse;
     const lseLength = d.batch * d.numHeads * d.seqLen;
-    const lseIn = o.lse === undefined ? undefined
-      : this.checkOperand(`${fn}: lse`, o.lse, lseLength, () => `batch*numHeads*seqLen = ${d.batch}*${d.numHeads}*${d.seqLen}`);
+    const lseIn = lseValue === undefined ? undefined
+      : this.checkOperand(`${fn}: lse`, lseValue, lseLength, () => `batch*numHeads*seqLen = ${d.batch}*${d.numHeads}*${d.seqLen}`);
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kvLength);
     checkStillUsable(`${fn}: v`, v, vIn, kvLength);
-    if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, o.bias, biasIn, model.biasBatch * model.biasPerItem);
+    if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, model.biasGiven, biasIn, model.biasBatch * model.biasPerItem);
     checkOutputsApart(fn, call, outIn, lseIn);
 
     const plan = this.staging;
@@ -146,7 +147,7 @@ export class WasmMHA implements MHA {
       const biasAddress = biasSliced ? place(heap, biasIn!, biasOffset, b0 * biasPer, items * biasPer, biasAt) : wholeBias;
       writeCallOperands(wasm, this.callLayout, callAt, qAddress, kAddress, vAddress,
         typeof outIn === 'number' ? outIn + b0 * qPer * 4 : outAt, mask ? maskAt : 0, biasAddress,
-        biasIn === undefined ? 0 : biasSliced ? items : 1, model.kvLengths ? kvLengthsAt + b0 * 4 : 0,
+        biasSliced ? items : 1, model.kvLengths ? kvLengthsAt + b0 * 4 : 0,
         lseIn === undefined ? 0 : typeof lseIn === 'number' ? lseIn + b0 * lsePer * 4 : lseAt, items);
       checkStatus(wasm, fn, wasm._mha_attention(callAt));
       // The kernel's scratch may have grown memory: fresh views to copy out.
@@ -186,7 +187,7 @@ export class WasmMHA implements MHA {
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kLength);
     const biasLength = model.biasBatch * model.biasPerItem;
-    if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, o.bias, biasIn, biasLength);
+    if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, model.biasGiven, biasIn, biasLength);
     const weightsLength = d.batch * d.numHeads * d.seqLen * d.kvSeqLen;
     if (weightsLength >= MAX_ELEMENTS) {
       throw new RangeError(
@@ -210,7 +211,7 @@ export class WasmMHA implements MHA {
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
     writeCallOptions(wasm, this.callLayout, callAt, call, alibiSlopes ? alibiAt : 0);
     writeCallOperands(wasm, this.callLayout, callAt, qAt, kAt, 0, wAt, mask ? maskAt : 0, biasAddress,
-      biasIn === undefined ? 0 : model.biasBatch, kvLengths ? kvLengthsAt : 0, 0, d.batch);
+      model.biasBatch, kvLengths ? kvLengthsAt : 0, 0, d.batch);
     checkStatus(wasm, fn, wasm._mha_attention_weights(callAt));
     return copyOut(wasm.HEAPF32, wAt >>> 2, weightsLength);
   }
