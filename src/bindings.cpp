@@ -49,7 +49,7 @@ struct AttentionCallAbi {
   int32_t query_offset;        // >= 0
   int32_t causal;              // 0 / 1
   int32_t window_left, window_right;  // -1 = unbounded (Infinity)
-  int32_t bias_batch, bias_heads;     // 1 or B, 1 or H (the broadcast dims of biasShape); 0 without a bias
+  int32_t bias_batch, bias_heads;     // 1 or B, 1 or H (the broadcast dims of biasShape); 1 without a bias
   int32_t empty_rows;          // 0 = 'nan', 1 = 'zero'
   float scale;                 // resolved by the caller (1/sqrt(Dh) default)
   float softcap;               // 0 = none
@@ -96,8 +96,7 @@ static_assert(sizeof(kAttentionCallFields) / sizeof(AbiField) * 4 == sizeof(Atte
 bool sets_unsupported_option(const AttentionCallAbi& call) {
   return call.bias != 0 || call.kv_lengths != 0 || call.alibi_slopes != 0 || call.lse != 0 ||
          call.num_kv_heads != call.num_heads || call.query_offset != 0 || call.window_left != -1 ||
-         call.window_right != -1 || call.bias_batch != 0 || call.bias_heads != 0 || call.empty_rows != 0 ||
-         call.softcap != 0.0f;
+         call.window_right != -1 || call.empty_rows != 0 || call.softcap != 0.0f;
 }
 
 // q (B, S, D), k and v (B, T, D), out (B, S, D) for attention; attention_weights passes v = out = 0.

@@ -82,7 +82,7 @@ const [q, k, v] = [0, 1, 2].map(() => randomNormal(B * S * D, random));
 function v1Call() {
   return {
     batch: B, seq_len: S, kv_seq_len: T, d_model: D, num_heads: H, num_kv_heads: H, query_offset: 0, causal: 0,
-    window_left: -1, window_right: -1, bias_batch: 0, bias_heads: 0, empty_rows: 0, scale: Math.fround(1 / Math.sqrt(Dh)),
+    window_left: -1, window_right: -1, bias_batch: 1, bias_heads: 1, empty_rows: 0, scale: Math.fround(1 / Math.sqrt(Dh)),
     softcap: 0, mask: 0, bias: 0, kv_lengths: 0, alibi_slopes: 0, lse: 0,
   };
 }

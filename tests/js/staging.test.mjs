@@ -146,3 +146,46 @@ test('views of the wasm heap (a tensor\'s data) as inputs and out of a large bat
   tout.free();
   instance.dispose();
 });
+
+// The options of docs/spec.md Part 2 in batch groups: key lengths are staged whole and each kernel call
+// reads its items' slice; a bias with a batch dim is staged a group's slice at a time, a broadcast one
+// ([1, ...]) once; lse is copied out per group. Staged bytes per item of the first shape: q, k, v (k and v
+// of 2 KV heads), the bias [., 4, 96, 96] and lse: 96*256*4 + 2*96*128*4 + 4*96*96*4 + 4*96*4 = 341 KiB
+// -> groups of 3 items (3 + 2); the second: 128*512*4 + 2*160*512*4 + 8*128*4 = 900 KiB -> 1 item per group.
+const V2_SHAPES = [
+  { name: 'GQA 4/2 + kvLengths + per-item bias + lse, emptyRows zero (5,96,96,256)', batch: 5, seqLen: 96, kvSeqLen: 96, dModel: 256,
+    numHeads: 4, numKvHeads: 2, kvLengths: [96, 50, 1, 0, 77], biasShape: [5, 4, 96, 96], emptyRows: 'zero' },
+  { name: 'broadcast bias [1, 8, S, T] + causal, queryOffset 32, window [40, 0] (3,128,160,512,8)', batch: 3, seqLen: 128,
+    kvSeqLen: 160, dModel: 512, numHeads: 8, biasShape: [1, 8, 128, 160], causal: true, queryOffset: 32, window: [40, 0], softcap: 20 },
+];
+
+for (const [label, createOptions] of [['simd', {}], ['simd-threads (2 threads)', { threads: 2 }]]) {
+  test(`${label}: v2 options staged in batch groups (kvLengths, bias, lse) give the bits of one unsplit call`, async () => {
+    const instance = await createMHA(createOptions);
+    try {
+      let seed = 90;
+      for (const s of V2_SHAPES) {
+        const { q, k, v, options } = randomProblem(s, seed++);
+        const random = mulberry32(seed++);
+        options.bias = randomNormal(s.biasShape.reduce((a, b) => a * b), random);
+        const lseLength = s.batch * s.numHeads * s.seqLen;
+        // Unsplit: every tensor on the heap, nothing staged.
+        const tensors = [q, k, v, new Float32Array(q.length), options.bias, new Float32Array(lseLength)].map((a) => {
+          const t = instance.allocate(a.length);
+          t.set(a);
+          return t;
+        });
+        const [tq, tk, tv, tOut, tBias, tLse] = tensors;
+        instance.multiHeadAttention(tq, tk, tv, { ...options, bias: tBias, out: tOut, lse: tLse });
+        const [expectedOut, expectedLse] = [tOut.toArray(), tLse.toArray()];
+        for (const t of tensors) t.free();
+        const lse = new Float32Array(lseLength).fill(12345);
+        const out = instance.multiHeadAttention(q, k, v, { ...options, lse });
+        assert.ok(bitsEqual(out, expectedOut), `${s.name}: out`);
+        assert.ok(bitsEqual(lse, expectedLse), `${s.name}: lse`);
+      }
+    } finally {
+      instance.dispose();
+    }
+  });
+}

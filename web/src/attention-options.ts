@@ -1,8 +1,10 @@
-// The options of multiHeadAttention and attentionWeights: checked in one fixed order and resolved into
-// what the call ABI (call-abi.ts) takes. Tensor arguments are checked by a function the caller passes,
-// since the two functions accept different kinds (multiHeadAttention also takes heap tensors).
+// The options of multiHeadAttention and attentionWeights (docs/spec.md Parts 1 and 2): checked in one
+// fixed order and resolved into the values the call ABI (call-abi.ts) takes. Arrays of numbers are read
+// once, here, into typed arrays of their own, so no user code runs while a call is staged. Tensor
+// arguments are checked by functions the caller passes, since the two functions accept different kinds
+// (multiHeadAttention also takes heap tensors for q, k and v).
 import { describe } from './describe.js';
-import { checkDims, checkNotDetached, kvFormula, MAX_ELEMENTS, qFormula } from './validate.js';
+import { checkDims, checkNotDetached, describeList, kvFormula, MAX_ELEMENTS, qFormula } from './validate.js';
 import type { Dims } from './validate.js';
 
 function checkScale(fn: string, value: unknown, headDim: number): number {
@@ -52,13 +54,177 @@ function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | undefined 
   return value;
 }
 
-/** Checks one tensor argument (q, k or v) and returns what the call uses of it. */
+/** Positions are int32 in the core: query row i is at queryOffset + i < 2^31. */
+function checkQueryOffset(fn: string, value: unknown, d: Dims): number {
+  if (value === undefined) return 0;
+  const expected = `a non-negative integer (with queryOffset + seqLen below 2^31)`;
+  if (typeof value !== 'number') throw new TypeError(`${fn}: queryOffset: expected ${expected}, got ${describe(value)}`);
+  if (!Number.isInteger(value) || value < 0 || value + d.seqLen > 0x7fffffff) {
+    throw new RangeError(`${fn}: queryOffset: expected ${expected}, got ${value}`);
+  }
+  return value;
+}
+
+/**
+ * A number[] or the typed array `Typed` of exactly `length` entries, each accepted by `entry` (which
+ * returns what is wrong with it, or undefined), copied into a new `Typed` array. `what` is the expected
+ * value, `why` how the length is made (both for messages).
+ */
+function checkNumberList<A extends Int32Array | Float32Array>(name: string, value: unknown, Typed: { new (length: number): A; name: string },
+  length: number, why: string, what: string, entry: (x: number) => string | undefined): A {
+  const expected = `${Typed.name} or number[] of ${length} ${what} (${why})`;
+  if (!(value instanceof Typed) && !Array.isArray(value)) throw new TypeError(`${name}: expected ${expected}, got ${describe(value)}`);
+  if (value instanceof Typed) {
+    if (!ArrayBuffer.isView(value)) {
+      const article = /^[AEIOU]/.test(Typed.name) ? 'an' : 'a';
+      throw new TypeError(`${name}: expected ${article} ${Typed.name}, got an object that only inherits from ${Typed.name} (e.g. a Proxy)`);
+    }
+    checkNotDetached(name, value);
+  }
+  const list = value as ArrayLike<unknown>;
+  if (list.length !== length) throw new RangeError(`${name}: expected ${expected}, got length ${list.length}`);
+  const copy = new Typed(length);
+  for (let i = 0; i < length; i++) {
+    const x: unknown = list[i];
+    if (typeof x !== 'number') throw new TypeError(`${name}: expected ${what}, got ${describe(x)} at index ${i}`);
+    const problem = entry(x);
+    if (problem !== undefined) throw new RangeError(`${name}: expected ${what}, got ${x} at index ${i}${problem}`);
+    copy[i] = x;
+  }
+  return copy;
+}
+
+function checkKvLengths(fn: string, value: unknown, d: Dims): Int32Array | undefined {
+  if (value === undefined) return undefined;
+  return checkNumberList(`${fn}: kvLengths`, value, Int32Array, d.batch, `one per batch item, batch = ${d.batch}`,
+    `integers in [0, kvSeqLen = ${d.kvSeqLen}]`, (x) => (Number.isInteger(x) && x >= 0 && x <= d.kvSeqLen ? undefined : ''));
+}
+
+function checkAlibiSlopes(fn: string, value: unknown, d: Dims): Float32Array | undefined {
+  if (value === undefined) return undefined;
+  return checkNumberList(`${fn}: alibiSlopes`, value, Float32Array, d.numHeads, `one per query head, numHeads = ${d.numHeads}`,
+    'finite numbers', (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''));
+}
+
+/** The window bounds for the ABI: -1 for Infinity, and for a bound no int32 position can reach. */
+function checkWindow(fn: string, value: unknown): [number, number] {
+  if (value === undefined) return [-1, -1];
+  const expected = '[left, right], two non-negative integers or Infinity';
+  if (!Array.isArray(value)) throw new TypeError(`${fn}: window: expected ${expected}, got ${describe(value)}`);
+  if (value.length !== 2) throw new RangeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
+  const bounds: number[] = [];
+  for (const bound of [value[0], value[1]] as unknown[]) {
+    if (typeof bound !== 'number') throw new TypeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
+    if (!(bound === Infinity || (Number.isInteger(bound) && bound >= 0))) {
+      throw new RangeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
+    }
+    bounds.push(bound >= 0x7fffffff ? -1 : bound);
+  }
+  return bounds as [number, number];
+}
+
+/** 0 = none; otherwise the cap as float32 (the ABI's type), which must stay finite and > 0. */
+function checkSoftcap(fn: string, value: unknown): number {
+  if (value === undefined) return 0;
+  if (typeof value !== 'number') throw new TypeError(`${fn}: softcap: expected a finite number > 0, got ${describe(value)}`);
+  const cap = Math.fround(value);
+  if (!(Number.isFinite(cap) && cap > 0)) {
+    throw new RangeError(`${fn}: softcap: expected a finite number > 0${Number.isFinite(value) && value > 0 ? ' in float32 range' : ''}, got ${value}`);
+  }
+  return cap;
+}
+
+function checkEmptyRows(fn: string, value: unknown): 0 | 1 {
+  if (value === undefined || value === 'nan') return 0;
+  if (value === 'zero') return 1;
+  const message = `${fn}: emptyRows: expected 'nan' or 'zero', got ${describe(value)}`;
+  throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
+}
+
+/** [bias_batch, bias_heads] of the ABI: the first two dims of biasShape (default [B, H, S, T]). */
+function checkBiasShape(fn: string, value: unknown, d: Dims): [number, number] {
+  if (value === undefined) return [d.batch, d.numHeads];
+  const expected = `[1 or batch (${d.batch}), 1 or numHeads (${d.numHeads}), seqLen (${d.seqLen}), kvSeqLen (${d.kvSeqLen})]`;
+  if (!Array.isArray(value)) throw new TypeError(`${fn}: biasShape: expected ${expected}, got ${describe(value)}`);
+  const dims = Array.from({ length: value.length }, (_, i): unknown => value[i]);
+  if (dims.some((dim) => typeof dim !== 'number')) throw new TypeError(`${fn}: biasShape: expected ${expected}, got ${describeList(dims)}`);
+  const [b, h, s, t] = dims as number[];
+  if (dims.length !== 4 || (b !== 1 && b !== d.batch) || (h !== 1 && h !== d.numHeads) || s !== d.seqLen || t !== d.kvSeqLen) {
+    throw new RangeError(`${fn}: biasShape: expected ${expected}, got ${describeList(dims)}`);
+  }
+  return [b!, h!];
+}
+
+/** Checks one tensor argument (q, k, v or bias) and returns what the call uses of it. */
 export type TensorCheck<T> = (name: string, value: unknown, expected: number, formula: () => string) => T;
 
+/** The options of docs/spec.md Part 2 but numKvHeads (a dim), resolved to the values of the call ABI. */
+export interface ModelOptions<Bias> {
+  queryOffset: number;
+  kvLengths: Int32Array | undefined;
+  /** -1 = unbounded. */
+  windowLeft: number;
+  windowRight: number;
+  /** 0 = none. */
+  softcap: number;
+  alibiSlopes: Float32Array | undefined;
+  bias: Bias | undefined;
+  /** The bias as given (a Float32Array or a HeapTensor), to check again once no user code can run. */
+  biasGiven: unknown;
+  /** The first two dims of biasShape (1 = broadcast); 1 without a bias. */
+  biasBatch: number;
+  biasHeads: number;
+  /** Elements of the bias per batch item of biasShape: biasHeads·S·T; 0 without a bias. */
+  biasPerItem: number;
+  /** 0 = 'nan', 1 = 'zero'. */
+  emptyRows: 0 | 1;
+}
+
+/** A call that sets none of them: one shared object, so such a call allocates none. */
+const NO_MODEL_OPTIONS: ModelOptions<never> = Object.freeze({
+  queryOffset: 0, kvLengths: undefined, windowLeft: -1, windowRight: -1, softcap: 0, alibiSlopes: undefined, bias: undefined,
+  biasGiven: undefined, biasBatch: 1, biasHeads: 1, biasPerItem: 0, emptyRows: 0,
+});
+
+/** Checks them in this order: queryOffset, kvLengths, window, softcap, alibiSlopes, biasShape and bias, emptyRows. */
+function checkModelOptions<Bias>(fn: string, o: Record<string, unknown>, d: Dims, checkBias: TensorCheck<Bias>): ModelOptions<Bias> {
+  // Each option is read once (a getter runs once), before any is checked.
+  const { queryOffset: offsetIn, kvLengths: lengthsIn, window: windowIn, softcap: capIn, alibiSlopes: slopesIn, bias: biasIn,
+    biasShape: biasShapeIn, emptyRows: emptyIn } = o;
+  if (offsetIn === undefined && lengthsIn === undefined && windowIn === undefined && capIn === undefined &&
+    slopesIn === undefined && biasIn === undefined && biasShapeIn === undefined && emptyIn === undefined) {
+    return NO_MODEL_OPTIONS;
+  }
+  const queryOffset = checkQueryOffset(fn, offsetIn, d);
+  const kvLengths = checkKvLengths(fn, lengthsIn, d);
+  const [windowLeft, windowRight] = checkWindow(fn, windowIn);
+  const softcap = checkSoftcap(fn, capIn);
+  const alibiSlopes = checkAlibiSlopes(fn, slopesIn, d);
+  if (biasIn === undefined && biasShapeIn !== undefined) {
+    throw new TypeError(`${fn}: biasShape: expected only together with bias, got biasShape ${describeList(biasShapeIn)} without bias`);
+  }
+  let bias: Bias | undefined;
+  let [biasBatch, biasHeads] = [1, 1];
+  if (biasIn !== undefined) {
+    [biasBatch, biasHeads] = checkBiasShape(fn, biasShapeIn, d);
+    const length = biasBatch * biasHeads * d.seqLen * d.kvSeqLen;
+    const formula = () => `biasShape [${biasBatch}, ${biasHeads}, ${d.seqLen}, ${d.kvSeqLen}] = ${biasBatch}*${biasHeads}*${d.seqLen}*${d.kvSeqLen}`;
+    if (length >= MAX_ELEMENTS) {
+      throw new RangeError(`${fn}: shape too large for a bias: ${formula()} = ${length} elements, expected fewer than 2^31`);
+    }
+    bias = checkBias(`${fn}: bias`, biasIn, length, formula);
+  }
+  const emptyRows = checkEmptyRows(fn, emptyIn);
+  return {
+    queryOffset, kvLengths, windowLeft, windowRight, softcap, alibiSlopes, bias, biasGiven: biasIn, biasBatch, biasHeads,
+    biasPerItem: bias === undefined ? 0 : biasHeads * d.seqLen * d.kvSeqLen, emptyRows,
+  };
+}
+
 /** A checked attention call: its dims, tensor arguments, and options resolved to the values the core takes. */
-export interface AttentionCall<T> {
+export interface AttentionCall<T, Bias> {
   d: Dims;
-  /** Elements of q and out (B, S, D), and of k and v (B, T, D). */
+  /** Elements of q and out (B, S, D), and of k and v (B, T, Hkv·Dh). */
   qLength: number;
   kvLength: number;
   qIn: T;
@@ -68,22 +234,24 @@ export interface AttentionCall<T> {
   mask: Uint8Array | undefined;
   causal: boolean;
   scale: number;
+  model: ModelOptions<Bias>;
 }
 
 /**
- * What multiHeadAttention and attentionWeights both check, in this order: dims, q, k, v (when `withV`),
- * mask, causal and scale.
+ * What multiHeadAttention and attentionWeights both check, in this order: dims (numKvHeads included),
+ * q, k, v (when `withV`), mask, causal, scale, then the model options (checkModelOptions).
  */
-export function checkAttentionCall<T>(fn: string, o: Record<string, unknown>, q: unknown, k: unknown, withV: boolean, v: unknown,
-  check: TensorCheck<T>): AttentionCall<T> {
+export function checkAttentionCall<T, Bias>(fn: string, o: Record<string, unknown>, q: unknown, k: unknown, withV: boolean, v: unknown,
+  check: TensorCheck<T>, checkBias: TensorCheck<Bias>): AttentionCall<T, Bias> {
   const d = checkDims(fn, o, true);
   const qLength = d.batch * d.seqLen * d.dModel;
-  const kvLength = d.batch * d.kvSeqLen * d.dModel;
+  const kvLength = d.batch * d.kvSeqLen * d.kvDModel;
   const qIn = check(`${fn}: q`, q, qLength, () => qFormula(d));
   const kIn = check(`${fn}: k`, k, kvLength, () => kvFormula(d));
   const vIn = withV ? check(`${fn}: v`, v, kvLength, () => kvFormula(d)) : undefined;
   const mask = checkMask(fn, o.mask, d);
   const causal = checkCausal(fn, o.causal);
   const scale = checkScale(fn, o.scale, d.headDim);
-  return { d, qLength, kvLength, qIn, kIn, vIn, mask, causal, scale };
+  const model = checkModelOptions(fn, o, d, checkBias);
+  return { d, qLength, kvLength, qIn, kIn, vIn, mask, causal, scale, model };
 }

@@ -57,37 +57,39 @@ export function readCallLayout(wasm: MhaWasmModule): CallLayout | string {
 }
 
 /**
- * Writes the fields that every kernel call of one API call shares: dims and options. Options this release
- * does not take yet are written as "none" (see the struct's comments).
+ * Writes the fields that every kernel call of one API call shares: dims and options. `alibiSlopes`: the
+ * heap address of the staged slopes (0 = none).
  */
-export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number, call: AttentionCall<unknown>): void {
+export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number, call: AttentionCall<unknown, unknown>,
+  alibiSlopes: number): void {
   const i32 = wasm.HEAP32;
   const f32 = wasm.HEAPF32;
   const base = at >>> 2;
   const d = call.d;
+  const m = call.model;
   i32[base + L.seq_len] = d.seqLen;
   i32[base + L.kv_seq_len] = d.kvSeqLen;
   i32[base + L.d_model] = d.dModel;
   i32[base + L.num_heads] = d.numHeads;
-  i32[base + L.num_kv_heads] = d.numHeads;
-  i32[base + L.query_offset] = 0;
+  i32[base + L.num_kv_heads] = d.numKvHeads;
+  i32[base + L.query_offset] = m.queryOffset;
   i32[base + L.causal] = call.causal ? 1 : 0;
-  i32[base + L.window_left] = -1;
-  i32[base + L.window_right] = -1;
-  i32[base + L.bias_batch] = 0;
-  i32[base + L.bias_heads] = 0;
-  i32[base + L.empty_rows] = 0;
+  i32[base + L.window_left] = m.windowLeft;
+  i32[base + L.window_right] = m.windowRight;
+  i32[base + L.bias_heads] = m.biasHeads;
+  i32[base + L.empty_rows] = m.emptyRows;
+  i32[base + L.alibi_slopes] = alibiSlopes;
   f32[base + L.scale] = call.scale;
-  f32[base + L.softcap] = 0;
-  i32[base + L.bias] = 0;
-  i32[base + L.kv_lengths] = 0;
-  i32[base + L.alibi_slopes] = 0;
-  i32[base + L.lse] = 0;
+  f32[base + L.softcap] = m.softcap;
 }
 
-/** Writes the operands of one kernel call, over `batch` items: heap addresses (0 = none). */
+/**
+ * Writes the operands of one kernel call over `batch` items: heap addresses (0 = none) of q, k, v, out,
+ * the mask, the bias, the key lengths and the lse output, and the call's bias_batch (`batch` for a bias
+ * with a batch dim, which the call then reads as its own slice; else 1, also without a bias).
+ */
 export function writeCallOperands(wasm: MhaWasmModule, L: CallLayout, at: number, q: number, k: number, v: number, out: number,
-  mask: number, batch: number): void {
+  mask: number, bias: number, biasBatch: number, kvLengths: number, lse: number, batch: number): void {
   const i32 = wasm.HEAP32;
   const base = at >>> 2;
   i32[base + L.q] = q;
@@ -95,5 +97,9 @@ export function writeCallOperands(wasm: MhaWasmModule, L: CallLayout, at: number
   i32[base + L.v] = v;
   i32[base + L.out] = out;
   i32[base + L.mask] = mask;
+  i32[base + L.bias] = bias;
+  i32[base + L.bias_batch] = biasBatch;
+  i32[base + L.kv_lengths] = kvLengths;
+  i32[base + L.lse] = lse;
   i32[base + L.batch] = batch;
 }

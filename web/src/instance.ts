@@ -7,7 +7,7 @@ import { writeCallOperands, writeCallOptions } from './call-abi.js';
 import type { CallLayout } from './call-abi.js';
 import { checkArrayOnly, checkOperand, checkStillUsable, MallocedTensor } from './heap-tensor.js';
 import type { MhaWasmModule } from './mha.js';
-import { byteOffsetOf, copyIn, copyOut, layout, place, planAttentionStaging, StagingArena, totalBytes,
+import { AttentionStaging, byteOffsetOf, copyIn, copyOut, layout, place, StagingArena, totalBytes,
   unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
 import { checkStatus } from './status.js';
@@ -15,14 +15,68 @@ import type { AttentionOptions, AttentionWeightsOptions, BuildName, HeadShape, H
 import { ATTENTION_KEYS, checkDim, checkDims, checkOptionsObject, HEAD_KEYS, MAX_ELEMENTS, qFormula,
   WEIGHTS_KEYS } from './validate.js';
 
+/**
+ * Copies elements [start, start + length) of a result from the heap slot at byte address `from` into the
+ * caller's array. An array that views this heap and was detached by the call's malloc (such a call is never
+ * split; see copyIn) gets the whole result written where its elements are, at its old byte offset.
+ */
+function copyResult(heap: Float32Array, target: Float32Array, fullLength: number, byteOffset: number, from: number, start: number,
+  length: number): void {
+  if (target.length !== fullLength) heap.copyWithin(byteOffset >>> 2, from >>> 2, (from >>> 2) + fullLength);
+  else target.set(heap.subarray(from >>> 2, (from >>> 2) + length), start);
+}
+
+/** Throws when the heap tensor `output` (an address) is also q, k, v, the bias or (for lse) out. */
+function refuseInputs(fn: string, outputName: string, output: number, call: AttentionCall<Operand, Operand>, out: Operand | undefined): void {
+  refuseSameTensor(fn, outputName, output, 'q', call.qIn);
+  refuseSameTensor(fn, outputName, output, 'k', call.kIn);
+  refuseSameTensor(fn, outputName, output, 'v', call.vIn);
+  refuseSameTensor(fn, outputName, output, 'bias', call.model.bias);
+  refuseSameTensor(fn, outputName, output, 'out', out);
+}
+
+/** Throws unless the heap tensor `output` (an address) is another tensor than `input`. */
+function refuseSameTensor(fn: string, outputName: string, output: number, name: string, input: Operand | undefined): void {
+  if (input !== output) return;
+  const why = name === 'out' ? 'both are written' : `the kernel reads ${name} while it writes ${outputName}`;
+  throw new TypeError(`${fn}: ${outputName}: expected a HeapTensor other than ${name} (${why}), got ${name} itself`);
+}
+
+/**
+ * The outputs of multiHeadAttention must not alias what the kernel reads while it writes them: a heap
+ * tensor out or lse is not one of the input tensors, nor are out and lse one tensor; an lse array does
+ * not overlap an out array (both are written). Distinct live tensors never overlap.
+ */
+function checkOutputsApart(fn: string, call: AttentionCall<Operand, Operand>, out: Operand | undefined, lse: Operand | undefined): void {
+  if (typeof out === 'number') refuseInputs(fn, 'out', out, call, undefined);
+  if (typeof lse === 'number') refuseInputs(fn, 'lse', lse, call, out);
+  if (out instanceof Float32Array && lse instanceof Float32Array && out.buffer === lse.buffer &&
+    out.byteOffset < lse.byteOffset + lse.byteLength && lse.byteOffset < out.byteOffset + out.byteLength) {
+    throw new TypeError(`${fn}: lse: expected an array that does not overlap out (both are written), got one that shares its memory`);
+  }
+}
+
+/** attentionWeights returns its weights: `out` and `lse` are options of multiHeadAttention, refused by name. */
+function checkNoOutputs(fn: string, options: unknown): void {
+  if (typeof options !== 'object' || options === null) return;
+  for (const key of ['out', 'lse'] as const) {
+    if ((options as Record<string, unknown>)[key] !== undefined) {
+      throw new TypeError(`${fn}: options: unknown option "${key}": attentionWeights returns a new (batch, numHeads, seqLen, ` +
+        `kvSeqLen) array of weights; out and lse are outputs of multiHeadAttention`);
+    }
+  }
+}
+
 /** The MHA of the public API, backed by one instance of a wasm build. */
 export class WasmMHA implements MHA {
   // Replaced (not mutated) when dispose() ends the pool, so a caller's copy stays a true snapshot.
   private currentInfo: MHAInfo;
   private readonly arena: StagingArena;
+  /** The staging plan of multiHeadAttention, refilled by each call. */
+  private readonly staging = new AttentionStaging();
   /** Live tensors of this instance, freed by dispose(). */
   private readonly tensors = new Set<MallocedTensor>();
-  /** q, k, v and out of multiHeadAttention: a Float32Array, or a heap tensor of this instance (its address). */
+  /** q, k, v, bias, out and lse: a Float32Array, or a heap tensor of this instance (its address). */
   private readonly checkOperand: TensorCheck<Operand>;
 
   constructor(private readonly wasm: MhaWasmModule, private readonly callLayout: CallLayout, build: BuildName, threads: number) {
@@ -40,39 +94,49 @@ export class WasmMHA implements MHA {
     const fn = 'multiHeadAttention';
     const o = checkOptionsObject(`${fn}: options`, options, ATTENTION_KEYS);
     const wasm = this.wasm;
-    const call = checkAttentionCall(fn, o, q, k, true, v, this.checkOperand);
-    const { d, qLength, kvLength, mask, qIn, kIn } = call;
+    const call = checkAttentionCall(fn, o, q, k, true, v, this.checkOperand, this.checkOperand);
+    const { d, qLength, kvLength, mask, qIn, kIn, model } = call;
     const vIn = call.vIn!;
+    const biasIn = model.bias;
     // A number is a HeapTensor's address: used in place, so it gets no staging slot.
     const outValue = o.out;
     const outIn = outValue === undefined ? undefined : this.checkOperand(`${fn}: out`, outValue, qLength, () => qFormula(d));
+    const lseValue = o.lse;
+    const lseLength = d.batch * d.numHeads * d.seqLen;
+    const lseIn = lseValue === undefined ? undefined
+      : this.checkOperand(`${fn}: lse`, lseValue, lseLength, () => `batch*numHeads*seqLen = ${d.batch}*${d.numHeads}*${d.seqLen}`);
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kvLength);
     checkStillUsable(`${fn}: v`, v, vIn, kvLength);
-    if (typeof outIn === 'number') {
-      // Distinct live tensors never overlap, so only the same tensor can alias the output.
-      for (const [name, input] of [['q', qIn], ['k', kIn], ['v', vIn]] as const) {
-        if (input === outIn) {
-          throw new TypeError(`${fn}: out: expected a HeapTensor other than ${name} (the kernel reads ${name} while it writes out), got ${name} itself`);
-        }
-      }
-    }
+    if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, model.biasGiven, biasIn, model.biasBatch * model.biasPerItem);
+    checkOutputsApart(fn, call, outIn, lseIn);
 
-    const plan = planAttentionStaging(wasm, d, qIn, kIn, vIn, outIn, mask);
-    const { group, kIsQ, vIsK, vIsQ } = plan;
+    const plan = this.staging;
+    plan.plan(wasm, call, outIn, lseIn);
+    const { group, kIsQ, vIsK, vIsQ, biasSliced } = plan;
     const qPer = d.seqLen * d.dModel;
-    const kvPer = d.kvSeqLen * d.dModel;
+    const kvPer = d.kvSeqLen * d.kvDModel;
     const maskPer = d.seqLen * d.kvSeqLen;
+    const lsePer = d.numHeads * d.seqLen;
+    const biasPer = model.biasPerItem;
     // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
-    const [qOffset, kOffset, vOffset, outOffset, maskOffset] = [byteOffsetOf(qIn), byteOffsetOf(kIn), byteOffsetOf(vIn),
-      byteOffsetOf(outIn), byteOffsetOf(mask)];
+    const qOffset = byteOffsetOf(qIn);
+    const kOffset = byteOffsetOf(kIn);
+    const vOffset = byteOffsetOf(vIn);
+    const outOffset = byteOffsetOf(outIn);
+    const maskOffset = byteOffsetOf(mask);
+    const biasOffset = byteOffsetOf(biasIn);
+    const lseOffset = byteOffsetOf(lseIn);
     // The only allocation of the call: it may grow (and so detach) memory, so views are taken after it.
-    const base = this.arena.reserve(fn, totalBytes(plan.sizes));
+    plan.layOut(this.arena.reserve(fn, plan.bytes()));
     const callAt = this.arena.callAt();
-    const [qAt, kAt, vAt, outSlot, maskAt] = layout(base, plan.sizes) as [number, number, number, number, number];
-    const outAt = plan.resultInQ ? qAt : outSlot;
+    const { qAt, kAt, vAt, outAt, maskAt, biasAt, kvLengthsAt, alibiSlopesAt, lseAt } = plan;
     const target = typeof outIn === 'number' ? undefined : outIn ?? unfilledFloat32Array(qLength);
-    writeCallOptions(wasm, this.callLayout, callAt, call);
+    // What every kernel call reads whole is staged once.
+    if (model.kvLengths) wasm.HEAP32.set(model.kvLengths, kvLengthsAt >>> 2);
+    if (model.alibiSlopes) wasm.HEAPF32.set(model.alibiSlopes, alibiSlopesAt >>> 2);
+    const wholeBias = biasIn === undefined || biasSliced ? 0 : place(wasm.HEAPF32, biasIn, biasOffset, 0, biasPer, biasAt);
+    writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? alibiSlopesAt : 0);
     for (let b0 = 0; b0 < d.batch; b0 += group) {
       const items = Math.min(group, d.batch - b0);
       const heap = wasm.HEAPF32;
@@ -80,19 +144,22 @@ export class WasmMHA implements MHA {
       const kAddress = kIsQ ? qAddress : place(heap, kIn, kOffset, b0 * kvPer, items * kvPer, kAt);
       const vAddress = vIsK ? kAddress : vIsQ ? qAddress : place(heap, vIn, vOffset, b0 * kvPer, items * kvPer, vAt);
       if (mask) copyIn(wasm.HEAPU8, mask, maskOffset, b0 * maskPer, items * maskPer, maskAt);
+      const biasAddress = biasSliced ? place(heap, biasIn!, biasOffset, b0 * biasPer, items * biasPer, biasAt) : wholeBias;
       writeCallOperands(wasm, this.callLayout, callAt, qAddress, kAddress, vAddress,
-        typeof outIn === 'number' ? outIn + b0 * qPer * 4 : outAt, mask ? maskAt : 0, items);
+        typeof outIn === 'number' ? outIn + b0 * qPer * 4 : outAt, mask ? maskAt : 0, biasAddress,
+        biasSliced ? items : 1, model.kvLengths ? kvLengthsAt + b0 * 4 : 0,
+        lseIn === undefined ? 0 : typeof lseIn === 'number' ? lseIn + b0 * lsePer * 4 : lseAt, items);
       checkStatus(wasm, fn, wasm._mha_attention(callAt));
+      // The kernel's scratch may have grown memory: fresh views to copy out.
+      if (lseIn instanceof Float32Array) copyResult(wasm.HEAPF32, lseIn, lseLength, lseOffset, lseAt, b0 * lsePer, items * lsePer);
       if (target === undefined) continue;
-      // The kernel's scratch may have grown memory: a fresh view to copy out.
-      const result = wasm.HEAPF32;
       if (target.length !== qLength) {
         // `out` is a view of this heap that the call's malloc detached (see copyIn; such a call is never
         // split): write the same elements and hand back a view of them in the current memory.
-        result.copyWithin(outOffset >>> 2, outAt >>> 2, (outAt >>> 2) + qLength);
-        return new Float32Array(result.buffer, outOffset, qLength);
+        copyResult(wasm.HEAPF32, target, qLength, outOffset, outAt, 0, qLength);
+        return new Float32Array(wasm.HEAPF32.buffer, outOffset, qLength);
       }
-      target.set(result.subarray(outAt >>> 2, (outAt >>> 2) + items * qPer), b0 * qPer);
+      copyResult(wasm.HEAPF32, target, qLength, outOffset, outAt, b0 * qPer, items * qPer);
     }
     return target ?? (outValue as MallocedTensor).data;
   }
@@ -112,11 +179,15 @@ export class WasmMHA implements MHA {
 
   attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array {
     const fn = 'attentionWeights';
+    checkNoOutputs(fn, options);
     const o = checkOptionsObject(`${fn}: options`, options, WEIGHTS_KEYS);
-    const call: AttentionCall<Float32Array> = checkAttentionCall(fn, o, q, k, false, undefined, checkArrayOnly);
-    const { d, qLength, kvLength: kLength, mask, qIn, kIn } = call;
+    const call = checkAttentionCall(fn, o, q, k, false, undefined, checkArrayOnly, this.checkOperand);
+    const { d, qLength, kvLength: kLength, mask, qIn, kIn, model } = call;
+    const { bias: biasIn, kvLengths, alibiSlopes } = model;
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kLength);
+    const biasLength = model.biasBatch * model.biasPerItem;
+    if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, model.biasGiven, biasIn, biasLength);
     const weightsLength = d.batch * d.numHeads * d.seqLen * d.kvSeqLen;
     if (weightsLength >= MAX_ELEMENTS) {
       throw new RangeError(
@@ -124,19 +195,25 @@ export class WasmMHA implements MHA {
       );
     }
 
-    const sizes = [qLength * 4, kLength * 4, weightsLength * 4, mask ? mask.length : 0];
-    const [qOffset, kOffset, maskOffset] = [qIn.byteOffset, kIn.byteOffset, byteOffsetOf(mask)];
+    const sizes = [qLength * 4, kLength * 4, weightsLength * 4, mask ? mask.length : 0, typeof biasIn === 'object' ? biasLength * 4 : 0,
+      kvLengths ? kvLengths.byteLength : 0, alibiSlopes ? alibiSlopes.byteLength : 0];
+    const [qOffset, kOffset, maskOffset, biasOffset] = [qIn.byteOffset, kIn.byteOffset, byteOffsetOf(mask), byteOffsetOf(biasIn)];
     const base = this.arena.reserve(fn, totalBytes(sizes));
     const callAt = this.arena.callAt();
-    const [qAt, kAt, wAt, maskAt] = layout(base, sizes) as [number, number, number, number];
-    const heap = this.wasm.HEAPF32;
+    const [qAt, kAt, wAt, maskAt, biasAt, kvLengthsAt, alibiAt] = layout(base, sizes) as [number, number, number, number, number, number, number];
+    const wasm = this.wasm;
+    const heap = wasm.HEAPF32;
     copyIn(heap, qIn, qOffset, 0, qLength, qAt);
     copyIn(heap, kIn, kOffset, 0, kLength, kAt);
-    if (mask) copyIn(this.wasm.HEAPU8, mask, maskOffset, 0, mask.length, maskAt);
-    writeCallOptions(this.wasm, this.callLayout, callAt, call);
-    writeCallOperands(this.wasm, this.callLayout, callAt, qAt, kAt, 0, wAt, mask ? maskAt : 0, d.batch);
-    checkStatus(this.wasm, fn, this.wasm._mha_attention_weights(callAt));
-    return copyOut(this.wasm.HEAPF32, wAt >>> 2, weightsLength);
+    if (mask) copyIn(wasm.HEAPU8, mask, maskOffset, 0, mask.length, maskAt);
+    const biasAddress = biasIn === undefined ? 0 : place(heap, biasIn, biasOffset, 0, biasLength, biasAt);
+    if (kvLengths) wasm.HEAP32.set(kvLengths, kvLengthsAt >>> 2);
+    if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
+    writeCallOptions(wasm, this.callLayout, callAt, call, alibiSlopes ? alibiAt : 0);
+    writeCallOperands(wasm, this.callLayout, callAt, qAt, kAt, 0, wAt, mask ? maskAt : 0, biasAddress,
+      model.biasBatch, kvLengths ? kvLengthsAt : 0, 0, d.batch);
+    checkStatus(wasm, fn, wasm._mha_attention_weights(callAt));
+    return copyOut(wasm.HEAPF32, wAt >>> 2, weightsLength);
   }
 
   splitHeads(x: Float32Array, shape: HeadShape): Float32Array {

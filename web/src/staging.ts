@@ -2,6 +2,7 @@
 // copies in and out, and the staging plan of multiHeadAttention (what is staged, and how many batch items
 // per kernel call). Steady-state calls allocate nothing on the wasm heap, which cannot fragment under
 // mixed calls.
+import type { AttentionCall } from './attention-options.js';
 import type { MhaWasmModule } from './mha.js';
 
 /**
@@ -149,68 +150,119 @@ export type Operand = Float32Array | number;
  * (batch item, head, query row) through the same operations however the call is split.
  *
  * A call is split only when its batch slices are independent: no typed array that views this heap (the
- * staging malloc can detach it, which the whole-call path handles), and an `out` array that overlaps an
+ * staging malloc can detach it, which the whole-call path handles), and outputs (out, lse) that overlap an
  * input only as the identical range (then each group writes only rows that group has already read).
  * `perItem`: the bytes staged per batch item.
  */
 function stagingGroup(wasm: MhaWasmModule, batch: number, perItem: number, inputs: readonly (Operand | undefined)[],
-  out: Operand | undefined, mask: Uint8Array | undefined): number {
+  outputs: readonly (Operand | undefined)[], mask: Uint8Array | undefined): number {
   const heapBuffer = wasm.HEAPF32.buffer;
   if (mask?.buffer === heapBuffer) return batch;
-  for (const operand of [...inputs, out]) {
+  for (const operand of [...inputs, ...outputs]) {
     if (operand instanceof Float32Array && operand.buffer === heapBuffer) return batch;
   }
-  if (out instanceof Float32Array) {
+  for (const output of outputs) {
+    if (!(output instanceof Float32Array)) continue;
     for (const input of inputs) {
-      if (!(input instanceof Float32Array) || input === out || input.buffer !== out.buffer) continue;
-      const same = input.byteOffset === out.byteOffset && input.length === out.length;
-      const overlap = input.byteOffset < out.byteOffset + out.byteLength && out.byteOffset < input.byteOffset + input.byteLength;
+      if (!(input instanceof Float32Array) || input === output || input.buffer !== output.buffer) continue;
+      const same = input.byteOffset === output.byteOffset && input.length === output.length;
+      const overlap = input.byteOffset < output.byteOffset + output.byteLength && output.byteOffset < input.byteOffset + input.byteLength;
       if (overlap && !same) return batch;
     }
   }
   return Math.max(1, Math.min(batch, Math.floor(STAGING_GROUP_BYTES / perItem)));
 }
 
-/** Dims that staging needs: B, S, T, D. */
-interface StagedDims {
-  batch: number;
-  seqLen: number;
-  kvSeqLen: number;
-  dModel: number;
-}
+/** The slots of a multiHeadAttention call's staging, in layout order. */
+const enum Slot { q, k, v, out, mask, bias, kvLengths, alibiSlopes, lse, count }
 
 /**
- * What one multiHeadAttention call stages, per kernel call of `group` batch items. Slots, in `sizes` order:
- * q, k, v, out and the mask (0 bytes: no slot). Self-attention often passes one array as
- * q, k and v: it is staged once (the kernel only reads them).
+ * What one multiHeadAttention call stages, per kernel call of `group` batch items, and where: slots (0
+ * bytes: no slot) for q, k, v, out and the mask, and the bias, all a group's slice; the key lengths and
+ * ALiBi slopes, whole (a few bytes; each kernel call reads its slice of the key lengths); the lse, a
+ * group's slice. A bias broadcast over the batch (biasShape [1, ...]) is staged once, whole. Self-attention
+ * often passes one array as q, k and v: it is staged once (the kernel only reads them). One per instance,
+ * refilled by every call (calls do not nest: no user code runs once the arguments are checked), so a call
+ * allocates nothing for its plan.
  */
-export interface AttentionStaging {
-  group: number;
-  kIsQ: boolean;
-  vIsK: boolean;
-  vIsQ: boolean;
+export class AttentionStaging {
+  group = 0;
+  kIsQ = false;
+  vIsK = false;
+  vIsQ = false;
   /** The kernel writes its result over the staged q (no out slot). */
-  resultInQ: boolean;
-  sizes: number[];
-}
+  resultInQ = false;
+  /** The bias is staged (or addressed) a group's items at a time. */
+  biasSliced = false;
+  /** Bytes of each slot. */
+  private readonly sizes: number[] = new Array<number>(Slot.count).fill(0);
+  /** Byte address of each slot, once laidOut(). */
+  private readonly at: number[] = new Array<number>(Slot.count).fill(0);
 
-export function planAttentionStaging(wasm: MhaWasmModule, d: StagedDims, qIn: Operand, kIn: Operand,
-  vIn: Operand, outIn: Operand | undefined, mask: Uint8Array | undefined): AttentionStaging {
-  const kIsQ = kIn === qIn;
-  const vIsK = vIn === kIn;
-  const vIsQ = !vIsK && vIn === qIn;
-  // Per batch item: elements of q/out and of k/v, bytes of the mask; then the bytes staged per item.
-  const qPer = d.seqLen * d.dModel;
-  const kvPer = d.kvSeqLen * d.dModel;
-  const maskPer = d.seqLen * d.kvSeqLen;
-  // The kernel may write its result over q (attention.hpp): a staged q that k and v do not share takes
-  // it, so the call stages one buffer fewer (bert: 1.2 instead of 1.6 MB, 2-3% faster a call).
-  const resultInQ = typeof qIn !== 'number' && typeof outIn !== 'number' && !kIsQ && vIn !== qIn;
-  const perItem = stagedBytes(qIn, qPer) + (kIsQ ? 0 : stagedBytes(kIn, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(vIn, kvPer)) +
-    (resultInQ ? 0 : stagedBytes(outIn, qPer)) + (mask ? maskPer : 0);
-  const group = perItem * d.batch <= STAGING_GROUP_BYTES ? d.batch
-    : stagingGroup(wasm, d.batch, perItem, [qIn, kIn, vIn], outIn, mask);
-  const sizes = [stagedBytes(qIn, group * qPer), kIsQ ? 0 : stagedBytes(kIn, group * kvPer),
-    vIsK || vIsQ ? 0 : stagedBytes(vIn, group * kvPer), resultInQ ? 0 : stagedBytes(outIn, group * qPer), mask ? group * maskPer : 0];
-  return { group, kIsQ, vIsK, vIsQ, resultInQ, sizes };
+  /** Plans the staging of a checked call and its outputs (operands: a typed array, or a heap tensor's address). */
+  plan(wasm: MhaWasmModule, call: AttentionCall<Operand, Operand>, out: Operand | undefined, lse: Operand | undefined): void {
+    const { d, qIn: q, kIn: k, mask } = call;
+    const { bias, biasPerItem, kvLengths, alibiSlopes } = call.model;
+    const v = call.vIn!;
+    const kIsQ = k === q;
+    const vIsK = v === k;
+    const vIsQ = !vIsK && v === q;
+    const biasSliced = bias !== undefined && call.model.biasBatch > 1;
+    // Per batch item: elements of q/out, k/v, lse, bytes of the mask; then the bytes staged per item.
+    const qPer = d.seqLen * d.dModel;
+    const kvPer = d.kvSeqLen * d.kvDModel;
+    const maskPer = d.seqLen * d.kvSeqLen;
+    const lsePer = d.numHeads * d.seqLen;
+    // The kernel may write its result over q (attention.hpp): a staged q that k and v do not share takes
+    // it, so the call stages one buffer fewer (bert: 1.2 instead of 1.6 MB, 2-3% faster a call).
+    const resultInQ = typeof q !== 'number' && typeof out !== 'number' && !kIsQ && v !== q;
+    const perItem = stagedBytes(q, qPer) + (kIsQ ? 0 : stagedBytes(k, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(v, kvPer)) +
+      (resultInQ ? 0 : stagedBytes(out, qPer)) + (mask ? maskPer : 0) + (biasSliced ? stagedBytes(bias, biasPerItem) : 0) +
+      stagedBytes(lse, lsePer);
+    const group = perItem * d.batch <= STAGING_GROUP_BYTES ? d.batch
+      : stagingGroup(wasm, d.batch, perItem, [q, k, v, bias], [out, lse], mask);
+    const sizes = this.sizes;
+    sizes[Slot.q] = stagedBytes(q, group * qPer);
+    sizes[Slot.k] = kIsQ ? 0 : stagedBytes(k, group * kvPer);
+    sizes[Slot.v] = vIsK || vIsQ ? 0 : stagedBytes(v, group * kvPer);
+    sizes[Slot.out] = resultInQ ? 0 : stagedBytes(out, group * qPer);
+    sizes[Slot.mask] = mask ? group * maskPer : 0;
+    sizes[Slot.bias] = stagedBytes(bias, biasSliced ? group * biasPerItem : biasPerItem);
+    sizes[Slot.kvLengths] = kvLengths ? kvLengths.byteLength : 0;
+    sizes[Slot.alibiSlopes] = alibiSlopes ? alibiSlopes.byteLength : 0;
+    sizes[Slot.lse] = stagedBytes(lse, group * lsePer);
+    this.group = group;
+    this.kIsQ = kIsQ;
+    this.vIsK = vIsK;
+    this.vIsQ = vIsQ;
+    this.resultInQ = resultInQ;
+    this.biasSliced = biasSliced;
+  }
+
+  /** Bytes the planned slots take, each 16-byte aligned. */
+  bytes(): number {
+    let bytes = 0;
+    for (let slot = 0; slot < Slot.count; slot++) bytes += Math.ceil(this.sizes[slot]! / 16) * 16;
+    return bytes;
+  }
+
+  /** Lays the planned slots out from `base`, back to back, each 16-byte aligned. */
+  layOut(base: number): void {
+    let offset = base;
+    for (let slot = 0; slot < Slot.count; slot++) {
+      this.at[slot] = offset;
+      offset += Math.ceil(this.sizes[slot]! / 16) * 16;
+    }
+  }
+
+  get qAt(): number { return this.at[Slot.q]!; }
+  get kAt(): number { return this.at[Slot.k]!; }
+  get vAt(): number { return this.at[Slot.v]!; }
+  /** Where the kernel writes its result: the out slot, or the staged q. */
+  get outAt(): number { return this.at[this.resultInQ ? Slot.q : Slot.out]!; }
+  get maskAt(): number { return this.at[Slot.mask]!; }
+  get biasAt(): number { return this.at[Slot.bias]!; }
+  get kvLengthsAt(): number { return this.at[Slot.kvLengths]!; }
+  get alibiSlopesAt(): number { return this.at[Slot.alibiSlopes]!; }
+  get lseAt(): number { return this.at[Slot.lse]!; }
 }

@@ -65,19 +65,75 @@ export interface HeadShape {
   numHeads: number;
 }
 
-/** Options of {@link MHA.attentionWeights}. */
+/**
+ * Options of {@link MHA.attentionWeights}, and of {@link MHA.multiHeadAttention} (which adds `out` and
+ * `lse`). Without the options of docs/spec.md Part 2 (numKvHeads onwards) a call is plain multi-head
+ * attention. With them, a key j is visible to query row i of batch item b, whose position is
+ * p = queryOffset + i, when it passes every one given: j < kvLengths[b], mask, causal (j <= p) and window
+ * (p - left <= j <= p + right). The score of a visible key is scale * q.k, then softcap, then minus the
+ * ALiBi term, then plus bias, in that order.
+ */
 export interface AttentionWeightsOptions extends HeadShape {
   /** T, key/value rows per batch item (cross-attention); defaults to seqLen. */
   kvSeqLen?: number;
   /**
    * Boolean mask (batch, seqLen, kvSeqLen), shared by all heads: nonzero / true = may attend.
-   * A query row with no visible key gives NaN for that row, as PyTorch does.
+   * A query row with no visible key gives NaN for that row, as PyTorch does (see `emptyRows`).
    */
   mask?: Uint8Array | boolean[];
-  /** Query i sees key j only when j <= i (upper-left aligned when seqLen != kvSeqLen). ANDed with mask. */
+  /**
+   * Query i sees key j only when j <= queryOffset + i: upper-left aligned when seqLen != kvSeqLen and
+   * queryOffset is 0, lower-right with queryOffset = kvSeqLen - seqLen. ANDed with the other visibility options.
+   */
   causal?: boolean;
   /** Multiplies q.k before the softmax; any finite number. Defaults to 1 / sqrt(headDim). */
   scale?: number;
+  /**
+   * Hkv, the key/value heads of grouped-query attention: an integer >= 1 that divides numHeads; default
+   * numHeads. k and v are then (batch, kvSeqLen, numKvHeads * headDim), and query head h reads key/value
+   * head floor(h / (numHeads / numKvHeads)) in place (no copy). 1 is multi-query attention.
+   */
+  numKvHeads?: number;
+  /**
+   * The position of query row 0: row i is at position queryOffset + i, key j at position j. A non-negative
+   * integer, default 0. `kvSeqLen - seqLen` aligns the last query with the last key, as a decode step over
+   * a cache does. Used by `causal`, `window` and `alibiSlopes`.
+   */
+  queryOffset?: number;
+  /**
+   * Valid keys per batch item (key padding by length): `batch` integers in [0, kvSeqLen]; key j of item b
+   * is hidden when j >= kvLengths[b]. Default: every key.
+   */
+  kvLengths?: Int32Array | readonly number[];
+  /**
+   * A local attention window `[left, right]`: query at position p sees keys p - left .. p + right, both
+   * included. Each bound a non-negative integer or Infinity. A Mistral-style window of W keys is
+   * `causal: true, window: [W - 1, 0]`. Default: unbounded.
+   */
+  window?: readonly [number, number];
+  /** Gemma 2's logit soft-capping: each score s becomes softcap * tanh(s / softcap). A finite number > 0. */
+  softcap?: number;
+  /**
+   * ALiBi: one slope per query head (numHeads finite numbers); the score of key j for query position p
+   * becomes s - slope[h] * |p - j|, computed from positions (no (seqLen, kvSeqLen) tensor is formed).
+   */
+  alibiSlopes?: Float32Array | readonly number[];
+  /**
+   * An additive float bias of shape `biasShape` (default [batch, numHeads, seqLen, kvSeqLen]), added to
+   * the scores last (PyTorch's float `attn_mask`). -Infinity hides the key, as the mask does. A
+   * Float32Array, or a {@link HeapTensor} of this instance (read in place).
+   */
+  bias?: Float32Array | HeapTensor;
+  /**
+   * The shape of `bias`: [1 or batch, 1 or numHeads, seqLen, kvSeqLen]; a dimension of size 1 is
+   * broadcast (read with stride 0, not copied). Only together with `bias`.
+   */
+  biasShape?: readonly [number, number, number, number];
+  /**
+   * What a row with no visible key (or only -Infinity scores) gives: `'nan'` (default, PyTorch <= 2.4)
+   * or `'zero'` (PyTorch >= 2.5 SDPA), in its output and weights. A NaN score makes its row NaN either way.
+   */
+  emptyRows?: 'nan' | 'zero';
 }
 
 /** Options of {@link MHA.multiHeadAttention}. */
@@ -88,6 +144,13 @@ export interface AttentionOptions extends AttentionWeightsOptions {
    * its `data` view; it must not be the same tensor as q, k or v, which the kernel reads while it writes.
    */
   out?: Float32Array | HeapTensor;
+  /**
+   * An output to fill with the log-sum-exp of every row, (batch, numHeads, seqLen): m + ln(sum_j exp(s_j - m))
+   * over the visible keys (natural log, m the row maximum); -Infinity for an empty row. With it, attention
+   * over two disjoint key sets combines exactly. A Float32Array, or a {@link HeapTensor} of this instance
+   * (written in place), distinct from q, k, v, bias and out.
+   */
+  lse?: Float32Array | HeapTensor;
 }
 
 /**
@@ -134,18 +197,21 @@ export interface MHA {
    * Multi-head scaled dot-product attention, the spec's `multi_head_attention(q, k, v, num_heads, mask)`:
    * per head h, `softmax(q_h k_h^T * scale) v_h`, heads merged back into dModel.
    *
-   * Each of q, k, v and `options.out` may be a Float32Array (copied into the wasm heap and out again) or
-   * a {@link HeapTensor} of this instance (used in place); q, k and v may be one and the same.
+   * Each of q, k, v, `options.bias`, `options.out` and `options.lse` may be a Float32Array (copied into the
+   * wasm heap and out again) or a {@link HeapTensor} of this instance (used in place); q, k and v may be
+   * one and the same. The options of {@link AttentionWeightsOptions} add grouped-query attention,
+   * positions, key lengths, windows, softcap, ALiBi and a bias.
    *
    * @param q - (batch, seqLen, dModel)
-   * @param k - (batch, kvSeqLen, dModel)
-   * @param v - (batch, kvSeqLen, dModel)
-   * @param options - dims, and the optional mask, causal flag, scale and output buffer
+   * @param k - (batch, kvSeqLen, numKvHeads * headDim); numKvHeads = numHeads unless given
+   * @param v - (batch, kvSeqLen, numKvHeads * headDim)
+   * @param options - dims, and the optional mask, causal flag, scale, the options of docs/spec.md Part 2,
+   *   the output buffer and the lse output
    * @returns Float32Array (batch, seqLen, dModel): a Float32Array `options.out`, the `data` view of a
    *   HeapTensor `options.out` (a live heap view: a later call may detach it), else a new array
    * @throws TypeError when an argument has the wrong type or is missing, a HeapTensor was freed or
-   *   belongs to another instance, or `out` is the same HeapTensor as q, k or v
-   * @throws RangeError when a dim or length is wrong, or the buffers do not fit in wasm memory
+   *   belongs to another instance, or `out` or `lse` is the same HeapTensor as an input
+   * @throws RangeError when a dim, length or option value is wrong, or the buffers do not fit in wasm memory
    * @example
    * ```ts
    * const out = mha.multiHeadAttention(q, k, v, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
@@ -205,9 +271,11 @@ export interface MHA {
    * B*H*S*T floats.
    *
    * @param q - Float32Array (batch, seqLen, dModel)
-   * @param k - Float32Array (batch, kvSeqLen, dModel)
-   * @param options - dims, and the optional mask, causal flag and scale
-   * @returns a new Float32Array (batch, numHeads, seqLen, kvSeqLen); fully hidden rows are NaN
+   * @param k - Float32Array (batch, kvSeqLen, numKvHeads * headDim)
+   * @param options - dims, and the optional mask, causal flag, scale and options of docs/spec.md Part 2
+   *   (every option of multiHeadAttention but `out` and `lse`, which are refused)
+   * @returns a new Float32Array (batch, numHeads, seqLen, kvSeqLen); hidden keys weigh 0, empty rows are
+   *   NaN (or 0 with `emptyRows: 'zero'`)
    * @throws TypeError / RangeError as {@link MHA.multiHeadAttention}
    * @example
    * ```ts

@@ -4,8 +4,9 @@
 import { describe } from './describe.js';
 
 /** The option keys each function accepts: any other key that is not undefined is a TypeError (a typo). */
-export const ATTENTION_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'out'] as const;
-export const WEIGHTS_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale'] as const;
+export const WEIGHTS_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'numKvHeads',
+  'queryOffset', 'kvLengths', 'window', 'softcap', 'alibiSlopes', 'bias', 'biasShape', 'emptyRows'] as const;
+export const ATTENTION_KEYS = [...WEIGHTS_KEYS, 'out', 'lse'] as const;
 export const HEAD_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads'] as const;
 export const CREATE_KEYS = ['threads', 'simd', 'wasmUrl', 'wasmBinary', 'warmup'] as const;
 
@@ -82,16 +83,22 @@ export function checkFloat32(name: string, value: unknown, expected: number, for
   return value;
 }
 
-/** The dims of a call, checked: B, S, T, D, H and Dh = D / H. */
+/** The dims of a call, checked: B, S, T, D, H, Hkv, Dh = D / H, and the width of k and v, Hkv·Dh. */
 export interface Dims {
   batch: number;
   seqLen: number;
   kvSeqLen: number;
   dModel: number;
   numHeads: number;
+  numKvHeads: number;
   headDim: number;
+  kvDModel: number;
 }
 
+/**
+ * The dims of `o`. `withKv` (the attention functions): also kvSeqLen (default seqLen) and numKvHeads
+ * (default numHeads), which must divide numHeads.
+ */
 export function checkDims(fn: string, o: Record<string, unknown>, withKv: boolean): Dims {
   const batch = checkDim(`${fn}: batch`, o.batch);
   const seqLen = checkDim(`${fn}: seqLen`, o.seqLen);
@@ -103,20 +110,37 @@ export function checkDims(fn: string, o: Record<string, unknown>, withKv: boolea
       `${fn}: dModel: expected a multiple of numHeads (${numHeads}), got ${dModel} (${dModel} % ${numHeads} = ${dModel % numHeads})`,
     );
   }
+  const numKvHeads = withKv && o.numKvHeads !== undefined ? checkDim(`${fn}: numKvHeads`, o.numKvHeads) : numHeads;
+  if (numHeads % numKvHeads !== 0) {
+    throw new RangeError(`${fn}: numKvHeads: expected a divisor of numHeads (${numHeads}), got ${numKvHeads} ` +
+      `(${numHeads} % ${numKvHeads} = ${numHeads % numKvHeads})`);
+  }
+  const headDim = dModel / numHeads;
+  const d = { batch, seqLen, kvSeqLen, dModel, numHeads, numKvHeads, headDim, kvDModel: numKvHeads * headDim };
   // Only q, k, v and out here: the kernel never forms an (S, T) tensor, so seqLen*kvSeqLen may pass 2^31;
-  // a mask (checkMask) or attention weights (attentionWeights) have their own limit.
+  // a mask (checkMask), a bias or attention weights (attentionWeights) have their own limit.
   for (const [what, count] of [
     ['batch*seqLen*dModel', batch * seqLen * dModel],
-    ['batch*kvSeqLen*dModel', batch * kvSeqLen * dModel],
+    [kvTerms(d), batch * kvSeqLen * d.kvDModel],
   ] as const) {
     if (count >= MAX_ELEMENTS) {
       throw new RangeError(`${fn}: shape too large: ${what} = ${count} elements, expected fewer than 2^31`);
     }
   }
-  return { batch, seqLen, kvSeqLen, dModel, numHeads, headDim: dModel / numHeads };
+  return d;
 }
 
 /** What the length of q (and out) is made of, for messages: (B, S, D). */
 export const qFormula = (d: Dims): string => `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`;
-/** The same for k and v: (B, T, D). */
-export const kvFormula = (d: Dims): string => `batch*kvSeqLen*dModel = ${d.batch}*${d.kvSeqLen}*${d.dModel}`;
+/** The dims the length of k and v is made of: (B, T, D), or (B, T, Hkv·Dh) with grouped-query attention. */
+const kvTerms = (d: Dims): string => (d.numKvHeads === d.numHeads ? 'batch*kvSeqLen*dModel' : 'batch*kvSeqLen*numKvHeads*headDim');
+/** The same as qFormula for k and v. */
+export const kvFormula = (d: Dims): string => `${kvTerms(d)} = ` + (d.numKvHeads === d.numHeads
+  ? `${d.batch}*${d.kvSeqLen}*${d.dModel}` : `${d.batch}*${d.kvSeqLen}*${d.numKvHeads}*${d.headDim}`);
+
+/** A short list for a message: `[3, -1]` (at most 8 entries shown), or what describe() says of a non-array. */
+export function describeList(value: unknown): string {
+  if (!Array.isArray(value) && !(ArrayBuffer.isView(value) && !(value instanceof DataView))) return describe(value);
+  const entries = Array.from({ length: Math.min(8, (value as ArrayLike<unknown>).length) }, (_, i) => describe((value as ArrayLike<unknown>)[i]));
+  return `[${entries.join(', ')}${(value as ArrayLike<unknown>).length > 8 ? ', …' : ''}]`;
+}
