@@ -1,13 +1,17 @@
 // Bindings: marshalling only. JavaScript passes heap addresses (as unsigned integers) and dims to plain
-// C exports, which return an mha::Status code that web/src turns into a precise JS error; Embind serves
-// the few calls made once per instance. All semantics live in src/mha; nothing here computes.
+// C exports (an attention call as one struct on the heap, AttentionCallAbi), which return an mha::Status
+// code that web/src turns into a precise JS error; Embind serves the few calls made once per instance or
+// on an error. All semantics live in src/mha; nothing here computes.
 #include <emscripten/bind.h>
 #include <emscripten/em_macros.h>
+#include <emscripten/val.h>
 #include <malloc.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "mha/kernel.hpp"
 #include "mha/heads.hpp"
@@ -31,18 +35,105 @@ T* at(uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
-mha::AttentionArgs make_args(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t mask, int32_t batch,
-                             int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, bool causal,
-                             float scale) {
+// One attention call as web/src writes it into the instance's staging arena (every field 4 bytes, wasm32);
+// the exports below read it, so a new option adds a field instead of changing every call site. The
+// "none" value of each optional field is what a v1 call writes.
+struct AttentionCallAbi {
+  uint32_t q, k, v, out;       // heap addresses; attention_weights: `out` is the (B, H, S, T) weights
+  uint32_t mask;               // 0 = none; uint8 (B, S, T), nonzero = may attend
+  uint32_t bias;               // 0 = none; float32 [bias_batch, bias_heads, S, T]
+  uint32_t kv_lengths;         // 0 = none; int32 (B)
+  uint32_t alibi_slopes;       // 0 = none; float32 (H)
+  uint32_t lse;                // 0 = none; float32 (B, H, S) output (attention only)
+  int32_t batch, seq_len, kv_seq_len, d_model, num_heads, num_kv_heads;  // B, S, T, D, H, Hkv (none: Hkv = H)
+  int32_t query_offset;        // >= 0
+  int32_t causal;              // 0 / 1
+  int32_t window_left, window_right;  // -1 = unbounded (Infinity)
+  int32_t bias_batch, bias_heads;     // 1 or B, 1 or H (the broadcast dims of biasShape); 0 without a bias
+  int32_t empty_rows;          // 0 = 'nan', 1 = 'zero'
+  float scale;                 // resolved by the caller (1/sqrt(Dh) default)
+  float softcap;               // 0 = none
+};
+
+// The field offsets reach web/src through attentionCallLayout(), so TypeScript writes fields by name and no
+// offset is copied by hand; it refuses a module whose fields are not the ones it writes.
+struct AbiField {
+  const char* name;
+  size_t offset;
+};
+constexpr AbiField kAttentionCallFields[] = {
+    {"q", offsetof(AttentionCallAbi, q)},
+    {"k", offsetof(AttentionCallAbi, k)},
+    {"v", offsetof(AttentionCallAbi, v)},
+    {"out", offsetof(AttentionCallAbi, out)},
+    {"mask", offsetof(AttentionCallAbi, mask)},
+    {"bias", offsetof(AttentionCallAbi, bias)},
+    {"kv_lengths", offsetof(AttentionCallAbi, kv_lengths)},
+    {"alibi_slopes", offsetof(AttentionCallAbi, alibi_slopes)},
+    {"lse", offsetof(AttentionCallAbi, lse)},
+    {"batch", offsetof(AttentionCallAbi, batch)},
+    {"seq_len", offsetof(AttentionCallAbi, seq_len)},
+    {"kv_seq_len", offsetof(AttentionCallAbi, kv_seq_len)},
+    {"d_model", offsetof(AttentionCallAbi, d_model)},
+    {"num_heads", offsetof(AttentionCallAbi, num_heads)},
+    {"num_kv_heads", offsetof(AttentionCallAbi, num_kv_heads)},
+    {"query_offset", offsetof(AttentionCallAbi, query_offset)},
+    {"causal", offsetof(AttentionCallAbi, causal)},
+    {"window_left", offsetof(AttentionCallAbi, window_left)},
+    {"window_right", offsetof(AttentionCallAbi, window_right)},
+    {"bias_batch", offsetof(AttentionCallAbi, bias_batch)},
+    {"bias_heads", offsetof(AttentionCallAbi, bias_heads)},
+    {"empty_rows", offsetof(AttentionCallAbi, empty_rows)},
+    {"scale", offsetof(AttentionCallAbi, scale)},
+    {"softcap", offsetof(AttentionCallAbi, softcap)},
+};
+static_assert(std::is_standard_layout_v<AttentionCallAbi>, "offsetof needs a standard-layout struct");
+static_assert(sizeof(kAttentionCallFields) / sizeof(AbiField) * 4 == sizeof(AttentionCallAbi),
+              "every 4-byte field of AttentionCallAbi is listed in kAttentionCallFields");
+
+// What the core's AttentionArgs cannot express about a call: the bias's broadcast dims must be 1 or B and
+// 1 or H (they become zero strides), empty_rows 0 or 1, and attention_weights has no lse output (an option
+// that does not apply to the function is refused, never ignored). Everything else the core validates.
+mha::Status call_status(const AttentionCallAbi& call, bool weights) {
+  if (call.bias != 0 && ((call.bias_batch != 1 && call.bias_batch != call.batch) ||
+                         (call.bias_heads != 1 && call.bias_heads != call.num_heads))) {
+    return mha::Status::kBadBiasShape;
+  }
+  if (call.empty_rows != 0 && call.empty_rows != 1) return mha::Status::kBadEmptyRows;
+  if (weights && call.lse != 0) return mha::Status::kUnsupportedOption;
+  return mha::Status::kOk;
+}
+
+// q (B, S, D), k and v (B, T, Hkv*Dh), out (B, S, D), bias [bias_batch, bias_heads, S, T] with zero
+// strides over its broadcast dims, lse (B, H, S); attention_weights passes v = out = 0.
+mha::AttentionArgs make_args(const AttentionCallAbi& call, uintptr_t v, uintptr_t out) {
   mha::AttentionArgs args;
-  args.shape = mha::AttentionShape{batch, seq_len, kv_seq_len, d_model, num_heads};
-  args.q = mha::dense_view(at<const float>(q), seq_len, d_model);
-  args.k = mha::dense_view(at<const float>(k), kv_seq_len, d_model);
-  args.v = mha::dense_view(at<const float>(v), kv_seq_len, d_model);
-  args.out = mha::dense_view(at<float>(out), seq_len, d_model);
-  args.mask = at<const uint8_t>(mask);
-  args.causal = causal;
-  args.scale = scale;
+  args.shape = mha::AttentionShape{call.batch, call.seq_len, call.kv_seq_len, call.d_model, call.num_heads,
+                                   call.num_kv_heads};
+  // A k/v row is Hkv * Dh floats (validate_args refuses the call if the dims do not divide).
+  const int32_t kv_d_model = call.num_heads > 0 && call.num_kv_heads > 0
+                                 ? static_cast<int32_t>(args.shape.kv_d_model())
+                                 : call.d_model;
+  args.q = mha::dense_view(at<const float>(call.q), call.seq_len, call.d_model);
+  args.k = mha::dense_view(at<const float>(call.k), call.kv_seq_len, kv_d_model);
+  args.v = mha::dense_view(at<const float>(v), call.kv_seq_len, kv_d_model);
+  args.out = mha::dense_view(at<float>(out), call.seq_len, call.d_model);
+  args.mask = at<const uint8_t>(call.mask);
+  args.causal = call.causal != 0;
+  args.scale = call.scale;
+  args.query_offset = call.query_offset;
+  args.kv_lengths = at<const int32_t>(call.kv_lengths);
+  args.window_left = call.window_left;
+  args.window_right = call.window_right;
+  args.softcap = call.softcap;
+  args.alibi_slopes = at<const float>(call.alibi_slopes);
+  if (call.bias != 0) {
+    const int64_t plane = int64_t{call.seq_len} * call.kv_seq_len;  // (S, T)
+    args.bias = mha::BiasView{at<const float>(call.bias), call.bias_batch == 1 ? 0 : call.bias_heads * plane,
+                              call.bias_heads == 1 ? 0 : plane};
+  }
+  args.empty_rows = call.empty_rows == 1 ? mha::EmptyRows::kZero : mha::EmptyRows::kNaN;
+  args.lse = at<float>(call.lse);
   return args;
 }
 
@@ -50,13 +141,15 @@ mha::AttentionArgs make_args(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t ou
 
 // The per-call functions are plain C exports rather than Embind functions: with -sDYNAMIC_EXECUTION=0
 // (no eval, so pages with a strict CSP work) Embind invokes through a generic `arguments` loop that
-// costs microseconds, as much as a whole seed-sized attention. A direct export is one wasm call.
+// costs microseconds, as much as a whole seed-sized attention. A direct export is one wasm call, and its
+// one argument is the address of an AttentionCallAbi.
 extern "C" {
 
-EMSCRIPTEN_KEEPALIVE int32_t mha_attention(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t mask, int32_t batch,
-                  int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, int32_t causal,
-                  float scale) {
-  const auto args = make_args(q, k, v, out, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal != 0, scale);
+EMSCRIPTEN_KEEPALIVE int32_t mha_attention(uintptr_t call_address) {
+  const AttentionCallAbi& call = *at<const AttentionCallAbi>(call_address);
+  const mha::Status status = call_status(call, /*weights=*/false);
+  if (status != mha::Status::kOk) return static_cast<int32_t>(status);
+  const auto args = make_args(call, call.v, call.out);
   if (g_parallel) return static_cast<int32_t>(g_parallel->run(args));
   return static_cast<int32_t>(mha::attention(args, g_workspace));
 }
@@ -72,11 +165,13 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_set_threads(int32_t threads) {
   return g_parallel ? g_parallel->threads() : 1;
 }
 
-EMSCRIPTEN_KEEPALIVE int32_t mha_attention_weights(uintptr_t q, uintptr_t k, uintptr_t weights, uintptr_t mask, int32_t batch,
-                          int32_t seq_len, int32_t kv_seq_len, int32_t d_model, int32_t num_heads, int32_t causal,
-                          float scale) {
-  const auto args = make_args(q, k, 0, 0, mask, batch, seq_len, kv_seq_len, d_model, num_heads, causal != 0, scale);
-  return static_cast<int32_t>(mha::reference_attention_weights(args, at<float>(weights)));
+// The (B, H, S, T) weights go to `out`; `v` is not read.
+EMSCRIPTEN_KEEPALIVE int32_t mha_attention_weights(uintptr_t call_address) {
+  const AttentionCallAbi& call = *at<const AttentionCallAbi>(call_address);
+  const mha::Status status = call_status(call, /*weights=*/true);
+  if (status != mha::Status::kOk) return static_cast<int32_t>(status);
+  const auto args = make_args(call, 0, 0);
+  return static_cast<int32_t>(mha::reference_attention_weights(args, at<float>(call.out)));
 }
 
 EMSCRIPTEN_KEEPALIVE int32_t mha_split_heads(uintptr_t x, uintptr_t xh, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
@@ -101,6 +196,21 @@ double heap_bytes_in_use() { return static_cast<double>(mallinfo().uordblks); }
 
 std::string version() { return MHA_VERSION; }
 
+// {field name: byte offset} of AttentionCallAbi, and its `size` in bytes.
+emscripten::val attention_call_layout() {
+  emscripten::val layout = emscripten::val::object();
+  for (const AbiField& field : kAttentionCallFields) layout.set(field.name, static_cast<int32_t>(field.offset));
+  layout.set("size", static_cast<int32_t>(sizeof(AttentionCallAbi)));
+  return layout;
+}
+
+// The message of a status code returned by an export, in the JavaScript API's terms; an empty string for a
+// number that is no mha::Status. Called on the error path only.
+std::string status_message(int32_t status) {
+  const char* message = mha::status_message(static_cast<mha::Status>(status));
+  return message != nullptr ? message : "";
+}
+
 // True when the kernel was compiled for WebAssembly SIMD128.
 bool simd() {
 #ifdef __wasm_simd128__
@@ -117,4 +227,6 @@ EMSCRIPTEN_BINDINGS(mha_wasm) {
   emscripten::function("heapBytesInUse", &heap_bytes_in_use);
   emscripten::function("version", &version);
   emscripten::function("simd", &simd);
+  emscripten::function("attentionCallLayout", &attention_call_layout);
+  emscripten::function("statusMessage", &status_message);
 }

@@ -37,8 +37,7 @@ const char* status_message(Status status) {
     case Status::kBadScale: return "scale is not finite";
     case Status::kOutOfMemory: return "out of wasm memory for the kernel scratch";
     case Status::kUnsupportedOption:
-      return "this build's core does not implement an option the call sets (numKvHeads other than numHeads, "
-             "queryOffset, kvLengths, window, softcap, alibiSlopes, bias, emptyRows or lse)";
+      return "an option the call sets does not apply to this function (lse is an output of multiHeadAttention only)";
     case Status::kKvHeadsDoNotDivide: return "numKvHeads must be a positive divisor of numHeads";
     case Status::kBadQueryOffset: return "queryOffset must be a non-negative integer, with queryOffset + seqLen below 2^31";
     case Status::kBadWindow: return "window bounds must be non-negative integers or Infinity";

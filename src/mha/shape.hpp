@@ -21,7 +21,7 @@ enum class Status : int32_t {
   kNullPointer = 4,        // a required buffer is missing
   kBadScale = 5,           // scale is NaN or infinite
   kOutOfMemory = 6,        // scratch allocation failed
-  kUnsupportedOption = 7,  // the call sets an option this core does not implement (the v2 fields of the binding ABI)
+  kUnsupportedOption = 7,  // the call sets an option that does not apply to the function (binding ABI: lse of attention_weights)
   kKvHeadsDoNotDivide = 8, // num_kv_heads < 0, or not a divisor of num_heads
   kBadQueryOffset = 9,     // query_offset < 0, or query_offset + seq_len beyond int32
   kBadWindow = 10,         // a window bound below -1 (-1 = unbounded)

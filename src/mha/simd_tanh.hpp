@@ -31,18 +31,22 @@ struct TanhConstants {
   }
 };
 
-inline VecF tanh(VecF x, const TanhConstants& k) {
-  const VecF ax = xsimd::abs(x);
-  const VecF e = exp2_nonpositive(ax * k.minus_two_log2e, k.exp2);
-  const VecF large = (k.one - e) / (k.one + e);
+// tanh for |x| < 0.625 only (the polynomial branch; the caller has checked the range), sign of 0 aside.
+inline VecF tanh_small(VecF x, const TanhConstants& k) {
   const VecF z = x * x;
   VecF p = k.p0 * z + k.p1;
   p = p * z + k.p2;
   p = p * z + k.p3;
   p = p * z + k.p4;
-  const VecF small = p * z * x + x;
+  return p * z * x + x;
+}
+
+inline VecF tanh(VecF x, const TanhConstants& k) {
+  const VecF ax = xsimd::abs(x);
+  const VecF e = exp2_nonpositive(ax * k.minus_two_log2e, k.exp2);
+  const VecF large = (k.one - e) / (k.one + e);
   // The sign of x for both branches (the polynomial alone would turn -0 into +0).
-  return xsimd::copysign(xsimd::select(ax < k.small, small, large), x);
+  return xsimd::copysign(xsimd::select(ax < k.small, tanh_small(x, k), large), x);
 }
 
 }  // namespace simd
