@@ -49,7 +49,7 @@ struct AttentionCallAbi {
   int32_t query_offset;        // >= 0
   int32_t causal;              // 0 / 1
   int32_t window_left, window_right;  // -1 = unbounded (Infinity)
-  int32_t bias_batch, bias_heads;     // 1 or B, 1 or H (the broadcast dims of biasShape); 1 without a bias
+  int32_t bias_batch, bias_heads;     // 1 or B, 1 or H (the broadcast dims of biasShape); ignored without a bias (the TS layer writes 1)
   int32_t empty_rows;          // 0 = 'nan', 1 = 'zero'
   float scale;                 // resolved by the caller (1/sqrt(Dh) default)
   float softcap;               // 0 = none
@@ -91,25 +91,49 @@ static_assert(std::is_standard_layout_v<AttentionCallAbi>, "offsetof needs a sta
 static_assert(sizeof(kAttentionCallFields) / sizeof(AbiField) * 4 == sizeof(AttentionCallAbi),
               "every 4-byte field of AttentionCallAbi is listed in kAttentionCallFields");
 
-// True when the call sets a field beyond v1, which the core does not implement yet (issue #13): such a call
-// is refused with kUnsupportedOption rather than run without its option.
-bool sets_unsupported_option(const AttentionCallAbi& call) {
-  return call.bias != 0 || call.kv_lengths != 0 || call.alibi_slopes != 0 || call.lse != 0 ||
-         call.num_kv_heads != call.num_heads || call.query_offset != 0 || call.window_left != -1 ||
-         call.window_right != -1 || call.empty_rows != 0 || call.softcap != 0.0f;
+// What the core's AttentionArgs cannot express about a call: the bias's broadcast dims must be 1 or B and
+// 1 or H (they become zero strides), empty_rows 0 or 1, and attention_weights has no lse output (an option
+// that does not apply to the function is refused, never ignored). Everything else the core validates.
+mha::Status call_status(const AttentionCallAbi& call, bool weights) {
+  if (call.bias != 0 && ((call.bias_batch != 1 && call.bias_batch != call.batch) ||
+                         (call.bias_heads != 1 && call.bias_heads != call.num_heads))) {
+    return mha::Status::kBadBiasShape;
+  }
+  if (call.empty_rows != 0 && call.empty_rows != 1) return mha::Status::kBadEmptyRows;
+  if (weights && call.lse != 0) return mha::Status::kUnsupportedOption;
+  return mha::Status::kOk;
 }
 
-// q (B, S, D), k and v (B, T, D), out (B, S, D) for attention; attention_weights passes v = out = 0.
+// q (B, S, D), k and v (B, T, Hkv*Dh), out (B, S, D), bias [bias_batch, bias_heads, S, T] with zero
+// strides over its broadcast dims, lse (B, H, S); attention_weights passes v = out = 0.
 mha::AttentionArgs make_args(const AttentionCallAbi& call, uintptr_t v, uintptr_t out) {
   mha::AttentionArgs args;
-  args.shape = mha::AttentionShape{call.batch, call.seq_len, call.kv_seq_len, call.d_model, call.num_heads};
+  args.shape = mha::AttentionShape{call.batch, call.seq_len, call.kv_seq_len, call.d_model, call.num_heads,
+                                   call.num_kv_heads};
+  // A k/v row is Hkv * Dh floats (validate_args refuses the call if the dims do not divide).
+  const int32_t kv_d_model = call.num_heads > 0 && call.num_kv_heads > 0
+                                 ? static_cast<int32_t>(args.shape.kv_d_model())
+                                 : call.d_model;
   args.q = mha::dense_view(at<const float>(call.q), call.seq_len, call.d_model);
-  args.k = mha::dense_view(at<const float>(call.k), call.kv_seq_len, call.d_model);
-  args.v = mha::dense_view(at<const float>(v), call.kv_seq_len, call.d_model);
+  args.k = mha::dense_view(at<const float>(call.k), call.kv_seq_len, kv_d_model);
+  args.v = mha::dense_view(at<const float>(v), call.kv_seq_len, kv_d_model);
   args.out = mha::dense_view(at<float>(out), call.seq_len, call.d_model);
   args.mask = at<const uint8_t>(call.mask);
   args.causal = call.causal != 0;
   args.scale = call.scale;
+  args.query_offset = call.query_offset;
+  args.kv_lengths = at<const int32_t>(call.kv_lengths);
+  args.window_left = call.window_left;
+  args.window_right = call.window_right;
+  args.softcap = call.softcap;
+  args.alibi_slopes = at<const float>(call.alibi_slopes);
+  if (call.bias != 0) {
+    const int64_t plane = int64_t{call.seq_len} * call.kv_seq_len;  // (S, T)
+    args.bias = mha::BiasView{at<const float>(call.bias), call.bias_batch == 1 ? 0 : call.bias_heads * plane,
+                              call.bias_heads == 1 ? 0 : plane};
+  }
+  args.empty_rows = call.empty_rows == 1 ? mha::EmptyRows::kZero : mha::EmptyRows::kNaN;
+  args.lse = at<float>(call.lse);
   return args;
 }
 
@@ -123,7 +147,8 @@ extern "C" {
 
 EMSCRIPTEN_KEEPALIVE int32_t mha_attention(uintptr_t call_address) {
   const AttentionCallAbi& call = *at<const AttentionCallAbi>(call_address);
-  if (sets_unsupported_option(call)) return static_cast<int32_t>(mha::Status::kUnsupportedOption);
+  const mha::Status status = call_status(call, /*weights=*/false);
+  if (status != mha::Status::kOk) return static_cast<int32_t>(status);
   const auto args = make_args(call, call.v, call.out);
   if (g_parallel) return static_cast<int32_t>(g_parallel->run(args));
   return static_cast<int32_t>(mha::attention(args, g_workspace));
@@ -143,7 +168,8 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_set_threads(int32_t threads) {
 // The (B, H, S, T) weights go to `out`; `v` is not read.
 EMSCRIPTEN_KEEPALIVE int32_t mha_attention_weights(uintptr_t call_address) {
   const AttentionCallAbi& call = *at<const AttentionCallAbi>(call_address);
-  if (sets_unsupported_option(call)) return static_cast<int32_t>(mha::Status::kUnsupportedOption);
+  const mha::Status status = call_status(call, /*weights=*/true);
+  if (status != mha::Status::kOk) return static_cast<int32_t>(status);
   const auto args = make_args(call, 0, 0);
   return static_cast<int32_t>(mha::reference_attention_weights(args, at<float>(call.out)));
 }

@@ -4,13 +4,14 @@
 //
 // One unit = (batch b, KV head g, query rows [q_begin, q_end)) of the G query heads of g. For each key
 // tile of Bk keys that some row of the unit may see (the unit's key range), per head and row:
-//   1. s (Bk) = scale * (q_i . k_j), keys hidden from the row (kernel-independent rule: visibility.hpp)
-//      set to -inf;
+//   1. s (Bk) = scale * (q_i . k_j), then softcap, ALiBi and bias (docs/spec.md 2.4); keys hidden from the
+//      row (kernel-independent rule: visibility.hpp) set to -inf;
 //   2. running max m, p = exp(s - m), running sum l, alpha = exp(m_old - m_new);
 //   3. o (Dh) = o * alpha + sum over the visible keys of p_j v_j (hidden keys are skipped, so inf/NaN
 //      behind a mask is never read; a visible key is multiplied even when p_j underflowed to 0).
-// 4. At the end out = o / l; a row that is not finite (no visible key, non-finite inputs, float32
-//    overflow) is recomputed by the reference, so NaN/inf semantics are exactly the reference's.
+// 4. At the end out = o / l, lse = m + ln l; a row that is not finite (empty rows, non-finite inputs or
+//    bias, float32 overflow) is recomputed by the reference, so NaN/inf and empty-row semantics are
+//    exactly the reference's.
 //
 // Determinism: each row's operations depend only on the row and the key tiles (which lie on one grid of
 // multiples of Bk for every block; a tile a row skips would only have rescaled by exactly 1 and added
@@ -43,7 +44,7 @@ KernelPlan plan(const AttentionArgs& args) {
   KernelPlan p;
   p.head_dim = shape.head_dim();
   p.padded_head_dim = p.head_dim;
-  p.heads_per_kv_head = 1;
+  p.heads_per_kv_head = shape.num_heads / shape.kv_heads();
   p.rows_per_unit = std::min(kRowsPerUnit, std::max(shape.seq_len, 1));
   p.rows_per_block = p.rows_per_unit;
   p.keys_per_tile = kKeysPerTile;
@@ -65,11 +66,21 @@ KernelPlan plan(const AttentionArgs& args) {
   return p;
 }
 
+// The score options of one query row of one head (docs/spec.md 2.4).
+struct RowScores {
+  float scale;
+  float softcap;            // 0 = none
+  bool alibi;
+  float alibi_slope;        // slope[h]
+  int64_t position;         // query_offset + i
+  const float* bias_row;    // bias[b, h, i, 0..T), or nullptr
+};
+
 // Steps 1-3 for row i of one head against keys [j0, j0 + nk): `keys` is the part of the tile the row may
 // see by range, mask_row its mask (or nullptr).
 void attend_tile(const AttentionArgs& args, const float* q_row, const float* k, const float* v, int32_t dh,
-                 int32_t j0, int32_t nk, KeyRange keys, const uint8_t* mask_row, float* s, float* o, float& m,
-                 float& l) {
+                 int32_t j0, int32_t nk, KeyRange keys, const uint8_t* mask_row, const RowScores& row, float* s,
+                 float* o, float& m, float& l) {
   auto visible = [&](int32_t j) {
     return j0 + j >= keys.begin && j0 + j < keys.end && (mask_row == nullptr || mask_row[j0 + j] != 0);
   };
@@ -84,11 +95,18 @@ void attend_tile(const AttentionArgs& args, const float* q_row, const float* k, 
     const float* k_row = k + (j0 + j) * args.k.row_stride;
     float dot = 0.0f;
     for (int32_t d = 0; d < dh; ++d) dot += q_row[d] * k_row[d];
-    s[j] = dot * args.scale;
+    float score = dot * row.scale;
     // q.k overflowed float32 (or an input is not finite): poison l so that the reference recomputes the
-    // row instead of an -inf score silently dropping the key.
-    if (!std::isfinite(s[j])) l = std::numeric_limits<float>::quiet_NaN();
-    tile_max = s[j] > tile_max ? s[j] : tile_max;
+    // row instead of an -inf score silently dropping the key. (A -inf bias below hides a key legitimately.)
+    if (!std::isfinite(score)) l = std::numeric_limits<float>::quiet_NaN();
+    if (row.softcap > 0.0f) score = row.softcap * std::tanh(score / row.softcap);
+    if (row.alibi) {
+      const int64_t distance = row.position - (j0 + j);
+      score -= row.alibi_slope * static_cast<float>(distance < 0 ? -distance : distance);
+    }
+    if (row.bias_row != nullptr) score += row.bias_row[j0 + j];
+    s[j] = score;
+    tile_max = score > tile_max ? score : tile_max;
   }
 
   // 2. Online softmax step.
@@ -111,6 +129,17 @@ void attend_tile(const AttentionArgs& args, const float* q_row, const float* k, 
     const float* v_row = v + (j0 + j) * args.v.row_stride;
     for (int32_t d = 0; d < dh; ++d) o[d] += p * v_row[d];
   }
+}
+
+// The score options of row i of head h of batch item b.
+RowScores row_scores(const AttentionArgs& args, int32_t batch, int32_t head, int32_t i) {
+  RowScores row{args.scale, args.softcap, args.alibi_slopes != nullptr, 0.0f, int64_t{args.query_offset} + i, nullptr};
+  if (row.alibi) row.alibi_slope = args.alibi_slopes[head];
+  if (args.bias.data != nullptr) {
+    row.bias_row = args.bias.data + batch * args.bias.batch_stride + head * args.bias.head_stride +
+                   int64_t{i} * args.shape.kv_seq_len;
+  }
+  return row;
 }
 
 void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit, float* scratch) {
@@ -138,8 +167,9 @@ void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit&
       for (int32_t r = 0; r < rows; ++r) {
         const int32_t i = unit.q_begin + r;
         const size_t row = size_t(hg) * rows + r;
-        attend_tile(args, q + i * args.q.row_stride + hg * dh, k, v, dh, j0, nk, vis.row_range(i), vis.mask_row(i), s,
-                    o_all + row * dh, m_all[row], l_all[row]);
+        attend_tile(args, q + i * args.q.row_stride + hg * dh, k, v, dh, j0, nk, vis.row_range(i), vis.mask_row(i),
+                    row_scores(args, unit.batch, unit.kv_head * heads + hg, i), s, o_all + row * dh, m_all[row],
+                    l_all[row]);
       }
     }
   }
@@ -156,11 +186,16 @@ void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit&
       for (int32_t d = 0; d < dh; ++d) finite &= std::isfinite(o[d] / l);
       // As in the simd128 variant: non-finite rows get exactly the reference's NaN/inf semantics. Checked
       // before storing, because out may be q itself and the reference reads this row of q.
+      const int32_t head = unit.kv_head * heads + hg;
       if (!finite) {
-        reference_attention_query(args, unit.batch, unit.kv_head * heads + hg, unit.q_begin + r, reference_acc);
+        reference_attention_query(args, unit.batch, head, unit.q_begin + r, reference_acc);
         continue;
       }
       for (int32_t d = 0; d < dh; ++d) dst[d] = o[d] / l;
+      if (args.lse != nullptr) {
+        args.lse[(int64_t{unit.batch} * args.shape.num_heads + head) * args.shape.seq_len + unit.q_begin + r] =
+            m_all[row] + std::log(l);
+      }
     }
   }
 }

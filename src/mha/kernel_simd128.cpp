@@ -9,12 +9,15 @@
 //      hidden from every row, computed without per-key tests when none is;
 //   3. pack K^T (Dh, Bk) and V (Bk, Dh8) of KV head g (once per tile, for every block and head; Dh8 = Dh
 //      rounded up to 8, zero padded), so the micro-kernels only ever see whole vectors;
-//   4. per head of the group: S (Bq, Bk) = Q K^T with a 4 rows x 8 keys register-blocked micro-kernel;
+//   4. per head of the group: S (Bq, Bk) = Q K^T with a 4 rows x 8 keys register-blocked micro-kernel,
+//      whose epilogue applies softcap, ALiBi and bias on registers (simd128_tiles.hpp);
 //   5. online softmax of the tile: hide keys (-inf), running max m, p = 2^(s - m), running sum l;
 //   6. O (Bq, Dh8) = O * 2^(m_old - m_new) + P V with a 4 rows x 8 lanes micro-kernel;
-//   7. finish the rows: out = O / l. Rows whose float32 result is not finite (fully hidden rows,
-//      non-finite inputs, overflow of the logits or of O) are recomputed by the reference, so NaN/inf
-//      semantics are exactly the reference's.
+//   7. finish the rows: out = O / l, lse = (m + log2 l) ln 2. Rows whose float32 result is not finite
+//      (empty rows, non-finite inputs or bias, overflow of the logits or of O) are recomputed by the
+//      reference, so NaN/inf and empty-row semantics are exactly the reference's.
+// Tiles outside the unit's key range (causal, window, kvLengths: visibility.hpp) are never read, so a
+// windowed call costs O(S * W). K/V tiles are packed once per unit and serve its G query heads.
 // Nothing of size S x T exists; scratch depends on Dh and the fixed tiles only.
 //
 // Determinism: every query row goes through exactly the same float operations whatever block it is in
@@ -38,23 +41,26 @@ constexpr int32_t kRowsPerBlock = 64;       // Bq
 constexpr int32_t kMaxRowsPerUnit = 1024;   // a unit runs up to 16 blocks against each packed key tile
 constexpr int64_t kMinUnits = 8;            // keep enough units for the thread pool on small problems
 constexpr int32_t kKeysPerTile = kTileStride;  // Bk (measured: 128 halves per-tile overheads, +1-4% over 64)
-// Bk when the visible keys depend on the row (causal): the diagonal tiles, partly hidden and computed in
-// full, waste less.
+// Bk when the visible keys depend on the row (causal, window): the diagonal and window-edge tiles, partly
+// hidden and computed in full, waste less.
 constexpr int32_t kRangedKeysPerTile = 64;
-constexpr float kLog2e = 1.44269504088896341f;
-
+constexpr float kLn2 = 0.693147180559945309f;
 constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // 64-byte multiples of floats
 
-int32_t rows_per_unit(const AttentionShape& shape, int32_t padded_head_dim) {
+// Query rows of each head per unit, for units of `heads_per_kv_head` heads.
+int32_t rows_per_unit(const AttentionShape& shape, int32_t padded_head_dim, int32_t heads_per_kv_head) {
   const int32_t s4 = round_up(shape.seq_len, kMr);
-  // The unit's Q panels and O accumulators stay within about 512 KiB: 1024 rows at Dh <= 64. Every unit
-  // packs K/V of all its tiles, strided reads from memory that is mostly not in cache (K/V packing was
-  // 18% of the time at 256 rows), so more rows per unit pay although Q and O then live in L2/L3:
-  // measured on (1,2048,2048,768,12), 256 -> 512 rows with Bk 128 +11%, 512 -> 1024 rows +6%, 2048 no better.
+  // The unit's Q panels and O accumulators stay within about 512 KiB: 1024 rows (over the unit's heads)
+  // at Dh <= 64. Every unit packs K/V of all its tiles, strided reads from memory that is mostly not in
+  // cache (K/V packing was 18% of the time at 256 rows), so more rows per unit pay although Q and O then
+  // live in L2/L3: measured on (1,2048,2048,768,12), 256 -> 512 rows with Bk 128 +11%, 512 -> 1024 rows
+  // +6%, 2048 no better. A grouped-query unit shares the rows among its heads (each K/V tile it packs
+  // serves all of them), at least one block each.
   int32_t rows = std::max(kRowsPerBlock, std::min(kMaxRowsPerUnit, 65536 / padded_head_dim / kRowsPerBlock * kRowsPerBlock));
+  rows = std::max(kRowsPerBlock, rows / heads_per_kv_head / kRowsPerBlock * kRowsPerBlock);
   rows = std::min(rows, round_up(s4, kRowsPerBlock));  // above that every choice is one unit per head
-  const int64_t heads = int64_t{shape.batch} * shape.num_heads;
-  while (rows > kRowsPerBlock && heads * ((s4 + rows - 1) / rows) < kMinUnits) rows -= kRowsPerBlock;
+  const int64_t kv_heads = int64_t{shape.batch} * shape.kv_heads();
+  while (rows > kRowsPerBlock && kv_heads * ((s4 + rows - 1) / rows) < kMinUnits) rows -= kRowsPerBlock;
   return std::min(rows, s4);
 }
 
@@ -63,10 +69,10 @@ KernelPlan plan(const AttentionArgs& args) {
   KernelPlan p;
   p.head_dim = shape.head_dim();
   p.padded_head_dim = round_up(p.head_dim, kNr);
-  p.heads_per_kv_head = 1;
-  p.rows_per_unit = rows_per_unit(shape, p.padded_head_dim);
+  p.heads_per_kv_head = shape.num_heads / shape.kv_heads();
+  p.rows_per_unit = rows_per_unit(shape, p.padded_head_dim, p.heads_per_kv_head);
   p.rows_per_block = std::min(kRowsPerBlock, round_up(p.rows_per_unit, kMr));
-  const int32_t tile = args.causal ? kRangedKeysPerTile : kKeysPerTile;
+  const int32_t tile = args.ranged() ? kRangedKeysPerTile : kKeysPerTile;
   p.keys_per_tile = std::min(tile, round_up(shape.kv_seq_len, kNr));
   count_units(shape, p);
 
@@ -100,7 +106,6 @@ struct UnitState {
   UnitViews views;
   int32_t rows;        // query rows of each head of the unit
   int32_t rows4;       // rows rounded up to kMr: the stride between heads in q_panels, o, m, l
-  float scale2;        // scale * log2(e): the scores are in log2 units
   float* q_panels;
   float* k_tile;
   float* v_tile;
@@ -110,7 +115,24 @@ struct UnitState {
   float* row_sum;
   float* rescale;
   double* reference_acc;
+  bool epilogue = false;   // softcap, ALiBi or bias: qk_tile<true>
+  ScoreEpilogue scores_epilogue;  // the call's folded constants (per head, tile and panel fields: attend_block)
 };
+
+// The call's score constants in log2 units (ScoreEpilogue), false where one is not a normal float (or 0):
+// the kernel folds log2(e) (and 1/softcap) into them, and such a product is no longer the given value to
+// float precision (above FLT_MAX / log2(e) ~ 2.4e38 it overflows, below FLT_MIN it keeps only a few
+// bits). Such (absurd) values take the reference path, row by row.
+bool fold_constants(const AttentionArgs& args, ScoreEpilogue& ep) {
+  auto normal = [](float f) { return std::isfinite(f) && (f == 0.0f || std::fabs(f) >= std::numeric_limits<float>::min()); };
+  ep.softcap = args.softcap > 0.0f;
+  ep.scale = ep.softcap ? args.scale / args.softcap : args.scale * kLog2e;
+  ep.softcap_scale = args.softcap * kLog2e;
+  bool ok = normal(ep.scale) && (!ep.softcap || (normal(ep.softcap_scale) && ep.softcap_scale != 0.0f));
+  ep.alibi = args.alibi_slopes != nullptr;
+  for (int32_t h = 0; ep.alibi && h < args.shape.num_heads; ++h) ok &= normal(args.alibi_slopes[h] * kLog2e);
+  return ok;
+}
 
 // How a key tile meets the rows of one block (step 2).
 struct TileClass {
@@ -189,13 +211,36 @@ MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t 
   const float* qb = st.q_panels + size_t(row0) * dh;
   float* ob = st.out_acc + size_t(row0) * dh8;
 
-  // 4. S = Q K^T. Without hidden or padding keys the row maxima come from its epilogue, on registers.
+  // 4. S = Q K^T, with softcap, ALiBi and bias in the micro-kernel's epilogue. Without hidden or padding
+  // keys the row maxima come from there too, on registers.
   const bool fused_max = !tile.hides_some() && nk == nk8;
   bool panel_nonfinite[kRowsPerBlock / kMr];
   alignas(16) float tile_max[kRowsPerBlock];
+  const AttentionArgs& args = st.args;
+  const int32_t head = st.unit.kv_head * st.plan.heads_per_kv_head + hg;
+  ScoreEpilogue ep = st.scores_epilogue;
+  ep.first_key = j0;
+  ep.nk = nk;
+  if (ep.alibi) ep.alibi_slope = args.alibi_slopes[head] * kLog2e;
+  const float* bias_rows = nullptr;  // bias[b, h, q_begin + b0, j0]
+  if (args.bias.data != nullptr) {
+    bias_rows = args.bias.data + st.unit.batch * args.bias.batch_stride + head * args.bias.head_stride +
+                (int64_t{st.unit.q_begin} + b0) * args.shape.kv_seq_len + j0;
+  }
   for (int32_t r = 0; r < brows4; r += kMr) {
-    panel_nonfinite[r / kMr] = qk_tile(qb + r * dh, dh, st.k_tile, nk8, st.scale2, st.scores + r * kTileStride,
-                                       fused_max ? tile_max + r : nullptr);
+    float* row_max = fused_max ? tile_max + r : nullptr;
+    float* panel_scores = st.scores + r * kTileStride;
+    if (!st.epilogue) {
+      panel_nonfinite[r / kMr] = qk_tile<false>(qb + r * dh, dh, st.k_tile, nk8, ep, panel_scores, row_max);
+      continue;
+    }
+    ep.first_position = args.query_offset + st.unit.q_begin + b0 + r;
+    if (bias_rows != nullptr) {
+      for (int32_t l = 0; l < kMr; ++l) {
+        ep.bias_rows[l] = r + l < brows ? bias_rows + int64_t{r + l} * args.shape.kv_seq_len : kZeroBiasRow;
+      }
+    }
+    panel_nonfinite[r / kMr] = qk_tile<true>(qb + r * dh, dh, st.k_tile, nk8, ep, panel_scores, row_max);
   }
 
   // 5. Online softmax.
@@ -240,6 +285,11 @@ MHA_PHASE void finish_rows(const UnitState& st) {
         reference_attention_query(args, st.unit.batch, head, i, st.reference_acc);
         continue;
       }
+      if (args.lse != nullptr) {
+        const float m = st.row_max[row];  // log2 units
+        args.lse[(int64_t{st.unit.batch} * args.shape.num_heads + head) * args.shape.seq_len + i] =
+            (m + std::log2(l)) * kLn2;
+      }
       float* dst = st.views.out + i * args.out.row_stride + hg * dh;
       const VecF vl(l);
       for (d = 0; d < dh4; d += kLanes) (VecF::load_aligned(src + d) / vl).store_unaligned(dst + d);  // exact, as scalar
@@ -251,17 +301,16 @@ MHA_PHASE void finish_rows(const UnitState& st) {
 void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit, float* scratch) {
   const ScratchLayout& lay = plan.scratch;
   const int32_t rows = unit.q_end - unit.q_begin;
-  const UnitState st{args, plan, unit, unit_views(args, plan, unit), rows, round_up(rows, kMr),
-                     args.scale * kLog2e, scratch + lay.q_panels, scratch + lay.k_tile, scratch + lay.v_tile,
-                     scratch + lay.scores, scratch + lay.out_acc, scratch + lay.row_max, scratch + lay.row_sum,
-                     scratch + lay.rescale, reinterpret_cast<double*>(scratch + lay.reference)};
+  UnitState st{args, plan, unit, unit_views(args, plan, unit), rows, round_up(rows, kMr),
+               scratch + lay.q_panels, scratch + lay.k_tile, scratch + lay.v_tile, scratch + lay.scores,
+               scratch + lay.out_acc, scratch + lay.row_max, scratch + lay.row_sum, scratch + lay.rescale,
+               reinterpret_cast<double*>(scratch + lay.reference), false, ScoreEpilogue{}};
   const int32_t heads = plan.heads_per_kv_head;
   const int32_t dh = plan.head_dim;
 
-  // The kernel folds log2(e) into the scale. Where that product is not a normal float it is no longer the
-  // given scale to float precision: above FLT_MAX / log2(e) (~2.4e38) it overflows, and below FLT_MIN it
-  // is subnormal and keeps only a few bits. Such (absurd) scales take the reference path, row by row.
-  if (!std::isfinite(st.scale2) || (st.scale2 != 0.0f && std::fabs(st.scale2) < std::numeric_limits<float>::min())) {
+  const simd::TanhConstants tanh_constants;
+  st.scores_epilogue.tanh = &tanh_constants;
+  if (!fold_constants(args, st.scores_epilogue)) {
     for (int32_t hg = 0; hg < heads; ++hg) {
       for (int32_t i = unit.q_begin; i < unit.q_end; ++i) {
         reference_attention_query(args, unit.batch, unit.kv_head * heads + hg, i, st.reference_acc);
@@ -269,6 +318,7 @@ void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit&
     }
     return;
   }
+  st.epilogue = st.scores_epilogue.softcap || st.scores_epilogue.alibi || args.bias.data != nullptr;
 
   // 1. Q panels of every head of the unit; O, m and l start empty.
   const int64_t q_stride = args.q.row_stride;

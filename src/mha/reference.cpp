@@ -9,13 +9,22 @@ namespace mha {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// scores_j = scale * (q . k_j) in double, for a visible key j.
+// The score of a visible key j, in double (docs/spec.md 2.4): s = scale * (q . k_j), then softcap
+// c * tanh(s / c), then ALiBi - slope * |p_i - j|, then + bias[b, h, i, j].
 double score(const ReferenceRow& row, int32_t j) {
   const float* k_row = row.k_rows + j * row.k_row_stride;
   double dot = 0.0;
   for (int32_t d = 0; d < row.head_dim; ++d) dot += double{row.q_row[d]} * double{k_row[d]};
-  return dot * double{row.scale};
+  double s = dot * double{row.scale};
+  if (row.softcap > 0.0f) s = double{row.softcap} * std::tanh(s / double{row.softcap});
+  if (row.alibi) {
+    const double position = static_cast<double>(row.visibility.query_offset) + row.query;
+    s -= double{row.alibi_slope} * std::fabs(position - j);
+  }
+  if (row.bias_row != nullptr) s += double{row.bias_row[j]};
+  return s;
 }
 
 // Calls fn(j) for every visible key j of the row, in increasing order.
@@ -30,66 +39,99 @@ void for_each_visible_key(const ReferenceRow& row, Fn&& fn) {
 
 }  // namespace
 
-void reference_attention_row(const ReferenceRow& row, double* acc, float* out_row, float* weights_row) {
-  // The row max over the visible keys. std::fmax ignores NaN, so a NaN score cannot hide the max; it
-  // still poisons the sum below. Hidden keys are -inf (masked_fill before softmax), i.e. weight 0.
-  double row_max = kNegInf;
-  for_each_visible_key(row, [&](int32_t j) { row_max = std::fmax(row_max, score(row, j)); });
-
-  // Softmax with the row max subtracted, so exp never overflows. An all -inf row has no max to
-  // subtract: PyTorch's softmax gives NaN there (exp(-inf - -inf) = exp(NaN)), and so do we.
-  const bool row_hidden = (row_max == kNegInf);
+void reference_attention_row(const ReferenceRow& row, double* acc, float* out_row, float* weights_row, float* lse) {
   const int32_t head_dim = row.head_dim;
+  const int32_t kv_seq_len = row.visibility.kv_seq_len;
+  // The row max over the visible keys. std::fmax ignores NaN, so a NaN score cannot hide the max; it
+  // still poisons the sum below.
+  double row_max = kNegInf;
+  bool has_nan = false;
+  for_each_visible_key(row, [&](int32_t j) {
+    const double s = score(row, j);
+    has_nan |= std::isnan(s);
+    row_max = std::fmax(row_max, s);
+  });
+
+  // An empty row: no visible key, or only -inf scores (a -inf bias hides a key as the mask does). Its
+  // softmax is 0/0 in PyTorch: NaN (emptyRows 'nan'), or 0 with 'zero'. A NaN score is no empty row.
+  if (row_max == kNegInf && !has_nan) {
+    const float fill = row.empty_rows == EmptyRows::kZero ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    if (out_row != nullptr) {
+      for (int32_t d = 0; d < head_dim; ++d) out_row[d] = fill;
+    }
+    if (weights_row != nullptr) {
+      for (int32_t j = 0; j < kv_seq_len; ++j) weights_row[j] = fill;
+    }
+    if (lse != nullptr) *lse = -std::numeric_limits<float>::infinity();
+    return;
+  }
+
+  // Softmax with the row max subtracted, so exp never overflows. Keys whose score is -inf have weight 0
+  // and are never read (a non-finite v behind them cannot leak into the output; PyTorch would compute
+  // 0 * inf = NaN there). Visible keys multiply as usual.
   double sum = 0.0;
   if (out_row != nullptr) {
     for (int32_t d = 0; d < head_dim; ++d) acc[d] = 0.0;
   }
   for_each_visible_key(row, [&](int32_t j) {
-    const double weight = std::exp(score(row, j) - row_max);
+    const double s = score(row, j);
+    if (s == kNegInf) return;
+    const double weight = std::exp(s - row_max);
     sum += weight;
-    // A hidden key is never read, so a non-finite v behind the mask cannot leak into the output
-    // (PyTorch would compute 0 * inf = NaN there). Visible keys multiply as usual.
     if (out_row == nullptr) return;
     const float* v_row = row.v_rows + j * row.v_row_stride;
     for (int32_t d = 0; d < head_dim; ++d) acc[d] += weight * double{v_row[d]};
   });
-  if (row_hidden) sum = std::numeric_limits<double>::quiet_NaN();
   if (out_row != nullptr) {
-    for (int32_t d = 0; d < head_dim; ++d) out_row[d] = static_cast<float>(row_hidden ? sum : acc[d] / sum);
+    for (int32_t d = 0; d < head_dim; ++d) out_row[d] = static_cast<float>(acc[d] / sum);
   }
   if (weights_row != nullptr) {
     // Hidden keys: exp(-inf) / sum, which is 0, or NaN when the row is NaN (as PyTorch's softmax).
     const float hidden_weight = static_cast<float>(0.0 / sum);
-    for (int32_t j = 0; j < row.visibility.kv_seq_len; ++j) weights_row[j] = hidden_weight;
-    if (!row_hidden) {
-      for_each_visible_key(row, [&](int32_t j) {
-        weights_row[j] = static_cast<float>(std::exp(score(row, j) - row_max) / sum);
-      });
-    }
+    for (int32_t j = 0; j < kv_seq_len; ++j) weights_row[j] = hidden_weight;
+    for_each_visible_key(row, [&](int32_t j) {
+      weights_row[j] = static_cast<float>(std::exp(score(row, j) - row_max) / sum);
+    });
   }
+  if (lse != nullptr) *lse = static_cast<float>(std::isnan(sum) ? kNaN : row_max + std::log(sum));
 }
 
 namespace {
 
 // The reference's view of query row i of head h of batch item b.
 ReferenceRow row_of(const AttentionArgs& args, const KeyVisibility& visibility, int32_t batch, int32_t head, int32_t query) {
-  const int32_t head_dim = args.shape.head_dim();
-  const int64_t head_offset = int64_t{head} * head_dim;
+  const AttentionShape& shape = args.shape;
+  const int32_t head_dim = shape.head_dim();
+  const int32_t kv_head = head / (shape.num_heads / shape.kv_heads());
+  const int64_t q_offset = int64_t{head} * head_dim, kv_offset = int64_t{kv_head} * head_dim;
   ReferenceRow row;
-  row.q_row = args.q.data + batch * args.q.batch_stride + query * args.q.row_stride + head_offset;
-  row.k_rows = args.k.data + batch * args.k.batch_stride + head_offset;
-  row.v_rows = args.v.data != nullptr ? args.v.data + batch * args.v.batch_stride + head_offset : nullptr;
+  row.q_row = args.q.data + batch * args.q.batch_stride + query * args.q.row_stride + q_offset;
+  row.k_rows = args.k.data + batch * args.k.batch_stride + kv_offset;
+  row.v_rows = args.v.data != nullptr ? args.v.data + batch * args.v.batch_stride + kv_offset : nullptr;
   row.k_row_stride = args.k.row_stride;
   row.v_row_stride = args.v.row_stride;
   row.head_dim = head_dim;
   row.scale = args.scale;
   row.visibility = visibility;
   row.query = query;
+  row.softcap = args.softcap;
+  row.alibi = args.alibi_slopes != nullptr;
+  row.alibi_slope = row.alibi ? args.alibi_slopes[head] : 0.0f;
+  if (args.bias.data != nullptr) {
+    row.bias_row = args.bias.data + batch * args.bias.batch_stride + head * args.bias.head_stride +
+                   int64_t{query} * shape.kv_seq_len;
+  }
+  row.empty_rows = args.empty_rows;
   return row;
 }
 
 float* out_row_of(const AttentionArgs& args, int32_t batch, int32_t head, int32_t query) {
   return args.out.data + batch * args.out.batch_stride + query * args.out.row_stride + int64_t{head} * args.shape.head_dim();
+}
+
+float* lse_of(const AttentionArgs& args, int32_t batch, int32_t head, int32_t query) {
+  if (args.lse == nullptr) return nullptr;
+  return args.lse + (int64_t{batch} * args.shape.num_heads + head) * args.shape.seq_len + query;
 }
 
 // Visits every (b, h, i) of the call with its ReferenceRow.
@@ -108,7 +150,7 @@ void for_each_query_row(const AttentionArgs& args, RowFn&& row_fn) {
 
 void reference_attention_query(const AttentionArgs& args, int32_t batch, int32_t head, int32_t query, double* acc) {
   reference_attention_row(row_of(args, key_visibility(args, batch), batch, head, query), acc,
-                          out_row_of(args, batch, head, query), nullptr);
+                          out_row_of(args, batch, head, query), nullptr, lse_of(args, batch, head, query));
 }
 
 Status reference_attention(const AttentionArgs& args) {
@@ -118,7 +160,7 @@ Status reference_attention(const AttentionArgs& args) {
   if (!scratch.reserve(2 * static_cast<size_t>(args.shape.head_dim()))) return Status::kOutOfMemory;
   double* acc = reinterpret_cast<double*>(scratch.data());
   for_each_query_row(args, [&](int32_t b, int32_t h, int32_t i, const ReferenceRow& row) {
-    reference_attention_row(row, acc, out_row_of(args, b, h, i), nullptr);
+    reference_attention_row(row, acc, out_row_of(args, b, h, i), nullptr, lse_of(args, b, h, i));
   });
   return Status::kOk;
 }
@@ -127,11 +169,12 @@ Status reference_attention_weights(const AttentionArgs& args, float* weights) {
   const Status status = validate_shape(args.shape, ScoreTensor::kWeights);
   if (status != Status::kOk) return status;
   if (args.q.data == nullptr || args.k.data == nullptr || weights == nullptr) return Status::kNullPointer;
-  if (!std::isfinite(args.scale)) return Status::kBadScale;
+  const Status options = validate_options(args);
+  if (options != Status::kOk) return options;
   const AttentionShape& s = args.shape;
   for_each_query_row(args, [&](int32_t b, int32_t h, int32_t i, const ReferenceRow& row) {
     float* weights_row = weights + ((int64_t{b} * s.num_heads + h) * s.seq_len + i) * s.kv_seq_len;
-    reference_attention_row(row, nullptr, nullptr, weights_row);
+    reference_attention_row(row, nullptr, nullptr, weights_row, nullptr);
   });
   return Status::kOk;
 }

@@ -13,37 +13,46 @@
 
 namespace mha {
 
-// One query row i of one head, as the reference reads it.
+// One query row i of one head h, as the reference reads it.
 struct ReferenceRow {
-  const float* q_row = nullptr;   // (Dh)
-  const float* k_rows = nullptr;  // T rows of Dh floats, k_row_stride apart (D for a dense (B, T, D) head)
-  const float* v_rows = nullptr;  // T rows of Dh floats, v_row_stride apart; may be null without out_row
+  const float* q_row = nullptr;   // (Dh) of head h
+  const float* k_rows = nullptr;  // T rows of Dh floats (KV head g = h / (H / Hkv)), k_row_stride apart
+  const float* v_rows = nullptr;  // T rows of Dh floats of KV head g, v_row_stride apart; may be null without out_row
   int64_t k_row_stride = 0;
   int64_t v_row_stride = 0;
   int32_t head_dim = 0;           // Dh
   float scale = 0.0f;
   KeyVisibility visibility;       // of the row's batch item
-  int32_t query = 0;              // i
+  int32_t query = 0;              // i (its position is visibility.query_offset + i)
+  float softcap = 0.0f;           // 0 = none
+  bool alibi = false;
+  float alibi_slope = 0.0f;       // slope[h]
+  const float* bias_row = nullptr;  // bias[b, h, i, 0..T), or nullptr
+  EmptyRows empty_rows = EmptyRows::kNaN;
 };
 
-// Scaled dot-product attention of ONE head for ONE query row, the building block of everything below.
+// Scaled dot-product attention of ONE head for ONE query row, the building block of everything below,
+// in the order of docs/spec.md 2.4-2.5: scores of the visible keys (softcap, ALiBi, bias), softmax, sum.
 //   out_row (Dh), optional: softmax_j(scores) @ v over the visible keys;
 //   weights_row (T), optional: the softmax probabilities (0 for hidden keys);
+//   lse, optional: log-sum-exp of the scores (natural log; -inf for an empty row);
 //   acc: Dh doubles of scratch (needed with out_row).
-// With no visible key, out_row and weights_row are all NaN (softmax of an all -inf row, as PyTorch).
-void reference_attention_row(const ReferenceRow& row, double* acc, float* out_row, float* weights_row);
+// An empty row (no visible key, or every score -inf) gives NaN (or 0 with EmptyRows::kZero) in out_row
+// and weights_row; a NaN score makes the whole row NaN.
+void reference_attention_row(const ReferenceRow& row, double* acc, float* out_row, float* weights_row, float* lse);
 
-// One query row of one head, out[b, i, h*Dh:(h+1)*Dh], computed by the reference with Dh doubles of
-// scratch in acc. The kernels hand it every row whose float32 result is not finite, so non-finite inputs
-// and float32 overflow (of the scaled logits or of the running sum of weighted values) get exactly the
-// reference's answer.
+// One query row of one head, out[b, i, h*Dh:(h+1)*Dh] (and lse[b, h, i] if args.lse), computed by the
+// reference with Dh doubles of scratch in acc. The kernels hand it every row whose float32 result is not
+// finite, so non-finite inputs, empty rows and float32 overflow (of the scaled logits or of the running
+// sum of weighted values) get exactly the reference's answer.
 void reference_attention_query(const AttentionArgs& args, int32_t batch, int32_t head, int32_t query, double* acc);
 
-// Multi-head attention: q (B,S,D), k/v (B,T,D) -> out (B,S,D). See AttentionArgs for the semantics.
-// kOutOfMemory if its Dh doubles of scratch cannot be allocated.
+// Multi-head attention: q (B,S,D), k/v (B,T,Hkv*Dh) -> out (B,S,D), lse (B,H,S) if asked. See
+// AttentionArgs for the semantics. kOutOfMemory if its Dh doubles of scratch cannot be allocated.
 Status reference_attention(const AttentionArgs& args);
 
-// The softmax weights of every head: weights (B,H,S,T), dense. args.out and args.v are not used (may be null).
+// The softmax weights of every head: weights (B,H,S,T), dense. args.out, args.v and args.lse are not used
+// (may be null).
 Status reference_attention_weights(const AttentionArgs& args, float* weights);
 
 }  // namespace mha

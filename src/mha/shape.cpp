@@ -1,6 +1,7 @@
 #include "mha/shape.hpp"
 
 #include <cmath>
+#include <limits>
 
 namespace mha {
 
@@ -14,6 +15,14 @@ const char* status_name(Status status) {
     case Status::kBadScale: return "scale is not finite";
     case Status::kOutOfMemory: return "out of memory";
     case Status::kUnsupportedOption: return "unsupported option";
+    case Status::kKvHeadsDoNotDivide: return "num_heads not divisible by num_kv_heads";
+    case Status::kBadQueryOffset: return "bad query_offset";
+    case Status::kBadWindow: return "bad window";
+    case Status::kBadKvLength: return "kv_lengths entry out of range";
+    case Status::kBadSoftcap: return "bad softcap";
+    case Status::kBadAlibiSlope: return "ALiBi slope not finite";
+    case Status::kBadBiasShape: return "bad bias broadcast shape";
+    case Status::kBadEmptyRows: return "bad empty_rows";
   }
   return "unknown status";
 }
@@ -28,8 +37,15 @@ const char* status_message(Status status) {
     case Status::kBadScale: return "scale is not finite";
     case Status::kOutOfMemory: return "out of wasm memory for the kernel scratch";
     case Status::kUnsupportedOption:
-      return "this build's core does not implement an option the call sets (numKvHeads other than numHeads, "
-             "queryOffset, kvLengths, window, softcap, alibiSlopes, bias, emptyRows or lse)";
+      return "an option the call sets does not apply to this function (lse is an output of multiHeadAttention only)";
+    case Status::kKvHeadsDoNotDivide: return "numKvHeads must be a positive divisor of numHeads";
+    case Status::kBadQueryOffset: return "queryOffset must be a non-negative integer, with queryOffset + seqLen below 2^31";
+    case Status::kBadWindow: return "window bounds must be non-negative integers or Infinity";
+    case Status::kBadKvLength: return "every kvLengths entry must be an integer in [0, kvSeqLen]";
+    case Status::kBadSoftcap: return "softcap must be a finite number > 0";
+    case Status::kBadAlibiSlope: return "every alibiSlopes entry must be finite";
+    case Status::kBadBiasShape: return "biasShape must be [1 or batch, 1 or numHeads, seqLen, kvSeqLen]";
+    case Status::kBadEmptyRows: return "emptyRows must be 'nan' or 'zero'";
   }
   return nullptr;
 }
@@ -40,12 +56,13 @@ Status validate_shape(const AttentionShape& shape, ScoreTensor scores) {
     return Status::kNonPositiveDim;
   }
   if (shape.d_model % shape.num_heads != 0) return Status::kHeadsDoNotDivide;
+  if (shape.num_kv_heads < 0 || shape.num_heads % shape.kv_heads() != 0) return Status::kKvHeadsDoNotDivide;
   // Each factor is < 2^31, so a product of two fits int64; check step by step so that a product of
   // three or four cannot overflow int64 before it is compared.
   auto fits = [](int64_t a, int64_t b) { return a < kMaxElements && b < kMaxElements && a * b < kMaxElements; };
   const int64_t bs = int64_t{shape.batch} * shape.seq_len;
   const int64_t bt = int64_t{shape.batch} * shape.kv_seq_len;
-  if (!fits(bs, shape.d_model) || !fits(bt, shape.d_model)) return Status::kTooLarge;
+  if (!fits(bs, shape.d_model) || !fits(bt, shape.kv_d_model())) return Status::kTooLarge;
   if (scores != ScoreTensor::kNone && !fits(bs, shape.kv_seq_len)) return Status::kTooLarge;
   if (scores == ScoreTensor::kWeights && !fits(bs * shape.kv_seq_len, shape.num_heads)) return Status::kTooLarge;
   return Status::kOk;
@@ -56,6 +73,35 @@ float default_scale(int32_t head_dim) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
+Status validate_options(const AttentionArgs& args) {
+  const AttentionShape& shape = args.shape;
+  if (!std::isfinite(args.scale)) return Status::kBadScale;
+  if (args.query_offset < 0 || int64_t{args.query_offset} + shape.seq_len > std::numeric_limits<int32_t>::max()) {
+    return Status::kBadQueryOffset;
+  }
+  if (args.window_left < -1 || args.window_right < -1) return Status::kBadWindow;
+  if (!std::isfinite(args.softcap) || args.softcap < 0.0f) return Status::kBadSoftcap;
+  if (args.bias.data != nullptr) {
+    if (args.bias.batch_stride < 0 || args.bias.head_stride < 0) return Status::kBadBiasShape;
+    // The largest element read must stay within 32-bit indexing, as for every other tensor.
+    const int64_t last = (shape.batch - 1) * args.bias.batch_stride + (shape.num_heads - 1) * args.bias.head_stride +
+                         int64_t{shape.seq_len} * shape.kv_seq_len;
+    if (int64_t{shape.seq_len} * shape.kv_seq_len >= kMaxElements || last >= kMaxElements) return Status::kTooLarge;
+  }
+  if (args.empty_rows != EmptyRows::kNaN && args.empty_rows != EmptyRows::kZero) return Status::kBadEmptyRows;
+  if (args.kv_lengths != nullptr) {
+    for (int32_t b = 0; b < shape.batch; ++b) {
+      if (args.kv_lengths[b] < 0 || args.kv_lengths[b] > shape.kv_seq_len) return Status::kBadKvLength;
+    }
+  }
+  if (args.alibi_slopes != nullptr) {
+    for (int32_t h = 0; h < shape.num_heads; ++h) {
+      if (!std::isfinite(args.alibi_slopes[h])) return Status::kBadAlibiSlope;
+    }
+  }
+  return Status::kOk;
+}
+
 Status validate_args(const AttentionArgs& args) {
   const Status shape_status = validate_shape(args.shape, args.mask != nullptr ? ScoreTensor::kMask : ScoreTensor::kNone);
   if (shape_status != Status::kOk) return shape_status;
@@ -63,8 +109,7 @@ Status validate_args(const AttentionArgs& args) {
       args.out.data == nullptr) {
     return Status::kNullPointer;
   }
-  if (!std::isfinite(args.scale)) return Status::kBadScale;
-  return Status::kOk;
+  return validate_options(args);
 }
 
 }  // namespace mha

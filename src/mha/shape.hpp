@@ -2,7 +2,8 @@
 //
 // Letters used in every shape comment of this project, outermost first, row-major:
 //   B  batch            S  query sequence length     T  key/value sequence length
-//   H  number of heads  Dh head dimension (D / H)    D  model dimension (d_model)
+//   H  number of heads  Hkv key/value heads          Dh head dimension (D / H)
+//   D  model dimension (d_model = H * Dh; k and v rows are Hkv * Dh)
 #pragma once
 
 #include <cstddef>
@@ -20,7 +21,15 @@ enum class Status : int32_t {
   kNullPointer = 4,        // a required buffer is missing
   kBadScale = 5,           // scale is NaN or infinite
   kOutOfMemory = 6,        // scratch allocation failed
-  kUnsupportedOption = 7,  // the call sets an option this core does not implement (the v2 fields of the binding ABI)
+  kUnsupportedOption = 7,  // the call sets an option that does not apply to the function (binding ABI: lse of attention_weights)
+  kKvHeadsDoNotDivide = 8, // num_kv_heads < 0, or not a divisor of num_heads
+  kBadQueryOffset = 9,     // query_offset < 0, or query_offset + seq_len beyond int32
+  kBadWindow = 10,         // a window bound below -1 (-1 = unbounded)
+  kBadKvLength = 11,       // some kv_lengths[b] outside [0, kv_seq_len]
+  kBadSoftcap = 12,        // softcap NaN, infinite or negative (0 = none)
+  kBadAlibiSlope = 13,     // an ALiBi slope is NaN or infinite
+  kBadBiasShape = 14,      // the bias's broadcast dims are not 1 or B and 1 or H (binding ABI), or its strides negative
+  kBadEmptyRows = 15,      // empty_rows is neither 'nan' nor 'zero' (binding ABI)
 };
 
 const char* status_name(Status status);
@@ -34,15 +43,18 @@ const char* status_message(Status status);
 constexpr int64_t kMaxElements = int64_t{1} << 31;  // exclusive bound: counts must be < 2^31
 
 struct AttentionShape {
-  int32_t batch = 0;       // B
-  int32_t seq_len = 0;     // S (queries)
-  int32_t kv_seq_len = 0;  // T (keys and values)
-  int32_t d_model = 0;     // D
-  int32_t num_heads = 0;   // H
+  int32_t batch = 0;         // B
+  int32_t seq_len = 0;       // S (queries)
+  int32_t kv_seq_len = 0;    // T (keys and values)
+  int32_t d_model = 0;       // D = H * Dh
+  int32_t num_heads = 0;     // H
+  int32_t num_kv_heads = 0;  // Hkv, a divisor of H; 0 = H (multi-head attention)
 
   int32_t head_dim() const { return num_heads > 0 ? d_model / num_heads : 0; }
+  int32_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  int64_t kv_d_model() const { return int64_t{kv_heads()} * head_dim(); }          // Hkv * Dh: a k/v row
   int64_t q_elements() const { return int64_t{batch} * seq_len * d_model; }      // (B, S, D)
-  int64_t kv_elements() const { return int64_t{batch} * kv_seq_len * d_model; }  // (B, T, D)
+  int64_t kv_elements() const { return int64_t{batch} * kv_seq_len * kv_d_model(); }  // (B, T, Hkv*Dh)
   int64_t mask_elements() const { return int64_t{batch} * seq_len * kv_seq_len; }  // (B, S, T)
   int64_t weights_elements() const {                                              // (B, H, S, T)
     return int64_t{batch} * num_heads * seq_len * kv_seq_len;
@@ -53,8 +65,8 @@ struct AttentionShape {
 // with a mask there is the (B, S, T) mask, attention_weights writes the (B, H, S, T) weights.
 enum class ScoreTensor { kNone, kMask, kWeights };
 
-// Checks dims only (no memory is touched): positive dims, D % H == 0, every tensor the call has
-// (q, k, v, out and the `scores` ones) below kMaxElements.
+// Checks dims only (no memory is touched): positive dims, D % H == 0, H % Hkv == 0, every tensor the
+// call has (q, k, v, out and the `scores` ones) below kMaxElements.
 Status validate_shape(const AttentionShape& shape, ScoreTensor scores);
 
 // A (B, rows, D) tensor seen through strides, in elements. Head h of row r of batch b starts at
@@ -73,25 +85,57 @@ TensorView<T> dense_view(T* data, int32_t rows, int32_t d_model) {
   return TensorView<T>{data, int64_t{rows} * d_model, d_model};
 }
 
-// Everything one attention call needs. Semantics (the spec, and src/mha/reference.hpp):
-//   for each b, h: out[b, i, h*Dh:(h+1)*Dh] = softmax_j(scale * q_h[i] . k_h[j], masked) @ v_h
-// q (B,S,D), k (B,T,D), v (B,T,D), out (B,S,D).
-// mask (B,S,T) uint8, optional: nonzero = attend; shared by all heads.
-// causal: key j visible to query i iff j <= i (upper-left aligned when S != T); combined with mask
-//         by AND (the rule is src/mha/visibility.hpp). A query row with no visible key yields NaN in all
-//         its outputs, as PyTorch does.
+// An additive bias [B or 1, H or 1, S, T] read with strides: bias[b, h, i, j] is
+//   data[b*batch_stride + h*head_stride + i*T + j]
+// A broadcast dimension has stride 0 (no copies). data == nullptr: no bias.
+struct BiasView {
+  const float* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+};
+
+// What a row with no visible key (or only -inf scores) yields: NaN (PyTorch <= 2.4) or 0 (SDPA >= 2.5).
+enum class EmptyRows : int32_t { kNaN = 0, kZero = 1 };
+
+// Everything one attention call needs. Semantics: docs/spec.md, and src/mha/reference.hpp follows it:
+//   for each b, h: out[b, i, h*Dh:(h+1)*Dh] = softmax_j(score(b, h, i, j), visible keys) @ v_g
+// with g = h / (H / Hkv) (grouped-query attention reads KV head g by stride, never copied),
+// q (B,S,D), k (B,T,Hkv*Dh), v (B,T,Hkv*Dh), out (B,S,D).
+// Visibility (src/mha/visibility.hpp): key j is visible to query i of batch b iff j < kv_lengths[b],
+//   mask[b, i, j] != 0, (causal) j <= p_i and (window) p_i - window_left <= j <= p_i + window_right, where
+//   p_i = query_offset + i is the query's position (key j has position j).
+// score = scale * q_h[i] . k_g[j], then in this order: softcap c: c * tanh(score / c); ALiBi:
+//   - slope[h] * |p_i - j|; bias: + bias[b, h, i, j] (-inf hides the key).
+// A query row with no visible key (or only -inf scores) is NaN or 0 in all its outputs (empty_rows); a
+// NaN score makes its row NaN. lse, optional: (B, H, S) log-sum-exp of each row's scores, -inf for an
+// empty row.
 struct AttentionArgs {
   AttentionShape shape;
   TensorView<const float> q, k, v;
   TensorView<float> out;
-  const uint8_t* mask = nullptr;
+  const uint8_t* mask = nullptr;  // (B, S, T) uint8, nonzero = attend; shared by all heads
   bool causal = false;
   float scale = 0.0f;  // the caller resolves the 1/sqrt(Dh) default (see default_scale)
+  int32_t query_offset = 0;             // p_0; >= 0 (T - S: lower-right alignment, a decode step)
+  const int32_t* kv_lengths = nullptr;  // (B), each in [0, T]; nullptr = T
+  int32_t window_left = -1;             // keys at most this many positions before the query; -1 = unbounded
+  int32_t window_right = -1;            // keys at most this many positions after it; -1 = unbounded
+  float softcap = 0.0f;                 // c > 0, finite; 0 = none
+  const float* alibi_slopes = nullptr;  // (H) finite; nullptr = none
+  BiasView bias;
+  EmptyRows empty_rows = EmptyRows::kNaN;
+  float* lse = nullptr;                 // (B, H, S) output, natural log; nullptr = not wanted
+
+  // Whether the visible keys of a row depend on the row (causal or a bounded window).
+  bool ranged() const { return causal || window_left >= 0 || window_right >= 0; }
 };
 
 float default_scale(int32_t head_dim);
 
-// Validates shape, pointers and scale of a call.
+// Validates shape, pointers, scale and options of a call (kv_lengths and alibi_slopes are read).
 Status validate_args(const AttentionArgs& args);
+
+// The option checks of validate_args alone (no shape or data pointers): what attention_weights shares.
+Status validate_options(const AttentionArgs& args);
 
 }  // namespace mha

@@ -15,6 +15,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "mha/simd_exp.hpp"
+#include "mha/simd_tanh.hpp"
 #include "mha/visibility.hpp"
 
 #ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
@@ -27,6 +28,7 @@ namespace mha {
 namespace simd128 {
 
 using simd::VecF;
+using simd::VecI;
 constexpr int32_t kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
 static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
 
@@ -37,6 +39,7 @@ constexpr int32_t kNr = 8;  // keys (QK^T) or output lanes (PV) per micro-kernel
 constexpr int32_t kTileStride = 128;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.44269504088896341f;
 
 constexpr int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
@@ -139,19 +142,95 @@ MHA_PHASE inline void pack_v(const float* v, int64_t row_stride, int32_t nk, int
 // ---------------------------------------------------------------------------------------------------
 // Micro-kernels
 
+// What qk_tile does to a panel's scores between the dot products and the store, on registers (docs/spec.md
+// 2.4, in log2 units): x = scale * q.k, then softcap s = c*log2(e) * tanh(x) (scale is then scale/c),
+// ALiBi s -= slope*log2(e) * |p - j|, bias s += log2(e) * bias[b, h, i, j]. No second pass over the scores.
+struct ScoreEpilogue {
+  float scale = 0.0f;           // x = scale * q.k: scale*log2(e), or scale/c with softcap
+  bool softcap = false;
+  float softcap_scale = 0.0f;   // c*log2(e)
+  bool alibi = false;
+  float alibi_slope = 0.0f;     // slope[h]*log2(e)
+  int32_t first_position = 0;   // position of the panel's row 0 (query_offset + i)
+  int32_t first_key = 0;        // j0, the tile's first key
+  const float* bias_rows[kMr] = {nullptr, nullptr, nullptr, nullptr};  // bias[b, h, i_r, j0], or all nullptr
+  int32_t nk = 0;               // keys in the tile: bias is read for keys [0, nk) only
+  const simd::TanhConstants* tanh = nullptr;
+};
+
+alignas(16) inline constexpr int32_t kLaneIndex[kLanes] = {0, 1, 2, 3};
+
+// Zeros standing in for the bias rows of the padding rows of a panel (rows past the unit's last row).
+alignas(16) inline constexpr float kZeroBiasRow[kTileStride] = {};
+
+// 4 bias values of a row from tile key `key`: keys at or past nk (the padding keys of the tile) read 0,
+// so nothing past the end of the bias row is read.
+inline VecF load_bias(const float* row, int32_t key, int32_t nk) {
+  if (key + kLanes <= nk) return VecF::load_unaligned(row + key);
+  alignas(16) float tail[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int32_t l = 0; key + l < nk; ++l) tail[l] = row[key + l];
+  return VecF::load_aligned(tail);
+}
+
+// The full tanh on a 4 x 8 block's scores (in memory: the rare branch of softcap_block, kept out of line
+// so that its 8 copies of exp2 and a division are not inlined into the micro-kernel: 4 KB of wasm).
+__attribute__((noinline)) inline void softcap_block_full(VecF* a, const ScoreEpilogue& ep) {
+  const VecF cap(ep.softcap_scale);
+  for (int32_t n = 0; n < 2 * kMr; ++n) a[n] = simd::tanh(a[n], *ep.tanh) * cap;
+}
+
+// The softcap of a 4 x 8 block's scores: c*log2(e) * tanh(x). Logits far below the cap (the common case:
+// Gemma 2 caps at 50 and 30) leave every |x| below 0.625, where tanh is its polynomial alone: one test per
+// block skips the exp2 and the division of the other branch (bert with softcap 30: 1.39x the plain call's
+// time with both branches, 1.12x with the test).
+inline void softcap_block(VecF& a00, VecF& a01, VecF& a10, VecF& a11, VecF& a20, VecF& a21, VecF& a30, VecF& a31,
+                          const ScoreEpilogue& ep) {
+  const simd::TanhConstants& k = *ep.tanh;
+  using simd::pseudo_max;
+  using xsimd::abs;
+  const VecF largest = pseudo_max(pseudo_max(pseudo_max(abs(a00), abs(a01)), pseudo_max(abs(a10), abs(a11))),
+                                  pseudo_max(pseudo_max(abs(a20), abs(a21)), pseudo_max(abs(a30), abs(a31))));
+  // A NaN lane may pass or fail the test: both branches keep it (and its row is redone by the reference).
+  if (xsimd::all(largest < k.small)) {
+    const VecF cap(ep.softcap_scale);
+    a00 = simd::tanh_small(a00, k) * cap, a01 = simd::tanh_small(a01, k) * cap;
+    a10 = simd::tanh_small(a10, k) * cap, a11 = simd::tanh_small(a11, k) * cap;
+    a20 = simd::tanh_small(a20, k) * cap, a21 = simd::tanh_small(a21, k) * cap;
+    a30 = simd::tanh_small(a30, k) * cap, a31 = simd::tanh_small(a31, k) * cap;
+    return;
+  }
+  alignas(16) VecF block[2 * kMr] = {a00, a01, a10, a11, a20, a21, a30, a31};
+  softcap_block_full(block, ep);
+  a00 = block[0], a01 = block[1], a10 = block[2], a11 = block[3];
+  a20 = block[4], a21 = block[5], a30 = block[6], a31 = block[7];
+}
+
+// ALiBi and bias for the 4 scores of panel row `row` at tile keys [key, key + 4).
+inline VecF score_epilogue(VecF x, int32_t row, int32_t key, const ScoreEpilogue& ep) {
+  if (ep.alibi) {
+    const VecI keys = VecI(ep.first_key + key) + VecI::load_aligned(kLaneIndex);
+    const VecF distance = xsimd::to_float(xsimd::abs(VecI(ep.first_position + row) - keys));
+    x -= VecF(ep.alibi_slope) * distance;
+  }
+  if (ep.bias_rows[0] != nullptr) x += VecF(kLog2e) * load_bias(ep.bias_rows[row], key, ep.nk);
+  return x;
+}
+
 // s[i][jb..jb+8) = scale * (q_i . k_j) for the 4 rows of one Q panel (Dh, 4) and keys [0, nk8) of the
-// K^T tile (Dh, kTileStride). Returns true when some stored score is +-inf or NaN (q.k overflowed
-// float32, or an input is not finite): checked here, on registers, at 9 operations per 32 scores instead
-// of a pass over each row (a sum of finite scores that overflows only costs a needless, exact,
-// recomputation).
+// K^T tile (Dh, kTileStride), then (kEpilogue) the score epilogue. Returns true when some scaled
+// q.k is +-inf or NaN (q.k overflowed float32, or an input is not finite): checked here, on registers,
+// at 9 operations per 32 scores instead of a pass over each row (a sum of finite scores that overflows
+// only costs a needless, exact, recomputation). The check comes before the epilogue, whose -inf from a
+// bias hides a key legitimately.
 // With row_max, also row_max[0..4) = each row's largest score (the caller asks only when no key of the
 // tile is hidden or padding): 8 maxima per 32 scores here, where a pass over the stored rows was 3% of
 // long2k's time (measured with it: long2k, bert-b8 and cross 2-5% faster).
 // 8 accumulators + 2 key vectors + 4 broadcasts + 1 product temporary = 15 of the 16 xmm registers (V8
 // keeps the 16th as scratch): the largest block that does not spill without FMA.
-MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t nk8, float scale, float* s,
-                              float* row_max) {
-  const VecF vscale(scale);
+template <bool kEpilogue>
+MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t nk8, const ScoreEpilogue& ep,
+                              float* s, float* row_max) {
+  const VecF vscale(ep.scale);
   VecF nonfinite(0.0f);  // stays 0 unless a score is not finite (0 * inf = NaN)
   VecF max0(kNegInf), max1(kNegInf), max2(kNegInf), max3(kNegInf);  // lane-wise maxima of the 4 rows
   for (int32_t jb = 0; jb < nk8; jb += kNr) {
@@ -176,6 +255,14 @@ MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, 
     for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kTileStride) step(qp, kp);
     a00 *= vscale, a01 *= vscale, a10 *= vscale, a11 *= vscale;
     a20 *= vscale, a21 *= vscale, a30 *= vscale, a31 *= vscale;
+    nonfinite += (((a00 + a01) + (a10 + a11)) + ((a20 + a21) + (a30 + a31))) * VecF(0.0f);
+    if constexpr (kEpilogue) {
+      if (ep.softcap) softcap_block(a00, a01, a10, a11, a20, a21, a30, a31, ep);
+      a00 = score_epilogue(a00, 0, jb, ep), a01 = score_epilogue(a01, 0, jb + kLanes, ep);
+      a10 = score_epilogue(a10, 1, jb, ep), a11 = score_epilogue(a11, 1, jb + kLanes, ep);
+      a20 = score_epilogue(a20, 2, jb, ep), a21 = score_epilogue(a21, 2, jb + kLanes, ep);
+      a30 = score_epilogue(a30, 3, jb, ep), a31 = score_epilogue(a31, 3, jb + kLanes, ep);
+    }
     a00.store_aligned(s + jb);
     a01.store_aligned(s + jb + kLanes);
     a10.store_aligned(s + kTileStride + jb);
@@ -184,7 +271,6 @@ MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, 
     a21.store_aligned(s + 2 * kTileStride + jb + kLanes);
     a30.store_aligned(s + 3 * kTileStride + jb);
     a31.store_aligned(s + 3 * kTileStride + jb + kLanes);
-    nonfinite += (((a00 + a01) + (a10 + a11)) + ((a20 + a21) + (a30 + a31))) * VecF(0.0f);
     if (row_max != nullptr) {
       max0 = simd::pseudo_max(max0, simd::pseudo_max(a00, a01));
       max1 = simd::pseudo_max(max1, simd::pseudo_max(a10, a11));

@@ -71,8 +71,11 @@ struct KeyVisibility {
 inline KeyVisibility key_visibility(const AttentionArgs& args, int32_t batch) {
   KeyVisibility vis;
   vis.kv_seq_len = args.shape.kv_seq_len;
-  vis.kv_length = args.shape.kv_seq_len;
+  vis.kv_length = args.kv_lengths != nullptr ? args.kv_lengths[batch] : args.shape.kv_seq_len;
+  vis.query_offset = args.query_offset;
   vis.causal = args.causal;
+  vis.window_left = args.window_left;
+  vis.window_right = args.window_right;
   vis.mask = args.mask != nullptr ? args.mask + int64_t{batch} * args.shape.seq_len * args.shape.kv_seq_len : nullptr;
   return vis;
 }

@@ -108,3 +108,74 @@ TEST_CASE("validation: S * T beyond 2^31 without a mask runs (tiles only); with 
   args.mask = &any_byte;
   REQUIRE(mha::attention(args, workspace, kernel) == mha::Status::kTooLarge);
 }
+
+TEST_CASE("validation: bad options are refused as status values by the reference and every kernel variant",
+          "[validation][kernels]") {
+  const mha::KernelVariant& kernel = EACH_KERNEL();
+  INFO("kernel " << kernel.name);
+  Problem p = make_problem({2, 3, 4, 8, 4, 2}, 15);
+  std::vector<float> out;
+  mha::Workspace ws;
+  const std::vector<int32_t> lengths_bad{4, 5}, lengths_negative{-1, 2}, lengths_ok{0, 4};
+  const std::vector<float> slopes_bad{0.5f, kNaN, 0.25f, 0.125f}, slopes_inf{kInf, 0.5f, 0.25f, 0.125f};
+  struct Bad {
+    const char* what;
+    void (*edit)(mha::AttentionArgs&, const void*);
+    const void* data;
+    Status expected;
+  };
+  const Bad cases[] = {
+      {"num_kv_heads 3 does not divide 4", [](mha::AttentionArgs& a, const void*) { a.shape.num_kv_heads = 3; }, nullptr,
+       Status::kKvHeadsDoNotDivide},
+      {"num_kv_heads -1", [](mha::AttentionArgs& a, const void*) { a.shape.num_kv_heads = -1; }, nullptr,
+       Status::kKvHeadsDoNotDivide},
+      {"query_offset -1", [](mha::AttentionArgs& a, const void*) { a.query_offset = -1; }, nullptr, Status::kBadQueryOffset},
+      {"query_offset + S beyond int32", [](mha::AttentionArgs& a, const void*) { a.query_offset = 0x7ffffffe; }, nullptr,
+       Status::kBadQueryOffset},
+      {"window_left -2", [](mha::AttentionArgs& a, const void*) { a.window_left = -2; }, nullptr, Status::kBadWindow},
+      {"window_right -5", [](mha::AttentionArgs& a, const void*) { a.window_right = -5; }, nullptr, Status::kBadWindow},
+      {"kv_lengths 5 > T", [](mha::AttentionArgs& a, const void* d) { a.kv_lengths = static_cast<const std::vector<int32_t>*>(d)->data(); },
+       &lengths_bad, Status::kBadKvLength},
+      {"kv_lengths -1", [](mha::AttentionArgs& a, const void* d) { a.kv_lengths = static_cast<const std::vector<int32_t>*>(d)->data(); },
+       &lengths_negative, Status::kBadKvLength},
+      {"softcap NaN", [](mha::AttentionArgs& a, const void*) { a.softcap = kNaN; }, nullptr, Status::kBadSoftcap},
+      {"softcap inf", [](mha::AttentionArgs& a, const void*) { a.softcap = kInf; }, nullptr, Status::kBadSoftcap},
+      {"softcap -1", [](mha::AttentionArgs& a, const void*) { a.softcap = -1.0f; }, nullptr, Status::kBadSoftcap},
+      {"ALiBi slope NaN", [](mha::AttentionArgs& a, const void* d) { a.alibi_slopes = static_cast<const std::vector<float>*>(d)->data(); },
+       &slopes_bad, Status::kBadAlibiSlope},
+      {"ALiBi slope inf", [](mha::AttentionArgs& a, const void* d) { a.alibi_slopes = static_cast<const std::vector<float>*>(d)->data(); },
+       &slopes_inf, Status::kBadAlibiSlope},
+      {"bias with a negative stride", [](mha::AttentionArgs& a, const void* d) { a.bias = mha::BiasView{static_cast<const std::vector<float>*>(d)->data(), -12, 0}; },
+       &slopes_bad, Status::kBadBiasShape},
+      {"empty_rows 2", [](mha::AttentionArgs& a, const void*) { a.empty_rows = static_cast<mha::EmptyRows>(2); }, nullptr,
+       Status::kBadEmptyRows},
+  };
+  for (const Bad& bad : cases) {
+    INFO(bad.what);
+    mha::AttentionArgs a = p.args(out);
+    bad.edit(a, bad.data);
+    CHECK(mha::reference_attention(a) == bad.expected);
+    CHECK(mha::attention(a, ws, kernel) == bad.expected);
+    std::vector<float> weights(size_t(p.shape.weights_elements()));
+    CHECK(mha::reference_attention_weights(a, weights.data()) == bad.expected);
+  }
+  // Every bound at its limit is accepted.
+  mha::AttentionArgs a = p.args(out);
+  a.kv_lengths = lengths_ok.data();
+  a.query_offset = 0x7fffffff - 3;
+  a.window_left = 0;
+  a.window_right = -1;
+  a.softcap = 0.0f;
+  CHECK(mha::attention(a, ws, kernel) == Status::kOk);
+  CHECK(mha::reference_attention(a) == Status::kOk);
+}
+
+TEST_CASE("validation: every status has a name and a message", "[validation]") {
+  for (int32_t n = 0; n <= static_cast<int32_t>(Status::kBadEmptyRows); ++n) {
+    INFO("status " << n);
+    const Status status = static_cast<Status>(n);
+    REQUIRE(mha::status_message(status) != nullptr);
+    CHECK(std::string(mha::status_name(status)) != "unknown status");
+  }
+  CHECK(mha::status_message(static_cast<Status>(static_cast<int32_t>(Status::kBadEmptyRows) + 1)) == nullptr);
+}

@@ -5,6 +5,9 @@
 // Input layout (tests/fuzz/README.md describes it for corpus authors): a header of shape/config bytes,
 // an 8-byte seed for the bulk values, then any number of 4-byte "injections" that put special values
 // (NaN, +-inf, denormals, +-0, FLT_MAX, 1e30, ...) at chosen positions of q, k, v or flip mask bytes.
+// An input that ends with "OPTS" and 12 option bytes also sets the options of docs/spec.md Part 2
+// (grouped-query heads, query offset, kvLengths, window, softcap, ALiBi, bias, emptyRows, lse); inputs
+// without that tail (every v1 reproducer of the corpus) decode as before.
 //
 // What one input checks, for each kernel variant:
 //   1. no crash, no ASan/UBSan report; inputs are allocated with their exact extent and the gaps of
@@ -15,7 +18,8 @@
 //   5. merge_heads(split_heads(q)) == q bit for bit;
 //   6. per output element, fast vs reference:
 //        - same class: NaN, +inf, -inf or finite (so NaN positions and infinities are identical);
-//        - both finite: |fast - ref| <= tol, the bound derived below;
+//        - both finite: |fast - ref| <= tol, the bound derived below; empty rows exactly;
+//      and per lse element: same class, -inf exactly, finite within E + 2 gamma_T + 8u max(1, |lse|);
 //      except in the "float32 range" cases listed under `Domain`, which are documented limits of a
 //      float32 kernel (README, Guarantees) and are counted, not failed.
 //
@@ -24,7 +28,10 @@
 //   The float logit carries an absolute error e_j <= (Dh + 5) u A  (Dh-term dot product; the scale
 //   rounded once more when log2(e) is folded into it, then the multiply; the subtraction of the running
 //   max; log2(e) itself), the vectorized 2^x a relative error of a few ulp, and every online-softmax
-//   rescale one more exp: E = 2 * ((Dh + 5) u A + (tiles + 2) * 4u).
+//   rescale one more exp: E = 2 * ((Dh + 5) u A + (tiles + 2) * 4u). The options add their float
+//   roundings to each logit: softcap c*tanh (a few ulp of c; tanh' <= 1 passes the error above
+//   through), ALiBi slope*|p - j| and bias (log2(e) folded in, an add: 3u of each term's size) and the
+//   rounding of the final score (u |s|), at their largest over the visible keys.
 //   Softmax is shift invariant, so a logit error e_j moves weight w_j by a factor in [e^-2E, e^2E]:
 //     |sum_j (w'_j - w_j) v_j| <= expm1(2E) * V1,   V1 = sum_j w_j |v_jd|  (reference weights).
 //   Float accumulation of P V and of l over T terms adds 2 gamma_T e^2E V1 (gamma_T = T u / (1 - T u)),
@@ -37,8 +44,8 @@
 //   whose float32 logit error lifts it to the top would be missing from V1.
 //
 // Domain: rows whose float32 intermediates can overflow although the double reference does not
-//   (a) logit overflow: max_j a_j or A >= FLT_MAX / 4: q.k (or scale * q.k) is not representable in
-//       float32; the kernel sees +-inf logits (so NaN or a different winner) where the reference
+//   (a) logit overflow: max_j a_j or A >= FLT_MAX / 4, or a logit term of the options (ALiBi, bias)
+//       that large: q.k (or scale * q.k, or the score) is not representable in float32; the kernel sees +-inf logits (so NaN or a different winner) where the reference
 //       computes in double. PyTorch float32 behaves like the kernel. Counted as `logit_range`.
 //   (b) accumulation overflow: T * max_j |v_jd| >= FLT_MAX / 4 (finite v_jd): the unnormalized online-softmax
 //       accumulator sum_j p_j v_jd (p_j <= 1) can overflow to inf before the final division by l.
@@ -196,6 +203,32 @@ int32_t pick_len(uint8_t byte) {
   return 60 + byte % 80;
 }
 
+// The options of an input's "OPTS" tail (all off without one).
+struct FuzzOptions {
+  bool present = false;
+  uint8_t bytes[12] = {};
+};
+
+constexpr char kOptionsMagic[4] = {'O', 'P', 'T', 'S'};
+constexpr size_t kOptionBytes = sizeof(FuzzOptions::bytes);
+
+// Splits the options tail off the input: returns them and shortens `size` to the bytes before it.
+FuzzOptions split_options(const uint8_t* data, size_t& size) {
+  FuzzOptions o;
+  if (size >= 19 + sizeof kOptionsMagic + kOptionBytes &&
+      std::memcmp(data + size - kOptionBytes - sizeof kOptionsMagic, kOptionsMagic, sizeof kOptionsMagic) == 0) {
+    o.present = true;
+    std::memcpy(o.bytes, data + size - kOptionBytes, kOptionBytes);
+    size -= kOptionBytes + sizeof kOptionsMagic;
+  }
+  return o;
+}
+
+int32_t window_bound(uint8_t byte) {
+  constexpr int32_t kBounds[] = {-1, 0, 1, 2, 3, 7, 63, 64, 65};
+  return kBounds[byte % 9];
+}
+
 struct Counters {
   uint64_t inputs = 0, outputs = 0, logit_range = 0, value_range = 0, weight_underflow = 0;
   ~Counters() {
@@ -212,14 +245,17 @@ mha::Workspace g_workspace;  // reused across inputs, as the wasm binding reuses
 struct KernelOutput {
   const char* kernel;  // the variant's name
   Strided out;
+  std::vector<float> lse;  // (B, H, S) when the input asks for it
 };
 
 // Check 6 for every variant's output: per row the reference weights in double, the tolerance terms, then
 // every column of each output.
 void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, const Strided& k, const Strided& v,
                             const std::vector<KernelOutput>& outputs, const Strided& ref,
-                            const std::vector<uint8_t>& mask, float scale, int32_t Dh) {
+                            const std::vector<float>& ref_lse, const std::vector<uint8_t>& mask, float scale,
+                            int32_t Dh) {
   const mha::AttentionShape& shape = args.shape;
+  const int32_t group = shape.num_heads / shape.kv_heads();
   const int32_t B = shape.batch, S = shape.seq_len, T = shape.kv_seq_len, D = shape.d_model;
   const bool causal = args.causal, with_mask = !mask.empty();
   const bool strict = std::getenv("MHA_FUZZ_STRICT") != nullptr;
@@ -231,19 +267,47 @@ void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, co
     const mha::KeyVisibility visibility = mha::key_visibility(args, b);
     for (int32_t h = 0; h < shape.num_heads; ++h) {
       for (int32_t i = 0; i < S; ++i) {
-        bool row_finite = true;
-        double a_max = 0.0, m = -INFINITY;
+        bool row_finite = true, row_nan = false;
+        double a_max = 0.0, m = -INFINITY, option_terms = 0.0, score_max = 0.0;
+        const int32_t g = h / group;
+        const double position = double(args.query_offset) + i;
+        const float* bias_row = args.bias.data == nullptr
+                                    ? nullptr
+                                    : args.bias.data + b * args.bias.batch_stride + h * args.bias.head_stride +
+                                          int64_t{i} * T;
         for (int32_t j = 0; j < T; ++j) {
           visible[j] = visibility.visible(i, j);
           if (!visible[j]) continue;
           double dot = 0.0, a = 0.0;
           for (int32_t e = 0; e < Dh; ++e) {
-            const double qe = q.at(b, i, h * Dh + e), ke = k.at(b, j, h * Dh + e);
+            const double qe = q.at(b, i, h * Dh + e), ke = k.at(b, j, g * Dh + e);
             if (!std::isfinite(qe) || !std::isfinite(ke)) row_finite = false;
             dot += qe * ke;
             if (std::isfinite(qe * ke)) a += std::abs(qe * ke);  // finite terms: can their float sum overflow?
           }
-          logits[j] = dot * double(scale);
+          // The score in the order of docs/spec.md 2.4, and the size of each term the kernels round.
+          double logit = dot * double(scale);
+          if (args.softcap > 0.0f) {
+            logit = double(args.softcap) * std::tanh(logit / args.softcap);
+            option_terms = std::max(option_terms, 4.0 * double(args.softcap));
+          }
+          if (args.alibi_slopes != nullptr) {
+            const double alibi = double(args.alibi_slopes[h]) * std::abs(position - j);
+            logit -= alibi;
+            option_terms = std::max(option_terms, 3.0 * std::abs(alibi));
+          }
+          if (bias_row != nullptr) {
+            logit += double(bias_row[j]);
+            if (std::isfinite(bias_row[j])) option_terms = std::max(option_terms, 3.0 * std::abs(double(bias_row[j])));
+          }
+          row_nan |= std::isnan(logit);
+          logits[j] = logit;
+          // A -inf score hides its key, as the mask does (the reference never reads it).
+          if (logit == -INFINITY) {
+            visible[j] = 0;
+            continue;
+          }
+          if (std::isfinite(logit)) score_max = std::max(score_max, std::abs(logit));
           a_max = std::max(a_max, a);
           if (logits[j] > m) m = logits[j];
         }
@@ -254,9 +318,30 @@ void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, co
         }
         for (int32_t j = 0; j < T; ++j) weights[j] /= sum;
         const double A = std::abs(double(scale)) * a_max;
-        const bool logit_range = (a_max >= kFltMax / 4.0 || A >= kFltMax / 4.0);
+        const bool logit_range = (a_max >= kFltMax / 4.0 || A >= kFltMax / 4.0 || option_terms >= kFltMax / 16.0);
         const double E = 2.0 * ((Dh + 5) * kU * A + (tiles + 2) * 4.0 * kU +
-                                std::abs(double(scale)) * Dh * std::ldexp(1.0, -149));
+                                std::abs(double(scale)) * Dh * std::ldexp(1.0, -149) + kU * (option_terms + score_max));
+
+        // lse: same class, -inf exactly, finite within the logit error and the rounding of the sum.
+        const size_t lse_index = (size_t(b) * shape.num_heads + h) * S + i;
+        if (!ref_lse.empty() && !(logit_range && !strict)) {
+          const float r = ref_lse[lse_index];
+          for (const KernelOutput& output : outputs) {
+            g_kernel_name = output.kernel;
+            const float f = output.lse[lse_index];
+            if (value_class(f) != value_class(r)) {
+              std::fprintf(stderr, "lse b=%d h=%d i=%d: fast=%g ref=%g\n", b, h, i, double(f), double(r));
+              fail("fast and reference lse differ in NaN/inf class");
+            }
+            const double lse_tol = E + 2.0 * gamma_t + 8.0 * kU * std::max(1.0, std::abs(double(r)));
+            if (std::isfinite(r) && !(std::abs(double(f) - r) <= lse_tol)) {
+              std::fprintf(stderr, "lse b=%d h=%d i=%d: fast=%.9g ref=%.9g tol=%g\n", b, h, i, double(f), double(r), lse_tol);
+              fail("fast and reference lse differ beyond the derived tolerance");
+            }
+          }
+        }
+        // An empty row (no visible key, no NaN score): every kernel hands it to the reference, exactly.
+        const bool empty_row = m == -INFINITY && !row_nan;
 
         for (int32_t e = 0; e < Dh; ++e) {
           const int32_t c = h * Dh + e;
@@ -265,7 +350,7 @@ void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, co
           bool col_finite = true;
           for (int32_t j = 0; j < T; ++j) {
             if (!visible[j]) continue;
-            const double x = v.at(b, j, c);
+            const double x = v.at(b, j, g * Dh + e);
             if (!std::isfinite(x)) col_finite = false;
             v1 += weights[j] * std::abs(x);
             vmin = std::min(vmin, x);
@@ -278,6 +363,13 @@ void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, co
             g_kernel_name = output.kernel;
             const float f = output.out.at(b, i, c);
             ++g_counters.outputs;
+            if (empty_row) {
+              if (std::memcmp(&f, &r, sizeof f) != 0 && !(std::isnan(f) && std::isnan(r))) {
+                std::fprintf(stderr, "empty row b=%d h=%d i=%d e=%d: fast=%g ref=%g\n", b, h, i, e, double(f), double(r));
+                fail("an empty row differs from the reference's");
+              }
+              continue;
+            }
             if (!strict && (logit_range || value_range)) {
               if (value_class(f) != value_class(r) || (std::isfinite(f) && std::abs(double(f) - r) > vmax - vmin + 1e-6 * vabs)) {
                 g_counters.logit_range += logit_range;
@@ -297,7 +389,7 @@ void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, co
               // `weight_underflow`.
               bool underflow = false;
               for (int32_t j = 0; j < T; ++j) {
-                if (!visible[j] || !std::isinf(v.at(b, j, c))) continue;
+                if (!visible[j] || !std::isinf(v.at(b, j, g * Dh + e))) continue;
                 const double gap = m - logits[j];
                 underflow |= std::isnan(f) ? gap > 87.3 - E : (weights[j] == 0.0 && gap < 87.3 + E);
               }
@@ -370,6 +462,8 @@ void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, co
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const FuzzOptions options = split_options(data, size);
+  const uint8_t* o = options.bytes;  // all 0 without an options tail
   Reader in{data, size};
   const uint8_t h0 = in.u8(), h1 = in.u8(), h2 = in.u8(), h3 = in.u8(), h4 = in.u8(), flags = in.u8(),
                 layout = in.u8(), mask_kind = in.u8(), value_kinds = in.u8(), v_kind = in.u8(),
@@ -380,9 +474,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shape.batch = 1 + h0 % 3;
   shape.seq_len = pick_len(h1);
   shape.kv_seq_len = (flags & 0x40) ? shape.seq_len : pick_len(h2);
-  shape.num_heads = 1 + h3 % 4;
+  shape.num_kv_heads = 1 + h3 % 4;
+  shape.num_heads = shape.num_kv_heads * (1 + o[0] % 4);  // grouped-query heads with options
   const int32_t head_dim = (h4 < 200) ? 1 + h4 % 20 : 1 + h4 % 70;  // odd and 1 included
   shape.d_model = head_dim * shape.num_heads;
+  const int32_t kv_d = head_dim * shape.num_kv_heads;
   // Keep one input cheap (the reference is O(B H S T Dh)): shrink T, then S.
   while (int64_t{shape.batch} * shape.seq_len * shape.kv_seq_len * shape.d_model > 150000) {
     if (shape.kv_seq_len > 1) shape.kv_seq_len = (shape.kv_seq_len + 1) / 2;
@@ -399,7 +495,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int32_t off = bits & 1 ? 1 + which % 3 : 0;
     const int32_t row_pad = strided ? (bits & 2 ? 1 + which : 0) : 0;
     const int32_t batch_pad = strided ? which : 0;
-    return Strided(B, rows, D, off, row_pad, batch_pad);
+    return Strided(B, rows, which == 1 || which == 2 ? kv_d : D, off, row_pad, batch_pad);
   };
   Strided q = make(S, 0), k = make(T, 1), v = make(T, 2);
 
@@ -453,10 +549,67 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   args.causal = causal;
   args.scale = scale;
 
+  // The options tail (its own PRNG stream, so the values above do not depend on it).
+  std::mt19937_64 option_rng(seed ^ 0x9e3779b97f4a7c15ull);
+  std::vector<int32_t> kv_lengths;
+  std::vector<float> slopes, bias;
+  if (options.present) {
+    switch (o[1] % 4) {  // query positions: upper-left, lower-right, up to 255, near the int32 limit
+      case 0: break;
+      case 1: args.query_offset = std::max(0, T - S); break;
+      case 2: args.query_offset = o[2]; break;
+      default: args.query_offset = std::numeric_limits<int32_t>::max() - S - o[2]; break;
+    }
+    if (o[3] % 4 != 0) {
+      for (int32_t b = 0; b < B; ++b) {
+        const int32_t random = int32_t(option_rng() % uint64_t(T + 1));
+        kv_lengths.push_back(o[3] % 4 == 1 ? random : o[3] % 4 == 2 ? 0 : (b % 2 ? T : random));
+      }
+      args.kv_lengths = kv_lengths.data();
+    }
+    args.window_left = window_bound(o[4]);
+    args.window_right = window_bound(o[5]);
+    constexpr float kSoftcaps[] = {0.0f, 0.5f, 5.0f, 30.0f, 1e-30f, 1e30f};
+    args.softcap = kSoftcaps[o[6] % 6];
+    if (o[7] % 4 != 0) {
+      for (int32_t h = 0; h < shape.num_heads; ++h) {
+        const double standard = std::exp2(-8.0 * (h + 1) / shape.num_heads);
+        const double random = std::uniform_real_distribution<double>(-1.0, 1.0)(option_rng);
+        slopes.push_back(float(o[7] % 4 == 1 ? standard : o[7] % 4 == 2 ? random : 1e20 * random));
+      }
+      args.alibi_slopes = slopes.data();
+    }
+    if (o[8] % 6 != 0) {
+      const int32_t bias_batch = (o[8] % 6 == 1 || o[8] % 6 == 3 || o[8] % 6 == 5) ? B : 1;
+      const int32_t bias_heads = (o[8] % 6 == 1 || o[8] % 6 == 4 || o[8] % 6 == 5) ? shape.num_heads : 1;
+      const int64_t plane = int64_t{S} * T;
+      bias.resize(size_t(bias_batch * bias_heads * plane));
+      std::vector<float*> cells;
+      for (float& x : bias) cells.push_back(&x);
+      fill_values(cells, o[9] % 8, option_rng);
+      const uint32_t hidden = (o[9] >> 3) % 4;  // none, 1/8, 1/2 or every bias -inf
+      for (float& x : bias) {
+        if (hidden == 3 || (hidden == 1 && option_rng() % 8 == 0) || (hidden == 2 && option_rng() % 2 == 0)) x = -kInf;
+      }
+      if (o[9] & 0x80) bias[option_rng() % bias.size()] = kNaN;
+      args.bias = mha::BiasView{bias.data(), bias_batch == 1 ? 0 : bias_heads * plane, bias_heads == 1 ? 0 : plane};
+    }
+    args.empty_rows = (o[10] & 1) ? mha::EmptyRows::kZero : mha::EmptyRows::kNaN;
+  }
+  const bool want_lse = options.present && (o[10] & 2);
+  std::vector<float> ref_lse;
+  if (want_lse) {
+    ref_lse.assign(size_t(B) * shape.num_heads * S, sentinel());
+    args.lse = ref_lse.data();
+  }
+
   // Reference, into a strided output too.
   Strided ref = make(S, 3);
   args.out = ref.view<float>();
   if (mha::reference_attention(args) != mha::Status::kOk) fail("reference rejected a valid call");
+  for (float x : ref_lse) {
+    if (is_sentinel(x)) fail("the reference left an lse element unwritten");
+  }
   for (size_t i = 0; i < ref.storage.size(); ++i) {
     if (!ref.is_element(i) && !is_sentinel(ref.storage[i])) fail("reference wrote outside the output elements");
   }
@@ -473,14 +626,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   ++g_counters.inputs;
-  if (std::getenv("MHA_FUZZ_VERBOSE")) std::fprintf(stderr, "input: B=%d S=%d T=%d D=%d H=%d causal=%d mask=%d strided=%d scale=%g\n", B, S, T, D, shape.num_heads, causal, with_mask, strided, double(scale));
+  if (std::getenv("MHA_FUZZ_VERBOSE")) {
+    std::fprintf(stderr,
+                 "input: B=%d S=%d T=%d D=%d H=%d Hkv=%d causal=%d mask=%d strided=%d scale=%g; offset=%d kvLengths=%d "
+                 "window=[%d, %d] softcap=%g alibi=%d bias=%d emptyRows=%d lse=%d\n",
+                 B, S, T, D, shape.num_heads, shape.num_kv_heads, causal, with_mask, strided, double(scale),
+                 args.query_offset, int(args.kv_lengths != nullptr), args.window_left, args.window_right,
+                 double(args.softcap), int(args.alibi_slopes != nullptr), int(args.bias.data != nullptr),
+                 int(args.empty_rows), int(want_lse));
+  }
   std::vector<KernelOutput> outputs;
   for (const mha::KernelVariant* kernel : mha::kernel_variants()) {
     g_kernel_name = kernel->name;
     // The variant, scratch poisoned with NaN first.
-    outputs.push_back(KernelOutput{kernel->name, make(S, 3)});
+    outputs.push_back(KernelOutput{kernel->name, make(S, 3), {}});
     Strided& out = outputs.back().out;
     args.out = out.view<float>();
+    if (want_lse) {
+      outputs.back().lse.assign(ref_lse.size(), sentinel());
+      args.lse = outputs.back().lse.data();
+    }
     const mha::KernelPlan plan = kernel->plan(args);
     if (!g_workspace.reserve(plan.scratch.total)) fail("workspace reserve");
     std::fill(g_workspace.data(), g_workspace.data() + g_workspace.capacity(), kNaN);
@@ -488,19 +653,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = 0; i < out.storage.size(); ++i) {
       if (!out.is_element(i) && !is_sentinel(out.storage[i])) fail("attention wrote outside the output elements");
     }
+    for (float x : outputs.back().lse) {
+      if (is_sentinel(x)) fail("attention left an lse element unwritten");
+    }
 
     // Units in reverse order, fresh NaN-poisoned scratch: bit-identical.
     Strided out2 = make(S, 3);
     mha::AttentionArgs a2 = args;
     a2.out = out2.view<float>();
+    std::vector<float> lse2(outputs.back().lse.size());
+    a2.lse = want_lse ? lse2.data() : nullptr;
     std::vector<float> scratch(plan.scratch.total + 16, kNaN);
     float* aligned = scratch.data();
     while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
     for (int64_t u = plan.unit_count - 1; u >= 0; --u) kernel->run_unit(a2, plan, mha::plan_unit(shape, plan, u), aligned);
-    if (std::memcmp(out2.storage.data(), out.storage.data(), out.storage.size() * sizeof(float)) != 0) {
+    if (std::memcmp(out2.storage.data(), out.storage.data(), out.storage.size() * sizeof(float)) != 0 ||
+        (want_lse && std::memcmp(lse2.data(), outputs.back().lse.data(), lse2.size() * sizeof(float)) != 0)) {
       fail("units in reverse order differ from attention()");
     }
   }
-  compare_with_reference(args, q, k, v, outputs, ref, mask, scale, Dh);
+  compare_with_reference(args, q, k, v, outputs, ref, ref_lse, mask, scale, Dh);
   return 0;
 }
