@@ -71,7 +71,7 @@ test('Chromium with COOP/COEP: 2 and 3 threads run the threaded build, bit-ident
   const { page, problems, warnings } = await openPage(isolated);
   const r = await runInPage(page, [{ threads: 2 }, { threads: 3 }, { threads: 'auto' }], CAUSAL);
   assert.equal(r.crossOriginIsolated, true);
-  assert.deepEqual(r.results.map((x) => [x.info.build, x.info.threads]).slice(0, 2), [['simd-threads', 2], ['simd-threads', 3]]);
+  assert.deepEqual(r.results.map((x) => [x.info.build, x.info.threads]).slice(0, 2), [['relaxed-simd-threads', 2], ['relaxed-simd-threads', 3]]);
   assert.ok(r.results[2].info.threads >= 1);
   for (const x of r.results) assert.ok(x.bitIdentical, `${JSON.stringify(x.info)} differs (max ${x.maxDiff})`);
   assert.deepEqual(warnings, []);
@@ -85,7 +85,7 @@ test('Chromium without COOP/COEP: threads fall back to 1 with one warning naming
   assert.equal(r.crossOriginIsolated, false);
   for (const x of r.results) {
     assert.equal(x.info.threads, 1);
-    assert.equal(x.info.build, 'simd');
+    assert.equal(x.info.build, 'relaxed-simd');
     assert.ok(x.bitIdentical);
   }
   assert.equal(warnings.length, 1, JSON.stringify(warnings));
@@ -102,7 +102,7 @@ test('Chromium with COOP/COEP: a worker script that fails to load makes threads 
   const started = Date.now();
   const { results } = await runInPage(page, [{ threads: 2 }], CAUSAL);
   const elapsed = Date.now() - started;
-  assert.deepEqual(results[0].info, { version: results[0].info.version, simd: true, threads: 1, build: 'simd' });
+  assert.deepEqual(results[0].info, { version: results[0].info.version, simd: true, threads: 1, build: 'relaxed-simd' });
   assert.equal(results[0].bitIdentical, true);
   assert.ok(elapsed < 10000, `fell back after ${elapsed} ms (the start-up timeout is 20 s)`);
   const fallback = warnings.filter((w) => w.includes('running single-threaded'));
