@@ -5,6 +5,8 @@
 //   node bench/run.mjs [--shapes a,b] [--impls a,b] [--quick] [--budget ms] [--rounds n] [--timeout s]
 //                      [--seed n] [--out dir] [--browser [chromium|firefox|webkit|webkit-flags]] [--no-ceiling]
 import { fork } from 'node:child_process';
+/** This process's Relaxed SIMD flag, for the children (their createMHA then picks the relaxed build). */
+const RELAXED_FLAGS = process.execArgv.filter((flag) => flag.includes('wasm-relaxed-simd'));
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,7 +51,9 @@ function parseArgs(argv) {
   if (o.browser) o.engine ??= 'chromium';
   o.shapes ??= o.quick ? ['seed', 'bert', 'causal512', 'cross'] : SHAPES.map((s) => s.name);
   o.shapes.forEach(shapeByName); // validates names
-  o.impls ??= o.browser ? ['mha-wasm', 'plain-js'] : IMPL_NAMES;
+  // Node rows that need Relaxed SIMD run only when this Node has it (--experimental-wasm-relaxed-simd,
+  // passed on to the children).
+  o.impls ??= o.browser ? ['mha-wasm', 'mha-wasm-fixed', 'ort-std', 'plain-js'] : IMPL_NAMES.filter((name) => !IMPLS[name].relaxedSimd || RELAXED_FLAGS.length > 0);
   for (const i of o.impls) if (!IMPL_NAMES.includes(i)) throw new Error(`unknown implementation "${i}" (expected one of ${IMPL_NAMES.join(', ')})`);
   o.budgetMs ??= o.quick ? 1000 : 3000;
   o.rounds ??= o.quick ? 1 : 3;
@@ -71,7 +75,7 @@ function vmHwm(pid) {
 function runChild(config, timeoutS) {
   return new Promise((resolveRun) => {
     const child = fork(join(here, 'child.mjs'), [JSON.stringify(config)], {
-      execArgv: ['--max-old-space-size=16384'],
+      execArgv: ['--max-old-space-size=16384', ...RELAXED_FLAGS],
       stdio: ['ignore', 'inherit', 'pipe', 'ipc'],
     });
     let stderr = '';

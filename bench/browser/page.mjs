@@ -11,7 +11,8 @@ window.__benchRun = async function benchRun(config) {
     if (!entry) throw new Error(`unknown implementation "${config.impl}"`);
     const result = await measure({
       impl: config.impl,
-      load: entry.load,
+      // loadOptions: what the runner prepared in Node (the ONNX graph of the ORT rows)
+      load: (shape, options) => entry.load(shape, { ...options, ...config.loadOptions }),
       shape: shapeByName(config.shape),
       seed: config.seed,
       budgetMs: config.budgetMs,

@@ -61,11 +61,16 @@ export async function runBrowser(opts) {
       const shape = shapeByName(name);
       console.error(`-- ${name} ${describeShape(shape)}: ${(flopsOf(shape) / 1e9).toFixed(3)} GFLOP per call`);
       for (const impl of opts.impls) {
-        if (!['mha-wasm', 'plain-js'].includes(impl)) {
-          run.results.push({ impl, shape: name, status: 'skipped', error: 'peers are not run in browser mode (the ONNX graphs are built with onnx-proto, a CommonJS package)' });
+        const loadOptions = {};
+        if (impl === 'ort-std' && !shape.causal) {
+          // onnx-proto (CommonJS) builds the graph here; the page gets its bytes.
+          const { standardOpsModel } = await import('../lib/onnx-models.mjs');
+          loadOptions.model = Array.from(standardOpsModel(shape, false));
+        } else if (!['mha-wasm', 'mha-wasm-relaxed', 'mha-wasm-fixed', 'plain-js'].includes(impl)) {
+          run.results.push({ impl, shape: name, status: 'skipped', error: 'not run in browser mode (the ORT graphs other than the unmasked standard-op one are built in Node with onnx-proto, a CommonJS package; tfjs is Node-only here)' });
           continue;
         }
-        const r = await runInPage(engine, base, { impl, shape: name, seed: opts.seed, budgetMs: opts.budgetMs, minReps: 3 }, opts.timeoutS);
+        const r = await runInPage(engine, base, { impl, shape: name, seed: opts.seed, budgetMs: opts.budgetMs, minReps: 3, loadOptions }, opts.timeoutS);
         run.results.push(r);
         console.error(
           `   ${impl.padEnd(10)} ${name.padEnd(10)} ` +

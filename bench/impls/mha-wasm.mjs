@@ -1,14 +1,21 @@
-// mha-wasm through its public API (dist/index.js, built by scripts/build.sh). `threads` > 1 selects the
-// simd-threads build; the row fails if the environment cannot give that many threads.
+// mha-wasm through its public API (dist/index.js, built by scripts/build.sh). `threads` > 1 selects a
+// threaded build; the row fails if the environment cannot give that many threads. `simd` is createMHA's
+// option ('fixed': the SIMD128 builds even where Relaxed SIMD is available); `build`: the build the row
+// must run (e.g. 'relaxed-simd'), else it fails saying what was loaded instead.
 //
 // `heapTensors`: q, k and v are copied onto the wasm heap once, at load time (mha.allocate + set, outside
 // the timing, as ORT builds its session there), and every timed call passes those tensors and an output
 // tensor, so it copies nothing into or out of the heap. The default passes Float32Arrays, whose copies
 // each call pays, like every peer.
-export async function create(shape, { distUrl = new URL('../../dist/index.js', import.meta.url).href, threads = 1, heapTensors = false, inputs } = {}) {
+export async function create(shape, { distUrl = new URL('../../dist/index.js', import.meta.url).href, threads = 1, heapTensors = false, inputs, simd, build } = {}) {
   const { createMHA } = await import(distUrl);
-  const mha = await createMHA({ threads });
+  const mha = await createMHA({ threads, ...(simd === undefined ? {} : { simd }) });
   if (mha.info.threads !== threads) throw new Error(`asked for ${threads} threads, got ${mha.info.threads} (${mha.info.build})`);
+  if (build !== undefined && mha.info.build !== build) {
+    const hint = build.startsWith('relaxed') ? ' (this engine lacks WebAssembly Relaxed SIMD; Node: --experimental-wasm-relaxed-simd)' : '';
+    mha.dispose();
+    throw new Error(`asked for the ${build} build, got ${mha.info.build}${hint}`);
+  }
   const options = { batch: shape.B, seqLen: shape.S, kvSeqLen: shape.T, dModel: shape.D, numHeads: shape.H, causal: !!shape.causal, ...modelOptions(shape) };
   const info = { ...mha.info, mask: shape.causal ? 'causal: true' : 'none' };
   if (!heapTensors) {

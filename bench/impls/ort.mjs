@@ -1,7 +1,10 @@
 // onnxruntime-web peers (WASM execution provider, one thread): the standard-op graph and the
-// com.microsoft.MultiHeadAttention contrib op.
+// com.microsoft.MultiHeadAttention contrib op. In the browser bench (bench/browser/page.mjs) the page
+// imports onnxruntime-web through its import map and gets the standard-op graph's bytes from the runner
+// (`model`): onnx-proto, which builds the graphs, is CommonJS and stays in Node.
 import * as ort from 'onnxruntime-web';
-import { standardOpsModel, contribModel, gqaModel, causalBias, causalMaskInt32 } from '../lib/onnx-models.mjs';
+
+const models = () => import('../lib/onnx-models.mjs');
 
 async function session(bytes) {
   ort.env.wasm.numThreads = 1;
@@ -33,16 +36,18 @@ function peer(sess, { B, S, T, D, H, Hkv = H }, extra, info) {
   };
 }
 
-export async function createStd(shape) {
+export async function createStd(shape, { model } = {}) {
   const masked = !!shape.causal;
-  const sess = await session(standardOpsModel(shape, masked));
+  if (model !== undefined && masked) throw new Error('a given model runs unmasked shapes only (the causal bias is built in Node)');
+  const sess = await session(model !== undefined ? new Uint8Array(model) : (await models()).standardOpsModel(shape, masked));
   const { S, T } = shape;
-  const extra = masked ? { bias: new ort.Tensor('float32', causalBias(S, T), [1, 1, S, T]) } : {};
+  const extra = masked ? { bias: new ort.Tensor('float32', (await models()).causalBias(S, T), [1, 1, S, T]) } : {};
   return peer(sess, shape, extra, { graph: 'standard ops', mask: masked ? 'additive -inf bias (1,1,S,T)' : 'none' });
 }
 
 export async function createContrib(shape) {
   const masked = !!shape.causal;
+  const { contribModel, causalMaskInt32 } = await models();
   const sess = await session(contribModel(shape, masked));
   const { B, S, T } = shape;
   const extra = masked ? { mask: new ort.Tensor('int32', causalMaskInt32(B, S, T), [B, S, T]) } : {};
@@ -54,7 +59,7 @@ export async function createContrib(shape) {
  * only, S = T). Its present K/V outputs (the cache it would hand to the next step) are part of the call.
  */
 export async function createGqa(shape) {
-  const sess = await session(gqaModel(shape));
+  const sess = await session((await models()).gqaModel(shape));
   const { B, S, D, H } = shape;
   const Hkv = shape.Hkv ?? H;
   const Dh = D / H;

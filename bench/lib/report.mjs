@@ -1,9 +1,11 @@
 // Markdown tables and a hand-written SVG chart from the collected results.
 import { SHAPES, PAIRS, describeShape } from './shapes.mjs';
 
-export const IMPL_ORDER = ['mha-wasm', 'mha-wasm-2t', 'mha-wasm-heap', 'mha-wasm-heap-2t', 'plain-js', 'ort-std', 'ort-mha', 'ort-gqa', 'tfjs-wasm'];
+export const IMPL_ORDER = ['mha-wasm', 'mha-wasm-relaxed', 'mha-wasm-fixed', 'mha-wasm-2t', 'mha-wasm-heap', 'mha-wasm-heap-2t', 'plain-js', 'ort-std', 'ort-mha', 'ort-gqa', 'tfjs-wasm'];
 export const IMPL_LABELS = {
   'mha-wasm': 'mha-wasm',
+  'mha-wasm-relaxed': 'mha-wasm relaxed-simd',
+  'mha-wasm-fixed': "mha-wasm simd: 'fixed'",
   'mha-wasm-2t': 'mha-wasm 2 threads',
   'mha-wasm-heap': 'mha-wasm heap tensors',
   'mha-wasm-heap-2t': 'mha-wasm heap tensors 2 threads',
@@ -13,7 +15,7 @@ export const IMPL_LABELS = {
   'ort-gqa': 'ORT contrib GQA',
   'tfjs-wasm': 'tfjs-backend-wasm',
 };
-const COLORS = { 'mha-wasm': '#d62728', 'mha-wasm-2t': '#8c1a1a', 'mha-wasm-heap': '#ff9896', 'mha-wasm-heap-2t': '#c45a5a', 'plain-js': '#7f7f7f', 'ort-std': '#1f77b4', 'ort-mha': '#17becf', 'ort-gqa': '#2ca02c', 'tfjs-wasm': '#ff7f0e' };
+const COLORS = { 'mha-wasm': '#d62728', 'mha-wasm-relaxed': '#e377c2', 'mha-wasm-fixed': '#bcbd22', 'mha-wasm-2t': '#8c1a1a', 'mha-wasm-heap': '#ff9896', 'mha-wasm-heap-2t': '#c45a5a', 'plain-js': '#7f7f7f', 'ort-std': '#1f77b4', 'ort-mha': '#17becf', 'ort-gqa': '#2ca02c', 'tfjs-wasm': '#ff7f0e' };
 
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
 const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));

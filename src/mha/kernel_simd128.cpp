@@ -1,5 +1,7 @@
 // The kernel variant mha::simd128: FlashAttention-style tiling with an online softmax, xsimd micro-kernels
-// (simd128_tiles.hpp) on 4-lane vectors: SSE4.2 natively, WebAssembly SIMD128 with Emscripten.
+// (simd128_tiles.hpp) on 4-lane vectors: SSE4.2 natively, WebAssembly SIMD128 with Emscripten. Compiled
+// again with MHA_VARIANT_RELAXED it is the variant mha::relaxed, whose multiply-adds are relaxed_madd
+// (simd::madd; CMakeLists.txt builds it with clang-19 and -mrelaxed-simd).
 //
 // One unit = (batch b, KV head g, query rows [q_begin, q_end)) of the G query heads that read g:
 //   1. pack the unit's Q rows of each head as 4-row panels (Dh, 4) into aligned scratch;
@@ -34,7 +36,7 @@
 #include "mha/simd128_tiles.hpp"
 
 namespace mha {
-namespace simd128 {
+namespace MHA_SIMD_VARIANT {
 namespace {
 
 constexpr int32_t kRowsPerBlock = 64;       // Bq
@@ -270,7 +272,7 @@ MHA_PHASE void finish_rows(const UnitState& st) {
       // O / l; anything else takes the exact per-value test.
       VecF o_check(0.0f);  // stays 0 unless some value of O is inf or NaN (0 * inf = NaN)
       int32_t d = 0;
-      for (; d < dh4; d += kLanes) o_check += VecF::load_aligned(src + d) * VecF(0.0f);
+      for (; d < dh4; d += kLanes) o_check = madd(VecF::load_aligned(src + d), VecF(0.0f), o_check);
       float tail_check = xsimd::hadd(o_check);
       for (; d < dh; ++d) tail_check += src[d] * 0.0f;
       bool finite = tail_check == 0.0f && l >= 1.0f && l <= std::numeric_limits<float>::max();
@@ -367,7 +369,7 @@ void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit&
 }  // namespace
 
 extern const KernelVariant kKernel;
-const KernelVariant kKernel{"simd128", &plan, &run_unit};
+const KernelVariant kKernel{MHA_SIMD_VARIANT_NAME, &plan, &run_unit};
 
-}  // namespace simd128
+}  // namespace MHA_SIMD_VARIANT
 }  // namespace mha

@@ -4,6 +4,11 @@
 
 namespace mha {
 
+#ifdef MHA_KERNEL_RELAXED
+namespace relaxed {
+extern const KernelVariant kKernel;  // kernel_simd128.cpp compiled with MHA_VARIANT_RELAXED (Relaxed SIMD)
+}
+#endif
 #ifdef MHA_KERNEL_SIMD128
 namespace simd128 {
 extern const KernelVariant kKernel;  // kernel_simd128.cpp
@@ -18,6 +23,9 @@ extern const KernelVariant kKernel;  // kernel_scalar.cpp
 namespace {
 
 const KernelVariant* const kVariants[] = {
+#ifdef MHA_KERNEL_RELAXED
+    &relaxed::kKernel,
+#endif
 #ifdef MHA_KERNEL_SIMD128
     &simd128::kKernel,
 #endif

@@ -1,6 +1,7 @@
 // The simd128 variant's packing routines and micro-kernels (xsimd on 4-lane f32 vectors: SSE4.2 natively,
 // WebAssembly SIMD128 when compiled with Emscripten). Included only by kernel_simd128.cpp, which is
-// compiled with the SIMD flags; kept apart so that the driver there reads as its phases.
+// compiled with the SIMD flags; kept apart so that the driver there reads as its phases. The relaxed
+// variant is the same code in namespace mha::relaxed, where simd::madd is one relaxed_madd.
 //
 // Addressing matters as much as arithmetic here: V8 addresses wasm memory as [base + index + imm], so
 // every distinct computed address costs an extra lea. The scratch strides are compile-time constants
@@ -25,8 +26,9 @@
 #endif
 
 namespace mha {
-namespace simd128 {
+namespace MHA_SIMD_VARIANT {
 
+using simd::madd;
 using simd::VecF;
 using simd::VecI;
 constexpr int32_t kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
@@ -241,21 +243,21 @@ MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, 
       const VecF k0 = VecF::load_aligned(kd);
       const VecF k1 = VecF::load_aligned(kd + kLanes);
       const VecF b0(qd[0]), b1(qd[1]), b2(qd[2]), b3(qd[3]);
-      a00 += b0 * k0;
-      a01 += b0 * k1;
-      a10 += b1 * k0;
-      a11 += b1 * k1;
-      a20 += b2 * k0;
-      a21 += b2 * k1;
-      a30 += b3 * k0;
-      a31 += b3 * k1;
+      a00 = madd(b0, k0, a00);
+      a01 = madd(b0, k1, a01);
+      a10 = madd(b1, k0, a10);
+      a11 = madd(b1, k1, a11);
+      a20 = madd(b2, k0, a20);
+      a21 = madd(b2, k1, a21);
+      a30 = madd(b3, k0, a30);
+      a31 = madd(b3, k1, a31);
     };
     // Not unrolled: LLVM would hoist the second step's loads above the first step's arithmetic, and
     // the extra live vectors spill in V8 (measured: slower).
     for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kTileStride) step(qp, kp);
     a00 *= vscale, a01 *= vscale, a10 *= vscale, a11 *= vscale;
     a20 *= vscale, a21 *= vscale, a30 *= vscale, a31 *= vscale;
-    nonfinite += (((a00 + a01) + (a10 + a11)) + ((a20 + a21) + (a30 + a31))) * VecF(0.0f);
+    nonfinite = madd(((a00 + a01) + (a10 + a11)) + ((a20 + a21) + (a30 + a31)), VecF(0.0f), nonfinite);
     if constexpr (kEpilogue) {
       if (ep.softcap) softcap_block(a00, a01, a10, a11, a20, a21, a30, a31, ep);
       a00 = score_epilogue(a00, 0, jb, ep), a01 = score_epilogue(a01, 0, jb + kLanes, ep);
@@ -307,14 +309,14 @@ MHA_PHASE inline void pv_tile(const float* p, const float* v, int32_t dh8, int32
       const VecF v0 = VecF::load_unaligned(vj);
       const VecF v1 = VecF::load_unaligned(vj + kLanes);
       const VecF b0(pj[0]), b1(pj[kTileStride]), b2(pj[2 * kTileStride]), b3(pj[3 * kTileStride]);
-      a00 += b0 * v0;
-      a01 += b0 * v1;
-      a10 += b1 * v0;
-      a11 += b1 * v1;
-      a20 += b2 * v0;
-      a21 += b2 * v1;
-      a30 += b3 * v0;
-      a31 += b3 * v1;
+      a00 = madd(b0, v0, a00);
+      a01 = madd(b0, v1, a01);
+      a10 = madd(b1, v0, a10);
+      a11 = madd(b1, v1, a11);
+      a20 = madd(b2, v0, a20);
+      a21 = madd(b2, v1, a21);
+      a30 = madd(b3, v0, a30);
+      a31 = madd(b3, v1, a31);
     };
     for (int32_t j = 0; j < nk; ++j, ++pp, vp += dh8) step(pp, vp);
     a00.store_aligned(o0 + d);
@@ -383,5 +385,5 @@ MHA_PHASE inline float exp_row(float* s, int32_t nk8, float m_sub, const simd::E
   return xsimd::hadd(vsum0 + vsum1);
 }
 
-}  // namespace simd128
+}  // namespace MHA_SIMD_VARIANT
 }  // namespace mha

@@ -3,8 +3,8 @@
 //
 //   2^x = 2^n * 2^r,  n = round(x),  r = x - n in [-1/2, 1/2] (exact)
 // 2^r is the Cephes exp2f polynomial, about 1 ulp on the reduced range; 2^n is built directly in the
-// exponent bits. No FMA: WASM SIMD128 has none, so the Horner steps are mul + add, which native SSE4.2
-// matches bit for bit.
+// exponent bits. No FMA in SIMD128, so the Horner steps are mul + add, which native SSE4.2 matches bit for
+// bit; the relaxed variant (MHA_VARIANT_RELAXED) makes them one relaxed_madd each (see madd below).
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,23 @@
 #include <wasm_simd128.h>
 #endif
 
+// The kernel variants built from this code: mha::simd128 (kernel_simd128.cpp as it is) and mha::relaxed
+// (the same file compiled again with MHA_VARIANT_RELAXED, -mrelaxed-simd, by clang-19: CMakeLists.txt).
+// Each has its own namespace, also for these inline helpers, so the two translation units never share one.
+#if MHA_VARIANT_RELAXED
+#if !defined(__wasm_relaxed_simd__)
+#error "MHA_VARIANT_RELAXED needs WebAssembly Relaxed SIMD (-mrelaxed-simd)"
+#endif
+#define MHA_SIMD_VARIANT relaxed
+#define MHA_SIMD_VARIANT_NAME "relaxed"
+#else
+#define MHA_SIMD_VARIANT simd128
+#define MHA_SIMD_VARIANT_NAME "simd128"
+#endif
+
 namespace mha {
 namespace simd {
+inline namespace MHA_SIMD_VARIANT {
 
 using VecF = xsimd::batch<float>;
 using VecI = xsimd::batch<int32_t>;
@@ -25,7 +40,13 @@ using VecI = xsimd::batch<int32_t>;
 // hiding their values from LLVM (an empty asm) keeps them in locals.
 template <typename V>
 inline void pin_in_register(V& v) {
-#if defined(__wasm_simd128__)
+#if defined(__wasm_simd128__) && __clang_major__ >= 19
+  // LLVM 19's wasm backend cannot take a v128 as an "r" operand (it crashes: "Do not know how to split
+  // this operator's operand"); through memory, it costs one store and load per constant.
+  auto r = v.data;
+  __asm__("" : "+m"(r));
+  v = V(r);
+#elif defined(__wasm_simd128__)
   auto r = v.data;
   __asm__("" : "+r"(r));
   v = V(r);
@@ -42,6 +63,16 @@ inline VecF pseudo_max(VecF a, VecF b) {
   return VecF(__m128(wasm_f32x4_pmax(v128_t(a.data), v128_t(b.data))));
 #else
   return VecF(_mm_max_ps(b.data, a.data));
+#endif
+}
+
+// a * b + c. The relaxed variant: f32x4.relaxed_madd, one instruction where the engine fuses it (FMA,
+// rounded once: results differ from mul + add in the last bits); elsewhere mul + add, rounded twice.
+inline VecF madd(VecF a, VecF b, VecF c) {
+#if MHA_VARIANT_RELAXED
+  return VecF(__m128(wasm_f32x4_relaxed_madd(v128_t(a.data), v128_t(b.data), v128_t(c.data))));
+#else
+  return a * b + c;
 #endif
 }
 
@@ -74,16 +105,17 @@ inline VecF exp2_nonpositive(VecF x_in, const Exp2Constants& k) {
   const VecF t = x + k.round_magic;
   const VecF n = t - k.round_magic;
   const VecF r = x - n;
-  VecF p = k.c0 * r + k.c1;
-  p = p * r + k.c2;
-  p = p * r + k.c3;
-  p = p * r + k.c4;
-  p = p * r + k.c5;
-  p = p * r + k.one;
+  VecF p = madd(k.c0, r, k.c1);
+  p = madd(p, r, k.c2);
+  p = madd(p, r, k.c3);
+  p = madd(p, r, k.c4);
+  p = madd(p, r, k.c5);
+  p = madd(p, r, k.one);
   // n >= -127, so (n + 127) << 23 is a float's bits: +0 for n = -127, else the normal 2^n.
   const VecI pow2_bits = (xsimd::bitwise_cast<VecI>(t) + k.bias) << 23;
   return p * xsimd::bitwise_cast<VecF>(pow2_bits);
 }
 
+}  // namespace MHA_SIMD_VARIANT
 }  // namespace simd
 }  // namespace mha

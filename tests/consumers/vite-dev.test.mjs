@@ -159,8 +159,8 @@ async function openTestPage(baseUrl) {
 function assertThreaded(r, seen) {
   assert.equal(r.crossOriginIsolated, true, 'the page is not cross-origin isolated: COOP/COEP headers missing?');
   const [one, two] = r.results;
-  assert.deepEqual(one.info, { version: pkg.version, simd: true, threads: 1, build: 'simd' });
-  assert.deepEqual(two.info, { version: pkg.version, simd: true, threads: 2, build: 'simd-threads' });
+  assert.deepEqual(one.info, { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd' });
+  assert.deepEqual(two.info, { version: pkg.version, simd: true, threads: 2, build: 'relaxed-simd-threads' });
   for (const x of r.results) assertGoldenOutput(x, golden);
   assert.deepEqual(two.golden, one.golden, 'the golden example differs between 1 and 2 threads');
   assert.ok(two.causalBitIdentical, `2 threads differ from 1 thread on the causal problem (max ${two.causalMaxDiff})`);
@@ -190,12 +190,15 @@ test('vite dev server, documented config + COOP/COEP: the example page and creat
     const p = await openTestPage(dev.url);
     const r = await computeInPage(p.evaluate, [{}], golden).finally(() => p.close());
     assert.equal(r.crossOriginIsolated, true);
-    assert.deepEqual(r.results[0].info, { version: pkg.version, simd: true, threads: 1, build: 'simd' });
+    assert.deepEqual(r.results[0].info, { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd' });
     assertGoldenOutput(r.results[0], golden);
     // Excluded from pre-bundling: the package is served from its own folder, and so is mha.wasm.
     const base = new URL('/node_modules/mha-wasm/dist/', dev.url).href;
     assert.ok(p.seen.requests.some((u) => u.startsWith(`${base}index.js`)), `index.js not served from ${base}`);
-    assert.ok(p.seen.requests.includes(`${base}mha.wasm`), `mha.wasm not fetched from ${base}`);
+    // Chromium has Relaxed SIMD: createMHA() runs the relaxed build, wasm and glue from the package folder.
+    for (const file of ['mha-relaxed.wasm', 'mha-relaxed.js']) {
+      assert.ok(p.seen.requests.some((u) => u.startsWith(`${base}${file}`)), `${file} not fetched from ${base}`);
+    }
     assert.deepEqual(p.seen.warnings, []);
     assert.deepEqual(p.seen.problems, []);
     assert.deepEqual(dev.serverLog, []);
@@ -233,7 +236,7 @@ test('vite dev server without COOP/COEP: threads: 2 falls back to 1 thread (simd
     const r = await computeInPage(p.evaluate, [{}, { threads: 2 }, { threads: 2 }], golden).finally(() => p.close());
     assert.equal(r.crossOriginIsolated, false);
     for (const x of r.results) {
-      assert.deepEqual(x.info, { version: pkg.version, simd: true, threads: 1, build: 'simd' }, x.options);
+      assert.deepEqual(x.info, { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd' }, x.options);
       assertGoldenOutput(x, golden);
       assert.ok(x.causalBitIdentical, `${x.options} differs from the first instance`);
     }
@@ -243,7 +246,7 @@ test('vite dev server without COOP/COEP: threads: 2 falls back to 1 thread (simd
       'cross-origin isolated \\(crossOriginIsolated is false\\): serve it with the headers Cross-Origin-Opener-Policy: ' +
       'same-origin and Cross-Origin-Embedder-Policy: require-corp \\(missing COOP/COEP headers\\)$'));
     assert.deepEqual(p.seen.workers, []);
-    assert.ok(!p.seen.requests.some((u) => u.includes('mha-threads')), 'the threaded build was fetched anyway');
+    assert.ok(!p.seen.requests.some((u) => /mha-(relaxed-)?threads/.test(u)), 'the threaded build was fetched anyway');
     assert.deepEqual(p.seen.problems, []);
     assert.deepEqual(dev.serverLog, []);
   } finally {
@@ -276,10 +279,10 @@ test('vite dev server WITHOUT optimizeDeps.exclude: the pre-bundled package stil
     // The package really was pre-bundled (else this test would repeat the first one).
     const deps = new URL('/node_modules/.vite-prebundled/deps/mha-wasm.js', dev.url).href;
     assert.ok(p.seen.requests.some((u) => u.startsWith(deps)), `mha-wasm was not served pre-bundled from ${deps}`);
-    assert.deepEqual(r.results[0].info, { version: pkg.version, simd: true, threads: 1, build: 'simd' });
+    assert.deepEqual(r.results[0].info, { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd' });
     assertGoldenOutput(r.results[0], golden);
-    assert.ok(p.seen.requests.includes(new URL('/node_modules/mha-wasm/dist/mha.wasm', dev.url).href),
-      `mha.wasm not fetched from the package folder: ${p.seen.requests.filter((u) => u.includes('.wasm'))}`);
+    assert.ok(p.seen.requests.includes(new URL('/node_modules/mha-wasm/dist/mha-relaxed.wasm', dev.url).href),
+      `mha-relaxed.wasm not fetched from the package folder: ${p.seen.requests.filter((u) => u.includes('.wasm'))}`);
     assert.deepEqual(p.seen.warnings, []);
     assert.deepEqual(p.seen.problems, []);
     assert.deepEqual(dev.serverLog, []);
@@ -308,6 +311,12 @@ test('vite build + vite preview with COOP/COEP: threads: 2 runs simd-threads on 
   // The glue is imported by URL on the page and in every worker: it must be emitted as a file.
   assert.ok(assets.some((f) => /^mha-threads-.*\.wasm$/.test(f)), `no mha-threads*.wasm emitted: ${assets}`);
   assert.ok(assets.some((f) => /^mha-threads-.*\.js$/.test(f)), `no mha-threads*.js glue emitted: ${assets}`);
+  // The Relaxed SIMD builds' wasm and glue, which Chromium runs.
+  for (const name of ['mha-relaxed', 'mha-relaxed-threads']) {
+    for (const ext of ['wasm', 'js']) {
+      assert.ok(assets.some((f) => new RegExp(`^${name}-[^.]*\\.${ext}$`).test(f)), `no ${name}*.${ext} emitted: ${assets}`);
+    }
+  }
   const workerFile = assets.find((f) => /^mha-threads\.worker-.*\.js$/.test(f));
   const bundle = assets.filter((f) => f.endsWith('.js')).map((f) => fs.readFileSync(path.join(app, 'dist/assets', f), 'utf8')).join('\n');
   // Inlined: a data: URL whose script is Emscripten's pthread worker.

@@ -2,6 +2,7 @@
 // and the project's one seeded PRNG and one float64 reference (bench/lib/prng.mjs, bench/lib/reference.mjs),
 // adapted to the API's option names.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -103,6 +104,26 @@ export function checkLse(lse, lse64) {
 /** True when two typed arrays hold the same bytes. */
 export function bitsEqual(a, b) {
   return a.length === b.length && Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
+}
+
+/**
+ * Runs an ES module source in a child Node (with `nodeFlags` before it, e.g. V8 feature flags); resolves
+ * { code, stdout, stderr, ms } (ms: spawn to exit).
+ */
+export function runChild(source, { timeoutMs = 20000, nodeFlags = [] } = {}) {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const child = spawn(process.execPath, [...nodeFlags, '--input-type=module', '-e', source], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => { stdout += d; });
+    child.stderr.on('data', (d) => { stderr += d; });
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`child did not exit within ${timeoutMs} ms\n${stdout}\n${stderr}`)); }, timeoutMs);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr, ms: performance.now() - started });
+    });
+  });
 }
 
 /** Expects `thunk` to throw an error of that class whose message contains every fragment. */

@@ -5,32 +5,14 @@
 // clean, prompt exit of a Node script that uses threads; several instances at once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createMHA } from '../../dist/index.js';
-import { bitsEqual, checkOut, compare, loadGoldenCases, mulberry32, randomNormal, randomProblem, readGolden, referenceMHA, repoRoot } from './helpers.mjs';
+import { bitsEqual, checkOut, compare, loadGoldenCases, mulberry32, randomNormal, randomProblem, readGolden, referenceMHA, repoRoot, runChild } from './helpers.mjs';
 
 const distIndex = pathToFileURL(path.join(repoRoot, 'dist/index.js')).href;
-
-/** Runs an ES module source in a child Node; resolves { code, stdout, stderr, ms } (ms: spawn to exit). */
-function runChild(source, { timeoutMs = 20000 } = {}) {
-  return new Promise((resolve, reject) => {
-    const started = performance.now();
-    const child = spawn(process.execPath, ['--input-type=module', '-e', source], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => { stdout += d; });
-    child.stderr.on('data', (d) => { stderr += d; });
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`child did not exit within ${timeoutMs} ms\n${stdout}\n${stderr}`)); }, timeoutMs);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr, ms: performance.now() - started });
-    });
-  });
-}
 
 // ---------------------------------------------------------------------------------------------
 // Selection

@@ -4,6 +4,7 @@ import { describe } from './describe.js';
 import { WasmMHA } from './instance.js';
 import { BUILDS, buildOfModule, coreCount, defaultSource, MAX_AUTO_THREADS, MAX_THREADS, selectBuild, threadsUnavailable,
   warnSingleThreaded } from './loader/builds.js';
+import type { SimdChoice } from './loader/builds.js';
 import { compiledBuild } from './loader/compile.js';
 import { isNode } from './loader/env.js';
 import { instantiate } from './loader/instantiate.js';
@@ -47,12 +48,12 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
   if (o.warmup !== undefined && typeof o.warmup !== 'boolean') {
     throw new TypeError(`createMHA: warmup: expected a boolean, got ${describe(o.warmup)}`);
   }
-  if (o.simd !== undefined && o.simd !== 'auto' && o.simd !== false) {
-    const message = `createMHA: simd: expected 'auto' or false, got ${describe(o.simd)}`;
+  if (o.simd !== undefined && o.simd !== 'auto' && o.simd !== 'fixed' && o.simd !== false) {
+    const message = `createMHA: simd: expected 'auto', 'fixed' or false, got ${describe(o.simd)}`;
     throw typeof o.simd === 'string' || typeof o.simd === 'boolean' ? new RangeError(message) : new TypeError(message);
   }
   const requested = o.threads === 'auto' ? Math.min(MAX_AUTO_THREADS, await coreCount()) : ((o.threads as number | undefined) ?? 1);
-  const simdWanted = o.simd !== false;
+  const simdWanted = (o.simd ?? 'auto') as SimdChoice;
   const custom = o.wasmUrl !== undefined || o.wasmBinary !== undefined;
 
   // Which build: the best one the options allow and the engine can run, threaded when more than one thread
@@ -62,6 +63,8 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
   const compiled = await compiledBuild(source);
   const wasmModule = compiled.wasmModule;
   let threaded = compiled.threaded;
+  // The glue that runs this module: a custom file's own kind decides (the relaxed builds have their own).
+  const spec = BUILDS[custom ? buildOfModule(threaded, true, compiled.relaxed) : build];
   if (custom) {
     // The given file decides the build.
     if (threaded) {
@@ -75,7 +78,7 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
   let started: StartedModule;
   let usedModule = wasmModule;
   try {
-    started = await instantiate(source, wasmModule, threaded ? BUILDS['simd-threads'].threads : undefined, requested - 1);
+    started = await instantiate(source, wasmModule, threaded ? spec.threads : undefined, requested - 1, spec.glueUrl);
   } catch (error) {
     // Never hang on a threaded start-up that stalls: the best single-threaded build still works.
     if (!(error instanceof ThreadsStartFailure) || custom) throw error;
@@ -83,12 +86,12 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
     build = selectBuild(1, simdWanted).build;
     const fallback = defaultSource(build);
     usedModule = (await compiledBuild(fallback)).wasmModule;
-    started = await instantiate(fallback, usedModule, undefined, 0);
+    started = await instantiate(fallback, usedModule, undefined, 0, BUILDS[build].glueUrl);
     threaded = false;
   }
   const { wasm, callLayout } = started;
   checkWasmVersion(source.label, wasm.version());
-  if (custom) build = buildOfModule(threaded, wasm.simd());
+  if (custom) build = buildOfModule(threaded, wasm.simd(), compiled.relaxed);
 
   let threads = 1;
   if (threaded) {

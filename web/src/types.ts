@@ -7,7 +7,7 @@ export interface CreateOptions {
   /**
    * Threads for the kernel, the calling thread included: a count from 1 to 64, or `'auto'` for one per
    * core (`navigator.hardwareConcurrency`, or `os.availableParallelism()` in Node), at most 8. Default 1.
-   * More than 1 loads the `simd-threads` build (a pool of Web Workers / Node worker threads on a
+   * More than 1 loads a threaded build (a pool of Web Workers / Node worker threads on a
    * SharedArrayBuffer), which needs WebAssembly threads and SIMD and, in browsers, a cross-origin
    * isolated page (COOP/COEP headers). Where that is missing the instance runs single-threaded,
    * `info.threads` says 1 and `console.warn` says why, once per reason. Call `dispose()` to end the
@@ -15,15 +15,20 @@ export interface CreateOptions {
    */
   threads?: number | 'auto';
   /**
-   * `'auto'` (default): the SIMD builds where the engine supports WebAssembly SIMD128, else the
-   * `baseline` build. `false`: always the `baseline` build (no SIMD, single-threaded).
+   * `'auto'` (default): the best build the engine runs: the Relaxed SIMD builds (`relaxed-simd`,
+   * `relaxed-simd-threads`: fused multiply-add) where it has WebAssembly Relaxed SIMD (Chrome 114+,
+   * Firefox 145+, Node only with `--experimental-wasm-relaxed-simd`), else the SIMD128 builds, else the
+   * `baseline` build. `'fixed'`: never Relaxed SIMD (the SIMD128 builds, whose results are the same on
+   * every engine). `false`: always the `baseline` build (no SIMD, single-threaded). The builds differ in
+   * the last bits of their results, each within the same accuracy bound (docs/API.md, "Builds").
    */
-  simd?: 'auto' | false;
+  simd?: 'auto' | 'fixed' | false;
   /**
    * Where to fetch `mha.wasm` from, for a CDN or custom hosting: an absolute URL, a URL relative to
    * the page (`document.baseURI`), or in Node a `file:` URL or a file path. The file must be a `.wasm`
-   * of this same release: `mha.wasm` (`mha-wasm/mha.wasm` in the package), `mha-baseline.wasm` or
-   * `mha-threads.wasm`; the file decides the build. Default: the selected build's file next to this
+   * of this same release: `mha.wasm` (`mha-wasm/mha.wasm` in the package), `mha-baseline.wasm`,
+   * `mha-threads.wasm`, `mha-relaxed.wasm` or `mha-relaxed-threads.wasm`; the file decides the build. A
+   * relaxed file on an engine without Relaxed SIMD is an Error that says so. Default: the selected build's file next to this
    * script, e.g. `new URL('./mha.wasm', import.meta.url)`, which bundlers rewrite.
    */
   wasmUrl?: string | URL;
@@ -46,12 +51,16 @@ export interface MHAInfo {
   simd: boolean;
   /** Threads the kernel actually uses, the calling thread included (1 = single-threaded; 1 after `dispose()`). */
   threads: number;
-  /** The build that was loaded: `'simd'` (mha.wasm), `'simd-threads'` (mha-threads.wasm) or `'baseline'` (mha-baseline.wasm). */
+  /**
+   * The build that was loaded: `'relaxed-simd'` (mha-relaxed.wasm), `'relaxed-simd-threads'`
+   * (mha-relaxed-threads.wasm), `'simd'` (mha.wasm), `'simd-threads'` (mha-threads.wasm) or `'baseline'`
+   * (mha-baseline.wasm).
+   */
   build: BuildName;
 }
 
-/** The three builds of the wasm module. */
-export type BuildName = 'simd' | 'simd-threads' | 'baseline';
+/** The five builds of the wasm module. */
+export type BuildName = 'relaxed-simd' | 'relaxed-simd-threads' | 'simd' | 'simd-threads' | 'baseline';
 
 /** Dims shared by every function: q is (batch, seqLen, dModel), heads split dModel into numHeads. */
 export interface HeadShape {

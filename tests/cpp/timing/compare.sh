@@ -14,7 +14,7 @@
 # This core's harness: cmake --build build/wasm --target mha_kernel_timing (build/wasm/mha_kernel_timing.cjs).
 set -euo pipefail
 a=$1 b=$2 rounds=${3:-6} shapes=${4:-bert,bert-b8,causal512,cross,long2k} budget=${5:-1000}
-run() { if [[ $1 == *.cjs ]]; then node --no-experimental-fetch "$1" "$budget" "$shapes"; else "$1" "$budget" "$shapes"; fi; }
+run() { if [[ $1 == *.cjs ]]; then node --no-experimental-fetch --experimental-wasm-relaxed-simd "$1" "$budget" "$shapes"; else "$1" "$budget" "$shapes"; fi; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for ((r = 0; r < rounds; ++r)); do

@@ -6,7 +6,7 @@ import { importNodeBuiltin, isNode } from './env.js';
 import type { WasmSource } from './source.js';
 
 /** An engine feature that some build needs. */
-type Feature = 'simd128' | 'threads';
+type Feature = 'simd128' | 'relaxed-simd' | 'threads';
 
 /** The scripts of a threaded build: its glue (an ES module for browsers, CommonJS for Node) and pthread worker. */
 export interface ThreadFiles {
@@ -28,10 +28,25 @@ export interface BuildSpec {
   needs: readonly Feature[];
   /** A threaded build's scripts; without them the build runs on the calling thread, with the glue mha.js. */
   threads?: ThreadFiles;
+  /** A single-threaded build's own glue (an ES module), when it cannot run with mha.js. */
+  glueUrl?: () => URL;
 }
 
 /** Every build, best first: createMHA takes the first row that the options allow and the engine can run. */
 export const BUILDS: Readonly<Record<BuildName, BuildSpec>> = {
+  // The Relaxed SIMD twins of the next two rows (f32x4.relaxed_madd: FMA where the engine has it). Linked
+  // without binaryen, their wasm keeps unminified import names, so they have their own glue; the threaded
+  // one shares the pthread worker scripts, which load whichever glue the loader names.
+  'relaxed-simd-threads': {
+    wasmUrl: () => new URL('./mha-relaxed-threads.wasm', import.meta.url),
+    needs: ['simd128', 'relaxed-simd', 'threads'],
+    threads: {
+      glueUrl: () => new URL('./mha-relaxed-threads.js', import.meta.url),
+      workerUrl: () => new URL('./mha-threads.worker.js', import.meta.url),
+      nodeGlue: 'mha-relaxed-threads.node.cjs',
+      nodeWorker: 'mha-threads.node.worker.cjs',
+    },
+  },
   'simd-threads': {
     wasmUrl: () => new URL('./mha-threads.wasm', import.meta.url),
     needs: ['simd128', 'threads'],
@@ -42,6 +57,11 @@ export const BUILDS: Readonly<Record<BuildName, BuildSpec>> = {
       nodeWorker: 'mha-threads.node.worker.cjs',
     },
   },
+  'relaxed-simd': {
+    wasmUrl: () => new URL('./mha-relaxed.wasm', import.meta.url),
+    needs: ['simd128', 'relaxed-simd'],
+    glueUrl: () => new URL('./mha-relaxed.js', import.meta.url),
+  },
   simd: { wasmUrl: () => new URL('./mha.wasm', import.meta.url), needs: ['simd128'] },
   baseline: { wasmUrl: () => new URL('./mha-baseline.wasm', import.meta.url), needs: [] },
 };
@@ -49,6 +69,9 @@ export const BUILDS: Readonly<Record<BuildName, BuildSpec>> = {
 /** A module with one function using a v128 op (i8x16.splat + i8x16.popcnt): valid only with SIMD128. */
 const SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10, 1, 8, 0, 65,
   0, 253, 15, 253, 98, 11]);
+/** A module with one function doing f32x4.relaxed_madd on its v128 parameter: valid only with Relaxed SIMD. */
+const RELAXED_SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 1, 123, 0, 3, 2, 1, 0, 10, 14, 1, 12,
+  0, 32, 0, 32, 0, 32, 0, 253, 133, 2, 26, 11]);
 /** A module with a shared memory and an atomic load: valid only with WebAssembly threads. */
 const THREADS_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 4, 1, 96, 0, 0, 3, 2, 1, 0, 5, 4, 1, 3, 1, 1, 10,
   11, 1, 9, 0, 65, 0, 254, 16, 2, 0, 26, 11]);
@@ -77,8 +100,62 @@ export function threadsUnavailable(): string | undefined {
 /** How each feature is detected: undefined when the environment has it, else why not. */
 const FEATURES: Readonly<Record<Feature, () => string | undefined>> = {
   simd128: () => (validates(SIMD_PROBE) ? undefined : 'this engine lacks WebAssembly SIMD128'),
+  'relaxed-simd': () => (validates(RELAXED_SIMD_PROBE) ? undefined : 'this engine lacks WebAssembly Relaxed SIMD'),
   threads: threadsUnavailable,
 };
+
+/** The custom section that names the engine features a module needs beyond SIMD128 (src/mha/kernel_relaxed.cpp). */
+const FEATURES_SECTION = 'mha_wasm_features';
+
+/** Reads an unsigned LEB128 at `at`; undefined past the end. */
+function readLeb(bytes: Uint8Array, at: number): { value: number; next: number } | undefined {
+  let value = 0;
+  for (let shift = 0; at < bytes.length && shift < 35; shift += 7) {
+    const byte = bytes[at++]!;
+    value += (byte & 0x7f) * 2 ** shift;
+    if ((byte & 0x80) === 0) return { value, next: at };
+  }
+  return undefined;
+}
+
+/**
+ * The features that wasm bytes say they need (the mha_wasm_features custom section), read without
+ * compiling: a module using Relaxed SIMD does not compile at all where it is missing.
+ */
+export function declaredFeatures(bytes: Uint8Array): Feature[] {
+  const found: Feature[] = [];
+  for (let at = 8; at < bytes.length;) {
+    const id = bytes[at]!;
+    const size = readLeb(bytes, at + 1);
+    if (size === undefined) break;
+    const end = size.next + size.value;
+    if (id === 0) {
+      const name = readLeb(bytes, size.next);
+      if (name === undefined || name.next + name.value > end) break;
+      if (new TextDecoder().decode(bytes.subarray(name.next, name.next + name.value)) === FEATURES_SECTION) {
+        const text = new TextDecoder().decode(bytes.subarray(name.next + name.value, end));
+        for (const feature of text.split(/\s+/)) if (feature === 'relaxed-simd') found.push(feature);
+      }
+    }
+    at = end;
+  }
+  return found;
+}
+
+/** True when a compiled module carries the Relaxed SIMD kernel (its mha_wasm_features section says so). */
+export function needsRelaxedSimd(wasmModule: WebAssembly.Module): boolean {
+  return WebAssembly.Module.customSections(wasmModule, FEATURES_SECTION)
+    .some((section) => new TextDecoder().decode(section).split(/\s+/).includes('relaxed-simd'));
+}
+
+/** Why this engine cannot compile a module that declares `features`, or undefined when it can. */
+export function declaredFeatureMissing(features: readonly Feature[]): string | undefined {
+  for (const feature of features) {
+    const why = FEATURES[feature]();
+    if (why !== undefined) return why;
+  }
+  return undefined;
+}
 
 /** The first feature of `spec` that this environment lacks, and why; undefined when it can run the build. */
 function missingFeature(spec: BuildSpec): { feature: Feature; why: string } | undefined {
@@ -89,13 +166,21 @@ function missingFeature(spec: BuildSpec): { feature: Feature; why: string } | un
   return undefined;
 }
 
+/** createMHA's `simd` option: every build, no Relaxed SIMD ('fixed'), or no SIMD at all (false). */
+export type SimdChoice = 'auto' | 'fixed' | false;
+
 /**
  * Which build to load for `requested` threads: the first threaded row that can run when more than one
- * thread is asked for, else the first single-threaded row. `simdWanted: false` allows only rows that need
- * no SIMD. `reason` says why threads were asked for but a single-threaded build was chosen.
+ * thread is asked for, else the first single-threaded row. `simd: 'fixed'` allows only rows without
+ * Relaxed SIMD, `false` only rows that need no SIMD. `reason` says why threads were asked for but a
+ * single-threaded build was chosen.
  */
-export function selectBuild(requested: number, simdWanted: boolean): { build: BuildName; reason: string | undefined } {
-  const rows = (Object.keys(BUILDS) as BuildName[]).filter((name) => simdWanted || !BUILDS[name].needs.includes('simd128'));
+export function selectBuild(requested: number, simd: SimdChoice): { build: BuildName; reason: string | undefined } {
+  const allowed = (name: BuildName): boolean => {
+    const needs = BUILDS[name].needs;
+    return simd === 'auto' || (simd === 'fixed' ? !needs.includes('relaxed-simd') : !needs.includes('simd128'));
+  };
+  const rows = (Object.keys(BUILDS) as BuildName[]).filter(allowed);
   let reason: string | undefined;
   if (requested > 1) {
     const threaded = rows.filter((name) => BUILDS[name].threads !== undefined);
@@ -111,7 +196,8 @@ export function selectBuild(requested: number, simdWanted: boolean): { build: Bu
 }
 
 /** The build that a module given by the caller (wasmUrl, wasmBinary) is, from what it reports. */
-export function buildOfModule(threaded: boolean, simd: boolean): BuildName {
+export function buildOfModule(threaded: boolean, simd: boolean, relaxed: boolean): BuildName {
+  if (relaxed) return threaded ? 'relaxed-simd-threads' : 'relaxed-simd';
   return threaded ? 'simd-threads' : simd ? 'simd' : 'baseline';
 }
 

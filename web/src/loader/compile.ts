@@ -1,6 +1,7 @@
 // Compiling the wasm, memoized: a WebAssembly.Module is fetched and compiled once per source (the default
 // URL of each build, each custom wasmUrl, each wasmBinary object); every createMHA() call instantiates it
 // afresh, so instances share no state. A failed load is forgotten, so a later call retries.
+import { declaredFeatureMissing, declaredFeatures, needsRelaxedSimd } from './builds.js';
 import { checkMagic, errorText, EXPECTED, readWasmBytes } from './source.js';
 import type { WasmSource } from './source.js';
 
@@ -10,6 +11,15 @@ const compiledByBinary = new WeakMap<object, Promise<WebAssembly.Module>>();
 async function compileModule(source: WasmSource): Promise<WebAssembly.Module> {
   const { bytes, contentType } = await readWasmBytes(source);
   checkMagic(source.label, bytes, contentType);
+  // A relaxed-SIMD module does not compile at all where the engine lacks the feature: say so, by name.
+  const missing = declaredFeatureMissing(declaredFeatures(bytes));
+  if (missing !== undefined) {
+    throw new Error(
+      `mha-wasm: ${source.label} is a Relaxed SIMD build (mha-relaxed.wasm or mha-relaxed-threads.wasm) and ${missing} ` +
+        '(Chrome 114+, Firefox 145+; Node needs --experimental-wasm-relaxed-simd): load mha.wasm or mha-threads.wasm ' +
+        'instead, or leave out wasmUrl/wasmBinary and createMHA picks the best build this engine runs',
+    );
+  }
   try {
     return await WebAssembly.compile(bytes as Uint8Array<ArrayBuffer>);
   } catch (error) {
@@ -37,10 +47,10 @@ function compiled(source: WasmSource): Promise<WebAssembly.Module> {
   return promise;
 }
 
-/** Compiles (memoized) and says whether the module is a threaded build. */
-export async function compiledBuild(source: WasmSource): Promise<{ wasmModule: WebAssembly.Module; threaded: boolean }> {
+/** Compiles (memoized) and says whether the module is a threaded build and whether it is a relaxed-SIMD one. */
+export async function compiledBuild(source: WasmSource): Promise<{ wasmModule: WebAssembly.Module; threaded: boolean; relaxed: boolean }> {
   const wasmModule = await compiled(source);
   // The threaded build imports its (shared) memory; the others export theirs.
   const threaded = WebAssembly.Module.imports(wasmModule).some((i) => i.kind === 'memory');
-  return { wasmModule, threaded };
+  return { wasmModule, threaded, relaxed: needsRelaxedSimd(wasmModule) };
 }

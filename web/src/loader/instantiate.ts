@@ -24,10 +24,11 @@ export interface StartedModule {
 /**
  * Instantiates `wasmModule` (compiled from `source`). `threads`: the threaded build's scripts, whose glue
  * starts `workers` pthread workers before the module is ready; undefined for the single-threaded builds,
- * which run with mha.js. A threaded start-up that fails or stalls rejects with a ThreadsStartFailure.
+ * which run with mha.js, or with `glueUrl` (an ES module) for a build with its own glue. A threaded
+ * start-up that fails or stalls rejects with a ThreadsStartFailure.
  */
 export async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, threads: ThreadFiles | undefined,
-  workers: number): Promise<StartedModule> {
+  workers: number, glueUrl?: () => URL): Promise<StartedModule> {
   const threaded = threads !== undefined;
   const mismatch = (detail: string, cause?: unknown): Error =>
     new Error(
@@ -50,6 +51,10 @@ export async function instantiate(source: WasmSource, wasmModule: WebAssembly.Mo
     const workerFile = glue.workerFile;
     moduleOptions.locateFile = (file) => (file.endsWith('.worker.js') ? workerFile : file);
     moduleOptions.mainScriptUrlOrBlob = glue.glueFile;
+  } else if (glueUrl !== undefined) {
+    // An asset like the .wasm (bundlers emit it), imported by URL.
+    const glue = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueUrl().href)) as { default: MhaModuleFactory };
+    factory = glue.default;
   }
   const wasm = await new Promise<MhaWasmModule>((resolve, reject) => {
     const timer = threaded

@@ -1,0 +1,86 @@
+#!/usr/bin/env node
+// Relaxed SIMD against SIMD128 in one Chromium page, interleaved: `node bench/browser/relaxed-ab.mjs
+// [--shapes bert,long2k] [--rounds 6] [--ort]`. Per round and shape, each build (createMHA() =
+// relaxed-simd, createMHA({ simd: 'fixed' }) = simd, and with --ort onnxruntime-web's standard-op graph on
+// 1 thread) runs back to back, the order alternating between rounds, so a slow spell of this shared
+// machine falls on all of them; medians are over all calls of all rounds. The bench proper
+// (`npm run bench -- --browser`) measures each row on its own, which on a busy machine can put the two
+// builds minutes apart. Prints one JSON object (the page's results) and a summary.
+import { chromium } from 'playwright-core';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { startServer } from './run-browser.mjs';
+import { shapeByName } from '../lib/shapes.mjs';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const args = process.argv.slice(2);
+const option = (name, fallback) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
+const shapes = option('--shapes', 'bert,long2k').split(',');
+const rounds = Number(option('--rounds', '6'));
+const withOrt = args.includes('--ort');
+
+const server = await startServer(repoRoot);
+const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'] });
+try {
+  const page = await browser.newPage();
+  await page.goto(`http://127.0.0.1:${server.address().port}/bench/browser/index.html`);
+  await page.waitForFunction(() => window.__benchReady === true);
+  const models = {};
+  if (withOrt) {
+    const { standardOpsModel } = await import('../lib/onnx-models.mjs');
+    for (const name of shapes) models[name] = Array.from(standardOpsModel(shapeByName(name), false));
+  }
+  const result = await page.evaluate(async ({ shapes, rounds, models }) => {
+    const { createMHA } = await import('/dist/index.js');
+    const { shapeByName, flopsOf } = await import('/bench/lib/shapes.mjs');
+    const { mulberry32, randomNormal } = await import('/bench/lib/prng.mjs');
+    const impls = { relaxed: await createMHA(), fixed: await createMHA({ simd: 'fixed' }) };
+    const builds = { relaxed: impls.relaxed.info.build, fixed: impls.fixed.info.build };
+    const out = { builds, shapes: {} };
+    for (const name of shapes) {
+      const shape = shapeByName(name);
+      const random = mulberry32(7);
+      const q = randomNormal(shape.B * shape.S * shape.D, random);
+      const k = randomNormal(shape.B * shape.T * shape.D, random);
+      const v = randomNormal(shape.B * shape.T * shape.D, random);
+      const options = { batch: shape.B, seqLen: shape.S, kvSeqLen: shape.T, dModel: shape.D, numHeads: shape.H, causal: !!shape.causal };
+      const runners = {
+        relaxed: async () => impls.relaxed.multiHeadAttention(q, k, v, options),
+        fixed: async () => impls.fixed.multiHeadAttention(q, k, v, options),
+      };
+      if (models[name]) {
+        const { createStd } = await import('/bench/impls/ort.mjs');
+        const ort = await createStd(shape, { model: models[name] });
+        runners.ort = () => ort.run(q, k, v);
+      }
+      const names = Object.keys(runners);
+      for (const n of names) await runners[n]();  // warm up (ORT's first run compiles its kernels)
+      const once = await (async () => { const t = performance.now(); await runners.relaxed(); return performance.now() - t; })();
+      const calls = Math.max(1, Math.min(50, Math.round(400 / once)));
+      const times = Object.fromEntries(names.map((n) => [n, []]));
+      for (let r = 0; r < rounds; r++) {
+        for (const n of r % 2 === 0 ? names : [...names].reverse()) {
+          for (let c = 0; c < (n === 'ort' ? Math.max(1, Math.ceil(calls / 4)) : calls); c++) {
+            const t = performance.now();
+            await runners[n]();
+            times[n].push(performance.now() - t);
+          }
+        }
+      }
+      const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+      const flops = flopsOf(shape);
+      out.shapes[name] = Object.fromEntries(names.map((n) => [n, { medianMs: median(times[n]), gflops: flops / median(times[n]) / 1e6, calls: times[n].length }]));
+    }
+    return out;
+  }, { shapes, rounds, models });
+  console.log(JSON.stringify({ browser: `Chromium ${browser.version()}`, rounds, ...result }));
+  for (const [name, r] of Object.entries(result.shapes)) {
+    const ort = r.ort ? `  ORT std ${r.ort.medianMs.toFixed(2)} ms (relaxed ${(r.ort.medianMs / r.relaxed.medianMs).toFixed(2)}x faster)` : '';
+    console.log(`${name}: ${result.builds.relaxed} ${r.relaxed.medianMs.toFixed(3)} ms ${r.relaxed.gflops.toFixed(1)} GFLOP/s, ` +
+      `${result.builds.fixed} ${r.fixed.medianMs.toFixed(3)} ms ${r.fixed.gflops.toFixed(1)} GFLOP/s: ${(r.fixed.medianMs / r.relaxed.medianMs).toFixed(3)}x${ort}`);
+  }
+} finally {
+  await browser.close();
+  server.close();
+}
