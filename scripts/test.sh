@@ -18,8 +18,8 @@ ctest --test-dir build/native-asan --output-on-failure
 echo "== Differential fuzzing slice: every kernel variant vs reference, libFuzzer + ASan + UBSan (fixed seed)"
 bash scripts/fuzz.sh --slice
 
-echo "== C++ suite, compiled to wasm and run by Node (Catch2; simd128 and scalar)"
-cmake --build build/wasm --target mha_tests
+echo "== C++ suite, compiled to wasm and run by Node (Catch2; simd128 and scalar, and the relaxed variant under --experimental-wasm-relaxed-simd)"
+cmake --build build/wasm --target mha_tests mha_tests_relaxed
 ctest --test-dir build/wasm --output-on-failure
 
 echo "== JS tests (node:test)"

@@ -1,11 +1,12 @@
-// The PyTorch golden sets in the page, on every engine of tests/browser/engines.mjs, with the SIMD build
-// and with the baseline build forced by `simd: false`. The page runs tests/browser/golden-runner.mjs over
-// the files it fetches from the test server; the sets are GOLDEN_SETS (v1 now, v2 by one more entry).
+// The PyTorch golden sets in the page, on every engine of tests/browser/engines.mjs, with createMHA's
+// choice of build (relaxed-simd where the engine has Relaxed SIMD), plain SIMD128 (`simd: 'fixed'`) and
+// the baseline forced by `simd: false`. The page runs tests/browser/golden-runner.mjs over the files it
+// fetches from the test server; the sets are GOLDEN_SETS (v1, and v2's stateless cases).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { forEachEngine, startTestServer } from './engines.mjs';
-import { GOLDEN_SETS } from './golden-runner.mjs';
+import { GOLDEN_SETS, isStateless } from './golden-runner.mjs';
 import { repoRoot } from '../js/helpers.mjs';
 
 let server;
@@ -18,16 +19,19 @@ after(async () => {
   await server?.close();
 });
 
-const BUILDS = [
-  { options: {}, build: 'simd', simd: true },
+/** createMHA's choice on this engine (relaxed-simd where it has Relaxed SIMD), plain SIMD128 and the baseline. */
+const buildsOf = (engine) => [
+  ...(engine.caps.relaxedSimd
+    ? [{ options: {}, build: 'relaxed-simd', simd: true }, { options: { simd: 'fixed' }, build: 'simd', simd: true }]
+    : [{ options: {}, build: 'simd', simd: true }]),
   { options: { simd: false }, build: 'baseline', simd: false },
 ];
 
 forEachEngine((engine) => {
   for (const set of GOLDEN_SETS) {
-    const cases = JSON.parse(readFileSync(`${repoRoot}/tests/golden/${set}/cases.json`, 'utf8'));
-    for (const { options, build, simd } of BUILDS) {
-      test(`golden ${set} (${cases.length} cases) in the page, ${build} build${simd ? '' : ' (simd: false)'}: within the spec's tolerances`, async (t) => {
+    const cases = JSON.parse(readFileSync(`${repoRoot}/tests/golden/${set}/cases.json`, 'utf8')).filter(isStateless);
+    for (const { options, build, simd } of buildsOf(engine)) {
+      test(`golden ${set} (${cases.length} cases) in the page, ${build} build (${JSON.stringify(options)}): within the spec's tolerances`, async (t) => {
         const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
         const r = await page.evaluate(async ({ set, options }) => {
           const { createMHA } = await import('/dist/index.js');
