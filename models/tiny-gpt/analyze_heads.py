@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import re
 
 import torch
 
@@ -50,13 +51,16 @@ def previous_token_scores(cfg, w):
     return totals / count
 
 
-def induction_scores(cfg, w, period=40, repeats=3, sequences=8, seed=17):
+def induction_sequences(period=40, repeats=3, sequences=8, seed=17):
     rng = random.Random(seed)
+    # distinct bytes in a segment: each position of a repeat has exactly one earlier match per repeat
+    return [rng.sample(ALPHABET, period) * repeats for _ in range(sequences)]
+
+
+def induction_scores(cfg, w, sequence_list, period=40):
     totals = torch.zeros(cfg["n_layer"], cfg["n_head"])
     count = 0
-    for _ in range(sequences):
-        segment = rng.sample(ALPHABET, period)  # distinct bytes: each repeat position has one earlier match
-        tokens = segment * repeats
+    for tokens in sequence_list:
         _, attentions = forward(cfg, w, tokens, return_attention=True)
         queries = torch.arange(period, len(tokens))
         targets = queries - period + 1  # the byte after the last earlier occurrence of tokens[i]
@@ -74,7 +78,8 @@ def main():
     torch.set_num_threads(1)
     cfg, w = load_model(args.model)
     prev = previous_token_scores(cfg, w)
-    ind = induction_scores(cfg, w)
+    sequence_list = induction_sequences()
+    ind = induction_scores(cfg, w, sequence_list)
     heads = []
     for layer in range(cfg["n_layer"]):
         for head in range(cfg["n_head"]):
@@ -91,16 +96,19 @@ def main():
     report = {
         "description": "per-head attention scores of tiny-gpt, computed by analyze_heads.py in PyTorch",
         "previousToken": {"threshold": PREVIOUS_TOKEN_THRESHOLD,
-                          "definition": "mean attention weight from position i to i-1 over English sentences"},
+                          "definition": "mean attention weight from position i to i-1 over English sentences",
+                          "texts": TEXTS},
         "induction": {"threshold": INDUCTION_THRESHOLD,
                       "definition": "mean attention weight from position i to the position after the last earlier "
                                     "occurrence of token i, on random distinct bytes (period 40) repeated 3 times, "
-                                    "8 sequences"},
+                                    "8 sequences",
+                      "period": 40, "sequences": sequence_list},
         "heads": heads,
     }
+    text = json.dumps(report, indent=1)  # number lists on one line each
+    text = re.sub(r"\[\s*([-0-9.,\s]+?)\s*\]", lambda m: "[" + ",".join(m.group(1).split()).replace(",,", ",") + "]", text)
     with open(os.path.join(args.model, "heads.json"), "w") as f:
-        json.dump(report, f, indent=1)
-        f.write("\n")
+        f.write(text + "\n")
 
 
 if __name__ == "__main__":

@@ -28,3 +28,8 @@ export function readTinyGPTGolden(dir = tinyGptDir) {
   for (const entry of [index.logits, index.logitsF16KV]) entry.values = new Float32Array(arrayBufferOf(path.join(goldenDir, entry.file)));
   return index;
 }
+
+/** heads.json of `dir` (analyze_heads.py): per-head previous-token and induction scores and their inputs. */
+export function readTinyGPTHeads(dir = tinyGptDir) {
+  return JSON.parse(fs.readFileSync(path.join(dir, 'heads.json'), 'utf8'));
+}

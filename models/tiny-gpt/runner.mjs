@@ -155,7 +155,9 @@ export async function fetchTinyGPT(folderUrl) {
 
 /**
  * y = x W^T + b, as torch.nn.Linear: x (n, In), W (Out, In), b (Out) -> y (n, Out). Four rows of x share
- * each pass over a row of W, so a prefill reads W n/4 times instead of n times. Sums run in float64.
+ * each pass over a row of W, so a prefill reads W n/4 times instead of n times; a single row (a decode
+ * step) runs four rows of W at once. Either way four sums are independent, which V8's scalar code needs
+ * to overlap the additions. Sums run in float64.
  */
 function linear(x, n, weight, bias, inWidth, outWidth, y = new Float32Array(n * outWidth)) {
   let i = 0;
@@ -173,13 +175,24 @@ function linear(x, n, weight, bias, inWidth, outWidth, y = new Float32Array(n * 
       y[(i + 2) * outWidth + o] = s2 + b; y[(i + 3) * outWidth + o] = s3 + b;
     }
   }
-  for (; i < n; i++) {
-    const xi = i * inWidth;
-    for (let o = 0; o < outWidth; o++) {
+  for (; i < n; i++) { // the last rows: four rows of W at a time instead, for four independent sums
+    const xi = i * inWidth, yi = i * outWidth;
+    let o = 0;
+    for (; o + 4 <= outWidth; o += 4) {
+      const w0 = o * inWidth, w1 = w0 + inWidth, w2 = w1 + inWidth, w3 = w2 + inWidth;
+      let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (let e = 0; e < inWidth; e++) {
+        const xe = x[xi + e];
+        s0 += xe * weight[w0 + e]; s1 += xe * weight[w1 + e]; s2 += xe * weight[w2 + e]; s3 += xe * weight[w3 + e];
+      }
+      y[yi + o] = s0 + (bias ? bias[o] : 0); y[yi + o + 1] = s1 + (bias ? bias[o + 1] : 0);
+      y[yi + o + 2] = s2 + (bias ? bias[o + 2] : 0); y[yi + o + 3] = s3 + (bias ? bias[o + 3] : 0);
+    }
+    for (; o < outWidth; o++) {
       const w = o * inWidth;
       let s = 0;
       for (let e = 0; e < inWidth; e++) s += x[xi + e] * weight[w + e];
-      y[i * outWidth + o] = s + (bias ? bias[o] : 0);
+      y[yi + o] = s + (bias ? bias[o] : 0);
     }
   }
   return y;
@@ -228,6 +241,9 @@ function addInPlace(x, y) {
  *   call advances the length.
  * @property {(layer: number, q: Float32Array, k: Float32Array, v: Float32Array) => Float32Array} step
  *   prefill with n = 1 (a backend may run it differently, e.g. without a mask).
+ * @property {(layer: number, q: Float32Array, n: number) => {weights: Float32Array, kvLength: number}} [weights]
+ *   optional, after that layer's prefill/step of n tokens: the attention weights (H, n, T) of those
+ *   queries over the T = kvLength keys held, for visualization
  * @property {() => number} length tokens held
  * @property {(n: number) => void} truncate keep the first n tokens
  * @property {() => void} free
@@ -260,21 +276,26 @@ export class Session {
     /** @type {number[]} */
     this.tokens = [];
     this.timing = { forwardMs: 0, attentionMs: 0, tokens: 0 };
+    /** @type {{weights: Float32Array, kvLength: number}[] | null} set by forward({attentionWeights: true}) */
+    this.attentionWeights = null;
   }
 
   /**
    * Runs n new tokens at positions [tokens.length, tokens.length + n).
    * @param {ArrayLike<number>} newTokens byte ids
-   * @param {{allLogits?: boolean}} [options] allLogits: return (n, V) logits instead of only the last row's (V)
+   * @param {{allLogits?: boolean, attentionWeights?: boolean}} [options] allLogits: return (n, V) logits
+   *   instead of only the last row's (V); attentionWeights: also set this.attentionWeights to one
+   *   {weights (H, n, T), kvLength: T} per layer (needs a backend with `weights`; not counted in the timing)
    * @returns {Float32Array}
    */
-  forward(newTokens, { allLogits = false } = {}) {
+  forward(newTokens, { allLogits = false, attentionWeights = false } = {}) {
     const { config: c, weights: w } = this.model;
     const n = newTokens.length;
     const start = this.tokens.length;
     const { d_model: D, n_head: H, n_kv_head: Hkv, d_ff: F, vocab_size: V, layer_norm_eps: eps } = c;
     const kvWidth = Hkv * (D / H);
     if (n < 1) throw new RangeError('Session.forward: newTokens: expected at least 1 token, got 0');
+    if (attentionWeights && !this.backend.weights) throw new TypeError('Session.forward: attentionWeights: this attention backend cannot return weights');
     if (start + n > c.n_ctx) throw new RangeError(`Session.forward: ${start} + ${n} tokens exceed the model's context of ${c.n_ctx}`);
     for (let i = 0; i < n; i++) {
       const t = newTokens[i];
@@ -291,6 +312,8 @@ export class Session {
     const normed = new Float32Array(n * D);
     const hidden = new Float32Array(n * F);
     const projected = new Float32Array(n * D);
+    const layerWeights = [];
+    let excludedMs = 0;
 
     for (let layer = 0; layer < c.n_layer; layer++) {
       const b = w.blocks[layer];
@@ -302,6 +325,11 @@ export class Session {
       const attentionBegan = performance.now();
       const attended = n === 1 ? this.backend.step(layer, q, k, v) : this.backend.prefill(layer, q, k, v, n);
       this.timing.attentionMs += performance.now() - attentionBegan;
+      if (attentionWeights) {
+        const visualizationBegan = performance.now();
+        layerWeights.push(this.backend.weights(layer, q, n));
+        excludedMs += performance.now() - visualizationBegan;
+      }
       addInPlace(x, linear(attended, n, b.o.weight, b.o.bias, D, D, projected));
       // MLP sublayer
       layerNorm(x, n, D, b.ln2, eps, normed);
@@ -316,7 +344,8 @@ export class Session {
     const logits = linear(finalNormed, rows, w.tokenEmbedding, null, D, V);
 
     for (let i = 0; i < n; i++) this.tokens.push(newTokens[i]);
-    this.timing.forwardMs += performance.now() - began;
+    if (attentionWeights) this.attentionWeights = layerWeights;
+    this.timing.forwardMs += performance.now() - began - excludedMs;
     this.timing.tokens += n;
     return logits;
   }
@@ -438,7 +467,7 @@ export function repeatedKvBackend(mha, { dtype = 'float32' } = {}) {
     // Per layer: K and V repeated to H heads, (capacity, H*Dh)
     const keys = Array.from({ length: numLayers }, () => new Float32Array(capacity * D));
     const values = Array.from({ length: numLayers }, () => new Float32Array(capacity * D));
-    let length = 0;
+    const lengths = new Array(numLayers).fill(0); // tokens held per layer; equal between forward calls
     const round = dtype === 'float16' ? roundToFloat16 : (x) => x;
 
     /** k (n, Hkv*Dh) -> dst rows [at, at + n) of (capacity, H*Dh), head g copied to heads g*group .. */
@@ -452,31 +481,41 @@ export function repeatedKvBackend(mha, { dtype = 'float32' } = {}) {
       }
     }
 
-    function attend(layer, q, k, v, n) {
-      if (length + n > capacity) throw new RangeError(`repeatedKvBackend: ${length} + ${n} tokens exceed the capacity of ${capacity}`);
-      storeRepeated(keys[layer], k, n, length);
-      storeRepeated(values[layer], v, n, length);
-      const T = length + n;
+    /** The options of one call for the last n of T keys' queries: causal upper-left, none, or a mask. */
+    function visibility(n, T) {
       const options = { batch: 1, seqLen: n, kvSeqLen: T, dModel: D, numHeads: H };
-      if (length === 0) {
+      const before = T - n;
+      if (before === 0) {
         options.causal = true;
       } else if (n > 1) {
-        const mask = new Uint8Array(n * T); // query i sits at position length + i
-        for (let i = 0; i < n; i++) mask.fill(1, i * T, i * T + length + i + 1);
+        const mask = new Uint8Array(n * T); // query i sits at position before + i
+        for (let i = 0; i < n; i++) mask.fill(1, i * T, i * T + before + i + 1);
         options.mask = mask;
       }
-      const out = mha.multiHeadAttention(q, keys[layer].subarray(0, T * D), values[layer].subarray(0, T * D), options);
-      if (layer === numLayers - 1) length = T;
-      return out;
+      return options;
+    }
+
+    function attend(layer, q, k, v, n) {
+      const held = lengths[layer];
+      if (held + n > capacity) throw new RangeError(`repeatedKvBackend: ${held} + ${n} tokens exceed the capacity of ${capacity}`);
+      storeRepeated(keys[layer], k, n, held);
+      storeRepeated(values[layer], v, n, held);
+      const T = (lengths[layer] = held + n);
+      return mha.multiHeadAttention(q, keys[layer].subarray(0, T * D), values[layer].subarray(0, T * D), visibility(n, T));
     }
 
     return {
       prefill: attend,
       step: (layer, q, k, v) => attend(layer, q, k, v, 1),
-      length: () => length,
+      weights(layer, q, n) {
+        const T = lengths[layer];
+        return { weights: mha.attentionWeights(q, keys[layer].subarray(0, T * D), visibility(n, T)), kvLength: T };
+      },
+      length: () => lengths[numLayers - 1],
       truncate(n) {
-        if (!(Number.isInteger(n) && n >= 0 && n <= length)) throw new RangeError(`repeatedKvBackend.truncate: n: expected an integer in [0, ${length}], got ${n}`);
-        length = n;
+        const held = lengths[numLayers - 1];
+        if (!(Number.isInteger(n) && n >= 0 && n <= held)) throw new RangeError(`repeatedKvBackend.truncate: n: expected an integer in [0, ${held}], got ${n}`);
+        lengths.fill(n);
       },
       free() {},
     };
@@ -498,6 +537,8 @@ export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
   return ({ numLayers, numHeads, numKvHeads, headDim, capacity }) => {
     const caches = Array.from({ length: numLayers }, () => mha.createKVCache({ batch: 1, numKvHeads, headDim, capacity, dtype }));
     const attend = (layer, q, k, v) => caches[layer].attend(q, k, v, { numHeads }); // causal by default
+    // TODO(demo): `weights` for the heatmaps. The spec has no weights-over-a-cache call; attentionWeights
+    // with numKvHeads + queryOffset over K read back from the cache (or kept in JS) would do.
     return {
       prefill: attend,
       step: attend,

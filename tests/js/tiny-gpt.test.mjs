@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
 import { argmax, float16BitsToFloat32, generate, kvCacheBackend, repeatedKvBackend, roundToFloat16, sampleToken, seededRandom } from '../../models/tiny-gpt/runner.mjs';
-import { readTinyGPT, readTinyGPTGolden, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
+import { readTinyGPT, readTinyGPTGolden, readTinyGPTHeads, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
 
 const modelDir = process.env.TINY_GPT_DIR ?? tinyGptDir;
 const mha = await createMHA();
@@ -102,6 +102,45 @@ for (const backend of backends) {
     });
   }
 }
+
+test('attention weights from the runner give PyTorch\'s head scores (heads.json) within 1e-4, and its labels', () => {
+  const heads = readTinyGPTHeads(modelDir);
+  const { n_layer: L, n_head: H } = model.config;
+  /** Sums, per layer and head, weights[h, i, target(i)] over the queries i that have a target. */
+  function meanScore(sequences, target) {
+    const totals = new Float64Array(L * H);
+    let count = 0;
+    for (const tokens of sequences) {
+      const session = model.createSession(repeatedKvBackend(mha));
+      session.forward(tokens, { attentionWeights: true });
+      const S = tokens.length;
+      session.attentionWeights.forEach(({ weights, kvLength }, layer) => {
+        assert.equal(kvLength, S);
+        for (let h = 0; h < H; h++) {
+          for (let i = 0; i < S; i++) {
+            const j = target(i);
+            if (j !== null) totals[layer * H + h] += weights[(h * S + i) * S + j];
+          }
+        }
+      });
+      for (let i = 0; i < S; i++) if (target(i) !== null) count++;
+    }
+    return totals.map((t) => t / count);
+  }
+  const encoder = new TextEncoder();
+  const previous = meanScore(heads.previousToken.texts.map((t) => [...encoder.encode(t)]), (i) => (i >= 1 ? i - 1 : null));
+  const period = heads.induction.period;
+  const induction = meanScore(heads.induction.sequences, (i) => (i >= period ? i - period + 1 : null));
+  for (const entry of heads.heads) {
+    const at = entry.layer * H + entry.head;
+    assert.ok(Math.abs(previous[at] - entry.previousToken) < 1e-4, `layer ${entry.layer} head ${entry.head}: previous-token ${previous[at]} vs PyTorch ${entry.previousToken}`);
+    assert.ok(Math.abs(induction[at] - entry.induction) < 1e-4, `layer ${entry.layer} head ${entry.head}: induction ${induction[at]} vs PyTorch ${entry.induction}`);
+    const labels = [];
+    if (entry.previousToken >= heads.previousToken.threshold) labels.push('previous-token');
+    if (entry.induction >= heads.induction.threshold) labels.push('induction');
+    assert.deepEqual(entry.labels, labels);
+  }
+});
 
 test('roundToFloat16 rounds to the nearest binary16, ties to even, overflow to Infinity', () => {
   const values = [];
