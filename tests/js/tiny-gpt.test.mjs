@@ -74,20 +74,26 @@ for (const backend of backends) {
     session.free();
   });
 
+  // With f16 K/V the tolerance is looser: a k or v that lies within float rounding of a binary16 rounding
+  // boundary rounds one way in JS (float64 sums) and the other in PyTorch (float32 sums), which moves it by
+  // one f16 step (2^-11 relative) instead of 1e-7. So: within 5e-4 * max(1, |logit|) of PyTorch over the
+  // same f16-rounded K/V, and on average 10 times closer to that run than to PyTorch's f32 K/V run.
   test(`${backend.name} (float16 K/V): prefill(100) + 100 steps gives PyTorch's logits over f16-rounded K/V`, { skip: backend.skip }, (t) => {
     const session = model.createSession(backend.make('float16'));
-    const reference = golden.logitsF16KV.values;
     const logits = new Float32Array(200 * V);
     logits.set(session.forward(promptBytes.slice(0, 100), { allLogits: true }));
     for (let p = 100; p < 200; p++) logits.set(session.forward([promptBytes[p]]), p * V);
-    const worst = assertLogitsClose(200, 0, logits, 'f16 K/V', reference);
-    // The check can tell f16 from f32 K/V only where PyTorch's two runs differ by more than the tolerance.
-    let separation = 0;
+    const f16Reference = golden.logitsF16KV.values, f32Reference = golden.logits.values;
+    let worst = 0, errorF16 = 0, errorF32 = 0;
     for (let i = 0; i < logits.length; i++) {
-      separation = Math.max(separation, Math.abs(golden.logits.values[i] - reference[i]) / (1e-4 * Math.max(1, Math.abs(reference[i]))));
+      const ratio = Math.abs(logits[i] - f16Reference[i]) / (5e-4 * Math.max(1, Math.abs(f16Reference[i])));
+      if (!(ratio <= 1)) assert.fail(`f16 K/V: position ${Math.floor(i / V)}, byte ${i % V}: got ${logits[i]}, PyTorch ${f16Reference[i]}`);
+      worst = Math.max(worst, ratio);
+      errorF16 += Math.abs(logits[i] - f16Reference[i]);
+      errorF32 += Math.abs(logits[i] - f32Reference[i]);
     }
-    t.diagnostic(`worst ratio ${worst.toFixed(4)}; PyTorch f16-vs-f32 K/V logits differ by up to ${separation.toFixed(1)} x the tolerance`);
-    assert.ok(separation > 1, 'the f16 golden logits do not differ from the f32 ones by more than the tolerance');
+    t.diagnostic(`worst |diff| / (5e-4 max(1, |logit|)) = ${worst.toFixed(4)}; mean |diff| to PyTorch f16 K/V ${(errorF16 / logits.length).toExponential(2)}, to f32 K/V ${(errorF32 / logits.length).toExponential(2)}`);
+    assert.ok(errorF16 * 10 < errorF32, `mean error to the f16 run (${errorF16 / logits.length}) is not 10 times below that to the f32 run (${errorF32 / logits.length})`);
     session.free();
   });
 
