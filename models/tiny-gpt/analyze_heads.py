@@ -17,6 +17,7 @@ attention would give about 1 / (i + 1) to any one key, so both thresholds are fa
 """
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -58,16 +59,24 @@ def induction_sequences(period=40, repeats=3, sequences=8, seed=17):
 
 
 def induction_scores(cfg, w, sequence_list, period=40):
+    """Per-head induction scores, and the model's loss (bits/byte) on the first segment and on the repeats:
+    a model that copies from context predicts the repeats far better."""
     totals = torch.zeros(cfg["n_layer"], cfg["n_head"])
     count = 0
+    first_bits, repeat_bits = [], []
     for tokens in sequence_list:
-        _, attentions = forward(cfg, w, tokens, return_attention=True)
+        logits, attentions = forward(cfg, w, tokens, return_attention=True)
+        nll = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(tokens[1:]), reduction="none") / math.log(2)
+        first_bits.append(nll[:period - 1])  # predicting bytes 1 .. period-1
+        repeat_bits.append(nll[period:])  # predicting bytes period+1 ..
         queries = torch.arange(period, len(tokens))
         targets = queries - period + 1  # the byte after the last earlier occurrence of tokens[i]
         for layer, weights in enumerate(attentions):
             totals[layer] += weights[:, queries, targets].sum(dim=1)
         count += len(queries)
-    return totals / count
+    copying = {"firstSegmentBitsPerByte": round(float(torch.cat(first_bits).mean()), 4),
+               "repeatsBitsPerByte": round(float(torch.cat(repeat_bits).mean()), 4)}
+    return totals / count, copying
 
 
 @torch.no_grad()
@@ -79,7 +88,9 @@ def main():
     cfg, w = load_model(args.model)
     prev = previous_token_scores(cfg, w)
     sequence_list = induction_sequences()
-    ind = induction_scores(cfg, w, sequence_list)
+    ind, copying = induction_scores(cfg, w, sequence_list)
+    print("loss on the random segment %.3f bits/byte, on its repeats %.3f" % (
+        copying["firstSegmentBitsPerByte"], copying["repeatsBitsPerByte"]))
     heads = []
     for layer in range(cfg["n_layer"]):
         for head in range(cfg["n_head"]):
@@ -102,7 +113,7 @@ def main():
                       "definition": "mean attention weight from position i to the position after the last earlier "
                                     "occurrence of token i, on random distinct bytes (period 40) repeated 3 times, "
                                     "8 sequences",
-                      "period": 40, "sequences": sequence_list},
+                      "period": 40, "sequences": sequence_list, "modelLoss": copying},
         "heads": heads,
     }
     text = json.dumps(report, indent=1)  # number lists on one line each

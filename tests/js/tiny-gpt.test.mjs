@@ -4,7 +4,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { argmax, float16BitsToFloat32, generate, kvCacheBackend, repeatedKvBackend, roundToFloat16, sampleToken, seededRandom } from '../../models/tiny-gpt/runner.mjs';
+import { argmax, float16BitsToFloat32, generate, sampleToken, seededRandom } from '../../models/tiny-gpt/runner.mjs';
+import { kvCacheBackend, repeatedKvBackend, roundToFloat16 } from '../../models/tiny-gpt/attention-backends.mjs';
 import { readTinyGPT, readTinyGPTGolden, readTinyGPTHeads, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
 
 const modelDir = process.env.TINY_GPT_DIR ?? tinyGptDir;
