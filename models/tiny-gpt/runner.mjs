@@ -1,0 +1,416 @@
+// tiny-gpt runner: loads config.json + model.safetensors and runs the decoder of issue 17 in plain JS, with
+// attention delegated to a pluggable backend (attention-backends.mjs, on mha-wasm). Plain ESM without
+// imports, so the same file runs in Node, in a page and in a Worker.
+//
+// Shapes, with the letters of docs/spec.md (batch B is always 1 here): S new tokens of one forward call
+// (n in the code), T tokens held, D = d_model, H query heads, Hkv KV heads, Dh = D / H; F = d_ff,
+// V = vocab_size.
+
+// ---------------------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------------------
+
+/**
+ * @typedef {object} TinyGPTConfig
+ * @property {number} n_layer
+ * @property {number} d_model
+ * @property {number} n_head
+ * @property {number} n_kv_head
+ * @property {number} d_ff
+ * @property {number} n_ctx
+ * @property {number} vocab_size
+ * @property {number} layer_norm_eps
+ */
+
+/** binary16 bits -> the float32 value they encode (exact). */
+export function float16BitsToFloat32(bits) {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exponent = (bits >> 10) & 0x1f;
+  const mantissa = bits & 0x3ff;
+  if (exponent === 0) return sign * mantissa * 2 ** -24; // zero and subnormals
+  if (exponent === 31) return mantissa ? NaN : sign * Infinity;
+  return sign * (1024 + mantissa) * 2 ** (exponent - 25);
+}
+
+/**
+ * Parses a safetensors file: u64 little-endian header length, a JSON header of
+ * {name: {dtype, shape, data_offsets}}, then the raw little-endian data. F16 and F32 become Float32Array.
+ * @param {ArrayBuffer} buffer
+ * @returns {Map<string, {shape: number[], data: Float32Array}>}
+ */
+export function parseSafetensors(buffer) {
+  const view = new DataView(buffer);
+  const headerLength = Number(view.getBigUint64(0, true));
+  if (8 + headerLength > buffer.byteLength) {
+    throw new RangeError(`parseSafetensors: header length ${headerLength} runs past the ${buffer.byteLength}-byte file`);
+  }
+  const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 8, headerLength)));
+  const dataStart = 8 + headerLength;
+  const tensors = new Map();
+  for (const [name, info] of Object.entries(header)) {
+    if (name === '__metadata__') continue;
+    const [start, end] = info.data_offsets;
+    const count = info.shape.reduce((a, b) => a * b, 1);
+    const data = new Float32Array(count);
+    if (info.dtype === 'F16') {
+      if (end - start !== 2 * count) throw new RangeError(`parseSafetensors: ${name}: ${end - start} bytes for ${count} F16 values`);
+      const src = new DataView(buffer, dataStart + start, end - start);
+      for (let i = 0; i < count; i++) data[i] = float16BitsToFloat32(src.getUint16(2 * i, true));
+    } else if (info.dtype === 'F32') {
+      if (end - start !== 4 * count) throw new RangeError(`parseSafetensors: ${name}: ${end - start} bytes for ${count} F32 values`);
+      const src = new DataView(buffer, dataStart + start, end - start);
+      for (let i = 0; i < count; i++) data[i] = src.getFloat32(4 * i, true);
+    } else {
+      throw new TypeError(`parseSafetensors: ${name}: expected dtype F16 or F32, got ${info.dtype}`);
+    }
+    tensors.set(name, { shape: info.shape, data });
+  }
+  return tensors;
+}
+
+/** The weights of one block, by the tensor names of issue 17. */
+function blockWeights(tensors, config, i) {
+  const { d_model: D, n_head: H, n_kv_head: Hkv, d_ff: F } = config;
+  const kvWidth = Hkv * (D / H);
+  const get = (suffix, shape) => takeTensor(tensors, `blocks.${i}.${suffix}`, shape);
+  return {
+    ln1: { weight: get('ln1.weight', [D]), bias: get('ln1.bias', [D]) },
+    q: { weight: get('attn.q.weight', [D, D]), bias: get('attn.q.bias', [D]) },
+    k: { weight: get('attn.k.weight', [kvWidth, D]), bias: get('attn.k.bias', [kvWidth]) },
+    v: { weight: get('attn.v.weight', [kvWidth, D]), bias: get('attn.v.bias', [kvWidth]) },
+    o: { weight: get('attn.o.weight', [D, D]), bias: get('attn.o.bias', [D]) },
+    ln2: { weight: get('ln2.weight', [D]), bias: get('ln2.bias', [D]) },
+    fc: { weight: get('mlp.fc.weight', [F, D]), bias: get('mlp.fc.bias', [F]) },
+    proj: { weight: get('mlp.proj.weight', [D, F]), bias: get('mlp.proj.bias', [D]) },
+  };
+}
+
+function takeTensor(tensors, name, shape) {
+  const t = tensors.get(name);
+  if (!t) throw new RangeError(`tiny-gpt: model.safetensors has no tensor ${name}`);
+  if (t.shape.length !== shape.length || t.shape.some((n, i) => n !== shape[i])) {
+    throw new RangeError(`tiny-gpt: ${name}: expected shape [${shape}], got [${t.shape}]`);
+  }
+  return t.data;
+}
+
+/**
+ * Builds the model from the parsed config.json and the bytes of model.safetensors.
+ * @param {TinyGPTConfig} config
+ * @param {ArrayBuffer} safetensorsBuffer
+ */
+export function loadTinyGPT(config, safetensorsBuffer) {
+  for (const key of ['n_layer', 'd_model', 'n_head', 'n_kv_head', 'd_ff', 'n_ctx', 'vocab_size']) {
+    if (!Number.isInteger(config[key]) || config[key] < 1) throw new RangeError(`tiny-gpt: config.${key}: expected a positive integer, got ${config[key]}`);
+  }
+  if (config.d_model % config.n_head || config.n_head % config.n_kv_head) {
+    throw new RangeError(`tiny-gpt: config: n_head must divide d_model and n_kv_head must divide n_head, got ${config.d_model}, ${config.n_head}, ${config.n_kv_head}`);
+  }
+  const tensors = parseSafetensors(safetensorsBuffer);
+  const { d_model: D, n_ctx, vocab_size: V } = config;
+  return new TinyGPT(config, {
+    tokenEmbedding: takeTensor(tensors, 'tok_emb.weight', [V, D]),
+    positionEmbedding: takeTensor(tensors, 'pos_emb.weight', [n_ctx, D]),
+    blocks: Array.from({ length: config.n_layer }, (_, i) => blockWeights(tensors, config, i)),
+    lnFinal: { weight: takeTensor(tensors, 'ln_f.weight', [D]), bias: takeTensor(tensors, 'ln_f.bias', [D]) },
+  });
+}
+
+/**
+ * Fetches config.json and model.safetensors from a folder URL (pages and Workers; the browser's HTTP
+ * cache keeps the weights after the first load).
+ * @param {string | URL} folderUrl e.g. new URL('../models/tiny-gpt/', import.meta.url)
+ */
+export async function fetchTinyGPT(folderUrl) {
+  const base = new URL(folderUrl, globalThis.location?.href);
+  const [configResponse, weightsResponse] = await Promise.all([fetch(new URL('config.json', base)), fetch(new URL('model.safetensors', base))]);
+  for (const r of [configResponse, weightsResponse]) if (!r.ok) throw new Error(`tiny-gpt: fetching ${r.url} failed: HTTP ${r.status}`);
+  return loadTinyGPT(await configResponse.json(), await weightsResponse.arrayBuffer());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The dense parts of the forward pass
+// ---------------------------------------------------------------------------------------------------
+
+/**
+ * y = x W^T + b, as torch.nn.Linear: x (n, In), W (Out, In), b (Out) -> y (n, Out). Four rows of x share
+ * each pass over a row of W, so a prefill reads W n/4 times instead of n times; a single row (a decode
+ * step) runs four rows of W at once. Either way four sums are independent, which V8's scalar code needs
+ * to overlap the additions. Sums run in float64.
+ */
+function linear(x, n, weight, bias, inWidth, outWidth, y = new Float32Array(n * outWidth)) {
+  let i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const x0 = i * inWidth, x1 = x0 + inWidth, x2 = x1 + inWidth, x3 = x2 + inWidth;
+    for (let o = 0; o < outWidth; o++) {
+      const w = o * inWidth;
+      let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (let e = 0; e < inWidth; e++) {
+        const we = weight[w + e];
+        s0 += x[x0 + e] * we; s1 += x[x1 + e] * we; s2 += x[x2 + e] * we; s3 += x[x3 + e] * we;
+      }
+      const b = bias ? bias[o] : 0;
+      y[i * outWidth + o] = s0 + b; y[(i + 1) * outWidth + o] = s1 + b;
+      y[(i + 2) * outWidth + o] = s2 + b; y[(i + 3) * outWidth + o] = s3 + b;
+    }
+  }
+  for (; i < n; i++) { // the last rows: four rows of W at a time instead, for four independent sums
+    const xi = i * inWidth, yi = i * outWidth;
+    let o = 0;
+    for (; o + 4 <= outWidth; o += 4) {
+      const w0 = o * inWidth, w1 = w0 + inWidth, w2 = w1 + inWidth, w3 = w2 + inWidth;
+      let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (let e = 0; e < inWidth; e++) {
+        const xe = x[xi + e];
+        s0 += xe * weight[w0 + e]; s1 += xe * weight[w1 + e]; s2 += xe * weight[w2 + e]; s3 += xe * weight[w3 + e];
+      }
+      y[yi + o] = s0 + (bias ? bias[o] : 0); y[yi + o + 1] = s1 + (bias ? bias[o + 1] : 0);
+      y[yi + o + 2] = s2 + (bias ? bias[o + 2] : 0); y[yi + o + 3] = s3 + (bias ? bias[o + 3] : 0);
+    }
+    for (; o < outWidth; o++) {
+      const w = o * inWidth;
+      let s = 0;
+      for (let e = 0; e < inWidth; e++) s += x[xi + e] * weight[w + e];
+      y[yi + o] = s + (bias ? bias[o] : 0);
+    }
+  }
+  return y;
+}
+
+/** LayerNorm over the last axis: x (n, D) -> (n, D), biased variance, as torch.nn.LayerNorm. */
+function layerNorm(x, n, D, { weight, bias }, eps, y = new Float32Array(n * D)) {
+  for (let i = 0; i < n; i++) {
+    const row = i * D;
+    let mean = 0;
+    for (let e = 0; e < D; e++) mean += x[row + e];
+    mean /= D;
+    let variance = 0;
+    for (let e = 0; e < D; e++) { const c = x[row + e] - mean; variance += c * c; }
+    const invStd = 1 / Math.sqrt(variance / D + eps);
+    for (let e = 0; e < D; e++) y[row + e] = (x[row + e] - mean) * invStd * weight[e] + bias[e];
+  }
+  return y;
+}
+
+const SQRT_2_OVER_PI = Math.sqrt(2 / Math.PI);
+
+/** GELU, tanh approximation (torch's approximate='tanh'), in place. */
+function geluTanh(x) {
+  for (let i = 0; i < x.length; i++) {
+    const v = x[i];
+    x[i] = 0.5 * v * (1 + Math.tanh(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)));
+  }
+  return x;
+}
+
+function addInPlace(x, y) {
+  for (let i = 0; i < x.length; i++) x[i] += y[i];
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Model and session
+// ---------------------------------------------------------------------------------------------------
+
+/**
+ * @typedef {object} AttentionBackend
+ * Holds the K/V of every layer of one sequence and runs causal attention over them.
+ * @property {(layer: number, q: Float32Array, k: Float32Array, v: Float32Array, n: number) => Float32Array} prefill
+ *   n >= 1 new tokens: q (n, H*Dh), k and v (n, Hkv*Dh) -> (n, H*Dh). Stores k and v after the tokens
+ *   already held and attends causally over all of them. Called for every layer in order; the last layer's
+ *   call advances the length.
+ * @property {(layer: number, q: Float32Array, k: Float32Array, v: Float32Array) => Float32Array} step
+ *   prefill with n = 1 (a backend may run it differently, e.g. without a mask).
+ * @property {(layer: number, q: Float32Array, n: number) => {weights: Float32Array, kvLength: number}} [weights]
+ *   optional, after that layer's prefill/step of n tokens: the attention weights (H, n, T) of those
+ *   queries over the T = kvLength keys held, for visualization
+ * @property {() => number} length tokens held
+ * @property {(n: number) => void} truncate keep the first n tokens
+ * @property {() => void} free
+ */
+
+export class TinyGPT {
+  /** @param {TinyGPTConfig} config */
+  constructor(config, weights) {
+    this.config = config;
+    this.weights = weights;
+  }
+
+  /**
+   * A new sequence. createBackend receives the attention geometry of this model.
+   * @param {(geometry: {numLayers: number, numHeads: number, numKvHeads: number, headDim: number, capacity: number}) => AttentionBackend} createBackend
+   */
+  createSession(createBackend) {
+    const c = this.config;
+    return new Session(this, createBackend({
+      numLayers: c.n_layer, numHeads: c.n_head, numKvHeads: c.n_kv_head, headDim: c.d_model / c.n_head, capacity: c.n_ctx,
+    }));
+  }
+}
+
+/** One sequence being run: its tokens, its K/V (in the backend) and its timings. */
+export class Session {
+  constructor(model, backend) {
+    this.model = model;
+    this.backend = backend;
+    /** @type {number[]} */
+    this.tokens = [];
+    this.timing = { forwardMs: 0, attentionMs: 0, tokens: 0 };
+    /** @type {{weights: Float32Array, kvLength: number}[] | null} set by forward({attentionWeights: true}) */
+    this.attentionWeights = null;
+  }
+
+  /**
+   * Runs n new tokens at positions [tokens.length, tokens.length + n).
+   * @param {ArrayLike<number>} newTokens byte ids
+   * @param {{allLogits?: boolean, attentionWeights?: boolean}} [options] allLogits: return (n, V) logits
+   *   instead of only the last row's (V); attentionWeights: also set this.attentionWeights to one
+   *   {weights (H, n, T), kvLength: T} per layer (needs a backend with `weights`; not counted in the timing)
+   * @returns {Float32Array}
+   */
+  forward(newTokens, { allLogits = false, attentionWeights = false } = {}) {
+    const { config: c, weights: w } = this.model;
+    const n = newTokens.length;
+    const start = this.tokens.length;
+    const { d_model: D, n_head: H, n_kv_head: Hkv, d_ff: F, vocab_size: V, layer_norm_eps: eps } = c;
+    const kvWidth = Hkv * (D / H);
+    if (n < 1) throw new RangeError('Session.forward: newTokens: expected at least 1 token, got 0');
+    if (attentionWeights && !this.backend.weights) throw new TypeError('Session.forward: attentionWeights: this attention backend cannot return weights');
+    if (start + n > c.n_ctx) throw new RangeError(`Session.forward: ${start} + ${n} tokens exceed the model's context of ${c.n_ctx}`);
+    for (let i = 0; i < n; i++) {
+      const t = newTokens[i];
+      if (!Number.isInteger(t) || t < 0 || t >= V) throw new RangeError(`Session.forward: newTokens[${i}]: expected an integer in [0, ${V}), got ${t}`);
+    }
+    const began = performance.now();
+
+    // Embeddings: x (n, D)
+    const x = new Float32Array(n * D);
+    for (let i = 0; i < n; i++) {
+      const tok = newTokens[i] * D, pos = (start + i) * D;
+      for (let e = 0; e < D; e++) x[i * D + e] = w.tokenEmbedding[tok + e] + w.positionEmbedding[pos + e];
+    }
+    const normed = new Float32Array(n * D);
+    const hidden = new Float32Array(n * F);
+    const projected = new Float32Array(n * D);
+    const layerWeights = [];
+    let excludedMs = 0;
+
+    for (let layer = 0; layer < c.n_layer; layer++) {
+      const b = w.blocks[layer];
+      // Attention sublayer
+      layerNorm(x, n, D, b.ln1, eps, normed);
+      const q = linear(normed, n, b.q.weight, b.q.bias, D, D);
+      const k = linear(normed, n, b.k.weight, b.k.bias, D, kvWidth);
+      const v = linear(normed, n, b.v.weight, b.v.bias, D, kvWidth);
+      const attentionBegan = performance.now();
+      const attended = n === 1 ? this.backend.step(layer, q, k, v) : this.backend.prefill(layer, q, k, v, n);
+      this.timing.attentionMs += performance.now() - attentionBegan;
+      if (attentionWeights) {
+        const visualizationBegan = performance.now();
+        layerWeights.push(this.backend.weights(layer, q, n));
+        excludedMs += performance.now() - visualizationBegan;
+      }
+      addInPlace(x, linear(attended, n, b.o.weight, b.o.bias, D, D, projected));
+      // MLP sublayer
+      layerNorm(x, n, D, b.ln2, eps, normed);
+      geluTanh(linear(normed, n, b.fc.weight, b.fc.bias, D, F, hidden));
+      addInPlace(x, linear(hidden, n, b.proj.weight, b.proj.bias, F, D, projected));
+    }
+
+    // Final LayerNorm and the output projection tied to the token embedding: (rows, D) -> (rows, V)
+    const firstRow = allLogits ? 0 : n - 1;
+    const rows = n - firstRow;
+    const finalNormed = layerNorm(x.subarray(firstRow * D), rows, D, w.lnFinal, eps);
+    const logits = linear(finalNormed, rows, w.tokenEmbedding, null, D, V);
+
+    for (let i = 0; i < n; i++) this.tokens.push(newTokens[i]);
+    if (attentionWeights) this.attentionWeights = layerWeights;
+    this.timing.forwardMs += performance.now() - began - excludedMs;
+    this.timing.tokens += n;
+    return logits;
+  }
+
+  /** Keeps the first n tokens (the backend drops their K/V). */
+  truncate(n) {
+    this.backend.truncate(n);
+    this.tokens.length = n;
+  }
+
+  free() {
+    this.backend.free();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Sampling
+// ---------------------------------------------------------------------------------------------------
+
+/** mulberry32: a small seeded PRNG returning floats in [0, 1). */
+export function seededRandom(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** The index of the largest logit; the first one on a tie (as torch.argmax). */
+export function argmax(logits) {
+  let best = 0;
+  for (let i = 1; i < logits.length; i++) if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+/**
+ * Draws a token from softmax(logits / temperature) restricted to the topK largest logits.
+ * @param {Float32Array} logits (V)
+ * @param {{temperature: number, topK: number, random: () => number}} options
+ */
+export function sampleToken(logits, { temperature, topK, random }) {
+  if (!(temperature > 0)) return argmax(logits);
+  const order = Array.from(logits.keys()).sort((a, b) => logits[b] - logits[a] || a - b);
+  const kept = order.slice(0, Math.max(1, Math.min(topK || logits.length, logits.length)));
+  const max = logits[kept[0]];
+  const weights = kept.map((i) => Math.exp((logits[i] - max) / temperature));
+  let r = random() * weights.reduce((a, b) => a + b, 0);
+  for (let j = 0; j < kept.length; j++) {
+    r -= weights[j];
+    if (r < 0) return kept[j];
+  }
+  return kept[kept.length - 1];
+}
+
+/**
+ * Generates `count` tokens after `prompt`. When the context is full, the older half of it is dropped and the
+ * rest is prefilled again (learned positions cannot go past n_ctx).
+ * @param {Session} session a fresh session
+ * @param {ArrayLike<number>} prompt byte ids, at least one
+ * @param {number} count
+ * @param {{greedy?: boolean, temperature?: number, topK?: number, seed?: number, onToken?: (token: number) => void}} [options]
+ * @returns {number[]} the generated tokens
+ */
+export function generate(session, prompt, count, { greedy = false, temperature = 0.8, topK = 40, seed = 1, onToken } = {}) {
+  const nCtx = session.model.config.n_ctx;
+  const random = seededRandom(seed);
+  let context = Array.from(prompt);
+  if (context.length === 0) throw new RangeError('generate: prompt: expected at least 1 token, got 0');
+  if (context.length > nCtx) context = context.slice(context.length - nCtx);
+  let logits = session.forward(context);
+  const out = [];
+  for (let i = 0; i < count; i++) {
+    const token = greedy ? argmax(logits) : sampleToken(logits, { temperature, topK, random });
+    out.push(token);
+    onToken?.(token);
+    if (i === count - 1) break;
+    if (session.tokens.length === nCtx) {
+      const kept = session.tokens.slice(nCtx - Math.floor(nCtx / 2));
+      session.truncate(0);
+      logits = session.forward([...kept, token]);
+    } else {
+      logits = session.forward([token]);
+    }
+  }
+  return out;
+}
