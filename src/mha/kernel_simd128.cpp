@@ -203,7 +203,8 @@ MHA_PHASE void softmax_tile(const UnitState& st, const TileClass& tile, int32_t 
   }
 }
 
-// Steps 4-6 for rows [b0, b0 + brows) of head hg of the unit against the packed key tile [j0, j0 + nk).
+// Steps 4-6 for rows [b0, b0 + brows) of head hg of the unit against the packed key tile [j0, j0 + nk):
+// Q panels (brows4/4, Dh, 4), K^T (Dh, kTileStride), V (nk, Dh8), scores (brows4, kTileStride), O (brows4, Dh8).
 MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t hg, int32_t b0, int32_t brows,
                             int32_t j0, int32_t nk, const simd::Exp2Constants& ek) {
   const int32_t dh = st.plan.head_dim, dh8 = st.plan.padded_head_dim;
@@ -256,7 +257,8 @@ MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t 
   }
 }
 
-// 7. out = O / l for every row of the unit, or the reference's row where that is not finite.
+// 7. out (B, S, D: the unit's rows of its heads) = O / l and lse (B, H, S) = (m + log2 l) ln 2 for every row
+// of the unit, or the reference's row where that is not finite.
 MHA_PHASE void finish_rows(const UnitState& st) {
   const AttentionArgs& args = st.args;
   const int32_t dh = st.plan.head_dim, dh8 = st.plan.padded_head_dim;

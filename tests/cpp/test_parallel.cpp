@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -122,4 +123,29 @@ TEST_CASE("parallel attention: the work threshold", "[parallel]") {
   REQUIRE(mha::attention_flops({1, 8, 8, 64, 4}, false) < mha::kParallelMinFlops);
   REQUIRE(mha::attention_flops({8, 128, 128, 768, 12}, false) > mha::kParallelMinFlops);
   REQUIRE(mha::attention_flops({1, 64, 64, 64, 1}, true) == 0.5 * mha::attention_flops({1, 64, 64, 64, 1}, false));
+}
+
+TEST_CASE("parallel attention: with every option (GQA, window, offset, lengths, softcap, ALiBi, bias, lse) bit-identical to attention()",
+          "[parallel][options]") {
+  const mha::KernelVariant& kernel = EACH_KERNEL();
+  INFO("kernel " << kernel.name);
+  mha_test::Problem p = mha_test::make_problem({2, 300, 350, 8 * 16, 8, 2}, 20261202, 1.0f, mha_test::MaskKind::kNone, true);
+  p.options.query_offset = 50;
+  p.options.window_left = 90;
+  p.options.kv_lengths = {350, 170};
+  p.options.softcap = 8.0f;
+  for (int h = 0; h < 8; ++h) p.options.alibi_slopes.push_back(std::exp2(-1.0f * (h + 1)));
+  p.random_bias(1, 8, 5, 1.0f, 0.02);
+  p.options.lse = true;
+  std::vector<float> expected, expected_lse;
+  mha::Workspace ws;
+  REQUIRE(mha::attention(p.args(expected, &expected_lse), ws, kernel) == mha::Status::kOk);
+  for (int threads : {2, 3, 4}) {
+    mha::ParallelAttention parallel(threads, kernel);
+    std::vector<float> out, lse;
+    REQUIRE(parallel.run(p.args(out, &lse)) == mha::Status::kOk);
+    INFO("threads " << threads);
+    REQUIRE(mha_test::bit_equal(out, expected));
+    REQUIRE(mha_test::bit_equal(lse, expected_lse));
+  }
 }

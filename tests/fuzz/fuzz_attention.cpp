@@ -68,71 +68,11 @@
 #include "mha/shape.hpp"
 #include "mha/visibility.hpp"
 #include "mha/workspace.hpp"
+#include "fuzz_input.hpp"
 
 namespace {
 
-// Reads the input front to back (unlike FuzzedDataProvider, whose integers come from the end), so the
-// corpus files read in the order documented above; past the end every read gives 0.
-struct Reader {
-  const uint8_t* data;
-  size_t size, pos = 0;
-  size_t remaining_bytes() const { return size - pos; }
-  uint8_t u8() { return pos < size ? data[pos++] : 0; }
-  uint16_t u16() { return uint16_t(u8() | u8() << 8); }
-  uint32_t u32() { return uint32_t(u16()) | uint32_t(u16()) << 16; }
-  uint64_t u64() { return uint64_t(u32()) | uint64_t(u32()) << 32; }
-  float f32() {
-    const uint32_t bits = u32();
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-  }
-};
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kFltMax = std::numeric_limits<float>::max();
-constexpr double kU = 1.0 / (1 << 24);  // float32 unit roundoff
-constexpr uint32_t kSentinelBits = 0x7fc0dead;  // a NaN with a recognizable payload
-
-float sentinel() {
-  float f;
-  std::memcpy(&f, &kSentinelBits, sizeof f);
-  return f;
-}
-bool is_sentinel(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits == kSentinelBits;
-}
-
-// A strided (B, rows, D) tensor in a buffer of exactly the size it needs (plus a leading offset), so
-// ASan reports any read past its last element. Gap elements (row and batch padding) hold the sentinel.
-struct Strided {
-  std::vector<float> storage;  // exact extent: offset + (B-1)*batch_stride + (rows-1)*row_stride + D
-  int32_t offset = 0;
-  int64_t row_stride = 0, batch_stride = 0;
-  int32_t batch = 0, rows = 0, d = 0;
-
-  Strided(int32_t b, int32_t r, int32_t dm, int32_t off, int32_t row_pad, int32_t batch_pad)
-      : offset(off), row_stride(dm + row_pad), batch_stride(int64_t{r} * (dm + row_pad) + batch_pad), batch(b), rows(r), d(dm) {
-    const size_t extent = size_t(off) + size_t((b - 1) * batch_stride + (r - 1) * row_stride + dm);
-    storage.assign(extent, sentinel());
-  }
-  float& at(int32_t b, int32_t r, int32_t c) { return storage[size_t(offset + b * batch_stride + r * row_stride + c)]; }
-  float at(int32_t b, int32_t r, int32_t c) const { return storage[size_t(offset + b * batch_stride + r * row_stride + c)]; }
-  bool is_element(size_t index) const {
-    if (index < size_t(offset)) return false;
-    const int64_t rel = int64_t(index) - offset;
-    const int64_t in_batch = rel % batch_stride;
-    return (rel / batch_stride) < batch && in_batch / row_stride < rows && in_batch % row_stride < d;
-  }
-  template <typename T>
-  mha::TensorView<T> view() {
-    return mha::TensorView<T>{storage.data() + offset, batch_stride, row_stride};
-  }
-};
-
+using namespace fuzz;
 const char* g_kernel_name = "";  // the variant being checked, for failure messages
 
 [[noreturn]] void fail(const char* what) {
@@ -144,91 +84,6 @@ const char* g_kernel_name = "";  // the variant being checked, for failure messa
 int value_class(float x) { return std::isnan(x) ? 0 : std::isinf(x) ? (x > 0 ? 1 : 2) : 3; }
 
 // Values of one tensor: the class byte picks a distribution, the PRNG the values.
-void fill_values(std::vector<float*>& cells, uint8_t kind, std::mt19937_64& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-149, 127);
-  const float constant = normal(rng);
-  for (float* cell : cells) {
-    float x = 0.0f;
-    switch (kind % 8) {
-      case 0: case 1: x = normal(rng); break;                              // ordinary
-      case 2: x = normal(rng) * 30.0f; break;                              // logits near exp's range
-      case 3: x = std::ldexp(normal(rng), std::uniform_int_distribution<int>(-30, 30)(rng)); break;  // wide
-      case 4: x = std::ldexp(1.0f + std::abs(normal(rng)), exponent(rng)) * (rng() & 1 ? 1.f : -1.f); break;
-      case 5: x = constant; break;                                         // all equal
-      case 6: x = std::ldexp(normal(rng), -140); break;                    // denormals
-      case 7: x = normal(rng) * 1e9f; break;                               // huge: one-hot softmax, large E
-    }
-    *cell = x;
-  }
-}
-
-float special_value(uint8_t kind) {
-  switch (kind % 12) {
-    case 0: return kNaN;
-    case 1: return kInf;
-    case 2: return -kInf;
-    case 3: return std::numeric_limits<float>::denorm_min();
-    case 4: return -0.0f;
-    case 5: return kFltMax;
-    case 6: return -kFltMax;
-    case 7: return 1e30f;
-    case 8: return -1e30f;
-    case 9: return 1e-30f;
-    case 10: return 88.0f;
-    default: return 0.0f;
-  }
-}
-
-float pick_scale(uint8_t kind, Reader& in, int32_t head_dim) {
-  switch (kind % 10) {
-    case 0: case 1: case 2: return mha::default_scale(head_dim);
-    case 3: return 0.0f;
-    case 4: return -mha::default_scale(head_dim);
-    case 5: return float(int8_t(in.u8())) / 32.0f;  // [-4, 4)
-    case 6: return 1e30f;
-    case 7: return 1e-30f;
-    case 8: return std::numeric_limits<float>::denorm_min();
-    default: {  // any finite float
-      const float f = in.f32();
-      return std::isfinite(f) ? f : kFltMax;
-    }
-  }
-}
-
-int32_t pick_len(uint8_t byte) {
-  // Mostly short; sometimes across the 64-row / 64-key tiles and the 4-row / 8-key micro-kernels.
-  if (byte < 160) return 1 + byte % 9;
-  if (byte < 230) return 1 + byte % 40;
-  return 60 + byte % 80;
-}
-
-// The options of an input's "OPTS" tail (all off without one).
-struct FuzzOptions {
-  bool present = false;
-  uint8_t bytes[12] = {};
-};
-
-constexpr char kOptionsMagic[4] = {'O', 'P', 'T', 'S'};
-constexpr size_t kOptionBytes = sizeof(FuzzOptions::bytes);
-
-// Splits the options tail off the input: returns them and shortens `size` to the bytes before it.
-FuzzOptions split_options(const uint8_t* data, size_t& size) {
-  FuzzOptions o;
-  if (size >= 19 + sizeof kOptionsMagic + kOptionBytes &&
-      std::memcmp(data + size - kOptionBytes - sizeof kOptionsMagic, kOptionsMagic, sizeof kOptionsMagic) == 0) {
-    o.present = true;
-    std::memcpy(o.bytes, data + size - kOptionBytes, kOptionBytes);
-    size -= kOptionBytes + sizeof kOptionsMagic;
-  }
-  return o;
-}
-
-int32_t window_bound(uint8_t byte) {
-  constexpr int32_t kBounds[] = {-1, 0, 1, 2, 3, 7, 63, 64, 65};
-  return kBounds[byte % 9];
-}
-
 struct Counters {
   uint64_t inputs = 0, outputs = 0, logit_range = 0, value_range = 0, weight_underflow = 0;
   ~Counters() {
@@ -406,8 +261,8 @@ void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, co
                            double(r), row_finite, col_finite);
               if (std::getenv("MHA_FUZZ_VERBOSE")) {
                 for (int32_t j = 0; j < T; ++j) {
-                  std::fprintf(stderr, "  key %d visible=%d logit=%g v=%g:", j, visible[j], logits[j], double(v.at(b, j, c)));
-                  for (int32_t x = 0; x < Dh; ++x) std::fprintf(stderr, " %g*%g", double(q.at(b, i, h * Dh + x)), double(k.at(b, j, h * Dh + x)));
+                  std::fprintf(stderr, "  key %d visible=%d logit=%g v=%g:", j, visible[j], logits[j], double(v.at(b, j, g * Dh + e)));
+                  for (int32_t x = 0; x < Dh; ++x) std::fprintf(stderr, " %g*%g", double(q.at(b, i, h * Dh + x)), double(k.at(b, j, g * Dh + x)));
                   std::fprintf(stderr, "\n");
                 }
               }
@@ -432,7 +287,7 @@ void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, co
               // the finite visible values is checked.
               double fmin = INFINITY, fmax = -INFINITY, fabs_max = 0.0;
               for (int32_t j = 0; j < T; ++j) {
-                const double x = v.at(b, j, c);
+                const double x = v.at(b, j, g * Dh + e);
                 if (!visible[j] || !std::isfinite(x)) continue;
                 fmin = std::min(fmin, x);
                 fmax = std::max(fmax, x);
@@ -550,52 +405,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   args.scale = scale;
 
   // The options tail (its own PRNG stream, so the values above do not depend on it).
-  std::mt19937_64 option_rng(seed ^ 0x9e3779b97f4a7c15ull);
-  std::vector<int32_t> kv_lengths;
-  std::vector<float> slopes, bias;
-  if (options.present) {
-    switch (o[1] % 4) {  // query positions: upper-left, lower-right, up to 255, near the int32 limit
-      case 0: break;
-      case 1: args.query_offset = std::max(0, T - S); break;
-      case 2: args.query_offset = o[2]; break;
-      default: args.query_offset = std::numeric_limits<int32_t>::max() - S - o[2]; break;
-    }
-    if (o[3] % 4 != 0) {
-      for (int32_t b = 0; b < B; ++b) {
-        const int32_t random = int32_t(option_rng() % uint64_t(T + 1));
-        kv_lengths.push_back(o[3] % 4 == 1 ? random : o[3] % 4 == 2 ? 0 : (b % 2 ? T : random));
-      }
-      args.kv_lengths = kv_lengths.data();
-    }
-    args.window_left = window_bound(o[4]);
-    args.window_right = window_bound(o[5]);
-    constexpr float kSoftcaps[] = {0.0f, 0.5f, 5.0f, 30.0f, 1e-30f, 1e30f};
-    args.softcap = kSoftcaps[o[6] % 6];
-    if (o[7] % 4 != 0) {
-      for (int32_t h = 0; h < shape.num_heads; ++h) {
-        const double standard = std::exp2(-8.0 * (h + 1) / shape.num_heads);
-        const double random = std::uniform_real_distribution<double>(-1.0, 1.0)(option_rng);
-        slopes.push_back(float(o[7] % 4 == 1 ? standard : o[7] % 4 == 2 ? random : 1e20 * random));
-      }
-      args.alibi_slopes = slopes.data();
-    }
-    if (o[8] % 6 != 0) {
-      const int32_t bias_batch = (o[8] % 6 == 1 || o[8] % 6 == 3 || o[8] % 6 == 5) ? B : 1;
-      const int32_t bias_heads = (o[8] % 6 == 1 || o[8] % 6 == 4 || o[8] % 6 == 5) ? shape.num_heads : 1;
-      const int64_t plane = int64_t{S} * T;
-      bias.resize(size_t(bias_batch * bias_heads * plane));
-      std::vector<float*> cells;
-      for (float& x : bias) cells.push_back(&x);
-      fill_values(cells, o[9] % 8, option_rng);
-      const uint32_t hidden = (o[9] >> 3) % 4;  // none, 1/8, 1/2 or every bias -inf
-      for (float& x : bias) {
-        if (hidden == 3 || (hidden == 1 && option_rng() % 8 == 0) || (hidden == 2 && option_rng() % 2 == 0)) x = -kInf;
-      }
-      if (o[9] & 0x80) bias[option_rng() % bias.size()] = kNaN;
-      args.bias = mha::BiasView{bias.data(), bias_batch == 1 ? 0 : bias_heads * plane, bias_heads == 1 ? 0 : plane};
-    }
-    args.empty_rows = (o[10] & 1) ? mha::EmptyRows::kZero : mha::EmptyRows::kNaN;
-  }
+  OptionBuffers option_buffers;
+  if (options.present) apply_options(options, seed, args, option_buffers);
   const bool want_lse = options.present && (o[10] & 2);
   std::vector<float> ref_lse;
   if (want_lse) {
