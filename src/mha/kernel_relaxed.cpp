@@ -7,7 +7,9 @@
 //
 // Built only for Emscripten, by clang-19 (CMakeLists.txt, mha_relaxed_object): Emscripten 3.1.6's clang 14
 // emits the prototype opcodes of the proposal, which no engine accepts any more.
-#define MHA_VARIANT_RELAXED 1
+#ifndef MHA_VARIANT_RELAXED
+#define MHA_VARIANT_RELAXED 1  // (CMake passes it too: every clang-19 object is the relaxed variant)
+#endif
 #include "mha/kernel_simd128.cpp"
 
 // A module with this kernel fails to compile as a whole on an engine without Relaxed SIMD. This custom

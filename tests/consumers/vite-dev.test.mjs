@@ -208,7 +208,7 @@ test('vite dev server, documented config + COOP/COEP: the example page and creat
   console.log(`# dev server, single thread: ${Date.now() - start} ms`);
 });
 
-test('vite dev server + COOP/COEP, with and without optimizeDeps.exclude: threads: 2 runs simd-threads on 2 threads, bit-identical to 1 thread', async () => {
+test('vite dev server + COOP/COEP, with and without optimizeDeps.exclude: threads: 2 runs the threaded build (relaxed-simd-threads in Chromium) on 2 threads, bit-identical to 1 thread', async () => {
   for (const exclude of [true, false]) {
     const start = Date.now();
     const dev = await startDevServer(exclude ? 'threads' : 'threads-prebundled', { isolation: true, exclude });
@@ -292,7 +292,7 @@ test('vite dev server WITHOUT optimizeDeps.exclude: the pre-bundled package stil
   console.log(`# dev server without optimizeDeps.exclude: ${Date.now() - start} ms`);
 });
 
-test('vite build + vite preview with COOP/COEP: threads: 2 runs simd-threads on 2 threads, bit-identical to 1 thread', async () => {
+test('vite build + vite preview with COOP/COEP: threads: 2 runs the threaded build (relaxed-simd-threads in Chromium) on 2 threads, bit-identical to 1 thread', async () => {
   const start = Date.now();
   const buildLog = [];
   const config = {

@@ -26,7 +26,8 @@ uint32_t ulp_distance(float a, float b) {
 
 }  // namespace
 
-TEST_CASE("simd exp2 (softmax in log2 units): accurate on [-126, 0], +0 below -126.5, NaN kept", "[exp]") {
+// MHA_SIMD_VARIANT_NAME: "simd128" here, "relaxed" where test_exp2_relaxed.cpp compiles this file again.
+TEST_CASE(MHA_SIMD_VARIANT_NAME " exp2 (softmax in log2 units): accurate on [-126, 0], +0 below -126.5, NaN kept", "[exp]") {
   const mha::simd::Exp2Constants k;
   auto exp2_lane0 = [&k](float x) { return mha::simd::exp2_nonpositive(mha::simd::VecF(x), k).get(0); };
   uint32_t worst = 0;
