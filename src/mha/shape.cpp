@@ -13,6 +13,12 @@ const char* status_name(Status status) {
     case Status::kNullPointer: return "missing buffer";
     case Status::kBadScale: return "scale is not finite";
     case Status::kOutOfMemory: return "out of memory";
+    case Status::kCacheFull: return "KV cache capacity exceeded";
+    case Status::kCacheTooLarge: return "KV cache too large for the heap";
+    case Status::kCacheInvalid: return "no such KV cache (freed, or of another instance)";
+    case Status::kCacheBadLength: return "truncate length outside [0, length]";
+    case Status::kCacheHeadsMismatch: return "num_heads is not a multiple of the cache's num_kv_heads";
+    case Status::kCacheBadOption: return "bad KV cache option";
   }
   return "unknown status";
 }

@@ -20,6 +20,13 @@ enum class Status : int32_t {
   kNullPointer = 4,        // a required buffer is missing
   kBadScale = 5,           // scale is NaN or infinite
   kOutOfMemory = 6,        // scratch allocation failed
+  // The KV cache (kv_cache.hpp), numbered apart so that other new codes can take 7 and up.
+  kCacheFull = 32,           // appending n tokens would pass the capacity (nothing was written)
+  kCacheTooLarge = 33,       // K and V storage beyond kMaxCacheBytes (kv_cache_bytes says how many)
+  kCacheInvalid = 34,        // no such cache: never created, already freed, or another instance's
+  kCacheBadLength = 35,      // truncate to a length outside [0, length]
+  kCacheHeadsMismatch = 36,  // num_heads is not a positive multiple of the cache's num_kv_heads
+  kCacheBadOption = 37,      // window bound < -1, softcap not finite or < 0, a non-finite ALiBi slope, bad dtype
 };
 
 const char* status_name(Status status);
