@@ -21,12 +21,12 @@ inline float stored_key(const DecodeBlock& blk, int32_t j, int32_t d) {
   const int64_t at = int64_t{j / kKeysPerPanel} * blk.head_dim * kKeysPerPanel + int64_t{d} * kKeysPerPanel;
   const int32_t column = j % kKeysPerPanel;
   if (blk.dtype == CacheDType::kFloat32) return static_cast<const float*>(blk.key_panels)[at + column];
-  return f16::decode(static_cast<const uint16_t*>(blk.key_panels)[at + (column / 8) * 8 + f16::stored_position(column % 8)]);
+  return f16::decode(static_cast<const uint16_t*>(blk.key_panels)[at + column]);
 }
 inline float stored_value(const DecodeBlock& blk, int32_t j, int32_t d) {
   const int64_t row = int64_t{j} * blk.dh8;
   if (blk.dtype == CacheDType::kFloat32) return static_cast<const float*>(blk.value_rows)[row + d];
-  return f16::decode(static_cast<const uint16_t*>(blk.value_rows)[row + (d / 8) * 8 + f16::stored_position(d % 8)]);
+  return f16::decode(static_cast<const uint16_t*>(blk.value_rows)[row + d]);
 }
 
 size_t scratch_floats(int32_t head_dim) { return static_cast<size_t>(kDecodeKeysPerBlock); }

@@ -7,13 +7,15 @@
 //   3. per row: log2-unit scores (scale, softcap, ALiBi), hidden keys -inf, max m, p = 2^(s - m), sum l;
 //   4. o (rows, Dh8) = p V, 32 keys at a time, a micro-kernel of R rows x 8L lanes (R = 1: 32 lanes).
 // The softmax of a block is two-pass (its scores fit in scratch), so no running rescale; blocks are
-// merged by the driver. float16 halves are widened in registers as the micro-kernels load them; with
-// more than one row chunk (G*n > 4), a panel or V tile is widened once into an L1 scratch tile instead
-// and every chunk reads that (a tile, never a copy of the cache).
+// merged by the driver.
+// float16, one row chunk (G*n <= 4: the memory-bound steps): halves are widened in registers as the
+// micro-kernels load them, 5 integer operations per 8 (f16.hpp), and the widening's factor 2^112 is
+// folded into q (when |q| <= kMaxFoldableQ) and into the stored weights, so no multiply is spent on it.
+// More chunks: each K panel and V tile is widened once into an L1 scratch tile that every chunk reads
+// (a tile, never a copy of the cache).
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -21,6 +23,12 @@
 #include "mha/decode_kernel.hpp"
 #include "mha/f16.hpp"
 #include "mha/simd_exp.hpp"
+
+#ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
+#define MHA_PHASE __attribute__((noinline))
+#else
+#define MHA_PHASE
+#endif
 
 namespace mha {
 namespace simd128 {
@@ -46,11 +54,13 @@ struct F32Loader {
     hi = VecF::load_aligned(p + kLanes);
   }
 };
-template <bool kSpecials>
+// kScaled: the widened values lack the factor 2^112 (f16.hpp), which the caller has folded into the
+// other operand (q for scores, the weights for values): one multiply fewer per 4 halves, same products.
+template <bool kSpecials, bool kScaled>
 struct F16Loader {
   using Elem = uint16_t;
   f16::simd::Constants constants;
-  void load8(const uint16_t* p, VecF& lo, VecF& hi) const { f16::simd::load8<kSpecials>(p, lo, hi, constants); }
+  void load8(const uint16_t* p, VecF& lo, VecF& hi) const { f16::simd::load8<kSpecials, kScaled>(p, lo, hi, constants); }
 };
 
 struct Layout {
@@ -183,24 +193,29 @@ void widen_rows(const typename Ld::Elem* src, int32_t rows, int32_t row_stride, 
 int32_t chunk_rows(const DecodeBlock& blk, int32_t chunk) { return std::min(kChunk, blk.rows - chunk * kChunk); }
 int32_t chunk_count(const DecodeBlock& blk) { return (blk.rows + kChunk - 1) / kChunk; }
 
-// Phase 1: qp[c * Dh * 4 + d * 4 + r % 4] = q of row r = 4c + r % 4.
-void pack_q(const DecodeBlock& blk, float* qp) {
+// Phase 1: qp[c * Dh * 4 + d * 4 + r % 4] = q_scale * q of row r = 4c + r % 4 (q_scale is 1, or 2^112
+// for |q| <= kMaxFoldableQ: exact).
+MHA_PHASE void pack_q(const DecodeBlock& blk, float q_scale, float* qp) {
   for (int32_t r = 0; r < blk.rows; ++r) {
     float* panel = qp + (r / kChunk) * blk.head_dim * kChunk + r % kChunk;
     const float* q = blk.q_rows[r];
-    for (int32_t d = 0; d < blk.head_dim; ++d) panel[d * kChunk] = q[d];
+    for (int32_t d = 0; d < blk.head_dim; ++d) panel[d * kChunk] = q[d] * q_scale;
   }
 }
 
+// Largest q for which q * 2^112 stays finite with a margin (f16 scores fold 2^112 into q).
+constexpr float kMaxFoldableQ = 16384.0f;
+
 // Phase 2: s[r * kS + j - base] = q_r . k_j for the panels covering [base, key_end), base = the panel
 // start at or before key_begin.
+// stage: widen each panel once into k_stage (ld then gives true values) and run every chunk on that.
 template <class Ld>
-void block_scores(const DecodeBlock& blk, int32_t base, const float* qp, float* s, float* k_stage, const Ld& ld) {
+MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* qp, float* s, float* k_stage, const Ld& ld,
+                            bool stage) {
   using Elem = typename Ld::Elem;
   const int32_t dh = blk.head_dim;
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
   const int32_t chunks = chunk_count(blk);
-  const bool stage = !std::is_same<Elem, float>::value && chunks > 1;
   const Elem* panel = static_cast<const Elem*>(blk.key_panels) + int64_t{base / kP} * dh * kP;
   const F32Loader widened;
   for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kP) {
@@ -217,8 +232,9 @@ void block_scores(const DecodeBlock& blk, int32_t base, const float* qp, float* 
 }
 
 // Phase 3, one row: the scores of lanes [g0, g1) (4-aligned, covering [key_begin, key_end)) become
-// weights p = 2^(s - m'); keys outside [first, last] get p = 0. Returns m; *l = sum of p.
-float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, int32_t g1, float* row, float* l,
+// weights p = 2^(s - m'), stored times p_scale (1, or 2^112 for values read as scaled halves); keys outside
+// [first, last] get p = 0. Returns m; *l = sum of p.
+float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, int32_t g1, float p_scale, float* row, float* l,
                   const simd::Exp2Constants& ek) {
   const int32_t first = std::max(blk.visible[r].first, blk.key_begin);
   const int32_t last = std::min(blk.visible[r].last, blk.key_end - 1);
@@ -245,30 +261,31 @@ float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, i
   vmax.store_aligned(lanes);
   const float m = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
   const VecF m_sub(m == kNegInf ? 0.0f : m);  // nothing visible: -inf - 0 stays -inf, p = 0
+  const VecF stored_scale(p_scale);
   VecF sum(0.0f);
   for (int32_t j = g0; j < g1; j += kLanes) {
     const VecF p = simd::exp2_nonpositive(VecF::load_aligned(row + j) - m_sub, ek);
-    p.store_aligned(row + j);
+    (p * stored_scale).store_aligned(row + j);
     sum += p;
   }
   *l = xsimd::hadd(sum);
   return m;
 }
 
-void block_softmax(const DecodeBlock& blk, int32_t base, float* s) {
+MHA_PHASE void block_softmax(const DecodeBlock& blk, int32_t base, float p_scale, float* s) {
   const simd::Exp2Constants ek;
   const int32_t g0 = (blk.key_begin - base) / kLanes * kLanes;
   const int32_t g1 = round_up_to(blk.key_end - base, kLanes);
-  for (int32_t r = 0; r < blk.rows; ++r) blk.m[r] = row_softmax(blk, r, base, g0, g1, s + r * kS, blk.l + r, ek);
+  for (int32_t r = 0; r < blk.rows; ++r) blk.m[r] = row_softmax(blk, r, base, g0, g1, p_scale, s + r * kS, blk.l + r, ek);
 }
 
-// Phase 4: o = p V over keys [key_begin, key_end), tile by tile (tiles end on panel boundaries).
+// Phase 4: o = p V over keys [key_begin, key_end), tile by tile (tiles end on panel boundaries). stage:
+// as block_scores.
 template <class Ld>
-void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v_stage, const Ld& ld) {
+MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v_stage, const Ld& ld, bool stage) {
   using Elem = typename Ld::Elem;
   const int32_t dh8 = blk.dh8;
   const int32_t chunks = chunk_count(blk);
-  const bool stage = !std::is_same<Elem, float>::value && chunks > 1;
   std::fill(blk.o, blk.o + int64_t{blk.rows} * dh8, 0.0f);
   const F32Loader widened;
   for (int32_t t0 = blk.key_begin; t0 < blk.key_end;) {
@@ -288,23 +305,42 @@ void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v
   }
 }
 
-template <class Ld>
-void run_typed(const DecodeBlock& blk, float* scratch) {
+// The four phases with the loaders of scores (KLd) and values (VLd). Three plans (see run): float32;
+// float16 with more than one row chunk (tiles widened once into scratch); float16 with one chunk
+// (halves widened in registers, 2^112 folded into q when q allows it, and into the weights).
+template <class KLd, class VLd>
+void run_phases(const DecodeBlock& blk, float* scratch, bool stage, bool fold_q, float p_scale) {
   const Layout lay = make_layout(blk.head_dim);
   const int32_t base = blk.key_begin / kP * kP;
-  const Ld ld;
-  pack_q(blk, scratch + lay.q);
-  block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, ld);
-  block_softmax(blk, base, scratch + lay.s);
-  block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, ld);
+  const KLd kld;
+  const VLd vld;
+  pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
+  block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage);
+  block_softmax(blk, base, p_scale, scratch + lay.s);
+  block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage);
+}
+
+template <bool kSpecials>
+void run_f16(const DecodeBlock& blk, float* scratch) {
+  using Widened = F16Loader<kSpecials, false>;
+  using Scaled = F16Loader<kSpecials, true>;
+  if (chunk_count(blk) > 1) return run_phases<Widened, Widened>(blk, scratch, true, false, 1.0f);
+  float largest_q = 0.0f;
+  for (int32_t r = 0; r < blk.rows; ++r)
+    for (int32_t d = 0; d < blk.head_dim; ++d) {
+      const float q = blk.q_rows[r][d];
+      largest_q = std::isfinite(q) ? std::max(largest_q, std::fabs(q)) : std::numeric_limits<float>::infinity();
+    }
+  if (largest_q <= kMaxFoldableQ) return run_phases<Scaled, Scaled>(blk, scratch, false, true, f16::kWidenScale);
+  run_phases<Widened, Scaled>(blk, scratch, false, false, f16::kWidenScale);
 }
 
 size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 
 void run(const DecodeBlock& blk, float* scratch) {
-  if (blk.dtype == CacheDType::kFloat32) return run_typed<F32Loader>(blk, scratch);
-  if (blk.specials) return run_typed<F16Loader<true>>(blk, scratch);
-  run_typed<F16Loader<false>>(blk, scratch);
+  if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, false, false, 1.0f);
+  if (blk.specials) return run_f16<true>(blk, scratch);
+  run_f16<false>(blk, scratch);
 }
 
 }  // namespace

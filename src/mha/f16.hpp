@@ -5,10 +5,11 @@
 // The scalar functions are the definition the SIMD ones are tested against (tests/cpp/test_f16.cpp, which
 // checks them in turn against a definition by value: ldexp and a nearest-half search).
 //
-// Storage order (the SIMD part): the cache stores every group of 8 consecutive halves in the order
-// 0 4 1 5 2 6 3 7. Seen as four 32-bit lanes, lane i then holds element i in its low half and element
-// i + 4 in its high half, so a shift (low halves) or a mask (high halves) puts 4 halves at the top of
-// 4 lanes, and 3 integer operations and 1 multiply turn them into 4 floats: no shuffles.
+// SIMD widening (8 halves -> 8 floats) costs 5 integer operations: an arithmetic shift and a mask put
+// sign, exponent and the top 7 mantissa bits of each half into the high 16 bits of its float, a shift puts
+// the 3 low mantissa bits into the low 16 bits, and two interleaves pair them up. The float is then 2^-112
+// times the half's value (normal or subnormal); callers that can fold 2^112 into another operand skip
+// the multiply that would fix it.
 #pragma once
 
 #include <cstdint>
@@ -80,8 +81,8 @@ inline float decode(uint16_t h) {
 // True for the halves that are inf or NaN (exponent 31).
 inline bool is_special(uint16_t h) { return (h & kHalfInf) == kHalfInf; }
 
-// Position of element e (0..7) of a group of 8 in the cache's storage order (see the top).
-constexpr int32_t stored_position(int32_t e) { return e < 4 ? 2 * e : 2 * (e - 4) + 1; }
+// 2^112 as a float: what widened halves lack (kScaled loads), and what callers fold into another operand.
+constexpr float kWidenScale = 0x1p112f;
 
 #if MHA_F16_SIMD
 namespace simd {
@@ -90,37 +91,35 @@ using VecF = xsimd::batch<float>;
 using VecI = xsimd::batch<int32_t>;
 
 struct Constants {
-  VecI high_halves = VecI(static_cast<int32_t>(0xffff0000u));
-  VecI keep_sign_and_magnitude = VecI(static_cast<int32_t>(0x8fffffffu));
-  VecF pow2_112 = VecF(bits_float(kF32Pow2_112));
-  VecI exponent31 = VecI(0x0f800000);  // a half's exponent 31 after the shift of widen()
+  VecI keep_sign_and_high = VecI(static_cast<int32_t>(0x8fff8fffu));  // s000 eeeee mmmmmmm, per 16 bits
+  VecF pow2_112 = VecF(kWidenScale);
+  VecI exponent31 = VecI(0x0f800000);  // a half's exponent 31 once widened
   VecI f32_inf = VecI(static_cast<int32_t>(kF32Inf));
   Constants() {
-    mha::simd::pin_in_register(high_halves), mha::simd::pin_in_register(keep_sign_and_magnitude);
-    mha::simd::pin_in_register(pow2_112), mha::simd::pin_in_register(exponent31), mha::simd::pin_in_register(f32_inf);
+    mha::simd::pin_in_register(keep_sign_and_high), mha::simd::pin_in_register(pow2_112);
+    mha::simd::pin_in_register(exponent31), mha::simd::pin_in_register(f32_inf);
   }
 };
 
-// 4 halves at the top of 4 lanes (low 16 bits zero) -> 4 floats. kSpecials: also map exponent 31 to
-// inf/NaN; without it, inf and NaN halves decode to finite garbage (callers that know the data holds
-// none skip those 4 operations).
-template <bool kSpecials>
-inline VecF widen(VecI top, const Constants& c) {
-  // Arithmetic shift by 3 puts bits 14..0 at 27..13 and copies the sign into 31..28; the mask clears
-  // 30..28 again.
-  const VecI bits = (top >> 3) & c.keep_sign_and_magnitude;
-  const VecF value = xsimd::bitwise_cast<VecF>(bits) * c.pow2_112;
+// Widened bits (sign at 31, the half's bits 14..0 at 27..13) -> 4 floats. kSpecials: exponent 31 becomes
+// inf/NaN (without it, inf and NaN halves give finite garbage: callers that know the data holds none skip
+// those 4 operations). kScaled: 2^-112 times the value, no multiply (inf/NaN stay inf/NaN).
+template <bool kSpecials, bool kScaled>
+inline VecF widen(VecI bits, const Constants& c) {
+  const VecF value = kScaled ? xsimd::bitwise_cast<VecF>(bits) : xsimd::bitwise_cast<VecF>(bits) * c.pow2_112;
   if (!kSpecials) return value;
   const auto special = (bits & c.exponent31) == c.exponent31;
   return xsimd::bitwise_cast<VecF>(xsimd::select(special, bits | c.f32_inf, xsimd::bitwise_cast<VecI>(value)));
 }
 
-// 8 halves in storage order (16 bytes, 16-byte aligned) -> elements 0..3 in lo, 4..7 in hi.
-template <bool kSpecials>
-inline void load8(const uint16_t* stored, VecF& lo, VecF& hi, const Constants& c) {
-  const VecI x = VecI::load_aligned(reinterpret_cast<const int32_t*>(stored));
-  lo = widen<kSpecials>(x << 16, c);
-  hi = widen<kSpecials>(x & c.high_halves, c);
+// 8 halves (16-byte aligned) -> elements 0..3 in lo, 4..7 in hi.
+template <bool kSpecials, bool kScaled>
+inline void load8(const uint16_t* halves, VecF& lo, VecF& hi, const Constants& c) {
+  const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(halves));
+  const __m128i high = _mm_and_si128(_mm_srai_epi16(x, 3), c.keep_sign_and_high.data);
+  const __m128i low = _mm_slli_epi16(x, 13);
+  lo = widen<kSpecials, kScaled>(VecI(_mm_unpacklo_epi16(low, high)), c);
+  hi = widen<kSpecials, kScaled>(VecI(_mm_unpackhi_epi16(low, high)), c);
 }
 
 // 4 floats -> 4 half codes in the low 16 bits of 4 lanes, round to nearest even (as encode()).
@@ -136,11 +135,11 @@ inline VecI narrow(VecF x) {
   return h | sign;
 }
 
-// 8 floats (elements 0..3 in lo, 4..7 in hi) -> 8 halves in storage order, 16-byte aligned. Returns true
-// when one of them is inf or NaN.
-inline bool store8(VecF lo, VecF hi, uint16_t* stored) {
+// 8 floats (elements 0..3 in lo, 4..7 in hi) -> 8 halves, 16-byte aligned. Returns true when one of them
+// is inf or NaN.
+inline bool store8(VecF lo, VecF hi, uint16_t* halves) {
   const VecI a = narrow(lo), b = narrow(hi);
-  (a | (b << 16)).store_aligned(reinterpret_cast<int32_t*>(stored));
+  _mm_store_si128(reinterpret_cast<__m128i*>(halves), _mm_packus_epi32(a.data, b.data));  // codes fit 16 bits
   const VecI inf(kHalfInf);
   return xsimd::any(((a & inf) == inf) || ((b & inf) == inf));
 }

@@ -67,7 +67,7 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
   return Status::kOk;
 }
 
-// Key j of a head sits in panel j / P at column j % P; f16 groups of 8 are stored 0 4 1 5 2 6 3 7.
+// Key j of a head sits in panel j / P at column j % P.
 void KVCache::append_token_f32(const float* k, const float* v, int32_t b, int32_t g, int32_t position) {
   const int32_t dh = config_.head_dim;
   float* panel_column = static_cast<float*>(keys_) + (head_index(b, g) * panels_ + position / kKeysPerPanel) * panel_elements() +
@@ -80,8 +80,7 @@ void KVCache::append_token_f32(const float* k, const float* v, int32_t b, int32_
 bool KVCache::append_token_f16(const float* k, const float* v, int32_t b, int32_t g, int32_t position) {
   const int32_t dh = config_.head_dim;
   const int32_t column = position % kKeysPerPanel;
-  uint16_t* panel_column = static_cast<uint16_t*>(keys_) + (head_index(b, g) * panels_ + position / kKeysPerPanel) * panel_elements() +
-                           (column / 8) * 8 + f16::stored_position(column % 8);
+  uint16_t* panel_column = static_cast<uint16_t*>(keys_) + (head_index(b, g) * panels_ + position / kKeysPerPanel) * panel_elements() + column;
   uint16_t specials = 0;  // OR of the exponent fields that are all ones
   for (int32_t d = 0; d < dh; ++d) {
     const uint16_t h = f16::encode(k[d]);
@@ -98,7 +97,7 @@ bool KVCache::append_token_f16(const float* k, const float* v, int32_t b, int32_
 #endif
   for (; d < dh; ++d) {
     const uint16_t h = f16::encode(v[d]);
-    row[(d / 8) * 8 + f16::stored_position(d % 8)] = h;
+    row[d] = h;
     specials |= f16::is_special(h) ? 1 : 0;
   }
   return specials != 0;
@@ -143,13 +142,13 @@ float KVCache::key(int32_t b, int32_t g, int32_t j, int32_t d) const {
   const int32_t column = j % kKeysPerPanel;
   const int64_t at = panel * panel_elements() + int64_t{d} * kKeysPerPanel;
   if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(keys_)[at + column];
-  return f16::decode(static_cast<const uint16_t*>(keys_)[at + (column / 8) * 8 + f16::stored_position(column % 8)]);
+  return f16::decode(static_cast<const uint16_t*>(keys_)[at + column]);
 }
 
 float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {
   const int64_t row = (head_index(b, g) * config_.capacity + j) * value_row_elements();
   if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(values_)[row + d];
-  return f16::decode(static_cast<const uint16_t*>(values_)[row + (d / 8) * 8 + f16::stored_position(d % 8)]);
+  return f16::decode(static_cast<const uint16_t*>(values_)[row + d]);
 }
 
 void KVCache::read(float* k, float* v) const {

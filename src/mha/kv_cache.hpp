@@ -18,10 +18,9 @@
 // panels; a prefill into an empty float32 cache runs it on the new tokens' own k and v instead (see
 // decode.hpp). Reading panels there would need its pack_k_transposed to copy 8-key panel rows.
 //
-// float16: every group of 8 consecutive elements (8 keys of a panel row, 8 lanes of a V row) is stored
-// in the order 0 4 1 5 2 6 3 7, which lets the kernels widen halves without shuffles (f16.hpp). Unused
-// storage is zero, and inf/NaN halves are tracked (special_from) so that the kernels can skip the
-// inf/NaN fix-up of the conversion when the keys they read hold none.
+// float16: halves in the same layout. Unused storage is zero, and inf/NaN halves are tracked
+// (special_from) so that the kernels can skip the inf/NaN fix-up of the widening when the keys they read
+// hold none.
 #pragma once
 
 #include <cstdint>
