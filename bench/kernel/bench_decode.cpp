@@ -1,6 +1,7 @@
 // Timing harness of the KV cache's decode step (not a test: it asserts nothing). Built natively and for
 // wasm with threads (bench/kernel/CMakeLists.txt), run under Node for the engine users have:
-//   node --no-experimental-fetch build/wasm/bench/bench_decode.js [rounds]     build/native/bench/bench_decode [rounds]
+//   node --no-experimental-fetch build/wasm/bench/bench_decode.js [rounds] [prefill]
+//   build/native/bench/bench_decode [rounds] [prefill]
 //
 // Per round, interleaved: the streaming-read bandwidth (a SIMD sum over 256 MiB, 8x this machine's L3) on
 // 1 and 2 threads, the mul+add ceiling (12 independent f32x4 x = x * m + c chains) on 1 and 2 threads,
@@ -11,6 +12,8 @@
 // Reported per row: median ms [min - max], effective GB/s (K and V bytes read / median time), the
 // roofline max(K/V bytes / bandwidth, 4*B*H*T*Dh / mul+add ceiling) with that round's thread count's
 // median ceilings, and the step's share of it.
+// `prefill`: instead, a causal prefill of 1024 tokens (16 heads, Dh 64, one thread) through an empty
+// cache (the tiled kernel on f32, the decode kernel on f16 and GQA) against the stateless causal call.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,6 +27,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "mha/attention.hpp"
 #include "mha/decode.hpp"
 #include "mha/kv_cache.hpp"
 #include "mha/parallel.hpp"
@@ -147,8 +151,83 @@ double step_flops(const Shape& s) { return 4.0 * s.batch * s.heads * (s.length +
 
 }  // namespace
 
+// Prefill rows: (name, Hkv, dtype, path); the stateless call is the row with Hkv = 0.
+int prefill_section(int rounds) {
+  constexpr int32_t S = 1024, H = 16, Dh = 64, D = H * Dh;
+  struct PrefillRow {
+    const char* name;
+    int32_t kv_heads;
+    mha::CacheDType dtype;
+    mha::CachePath path;
+    std::vector<double> ms;
+  };
+  std::vector<PrefillRow> rows = {
+      {"stateless causal (1,1024,1024,16,64)", 0, mha::CacheDType::kFloat32, mha::CachePath::kAuto, {}},
+      {"cache f32, tiled kernel", H, mha::CacheDType::kFloat32, mha::CachePath::kAuto, {}},
+      {"cache f32, decode kernel", H, mha::CacheDType::kFloat32, mha::CachePath::kDecodeKernel, {}},
+      {"cache f16, decode kernel", H, mha::CacheDType::kFloat16, mha::CachePath::kAuto, {}},
+      {"cache f32 GQA Hkv 4, decode kernel", 4, mha::CacheDType::kFloat32, mha::CachePath::kAuto, {}},
+  };
+  const auto q = random_floats(size_t(S) * D, 5), k = random_floats(size_t(S) * D, 6), v = random_floats(size_t(S) * D, 7);
+  std::vector<float> out(q.size());
+  mha::Workspace tiled;
+  mha::DecodeScratch scratch;
+  std::vector<std::unique_ptr<mha::KVCache>> caches;
+  for (const PrefillRow& row : rows) {
+    caches.emplace_back();
+    if (row.kv_heads > 0) mha::KVCache::create({1, row.kv_heads, Dh, S, row.dtype}, caches.back());
+  }
+  for (int round = 0; round < 1 + rounds; ++round) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      PrefillRow& row = rows[i];
+      mha::Status status;
+      const double t0 = now_ms();
+      if (row.kv_heads == 0) {
+        mha::AttentionArgs a;
+        a.shape = mha::AttentionShape{1, S, S, D, H};
+        a.q = mha::dense_view(q.data(), S, D);
+        a.k = mha::dense_view(k.data(), S, D);
+        a.v = mha::dense_view(v.data(), S, D);
+        a.out = mha::dense_view(out.data(), S, D);
+        a.causal = true;
+        a.scale = mha::default_scale(Dh);
+        status = mha::attention(a, tiled);
+      } else {
+        const int32_t kv_width = row.kv_heads * Dh;
+        mha::CacheAttendArgs a;
+        a.new_tokens = S;
+        a.q = {q.data(), int64_t{S} * D, D};
+        a.k = {k.data(), int64_t{S} * kv_width, kv_width};
+        a.v = {v.data(), int64_t{S} * kv_width, kv_width};
+        a.out = {out.data(), int64_t{S} * D, D};
+        a.options.num_heads = H;
+        a.options.scale = mha::default_scale(Dh);
+        a.path = row.path;
+        status = mha::cache_attend(*caches[i], a, scratch, nullptr, tiled);
+        caches[i]->truncate(0);
+      }
+      const double ms = now_ms() - t0;
+      if (status != mha::Status::kOk) {
+        std::printf("prefill failed: %s\n", mha::status_name(status));
+        return 1;
+      }
+      if (round > 0) row.ms.push_back(ms);
+    }
+  }
+  const double flops = 4.0 * S * S * H * Dh / 2;
+  const double stateless = stats(rows[0].ms).median;
+  std::printf("%d rounds, one thread, causal prefill of 1024 tokens, 16 query heads, Dh 64\n", rounds);
+  for (const PrefillRow& row : rows) {
+    const Stats st = stats(row.ms);
+    std::printf("%-38s %9.2f ms [%8.2f - %8.2f]  %5.1f GFLOP/s  %.2fx the stateless call's speed\n", row.name, st.median, st.min,
+                st.max, flops / (st.median * 1e6), stateless / st.median);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 25;
+  if (argc > 2 && std::string(argv[2]) == "prefill") return prefill_section(rounds);
   const int warmup = 3;
   static const Shape shapes[] = {
       {"decode-mha-8k", 1, 8192, 16, 16, 64},
