@@ -5,6 +5,10 @@
 #include <cstring>
 #include <new>
 
+#if MHA_F16_SIMD
+#include <xmmintrin.h>  // _MM_TRANSPOSE4_PS (Emscripten maps SSE onto SIMD128)
+#endif
+
 namespace mha {
 namespace {
 
@@ -67,61 +71,134 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
   return Status::kOk;
 }
 
-// Key j of a head sits in panel j / P at column j % P.
-void KVCache::append_token_f32(const float* k, const float* v, int32_t b, int32_t g, int32_t position) {
-  const int32_t dh = config_.head_dim;
-  float* panel_column = static_cast<float*>(keys_) + (head_index(b, g) * panels_ + position / kKeysPerPanel) * panel_elements() +
-                        position % kKeysPerPanel;
-  for (int32_t d = 0; d < dh; ++d) panel_column[d * kKeysPerPanel] = k[d];
-  float* row = static_cast<float*>(values_) + (head_index(b, g) * config_.capacity + position) * value_row_elements();
-  std::memcpy(row, v, sizeof(float) * dh);  // lanes [Dh, Dh8) stay zero from create
+// Key j of a head sits in panel j / P at column j % P; a value row is Dh8 elements.
+template <typename E>
+E* KVCache::key_column(int32_t b, int32_t g, int32_t position) {
+  return static_cast<E*>(keys_) + (head_index(b, g) * panels_ + position / kKeysPerPanel) * panel_elements() + position % kKeysPerPanel;
+}
+template <typename E>
+E* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
+  return static_cast<E*>(values_) + (head_index(b, g) * config_.capacity + position) * value_row_elements();
 }
 
-bool KVCache::append_token_f16(const float* k, const float* v, int32_t b, int32_t g, int32_t position) {
+bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) {
   const int32_t dh = config_.head_dim;
-  const int32_t column = position % kKeysPerPanel;
-  uint16_t* panel_column = static_cast<uint16_t*>(keys_) + (head_index(b, g) * panels_ + position / kKeysPerPanel) * panel_elements() + column;
-  uint16_t specials = 0;  // OR of the exponent fields that are all ones
+  if (config_.dtype == CacheDType::kFloat32) {
+    float* column = key_column<float>(b, g, position);
+    for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = k[d];
+    return false;
+  }
+  uint16_t* column = key_column<uint16_t>(b, g, position);
+  bool specials = false;
   for (int32_t d = 0; d < dh; ++d) {
     const uint16_t h = f16::encode(k[d]);
-    panel_column[d * kKeysPerPanel] = h;
-    specials |= f16::is_special(h) ? 1 : 0;
+    column[d * kKeysPerPanel] = h;
+    specials |= f16::is_special(h);
   }
-  uint16_t* row = static_cast<uint16_t*>(values_) + (head_index(b, g) * config_.capacity + position) * value_row_elements();
+  return specials;
+}
+
+#if MHA_F16_SIMD
+// Keys of 8 tokens (rows row_stride apart) at positions [position, position + 8), position % 8 == 0, so
+// that they fill 8 adjacent, 16-byte aligned columns of one panel: 4x4 register transposes turn 4
+// elements of 4 tokens into 4 panel-row pieces (the per-token store_key scatters one element per line).
+bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position) {
+  const int32_t dh = config_.head_dim;
+  const int32_t dh4 = dh - dh % 4;
+  const bool f16 = config_.dtype == CacheDType::kFloat16;
+  float* column32 = f16 ? nullptr : key_column<float>(b, g, position);
+  uint16_t* column16 = f16 ? key_column<uint16_t>(b, g, position) : nullptr;
+  bool specials = false;
+  for (int32_t d = 0; d < dh4; d += 4) {
+    __m128 t[2][4];  // [token half][element d + j]: tokens 4h .. 4h + 3
+    for (int h = 0; h < 2; ++h) {
+      const float* r = k + 4 * h * row_stride + d;
+      t[h][0] = _mm_loadu_ps(r), t[h][1] = _mm_loadu_ps(r + row_stride);
+      t[h][2] = _mm_loadu_ps(r + 2 * row_stride), t[h][3] = _mm_loadu_ps(r + 3 * row_stride);
+      _MM_TRANSPOSE4_PS(t[h][0], t[h][1], t[h][2], t[h][3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      if (f16) {
+        specials |= f16::simd::store8(f16::simd::VecF(t[0][j]), f16::simd::VecF(t[1][j]), column16 + (d + j) * kKeysPerPanel);
+      } else {
+        _mm_store_ps(column32 + (d + j) * kKeysPerPanel, t[0][j]);
+        _mm_store_ps(column32 + (d + j) * kKeysPerPanel + 4, t[1][j]);
+      }
+    }
+  }
+  for (int32_t d = dh4; d < dh; ++d) {
+    for (int32_t i = 0; i < 8; ++i) {
+      const float x = k[i * row_stride + d];
+      if (f16) {
+        const uint16_t h = f16::encode(x);
+        column16[d * kKeysPerPanel + i] = h;
+        specials |= f16::is_special(h);
+      } else {
+        column32[d * kKeysPerPanel + i] = x;
+      }
+    }
+  }
+  return specials;
+}
+#endif
+
+bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position) {
+  const int32_t dh = config_.head_dim;
+  if (config_.dtype == CacheDType::kFloat32) {
+    std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh);  // lanes [Dh, Dh8) stay zero
+    return false;
+  }
+  uint16_t* row = value_row<uint16_t>(b, g, position);
+  bool specials = false;
   int32_t d = 0;
 #if MHA_F16_SIMD
   for (; d + 8 <= dh; d += 8) {
     const auto lo = f16::simd::VecF::load_unaligned(v + d), hi = f16::simd::VecF::load_unaligned(v + d + 4);
-    specials |= f16::simd::store8(lo, hi, row + d) ? 1 : 0;
+    specials |= f16::simd::store8(lo, hi, row + d);
   }
 #endif
   for (; d < dh; ++d) {
-    const uint16_t h = f16::encode(v[d]);
-    row[d] = h;
-    specials |= f16::is_special(h) ? 1 : 0;
+    row[d] = f16::encode(v[d]);
+    specials |= f16::is_special(row[d]);
   }
-  return specials != 0;
+  return specials;
 }
 
 Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int32_t n) {
   if (n <= 0) return Status::kNonPositiveDim;
   if (k.data == nullptr || v.data == nullptr) return Status::kNullPointer;
   if (n > config_.capacity - length_) return Status::kCacheFull;
-  const int32_t dh = config_.head_dim;
+  const int32_t dh = config_.head_dim, heads = config_.num_kv_heads;
+  // The first position of a group or token that stored an inf/NaN half: at or before the real one, so
+  // special_from stays conservative.
   int32_t first_special = kNoSpecialValues;
   for (int32_t b = 0; b < config_.batch; ++b) {
-    for (int32_t t = 0; t < n; ++t) {
+    for (int32_t t = 0; t < n;) {
       const int32_t position = length_ + t;
       const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
-      const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
-      for (int32_t g = 0; g < config_.num_kv_heads; ++g) {
-        if (config_.dtype == CacheDType::kFloat16) {
-          if (append_token_f16(k_row + int64_t{g} * dh, v_row + int64_t{g} * dh, b, g, position))
-            first_special = std::min(first_special, position);
-        } else {
-          append_token_f32(k_row + int64_t{g} * dh, v_row + int64_t{g} * dh, b, g, position);
+#if MHA_F16_SIMD
+      const int32_t tokens = (position % 8 == 0 && n - t >= 8) ? 8 : 1;
+#else
+      const int32_t tokens = 1;
+#endif
+      bool specials = false;
+      for (int32_t g = 0; g < heads; ++g) {
+#if MHA_F16_SIMD
+        if (tokens == 8) {
+          specials |= store_keys8(k_row + int64_t{g} * dh, k.row_stride, b, g, position);
+          continue;
         }
+#endif
+        specials |= store_key(k_row + int64_t{g} * dh, b, g, position);
       }
+      if (specials) first_special = std::min(first_special, position);
+      t += tokens;
+    }
+    for (int32_t t = 0; t < n; ++t) {
+      const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
+      bool specials = false;
+      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dh, b, g, length_ + t);
+      if (specials) first_special = std::min(first_special, length_ + t);
     }
   }
   special_from_ = std::min(special_from_, first_special);

@@ -106,8 +106,14 @@ class KVCache {
   explicit KVCache(const KVCacheConfig& config);
   int64_t head_index(int32_t b, int32_t g) const { return int64_t{b} * config_.num_kv_heads + g; }
   size_t element_bytes() const { return config_.dtype == CacheDType::kFloat16 ? 2 : 4; }
-  void append_token_f32(const float* k, const float* v, int32_t b, int32_t g, int32_t position);
-  bool append_token_f16(const float* k, const float* v, int32_t b, int32_t g, int32_t position);
+  template <typename E>
+  E* key_column(int32_t b, int32_t g, int32_t position);
+  template <typename E>
+  E* value_row(int32_t b, int32_t g, int32_t position);
+  // Store one token's key or value of head g (Dh floats); true when an inf/NaN half was stored.
+  bool store_key(const float* k, int32_t b, int32_t g, int32_t position);
+  bool store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position);  // SIMD builds
+  bool store_value(const float* v, int32_t b, int32_t g, int32_t position);
 
   KVCacheConfig config_;
   int32_t length_ = 0;

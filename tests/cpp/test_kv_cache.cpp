@@ -218,6 +218,13 @@ TEST_CASE("kv cache: f16 caches track the first inf/NaN position through appends
   c.v_buf[c.at(0, 20, 3)] = kNaN;    // token 30, in a V group that the SIMD encoder writes
   REQUIRE(cache->append(c.k(), c.v(), c.n) == Status::kOk);
   REQUIRE(cache->special_from() == 30);
+  REQUIRE(cache->key(0, 0, 49, 4) == -kInf);
+  REQUIRE(cache->truncate(10) == Status::kOk);
+  c.k_buf[c.at(0, 15, 10)] = kInf;  // token 25: keys 24..31 are stored as one group of 8
+  REQUIRE(cache->append(c.k(), c.v(), c.n) == Status::kOk);
+  REQUIRE(cache->special_from() <= 25);
+  REQUIRE(cache->special_from() >= 24);
+  REQUIRE(cache->key(0, 1, 25, 1) == kInf);
   // A float32 cache never reports any: its kernel needs no conversion fix-up.
   auto f32 = make_cache(KVCacheConfig{1, 2, 9, 64, CacheDType::kFloat32});
   REQUIRE(f32->append(c.k(), c.v(), c.n) == Status::kOk);
