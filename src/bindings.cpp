@@ -13,8 +13,10 @@
 #include <string>
 #include <type_traits>
 
+#include "mha/decode.hpp"
 #include "mha/kernel.hpp"
 #include "mha/heads.hpp"
+#include "mha/kv_cache.hpp"
 #include "mha/parallel.hpp"
 #include "mha/reference.hpp"  // attention weights come from the reference
 
@@ -29,6 +31,25 @@ mha::Workspace g_workspace;
 
 // The thread pool of a threaded build, created by mha_set_threads; null = run on the calling thread.
 std::unique_ptr<mha::ParallelAttention> g_parallel;
+
+// The instance's KV caches, and the decode kernel's scratch (reused by every attend call).
+mha::KVCacheRegistry g_caches;
+mha::DecodeScratch g_decode;
+
+// One mha_kv_cache_attend call, written by web/src into the instance's scratch arena. Every field is 4
+// bytes (wasm32); the offsets reach TS through kvCacheAttendCallLayout() (offsetof), never hand-copied.
+struct CacheAttendCallAbi {
+  uint32_t cache;                     // id from mha_kv_cache_create
+  uint32_t q, k, v, out;              // heap addresses: q, out (B, n, H*Dh), k, v (B, n, Hkv*Dh); dense float32
+  uint32_t alibi_slopes;              // 0 = none; float32 (H)
+  int32_t new_tokens;                 // n >= 1
+  int32_t num_heads;                  // H, a multiple of the cache's Hkv
+  int32_t causal;                     // 0 / 1 (the API's default is 1)
+  int32_t window_left, window_right;  // -1 = Infinity
+  int32_t empty_rows;                 // 0 = 'nan', 1 = 'zero'
+  float scale;                        // resolved by the caller (1/sqrt(Dh) default)
+  float softcap;                      // 0 = none
+};
 
 template <typename T>
 T* at(uintptr_t address) {
@@ -88,6 +109,25 @@ constexpr AbiField kAttentionCallFields[] = {
     {"softcap", offsetof(AttentionCallAbi, softcap)},
 };
 static_assert(std::is_standard_layout_v<AttentionCallAbi>, "offsetof needs a standard-layout struct");
+constexpr AbiField kCacheAttendCallFields[] = {
+    {"cache", offsetof(CacheAttendCallAbi, cache)},
+    {"q", offsetof(CacheAttendCallAbi, q)},
+    {"k", offsetof(CacheAttendCallAbi, k)},
+    {"v", offsetof(CacheAttendCallAbi, v)},
+    {"out", offsetof(CacheAttendCallAbi, out)},
+    {"alibi_slopes", offsetof(CacheAttendCallAbi, alibi_slopes)},
+    {"new_tokens", offsetof(CacheAttendCallAbi, new_tokens)},
+    {"num_heads", offsetof(CacheAttendCallAbi, num_heads)},
+    {"causal", offsetof(CacheAttendCallAbi, causal)},
+    {"window_left", offsetof(CacheAttendCallAbi, window_left)},
+    {"window_right", offsetof(CacheAttendCallAbi, window_right)},
+    {"empty_rows", offsetof(CacheAttendCallAbi, empty_rows)},
+    {"scale", offsetof(CacheAttendCallAbi, scale)},
+    {"softcap", offsetof(CacheAttendCallAbi, softcap)},
+};
+static_assert(std::is_standard_layout_v<CacheAttendCallAbi>, "offsetof needs a standard-layout struct");
+static_assert(sizeof(kCacheAttendCallFields) / sizeof(AbiField) * 4 == sizeof(CacheAttendCallAbi),
+              "every 4-byte field of CacheAttendCallAbi is listed in kCacheAttendCallFields");
 static_assert(sizeof(kAttentionCallFields) / sizeof(AbiField) * 4 == sizeof(AttentionCallAbi),
               "every 4-byte field of AttentionCallAbi is listed in kAttentionCallFields");
 
@@ -182,6 +222,77 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t 
   return static_cast<int32_t>(mha::merge_heads(at<const float>(xh), batch, seq_len, d_model, num_heads, at<float>(x)));
 }
 
+// ---- The KV cache (src/mha/kv_cache.hpp, decode.hpp). A cache is named by a uint32 id of this instance's
+// registry; every export takes the id and reports an unknown or freed one as kCacheInvalid.
+
+// Bytes of K and V storage a cache of these dims needs (what mha_kv_cache_create allocates), or -1 for a
+// non-positive dim or an unknown dtype (0 = float32, 1 = float16). For the RangeError of a cache that
+// cannot fit the heap (status kCacheTooLarge at create).
+EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity, int32_t dtype) {
+  return mha::kv_cache_bytes(mha::KVCacheConfig{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype)});
+}
+
+// Creates an empty cache; writes its id (uint32, never 0) at `id_out`, or 0 on error.
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_create(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity, int32_t dtype,
+                                                  uintptr_t id_out) {
+  const mha::KVCacheConfig config{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype)};
+  return static_cast<int32_t>(g_caches.create(config, at<uint32_t>(id_out)));
+}
+
+// Ids issued from now on start at `id` (not 0): a random base per instance makes another instance's ids
+// unknown here.
+EMSCRIPTEN_KEEPALIVE void mha_kv_cache_set_next_id(uint32_t id) { g_caches.set_next_id(id); }
+
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_free(uint32_t id) { return static_cast<int32_t>(g_caches.free(id)); }
+
+// Frees every cache of the instance (dispose).
+EMSCRIPTEN_KEEPALIVE void mha_kv_cache_free_all() { g_caches.free_all(); }
+
+// The cache's length (>= 0), or -kCacheInvalid (-18) when there is no such cache.
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_length(uint32_t id) {
+  const mha::KVCache* cache = g_caches.find(id);
+  return cache != nullptr ? cache->length() : -static_cast<int32_t>(mha::Status::kCacheInvalid);
+}
+
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_truncate(uint32_t id, int32_t length) {
+  mha::KVCache* cache = g_caches.find(id);
+  return static_cast<int32_t>(cache != nullptr ? cache->truncate(length) : mha::Status::kCacheInvalid);
+}
+
+// Copies the stored tokens out as k, v (B, length, Hkv*Dh) float32 (f16 caches decoded exactly).
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_read(uint32_t id, uintptr_t k_out, uintptr_t v_out) {
+  const mha::KVCache* cache = g_caches.find(id);
+  if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
+  if (cache->length() > 0 && (k_out == 0 || v_out == 0)) return static_cast<int32_t>(mha::Status::kNullPointer);
+  cache->read(at<float>(k_out), at<float>(v_out));
+  return static_cast<int32_t>(mha::Status::kOk);
+}
+
+// Appends the call's k, v to its cache and writes out; on any error nothing changed (cache nor out).
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
+  const CacheAttendCallAbi& call = *at<const CacheAttendCallAbi>(call_address);
+  mha::KVCache* cache = g_caches.find(call.cache);
+  if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
+  const mha::KVCacheConfig& c = cache->config();
+  const int32_t n = call.new_tokens;
+  const int64_t q_width = int64_t{call.num_heads} * c.head_dim, kv_width = int64_t{c.num_kv_heads} * c.head_dim;
+  mha::CacheAttendArgs args;
+  args.new_tokens = n;
+  args.q = {at<const float>(call.q), n * q_width, q_width};
+  args.k = {at<const float>(call.k), n * kv_width, kv_width};
+  args.v = {at<const float>(call.v), n * kv_width, kv_width};
+  args.out = {at<float>(call.out), n * q_width, q_width};
+  args.options.num_heads = call.num_heads;
+  args.options.causal = call.causal != 0;
+  args.options.window_left = call.window_left;
+  args.options.window_right = call.window_right;
+  args.options.softcap = call.softcap;
+  args.options.alibi_slopes = at<const float>(call.alibi_slopes);
+  args.options.scale = call.scale;
+  args.options.empty_rows_zero = call.empty_rows != 0;
+  return static_cast<int32_t>(mha::cache_attend(*cache, args, g_decode, g_parallel.get(), g_workspace));
+}
+
 }  // extern "C"
 
 namespace {
@@ -189,6 +300,15 @@ namespace {
 void release_scratch() {
   g_workspace.release();
   if (g_parallel) g_parallel->release_scratch();
+  g_decode.release();
+}
+
+// {fieldName: byteOffset} of CacheAttendCallAbi, and its `size` in bytes.
+emscripten::val kv_cache_attend_call_layout() {
+  emscripten::val layout = emscripten::val::object();
+  for (const AbiField& field : kCacheAttendCallFields) layout.set(field.name, static_cast<int32_t>(field.offset));
+  layout.set("size", static_cast<int32_t>(sizeof(CacheAttendCallAbi)));
+  return layout;
 }
 
 // Bytes currently allocated by malloc in this instance (for leak checks and memory reporting).
@@ -228,5 +348,6 @@ EMSCRIPTEN_BINDINGS(mha_wasm) {
   emscripten::function("version", &version);
   emscripten::function("simd", &simd);
   emscripten::function("attentionCallLayout", &attention_call_layout);
+  emscripten::function("kvCacheAttendCallLayout", &kv_cache_attend_call_layout);
   emscripten::function("statusMessage", &status_message);
 }

@@ -94,6 +94,9 @@ class ParallelAttention {
   // Threads actually available (1 when none could be started).
   int threads() const { return pool_.size(); }
 
+  // The pool itself, lent to other kernels (the KV cache's decode kernel, decode.hpp).
+  ThreadPool& pool() { return pool_; }
+
   // Validates, reserves every thread's scratch (kOutOfMemory if that fails), then runs the units: on
   // the calling thread alone when the call is small, else on the pool.
   Status run(const AttentionArgs& args);

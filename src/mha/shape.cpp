@@ -23,6 +23,12 @@ const char* status_name(Status status) {
     case Status::kBadAlibiSlope: return "ALiBi slope not finite";
     case Status::kBadBiasShape: return "bad bias broadcast shape";
     case Status::kBadEmptyRows: return "bad empty_rows";
+    case Status::kCacheFull: return "KV cache capacity exceeded";
+    case Status::kCacheTooLarge: return "KV cache too large for the heap";
+    case Status::kCacheInvalid: return "no such KV cache (freed, or of another instance)";
+    case Status::kCacheBadLength: return "truncate length outside [0, length]";
+    case Status::kCacheHeadsMismatch: return "num_heads is not a multiple of the cache's num_kv_heads";
+    case Status::kCacheBadOption: return "bad KV cache option";
   }
   return "unknown status";
 }
@@ -46,6 +52,12 @@ const char* status_message(Status status) {
     case Status::kBadAlibiSlope: return "every alibiSlopes entry must be finite";
     case Status::kBadBiasShape: return "biasShape must be [1 or batch, 1 or numHeads, seqLen, kvSeqLen]";
     case Status::kBadEmptyRows: return "emptyRows must be 'nan' or 'zero'";
+    case Status::kCacheFull: return "the new tokens would pass the KV cache's capacity (nothing was written)";
+    case Status::kCacheTooLarge: return "the KV cache's capacity x dims do not fit the 2 GiB wasm heap";
+    case Status::kCacheInvalid: return "the KV cache was freed or belongs to another instance";
+    case Status::kCacheBadLength: return "truncate(n) needs an integer n in [0, length]";
+    case Status::kCacheHeadsMismatch: return "numHeads must be a positive multiple of the cache's numKvHeads";
+    case Status::kCacheBadOption: return "a KV cache option is out of range (window, softcap, alibiSlopes or dtype)";
   }
   return nullptr;
 }

@@ -30,6 +30,13 @@ enum class Status : int32_t {
   kBadAlibiSlope = 13,     // an ALiBi slope is NaN or infinite
   kBadBiasShape = 14,      // the bias's broadcast dims are not 1 or B and 1 or H (binding ABI), or its strides negative
   kBadEmptyRows = 15,      // empty_rows is neither 'nan' nor 'zero' (binding ABI)
+  // The KV cache (kv_cache.hpp).
+  kCacheFull = 16,           // appending n tokens would pass the capacity (nothing was written)
+  kCacheTooLarge = 17,       // K and V storage beyond kMaxCacheBytes (kv_cache_bytes says how many)
+  kCacheInvalid = 18,        // no such cache: never created, already freed, or another instance's
+  kCacheBadLength = 19,      // truncate to a length outside [0, length]
+  kCacheHeadsMismatch = 20,  // num_heads is not a positive multiple of the cache's num_kv_heads
+  kCacheBadOption = 21,      // window bound < -1, softcap not finite or < 0, a non-finite ALiBi slope, bad dtype
 };
 
 const char* status_name(Status status);

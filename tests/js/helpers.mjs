@@ -222,3 +222,29 @@ export function loadSpecExample() {
   const [q, k, v, out64] = ['q', 'k', 'v', 'out64'].map((role) => readGolden(example, role));
   return { q, k, v, out64, shape: { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 } };
 }
+
+/**
+ * x rounded to IEEE binary16 (nearest, ties to even; overflow to ±Infinity), returned as a number: what a
+ * float16 KV cache stores (docs/spec.md Part 3). Exact: float64 scaling by powers of two loses nothing.
+ */
+export function roundToFloat16(x) {
+  if (!Number.isFinite(x) || x === 0) return x;
+  const a = Math.abs(x);
+  let e = Math.floor(Math.log2(a));
+  if (2 ** e > a) e -= 1;
+  if (2 ** (e + 1) <= a) e += 1;
+  const quantum = 2 ** (Math.max(e, -14) - 10);  // below 2^-14 the subnormals' fixed 2^-24
+  const y = a / quantum;
+  const floor = Math.floor(y);
+  const rest = y - floor;
+  const units = rest > 0.5 || (rest === 0.5 && floor % 2 === 1) ? floor + 1 : floor;
+  const rounded = units * quantum;
+  return Math.sign(x) * (rounded > 65504 ? Infinity : rounded);
+}
+
+/** Rows [from, from + n) of each batch item of a (B, rows, width) tensor, as a new (B, n, width) tensor. */
+export function sliceRows(x, batch, rows, width, from, n) {
+  const out = new Float32Array(batch * n * width);
+  for (let b = 0; b < batch; b++) out.set(x.subarray((b * rows + from) * width, (b * rows + from + n) * width), b * n * width);
+  return out;
+}

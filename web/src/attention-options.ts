@@ -7,7 +7,7 @@ import { describe } from './describe.js';
 import { checkDims, checkNotDetached, describeList, kvFormula, MAX_ELEMENTS, qFormula } from './validate.js';
 import type { Dims } from './validate.js';
 
-function checkScale(fn: string, value: unknown, headDim: number): number {
+export function checkScale(fn: string, value: unknown, headDim: number): number {
   if (value === undefined) return Math.fround(1 / Math.sqrt(headDim));
   if (typeof value !== 'number') throw new TypeError(`${fn}: scale: expected a finite number, got ${describe(value)}`);
   if (!Number.isFinite(value)) throw new RangeError(`${fn}: scale: expected a finite number, got ${value}`);
@@ -100,14 +100,14 @@ function checkKvLengths(fn: string, value: unknown, d: Dims): Int32Array | undef
     `integers in [0, kvSeqLen = ${d.kvSeqLen}]`, (x) => (Number.isInteger(x) && x >= 0 && x <= d.kvSeqLen ? undefined : ''));
 }
 
-function checkAlibiSlopes(fn: string, value: unknown, d: Dims): Float32Array | undefined {
+export function checkAlibiSlopes(fn: string, value: unknown, d: Pick<Dims, 'numHeads'>): Float32Array | undefined {
   if (value === undefined) return undefined;
   return checkNumberList(`${fn}: alibiSlopes`, value, Float32Array, d.numHeads, `one per query head, numHeads = ${d.numHeads}`,
     'finite numbers', (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''));
 }
 
 /** The window bounds for the ABI: -1 for Infinity, and for a bound no int32 position can reach. */
-function checkWindow(fn: string, value: unknown): [number, number] {
+export function checkWindow(fn: string, value: unknown): [number, number] {
   if (value === undefined) return [-1, -1];
   const expected = '[left, right], two non-negative integers or Infinity';
   if (!Array.isArray(value)) throw new TypeError(`${fn}: window: expected ${expected}, got ${describe(value)}`);
@@ -124,7 +124,7 @@ function checkWindow(fn: string, value: unknown): [number, number] {
 }
 
 /** 0 = none; otherwise the cap as float32 (the ABI's type), which must stay finite and > 0. */
-function checkSoftcap(fn: string, value: unknown): number {
+export function checkSoftcap(fn: string, value: unknown): number {
   if (value === undefined) return 0;
   if (typeof value !== 'number') throw new TypeError(`${fn}: softcap: expected a finite number > 0, got ${describe(value)}`);
   const cap = Math.fround(value);
@@ -134,7 +134,7 @@ function checkSoftcap(fn: string, value: unknown): number {
   return cap;
 }
 
-function checkEmptyRows(fn: string, value: unknown): 0 | 1 {
+export function checkEmptyRows(fn: string, value: unknown): 0 | 1 {
   if (value === undefined || value === 'nan') return 0;
   if (value === 'zero') return 1;
   const message = `${fn}: emptyRows: expected 'nan' or 'zero', got ${describe(value)}`;

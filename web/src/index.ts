@@ -15,5 +15,6 @@
  */
 export type {
   CreateOptions, MHAInfo, BuildName, HeadShape, AttentionWeightsOptions, AttentionOptions, HeapTensor, MHA,
+  KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions,
 } from './types.js';
 export { createMHA, version } from './create.js';

@@ -10,8 +10,11 @@ import type { MhaWasmModule } from './mha.js';
 import { AttentionStaging, byteOffsetOf, copyIn, copyOut, layout, place, StagingArena, totalBytes,
   unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
+import { checkCacheOptions, createCache, readCacheCallLayout, WasmKVCache } from './kv-cache.js';
+import type { CacheCallLayout, CacheHost } from './kv-cache.js';
 import { checkStatus } from './status.js';
-import type { AttentionOptions, AttentionWeightsOptions, BuildName, HeadShape, HeapTensor, MHA, MHAInfo } from './types.js';
+import type { AttentionOptions, AttentionWeightsOptions, BuildName, HeadShape, HeapTensor, KVCache, KVCacheOptions, MHA,
+  MHAInfo } from './types.js';
 import { ATTENTION_KEYS, checkDim, checkDims, checkOptionsObject, HEAD_KEYS, MAX_ELEMENTS, qFormula,
   WEIGHTS_KEYS } from './validate.js';
 
@@ -68,10 +71,16 @@ function checkNoOutputs(fn: string, options: unknown): void {
 }
 
 /** The MHA of the public API, backed by one instance of a wasm build. */
-export class WasmMHA implements MHA {
+export class WasmMHA implements MHA, CacheHost {
   // Replaced (not mutated) when dispose() ends the pool, so a caller's copy stays a true snapshot.
   private currentInfo: MHAInfo;
-  private readonly arena: StagingArena;
+  readonly arena: StagingArena;
+  /** Live KV caches of this instance, freed by dispose(). */
+  readonly caches = new Set<WasmKVCache>();
+  /** The layout of the KV cache's call struct, or why the module's does not match. */
+  private readonly cacheCallLayout: CacheCallLayout | string;
+  /** Whether the cache registry's ids got this instance's random base yet. */
+  private cacheIdsSeeded = false;
   /** The staging plan of multiHeadAttention, refilled by each call. */
   private readonly staging = new AttentionStaging();
   /** Live tensors of this instance, freed by dispose(). */
@@ -79,8 +88,11 @@ export class WasmMHA implements MHA {
   /** q, k, v, bias, out and lse: a Float32Array, or a heap tensor of this instance (its address). */
   private readonly checkOperand: TensorCheck<Operand>;
 
-  constructor(private readonly wasm: MhaWasmModule, private readonly callLayout: CallLayout, build: BuildName, threads: number) {
-    this.arena = new StagingArena(wasm, callLayout.bytes);
+  constructor(readonly wasm: MhaWasmModule, private readonly callLayout: CallLayout, build: BuildName, threads: number) {
+    this.cacheCallLayout = readCacheCallLayout(wasm);
+    const cacheCallBytes = typeof this.cacheCallLayout === 'string' ? 0 : this.cacheCallLayout.bytes;
+    // One call-struct slot serves both structs (a call writes one of them).
+    this.arena = new StagingArena(wasm, Math.max(callLayout.bytes, cacheCallBytes));
     this.currentInfo = Object.freeze({ version: wasm.version(), simd: wasm.simd(), threads, build });
     this.checkOperand = (name, value, expected, formula) => checkOperand(name, value, expected, formula, wasm);
   }
@@ -177,6 +189,24 @@ export class WasmMHA implements MHA {
     return new MallocedTensor(this.wasm, this.tensors, block, Math.ceil(block / 16) * 16, length);
   }
 
+  get cacheLayout(): CacheCallLayout {
+    if (typeof this.cacheCallLayout === 'string') {
+      throw new Error(`createKVCache: this wasm module is of another release: ${this.cacheCallLayout}`);
+    }
+    return this.cacheCallLayout;
+  }
+
+  createKVCache(options: KVCacheOptions): KVCache {
+    void this.cacheLayout;  // throws for a module of another release
+    const config = checkCacheOptions(this.wasm, options);
+    if (!this.cacheIdsSeeded) {
+      // A random first id per instance: another instance's ids are then unknown to this one's registry.
+      this.wasm._mha_kv_cache_set_next_id(1 + Math.floor(Math.random() * 0xfffffff0));
+      this.cacheIdsSeeded = true;
+    }
+    return new WasmKVCache(this, createCache(this, config), config);
+  }
+
   attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array {
     const fn = 'attentionWeights';
     checkNoOutputs(fn, options);
@@ -230,6 +260,8 @@ export class WasmMHA implements MHA {
 
   dispose(): void {
     for (const tensor of this.tensors) MallocedTensor.release(tensor, 'dispose()');
+    for (const cache of this.caches) WasmKVCache.release(cache, 'dispose()');
+    this.wasm._mha_kv_cache_free_all();
     this.arena.release();
     if (this.wasm.PThread) {
       // Threaded build: join the pool's threads (later calls run on the calling thread), then terminate

@@ -8,6 +8,18 @@ export interface MhaWasmModule {
   _mha_attention_weights(call: number): number;
   _mha_split_heads(x: number, xh: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
   _mha_merge_heads(xh: number, x: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
+  // The KV cache (src/bindings.cpp): caches are uint32 ids of the instance's registry. dtype 0 = float32,
+  // 1 = float16. _mha_kv_cache_bytes: the bytes of K and V storage of those dims (-1 for bad dims);
+  // _mha_kv_cache_create writes the new id at `idOut`; _mha_kv_cache_attend takes one CacheAttendCallAbi.
+  _mha_kv_cache_bytes(batch: number, numKvHeads: number, headDim: number, capacity: number, dtype: number): number;
+  _mha_kv_cache_create(batch: number, numKvHeads: number, headDim: number, capacity: number, dtype: number, idOut: number): number;
+  _mha_kv_cache_set_next_id(id: number): void;
+  _mha_kv_cache_free(id: number): number;
+  _mha_kv_cache_free_all(): void;
+  _mha_kv_cache_length(id: number): number;
+  _mha_kv_cache_truncate(id: number, length: number): number;
+  _mha_kv_cache_read(id: number, kOut: number, vOut: number): number;
+  _mha_kv_cache_attend(call: number): number;
   // Starts the thread pool (threaded build; returns the threads it got, 1 elsewhere or for threads <= 1).
   _mha_set_threads(threads: number): number;
   HEAPU8: Uint8Array;
@@ -16,6 +28,8 @@ export interface MhaWasmModule {
   // Embind, called once per instance or on the error path.
   // {field name: byte offset} of AttentionCallAbi, and its size in bytes.
   attentionCallLayout(): Record<string, number>;
+  // {field name: byte offset} of CacheAttendCallAbi, and its size in bytes.
+  kvCacheAttendCallLayout(): Record<string, number>;
   // The message of an mha::Status code, '' for a number that is none.
   statusMessage(status: number): string;
   releaseScratch(): void;

@@ -198,6 +198,86 @@ export interface HeapTensor {
   free(): void;
 }
 
+/** How a {@link KVCache} stores keys and values: float32, or IEEE binary16 (rounded to nearest even, overflow to ±Infinity). */
+export type KVCacheDType = 'float32' | 'float16';
+
+/** Options of {@link MHA.createKVCache} (docs/spec.md Part 3). */
+export interface KVCacheOptions {
+  /** B: batch items; all advance together. */
+  batch: number;
+  /** Hkv: key/value heads. A query may have any multiple of them as heads (grouped-query attention). */
+  numKvHeads: number;
+  /** Dh: the size of one head. */
+  headDim: number;
+  /** Tokens per batch item the cache can hold; appending past it is a RangeError that changes nothing. */
+  capacity: number;
+  /** Storage type, default `'float32'`. The math always runs in float32 on the exact stored values. */
+  dtype?: KVCacheDType;
+}
+
+/** Options of {@link KVCache.attend}: the options of docs/spec.md Part 2 that apply to a cache. */
+export interface KVCacheAttendOptions {
+  /** H: query heads, a multiple of the cache's numKvHeads. */
+  numHeads: number;
+  /** Default **true**: query i of the call, at position length + i, sees keys at positions <= its own. */
+  causal?: boolean;
+  /** [left, right]: a query at position p sees keys in [p - left, p + right]; each a non-negative integer or Infinity. */
+  window?: [number, number];
+  /** c > 0: each score s becomes c * tanh(s / c). */
+  softcap?: number;
+  /** One finite slope per query head: score - slope[h] * |p - j|. */
+  alibiSlopes?: Float32Array | number[];
+  /** Multiplies q·k; default 1/sqrt(headDim). */
+  scale?: number;
+  /** A query row with no visible key: NaN (default `'nan'`) or `'zero'`. */
+  emptyRows?: 'nan' | 'zero';
+  /** Where to write the (batch, n, numHeads*headDim) result: a Float32Array or a HeapTensor of this instance. */
+  out?: Float32Array | HeapTensor;
+}
+
+/**
+ * Keys and values of a decoder's past tokens, on the instance's wasm heap (docs/spec.md Part 3). Made by
+ * {@link MHA.createKVCache}; freed by {@link KVCache.free} or {@link MHA.dispose}.
+ */
+export interface KVCache {
+  /** Tokens stored per batch item (0 when created). */
+  readonly length: number;
+  readonly capacity: number;
+  readonly dtype: KVCacheDType;
+  /**
+   * Stores the n new tokens' k and v at positions [length, length + n), adds n to `length`, and returns
+   * the attention of q over all stored keys, with query positions starting at the old length. A prefill of
+   * S tokens followed by single-token steps gives what one stateless causal call over the whole sequence
+   * gives, up to float rounding.
+   *
+   * @param q - (batch, n, numHeads * headDim): a Float32Array or a HeapTensor of this instance
+   * @param k - (batch, n, numKvHeads * headDim), n >= 1: its length gives n
+   * @param v - (batch, n, numKvHeads * headDim)
+   * @param options - numHeads and the options of {@link KVCacheAttendOptions}
+   * @returns Float32Array (batch, n, numHeads * headDim): `options.out` (a HeapTensor's `data`), else a new array
+   * @throws TypeError when an argument has the wrong type, or a HeapTensor was freed or is another instance's
+   * @throws RangeError when a length or option is wrong, numHeads is not a multiple of numKvHeads, or the
+   *   tokens would pass `capacity` (then nothing is stored)
+   * @throws Error when the cache was freed (by `free()` or its instance's `dispose()`)
+   * @example
+   * ```ts
+   * const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 64, capacity: 1024 });
+   * const first = cache.attend(qPrompt, kPrompt, vPrompt, { numHeads: 8 }); // prefill
+   * const next = cache.attend(qToken, kToken, vToken, { numHeads: 8 });     // one decode step
+   * ```
+   */
+  attend(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
+    options: KVCacheAttendOptions): Float32Array;
+  /**
+   * Keeps the first n tokens (rollback for speculative decoding or beam search), in O(1).
+   * @param n - an integer in [0, length]; 0 resets the cache
+   * @throws TypeError / RangeError for another n; Error when the cache was freed
+   */
+  truncate(n: number): void;
+  /** Releases the cache's memory. Calling it again does nothing; any other use then throws an Error. */
+  free(): void;
+}
+
 /** A loaded mha-wasm instance. Each has its own wasm memory; none shares state with another. */
 export interface MHA {
   /** What was loaded. */
@@ -247,6 +327,19 @@ export interface MHA {
    * ```
    */
   allocate(length: number): HeapTensor;
+  /**
+   * A KV cache on this instance's heap, for token-by-token decoding (docs/spec.md Part 3).
+   *
+   * @param options - batch, numKvHeads, headDim, capacity and dtype (default 'float32')
+   * @returns an empty {@link KVCache}
+   * @throws TypeError / RangeError for a bad option; RangeError, with the bytes it would need, when
+   *   capacity x dims do not fit the 2 GiB wasm heap
+   * @example
+   * ```ts
+   * const cache = mha.createKVCache({ batch: 1, numKvHeads: 8, headDim: 128, capacity: 4096, dtype: 'float16' });
+   * ```
+   */
+  createKVCache(options: KVCacheOptions): KVCache;
   /**
    * The spec's `_split_heads`: (batch, seqLen, dModel) -> (batch, numHeads, seqLen, headDim).
    *
@@ -300,7 +393,7 @@ export interface MHA {
   memoryStats(): { wasmMemoryBytes: number; heapBytesInUse: number };
   /**
    * Frees this instance's staging buffers and scratch memory, frees every {@link HeapTensor} it
-   * allocated (using one afterwards throws a TypeError), and ends its worker pool (threaded build:
+   * allocated (using one afterwards throws a TypeError) and every {@link KVCache} (an Error afterwards), and ends its worker pool (threaded build:
    * the workers are terminated, so Node can exit). The instance stays usable: later calls allocate
    * again and run on the calling thread. The WebAssembly.Memory itself cannot shrink; drop the
    * instance to release it.

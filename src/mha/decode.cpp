@@ -1,0 +1,447 @@
+// The decode driver: validation, the choice of kernel, the plan of work items, the parallel run, the exact
+// merge of key blocks, and the exact path for rows whose float32 result is not finite.
+//
+// Work items: (b, g, row block, key block), enumerated batch-major, then KV head, then row block, then
+// key block. An item writes its partial (m, l, o) to its own slot, so items run in any order on any
+// thread. The merge then runs per (b, g, row block) and sums the key blocks in block order: the result
+// does not depend on the thread count. Plans that would need more partial results than
+// DecodeScratch::max_partial_floats (long prefills through this kernel) run in waves of row blocks.
+#include "mha/decode.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mha/kernel.hpp"
+#include "mha/decode_kernel.hpp"
+
+namespace mha {
+
+const DecodeKernel& scalar_decode_kernel() { return scalar::kDecodeKernel; }
+
+const DecodeKernel* simd128_decode_kernel() {
+#if MHA_DECODE_SIMD128
+  return &simd128::kDecodeKernel;
+#else
+  return nullptr;
+#endif
+}
+
+const DecodeKernel& default_decode_kernel() {
+  const DecodeKernel* simd = simd128_decode_kernel();
+  return simd != nullptr ? *simd : scalar_decode_kernel();
+}
+
+const char* decode_kernel_name(const DecodeKernel& kernel) { return kernel.name; }
+
+void DecodeScratch::release() {
+  for (Workspace& w : workers) w.release();
+  partials.release();
+  row_blocks.clear();
+  row_blocks.shrink_to_fit();
+}
+
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// A prefill of at least this many tokens into an empty float32 cache runs the tiled kernel.
+constexpr int32_t kTiledPrefillMinTokens = 16;
+
+constexpr int64_t round_up16(int64_t x) { return (x + 15) / 16 * 16; }
+
+bool tiled_prefill_applies(const KVCache& cache, const CacheAttendArgs& args) {
+  const CacheAttendOptions& o = args.options;
+  return args.path == CachePath::kAuto && cache.length() == 0 && cache.config().dtype == CacheDType::kFloat32 &&
+         o.num_heads == cache.config().num_kv_heads && o.window_left < 0 && o.window_right < 0 && o.softcap == 0.0f &&
+         o.alibi_slopes == nullptr && !o.empty_rows_zero && args.new_tokens >= kTiledPrefillMinTokens;
+}
+
+// Everything a work item or a merge needs; shared read-only by the threads (partials excepted).
+struct DecodeJob {
+  const KVCache* cache = nullptr;
+  const CacheAttendArgs* args = nullptr;
+  const DecodeKernel* kernel = nullptr;
+  DecodeScratch* scratch = nullptr;
+  int32_t group = 0;           // G = H / Hkv
+  int32_t head_dim = 0, dh8 = 0;
+  int32_t length = 0;          // keys [0, length)
+  int32_t first_position = 0;  // of query 0
+  const DecodeRowBlock* row_blocks = nullptr;  // the wave's row blocks
+  int32_t wave_row_blocks = 0;
+  int64_t items_per_head = 0;   // work items of one (b, g) in this wave
+  int64_t floats_per_head = 0;  // their partial results
+  float* partials = nullptr;
+  float score_scale = 0.0f, softcap_in = 0.0f, softcap_out = 0.0f;
+  bool exact_only = false;  // the scale cannot be folded into a normal float: every row takes the exact path
+};
+
+struct RowInfo {
+  int32_t query = 0;  // i
+  int32_t head = 0;   // h
+};
+inline RowInfo row_info(const DecodeJob& job, int32_t g, int32_t row) {
+  return RowInfo{row / job.group, g * job.group + row % job.group};
+}
+
+inline const float* q_row(const DecodeJob& job, int32_t b, const RowInfo& ri) {
+  const TensorView<const float>& q = job.args->q;
+  return q.data + b * q.batch_stride + ri.query * q.row_stride + int64_t{ri.head} * job.head_dim;
+}
+
+inline KeySpan row_keys(const DecodeJob& job, int32_t query) {
+  const CacheAttendOptions& o = job.args->options;
+  return visible_keys(int64_t{job.first_position} + query, job.length, o.causal, o.window_left, o.window_right);
+}
+
+// The partial results (m, l, o) of item (bg, row block, key block).
+struct Partial {
+  float* m;
+  float* l;
+  float* o;
+};
+inline Partial partial_at(const DecodeJob& job, int64_t bg, const DecodeRowBlock& rb, int32_t block) {
+  float* base = job.partials + bg * job.floats_per_head + rb.partial_begin + int64_t{block - rb.first_block} * rb.item_floats;
+  return Partial{base, base + kDecodeMaxRowsPerItem, base + 2 * kDecodeMaxRowsPerItem};
+}
+
+void run_item(void* ctx, int64_t index, int worker) {
+  const DecodeJob& job = *static_cast<const DecodeJob*>(ctx);
+  const int64_t bg = index / job.items_per_head;
+  const int64_t local = index % job.items_per_head;
+  int32_t w = 0;
+  while (local >= job.row_blocks[w].item_begin + job.row_blocks[w].blocks) ++w;
+  const DecodeRowBlock& rb = job.row_blocks[w];
+  const int32_t block = rb.first_block + static_cast<int32_t>(local - rb.item_begin);
+  const KVCacheConfig& config = job.cache->config();
+  const int32_t b = static_cast<int32_t>(bg / config.num_kv_heads);
+  const int32_t g = static_cast<int32_t>(bg % config.num_kv_heads);
+
+  const float* q_rows[kDecodeMaxRowsPerItem];
+  KeySpan visible[kDecodeMaxRowsPerItem];
+  int32_t position[kDecodeMaxRowsPerItem];
+  float alibi[kDecodeMaxRowsPerItem];
+  const float* slopes = job.args->options.alibi_slopes;
+  for (int32_t r = 0; r < rb.rows; ++r) {
+    const RowInfo ri = row_info(job, g, rb.row_begin + r);
+    q_rows[r] = q_row(job, b, ri);
+    visible[r] = row_keys(job, ri.query);
+    position[r] = job.first_position + ri.query;
+    alibi[r] = slopes != nullptr ? static_cast<float>(double{slopes[ri.head]} * kLog2e) : 0.0f;
+  }
+
+  DecodeBlock blk;
+  const bool f16 = config.dtype == CacheDType::kFloat16;
+  blk.key_panels = f16 ? static_cast<const void*>(job.cache->key_panels<uint16_t>(b, g))
+                       : static_cast<const void*>(job.cache->key_panels<float>(b, g));
+  blk.value_rows = f16 ? static_cast<const void*>(job.cache->value_rows<uint16_t>(b, g))
+                       : static_cast<const void*>(job.cache->value_rows<float>(b, g));
+  blk.dtype = config.dtype;
+  blk.head_dim = job.head_dim;
+  blk.dh8 = job.dh8;
+  blk.rows = rb.rows;
+  blk.q_rows = q_rows;
+  blk.visible = visible;
+  blk.position = position;
+  blk.alibi = slopes != nullptr ? alibi : nullptr;
+  blk.key_begin = std::max(block * kDecodeKeysPerBlock, rb.keys.first);
+  blk.key_end = std::min((block + 1) * kDecodeKeysPerBlock, rb.keys.last + 1);
+  blk.specials = f16 && job.cache->special_from() < blk.key_end;
+  blk.score_scale = job.score_scale;
+  blk.softcap_in = job.softcap_in;
+  blk.softcap_out = job.softcap_out;
+  const Partial partial = partial_at(job, bg, rb, block);
+  blk.m = partial.m;
+  blk.l = partial.l;
+  blk.o = partial.o;
+  job.kernel->run(blk, job.scratch->workers[static_cast<size_t>(worker)].data());
+}
+
+// The exact path of one row: docs/spec.md 2.4 and 2.5 in double, over the keys the row sees, in the
+// reference's order of operations (reference.cpp), so that with plain options it gives the reference's
+// bits. Used for rows whose float32 result is not finite (non-finite inputs, float32 overflow, empty rows)
+// and for scales that cannot be folded into the kernel's log2-unit scale.
+// TODO(merge with #13): the reference gains these options there; this can then call its row function.
+void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, float* out) {
+  const KVCache& cache = *job.cache;
+  const CacheAttendOptions& o = job.args->options;
+  const KeySpan keys = row_keys(job, ri.query);
+  const int64_t position = int64_t{job.first_position} + ri.query;
+  const float* q = q_row(job, b, ri);
+  const int32_t dh = job.head_dim;
+  constexpr double kNegInfD = -std::numeric_limits<double>::infinity();
+  std::vector<double> scores(static_cast<size_t>(std::max(0, keys.last - keys.first + 1)));
+  double row_max = kNegInfD;
+  bool any_nan = false;
+  for (int32_t j = keys.first; j <= keys.last; ++j) {
+    double dot = 0.0;
+    for (int32_t d = 0; d < dh; ++d) dot += double{q[d]} * double{cache.key(b, g, j, d)};
+    double s = dot * double{o.scale};
+    if (o.softcap != 0.0f) s = double{o.softcap} * std::tanh(s / double{o.softcap});
+    if (o.alibi_slopes != nullptr) s -= double{o.alibi_slopes[ri.head]} * std::fabs(double(position - j));
+    scores[static_cast<size_t>(j - keys.first)] = s;
+    row_max = std::fmax(row_max, s);
+    any_nan |= std::isnan(s);
+  }
+  if (row_max == kNegInfD) {  // an empty row: no visible key, or every score -inf
+    const float fill = (o.empty_rows_zero && !any_nan) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    for (int32_t d = 0; d < dh; ++d) out[d] = fill;
+    return;
+  }
+  double sum = 0.0;
+  for (double& s : scores) {
+    s = std::exp(s - row_max);
+    sum += s;
+  }
+  for (int32_t d = 0; d < dh; ++d) {
+    double acc = 0.0;
+    for (int32_t j = keys.first; j <= keys.last; ++j) acc += scores[static_cast<size_t>(j - keys.first)] * double{cache.value(b, g, j, d)};
+    out[d] = static_cast<float>(acc / sum);
+  }
+}
+
+// Merges the key blocks of every row of one (b, g, row block) and writes the rows of out.
+void merge_row_block(void* ctx, int64_t index, int worker) {
+  const DecodeJob& job = *static_cast<const DecodeJob*>(ctx);
+  const int64_t bg = index / job.wave_row_blocks;
+  const DecodeRowBlock& rb = job.row_blocks[index % job.wave_row_blocks];
+  const KVCacheConfig& config = job.cache->config();
+  const int32_t b = static_cast<int32_t>(bg / config.num_kv_heads);
+  const int32_t g = static_cast<int32_t>(bg % config.num_kv_heads);
+  const int32_t dh = job.head_dim, dh8 = job.dh8;
+  float* merged = job.scratch->workers[static_cast<size_t>(worker)].data();  // (Dh8)
+  const TensorView<float>& out = job.args->out;
+  for (int32_t r = 0; r < rb.rows; ++r) {
+    const RowInfo ri = row_info(job, g, rb.row_begin + r);
+    float* dst = out.data + b * out.batch_stride + ri.query * out.row_stride + int64_t{ri.head} * dh;
+    if (job.exact_only || rb.blocks == 0) {
+      exact_row(job, b, g, ri, dst);
+      job.scratch->exact_rows.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    float m = kNegInf;
+    for (int32_t k = 0; k < rb.blocks; ++k) m = std::max(m, partial_at(job, bg, rb, rb.first_block + k).m[r]);
+    const float m_sub = m == kNegInf ? 0.0f : m;
+    float l = 0.0f;
+    std::fill(merged, merged + dh8, 0.0f);
+    for (int32_t k = 0; k < rb.blocks; ++k) {
+      const Partial p = partial_at(job, bg, rb, rb.first_block + k);
+      const float weight = std::exp2(p.m[r] - m_sub);  // 1 for the block holding the max
+      l += p.l[r] * weight;
+      const float* o = p.o + int64_t{r} * dh8;
+      for (int32_t d = 0; d < dh8; ++d) merged[d] += o[d] * weight;
+    }
+    // A row that saw a visible key has l >= 1 (its max key adds 2^0 = 1). Checked before storing: out may
+    // be q, and the exact path reads this row of q.
+    bool finite = l >= 1.0f && l <= std::numeric_limits<float>::max();
+    for (int32_t d = 0; d < dh; ++d) {
+      merged[d] /= l;
+      finite &= std::isfinite(merged[d]);
+    }
+    if (!finite) {
+      exact_row(job, b, g, ri, dst);
+      job.scratch->exact_rows.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    std::copy(merged, merged + dh, dst);
+  }
+}
+
+// Cuts the G*n rows into row blocks and finds their key blocks.
+void plan_row_blocks(const DecodeJob& job, int32_t rows_total, std::vector<DecodeRowBlock>& row_blocks) {
+  row_blocks.clear();
+  for (int32_t begin = 0; begin < rows_total; begin += kDecodeMaxRowsPerItem) {
+    DecodeRowBlock rb;
+    rb.row_begin = begin;
+    rb.rows = std::min(kDecodeMaxRowsPerItem, rows_total - begin);
+    // Visible ranges only move forward with the query (docs/spec.md 2.3), and none is empty in a cache
+    // call (a query sees its own position), so the union is [first of the first, last of the last].
+    const KeySpan first = row_keys(job, begin / job.group);
+    const KeySpan last = row_keys(job, (begin + rb.rows - 1) / job.group);
+    rb.keys = KeySpan{first.first, last.last};
+    if (rb.keys.first <= rb.keys.last) {
+      rb.first_block = rb.keys.first / kDecodeKeysPerBlock;
+      rb.blocks = rb.keys.last / kDecodeKeysPerBlock - rb.first_block + 1;
+    }
+    rb.item_floats = static_cast<int32_t>(round_up16(2 * kDecodeMaxRowsPerItem + int64_t{rb.rows} * job.dh8));
+    row_blocks.push_back(rb);
+  }
+}
+
+// Scratch floats per worker: the kernel's, and a merged row.
+size_t worker_floats(const DecodeKernel& kernel, int32_t head_dim) {
+  return std::max(kernel.scratch_floats(head_dim), static_cast<size_t>(round_up_to(head_dim, 8)));
+}
+
+struct Wave {
+  size_t begin = 0, end = 0;  // row blocks
+  int64_t items_per_head = 0, floats_per_head = 0;
+};
+
+// The next wave from row block `begin`: as many row blocks as fit max_floats (at least one); sets each
+// row block's item_begin and partial_begin relative to the wave.
+Wave next_wave(std::vector<DecodeRowBlock>& row_blocks, size_t begin, int64_t heads, int64_t max_floats) {
+  Wave wave;
+  wave.begin = begin;
+  wave.end = begin;
+  while (wave.end < row_blocks.size()) {
+    DecodeRowBlock& rb = row_blocks[wave.end];
+    const int64_t floats = int64_t{rb.blocks} * rb.item_floats;
+    if (wave.end > begin && heads * (wave.floats_per_head + floats) > max_floats) break;
+    rb.item_begin = wave.items_per_head;
+    rb.partial_begin = wave.floats_per_head;
+    wave.items_per_head += rb.blocks;
+    wave.floats_per_head += floats;
+    ++wave.end;
+  }
+  return wave;
+}
+
+// Sizes of the largest wave, for reserving before anything changes.
+int64_t largest_wave_floats(std::vector<DecodeRowBlock>& row_blocks, int64_t heads, int64_t max_floats) {
+  int64_t largest = 0;
+  for (size_t begin = 0; begin < row_blocks.size();) {
+    const Wave wave = next_wave(row_blocks, begin, heads, max_floats);
+    largest = std::max(largest, heads * wave.floats_per_head);
+    begin = wave.end;
+  }
+  return largest;
+}
+
+DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, int32_t length,
+                   DecodeScratch& scratch) {
+  DecodeJob job;
+  job.cache = &cache;
+  job.args = &args;
+  job.kernel = args.kernel != nullptr ? args.kernel : &default_decode_kernel();
+  job.scratch = &scratch;
+  job.group = args.options.num_heads / cache.config().num_kv_heads;
+  job.head_dim = cache.config().head_dim;
+  job.dh8 = round_up_to(job.head_dim, 8);
+  job.length = length;
+  job.first_position = first_position;
+  const CacheAttendOptions& o = args.options;
+  // Scores in log2 units. Where a folded factor is not a normal float it no longer carries the given
+  // scale to float precision (or overflows): such calls take the exact path for every row.
+  auto normal = [](float x) { return std::isfinite(x) && (x == 0.0f || std::fabs(x) >= std::numeric_limits<float>::min()); };
+  if (o.softcap != 0.0f) {
+    job.softcap_in = static_cast<float>(double{o.scale} / double{o.softcap});
+    job.softcap_out = static_cast<float>(double{o.softcap} * kLog2e);
+    job.exact_only = !normal(job.softcap_in) || !normal(job.softcap_out) || job.softcap_in == 0.0f;
+  } else {
+    job.score_scale = static_cast<float>(double{o.scale} * kLog2e);
+    job.exact_only = !normal(job.score_scale);
+  }
+  job.exact_only |= args.path == CachePath::kExactRows;
+  return job;
+}
+
+// Reserves everything the decode kernel will need for a call over `length` keys.
+Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, int32_t length,
+                      DecodeScratch& scratch, ThreadPool* pool) {
+  DecodeJob job = make_job(cache, args, first_position, length, scratch);
+  plan_row_blocks(job, job.group * args.new_tokens, scratch.row_blocks);
+  const int64_t heads = int64_t{cache.config().batch} * cache.config().num_kv_heads;
+  const int64_t partial_floats = largest_wave_floats(scratch.row_blocks, heads, scratch.max_partial_floats);
+  const size_t threads = static_cast<size_t>(pool != nullptr ? pool->size() : 1);
+  if (scratch.workers.size() < threads) scratch.workers = std::vector<Workspace>(threads);
+  const size_t floats = worker_floats(*job.kernel, job.head_dim);
+  for (Workspace& w : scratch.workers)
+    if (!w.reserve(floats)) return Status::kOutOfMemory;
+  if (!scratch.partials.reserve(static_cast<size_t>(std::max<int64_t>(partial_floats, 16)))) return Status::kOutOfMemory;
+  return Status::kOk;
+}
+
+// Runs the planned call (scratch reserved by reserve_decode for the same arguments).
+void run_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, DecodeScratch& scratch,
+                ThreadPool* pool) {
+  DecodeJob job = make_job(cache, args, first_position, cache.length(), scratch);
+  plan_row_blocks(job, job.group * args.new_tokens, scratch.row_blocks);
+  const int64_t heads = int64_t{cache.config().batch} * cache.config().num_kv_heads;
+  job.partials = scratch.partials.data();
+  // Work below kParallelMinFlops runs on the calling thread: waking workers costs more. Same bits.
+  const double flops = 4.0 * double(heads) * job.group * args.new_tokens * job.length * job.head_dim;
+  const bool parallel = pool != nullptr && pool->size() > 1 && flops >= kParallelMinFlops;
+  for (size_t begin = 0; begin < scratch.row_blocks.size();) {
+    const Wave wave = next_wave(scratch.row_blocks, begin, heads, scratch.max_partial_floats);
+    job.row_blocks = scratch.row_blocks.data() + wave.begin;
+    job.wave_row_blocks = static_cast<int32_t>(wave.end - wave.begin);
+    job.items_per_head = wave.items_per_head;
+    job.floats_per_head = wave.floats_per_head;
+    const int64_t items = heads * wave.items_per_head;
+    const int64_t merges = heads * job.wave_row_blocks;
+    if (parallel) {
+      if (!job.exact_only) pool->parallel_for(items, &run_item, &job);
+      pool->parallel_for(merges, &merge_row_block, &job);
+    } else {
+      if (!job.exact_only)
+        for (int64_t i = 0; i < items; ++i) run_item(&job, i, 0);
+      for (int64_t i = 0; i < merges; ++i) merge_row_block(&job, i, 0);
+    }
+    begin = wave.end;
+  }
+}
+
+}  // namespace
+
+Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
+  const KVCacheConfig& c = cache.config();
+  const CacheAttendOptions& o = args.options;
+  if (args.new_tokens <= 0) return Status::kNonPositiveDim;
+  if (o.num_heads <= 0 || o.num_heads % c.num_kv_heads != 0) return Status::kCacheHeadsMismatch;
+  if (args.q.data == nullptr || args.k.data == nullptr || args.v.data == nullptr || args.out.data == nullptr)
+    return Status::kNullPointer;
+  if (!std::isfinite(o.scale)) return Status::kBadScale;
+  if (o.window_left < -1 || o.window_right < -1 || !std::isfinite(o.softcap) || o.softcap < 0.0f)
+    return Status::kCacheBadOption;
+  if (o.alibi_slopes != nullptr) {
+    for (int32_t h = 0; h < o.num_heads; ++h)
+      if (!std::isfinite(o.alibi_slopes[h])) return Status::kCacheBadOption;
+  }
+  // (B, n, H*Dh) must stay below kMaxElements, as every tensor of the stateless call.
+  const double q_elements = double(c.batch) * args.new_tokens * o.num_heads * c.head_dim;
+  if (q_elements >= double(kMaxElements)) return Status::kTooLarge;
+  if (args.new_tokens > c.capacity - cache.length()) return Status::kCacheFull;
+  return Status::kOk;
+}
+
+Status decode_attention(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, DecodeScratch& scratch,
+                        ThreadPool* pool) {
+  const Status status = reserve_decode(cache, args, first_position, cache.length(), scratch, pool);
+  if (status != Status::kOk) return status;
+  run_decode(cache, args, first_position, scratch, pool);
+  return Status::kOk;
+}
+
+Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
+                    Workspace& tiled_scratch) {
+  const Status status = validate_cache_attend(cache, args);
+  if (status != Status::kOk) return status;
+  const KVCacheConfig& c = cache.config();
+  const int32_t n = args.new_tokens;
+  if (tiled_prefill_applies(cache, args)) {
+    // An empty float32 cache holds exactly the new tokens once they are appended: attend over them where
+    // they are, with the tiled kernel, then store them. An error leaves the cache untouched.
+    AttentionArgs tiled;
+    tiled.shape = AttentionShape{c.batch, n, n, args.options.num_heads * c.head_dim, args.options.num_heads};
+    tiled.q = args.q;
+    tiled.k = args.k;
+    tiled.v = args.v;
+    tiled.out = args.out;
+    tiled.causal = args.options.causal;
+    tiled.scale = args.options.scale;
+    const Status run = parallel != nullptr ? parallel->run(tiled) : attention(tiled, tiled_scratch);
+    if (run != Status::kOk) return run;
+    return cache.append(args.k, args.v, n);
+  }
+  ThreadPool* pool = parallel != nullptr ? &parallel->pool() : nullptr;
+  const int32_t old_length = cache.length();
+  const Status reserved = reserve_decode(cache, args, old_length, old_length + n, scratch, pool);
+  if (reserved != Status::kOk) return reserved;
+  const Status appended = cache.append(args.k, args.v, n);
+  if (appended != Status::kOk) return appended;
+  run_decode(cache, args, old_length, scratch, pool);
+  return Status::kOk;
+}
+
+}  // namespace mha

@@ -1,0 +1,131 @@
+// Attention through the KV cache (docs/spec.md Part 3): cache_attend appends the new tokens' k and v
+// and attends the new queries over every cached key, with query positions starting at the old length.
+//
+// Two kernels serve it:
+//  - the decode kernel (this file, decode.cpp and its variants decode_simd128.cpp / decode_scalar.cpp)
+//    for any call. It is built for few new queries (n = 1..8): for each batch item b and KV head g, the
+//    G = H / Hkv query heads that share g, times the n queries, are the rows of one micro-kernel call,
+//    so every K/V element is read once per group and not once per query head. The visible keys are cut
+//    into blocks of kDecodeKeysPerBlock keys at fixed positions (flash-decoding: split-K); each work item
+//    (b, g, row block, key block) keeps its own max and sum, and the blocks are merged exactly with
+//    their log-sum-exp. The split depends on positions only, never on the thread count, so the result
+//    is bit-identical for every thread count.
+//  - the tiled kernel of attention.hpp for a prefill into an empty float32 cache without the v2
+//    options, on the new tokens' own k and v (which then are exactly the cache's contents).
+//    TODO(merge with #13): once the tiled kernel has GQA (Hkv < H), queryOffset, window, softcap and
+//    ALiBi, a prefill into a non-empty cache and a GQA prefill can run it too; for float16 its tile
+//    packing would widen halves as it packs (decode.cpp, tiled_prefill_applies, is the one place).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "mha/kv_cache.hpp"
+#include "mha/parallel.hpp"
+#include "mha/shape.hpp"
+#include "mha/visibility.hpp"
+#include "mha/workspace.hpp"
+
+namespace mha {
+
+// Keys [first, last] (both included) that a query at `position` sees in a cache of `length` keys: the
+// core's visibility rule (visibility.hpp, docs/spec.md 2.3) with T = length and no mask or kvLengths (a
+// cache call has neither). Inclusive bounds because the decode kernels loop over [first, last]; empty
+// when first > last.
+struct KeySpan {
+  int32_t first = 0;
+  int32_t last = -1;
+};
+// window_left / window_right: -1 = unbounded (Infinity).
+inline KeySpan visible_keys(int64_t position, int32_t length, bool causal, int32_t window_left, int32_t window_right) {
+  KeyVisibility vis;
+  vis.kv_seq_len = length;
+  vis.kv_length = length;
+  vis.query_offset = 0;
+  vis.causal = causal;
+  vis.window_left = window_left;
+  vis.window_right = window_right;
+  // row_range takes an int32 row; positions in a cache are < capacity <= INT32_MAX.
+  const KeyRange range = vis.row_range(static_cast<int32_t>(position));
+  if (range.empty()) return KeySpan{};
+  return KeySpan{range.begin, range.end - 1};
+}
+
+// The options of one attend call (docs/spec.md Part 3: bias, kvLengths and mask are not cache options).
+struct CacheAttendOptions {
+  int32_t num_heads = 0;       // H, a multiple of the cache's Hkv
+  bool causal = true;          // lower-right: query i at position old_length + i sees keys <= its position
+  int32_t window_left = -1;    // -1 = Infinity
+  int32_t window_right = -1;   // -1 = Infinity
+  float softcap = 0.0f;        // 0 = none; else finite > 0
+  const float* alibi_slopes = nullptr;  // (H) or nullptr
+  float scale = 0.0f;          // resolved by the caller (default_scale(Dh))
+  bool empty_rows_zero = false;  // emptyRows: 'zero' (true) or 'nan'
+};
+
+// A decode kernel variant: the work of one item (decode_kernel.hpp). simd128 when the core is built
+// with SIMD, scalar always.
+struct DecodeKernel;
+const DecodeKernel& default_decode_kernel();
+const DecodeKernel& scalar_decode_kernel();
+const DecodeKernel* simd128_decode_kernel();  // nullptr in builds without SIMD
+const char* decode_kernel_name(const DecodeKernel& kernel);
+
+// kDecodeKernel: never the tiled prefill; kExactRows: every row by the decode kernel's exact path (tests).
+enum class CachePath { kAuto, kDecodeKernel, kExactRows };
+
+struct CacheAttendArgs {
+  int32_t new_tokens = 0;          // n >= 1
+  TensorView<const float> q;       // (B, n, H*Dh)
+  TensorView<const float> k, v;    // (B, n, Hkv*Dh), the new tokens
+  TensorView<float> out;           // (B, n, H*Dh); may be q itself, must not overlap k or v
+  CacheAttendOptions options;
+  const DecodeKernel* kernel = nullptr;  // nullptr = default_decode_kernel()
+  CachePath path = CachePath::kAuto;
+};
+
+// Everything the decode kernel reuses from call to call, owned by one instance (not thread-safe: one
+// call at a time): every worker's scratch and the work items' partial results. Grows to the largest
+// call seen; release() gives it back.
+// The rows of one (batch item, KV head) are cut into row blocks of at most kDecodeMaxRowsPerItem rows;
+// a row block runs against the key blocks that meet the union of its rows' visible keys.
+struct DecodeRowBlock {
+  int32_t row_begin = 0;    // rows [row_begin, row_begin + rows) of the G*n rows, r = query * G + head
+  int32_t rows = 0;
+  KeySpan keys;            // union of the rows' visible keys
+  int32_t first_block = 0;  // key blocks [first_block, first_block + blocks)
+  int32_t blocks = 0;
+  int64_t item_begin = 0;     // first work item of this row block within its (b, g)
+  int64_t partial_begin = 0;  // its partial results within those of its (b, g), in floats
+  int32_t item_floats = 0;    // floats of one item's partial results
+};
+
+struct DecodeScratch {
+  std::vector<Workspace> workers;  // one per thread
+  Workspace partials;              // m, l, o of every work item of the current wave
+  std::vector<DecodeRowBlock> row_blocks;
+  // Partial results per wave; long prefills through the decode kernel run in several waves (tests lower it).
+  int64_t max_partial_floats = int64_t{1} << 22;
+  // Rows that took the exact path so far (non-finite float32 results), for tests.
+  std::atomic<int64_t> exact_rows{0};
+  void release();
+};
+
+// Checks a call against the cache without touching anything: the Status append + attend would give.
+Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args);
+
+// Appends args.k, args.v to the cache and writes out = attention of q over keys [0, new length), queries
+// at positions old length + i. On any error status nothing changed: not the cache, not out.
+// `parallel` (nullable) lends its thread pool and runs the tiled prefill; without it everything runs on
+// the calling thread (the tiled prefill with `tiled_scratch`).
+Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
+                    Workspace& tiled_scratch);
+
+// The decode kernel alone over the cache as it is: q (B, n, H*Dh) at positions [first_position,
+// first_position + n) against keys [0, cache.length()). cache_attend calls it after appending.
+Status decode_attention(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, DecodeScratch& scratch,
+                        ThreadPool* pool);
+
+}  // namespace mha

@@ -1,0 +1,68 @@
+// The interface between the decode driver (decode.cpp) and its kernel variants (decode_simd128.cpp,
+// decode_scalar.cpp): one work item = some query rows of one (batch item, KV head) against one block of
+// keys, producing that block's partial softmax (max, sum, unnormalized output) per row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mha/kv_cache.hpp"
+
+namespace mha {
+
+constexpr int32_t kDecodeKeysPerBlock = 256;  // split-K block, a multiple of kKeysPerPanel
+constexpr int32_t kDecodeMaxRowsPerItem = 32;  // query rows (G heads x n queries) of one work item
+static_assert(kDecodeKeysPerBlock % kKeysPerPanel == 0, "blocks start on panel boundaries");
+
+// Rows are r = query * G + head-in-group (decode.cpp); everything per row is given explicitly here.
+struct DecodeBlock {
+  // The KV head: panels from panel 0, value rows from row 0 (kv_cache.hpp).
+  const void* key_panels = nullptr;  // float or uint16_t (dtype)
+  const void* value_rows = nullptr;
+  CacheDType dtype = CacheDType::kFloat32;
+  bool specials = false;  // float16: the keys [key_begin, key_end) may hold inf/NaN halves
+  int32_t head_dim = 0;   // Dh
+  int32_t dh8 = 0;        // Dh rounded up to 8 (value row length)
+
+  int32_t rows = 0;                        // <= kDecodeMaxRowsPerItem
+  const float* const* q_rows = nullptr;    // q of row r: Dh floats
+  const KeySpan* visible = nullptr;       // row r sees keys visible[r] (clipped to the block here)
+  const int32_t* position = nullptr;       // query position of row r (ALiBi)
+  const float* alibi = nullptr;            // slope * log2(e) of row r's head, or nullptr
+
+  // Keys of the block, inside the union of the rows' visible keys; key_begin is at or after the start of
+  // the block (a multiple of kDecodeKeysPerBlock), key_end - 1 before its end.
+  int32_t key_begin = 0;
+  int32_t key_end = 0;
+
+  // Scores in log2 units: s = score_scale * (q . k), or with softcap
+  // s = softcap_out * tanh(softcap_in * (q . k)) (softcap_in = scale / c, softcap_out = c * log2(e)).
+  float score_scale = 0.0f;
+  float softcap_in = 0.0f;  // 0 = no softcap
+  float softcap_out = 0.0f;
+
+  // Results of row r: m[r] = max score (log2 units; -inf if the row sees no key of the block),
+  // l[r] = sum of 2^(s - m') and o[r * dh8 + d] = sum of 2^(s - m') v[d], with m' = m or 0 when m is -inf.
+  // o is 16-byte aligned.
+  float* m = nullptr;
+  float* l = nullptr;
+  float* o = nullptr;
+};
+
+struct DecodeKernel {
+  const char* name;
+  // Floats of scratch one worker needs for any item of this head dim (64-byte aligned).
+  size_t (*scratch_floats)(int32_t head_dim);
+  void (*run)(const DecodeBlock& block, float* scratch);
+};
+
+namespace scalar {
+extern const DecodeKernel kDecodeKernel;
+}
+#if MHA_DECODE_SIMD128
+namespace simd128 {
+extern const DecodeKernel kDecodeKernel;
+}
+#endif
+
+}  // namespace mha

@@ -1,0 +1,70 @@
+// The portable decode kernel: one work item of decode_kernel.hpp in plain float loops, row by row, for
+// wasm engines without SIMD128 (the baseline build) and as a second variant under the same tests.
+// Same block semantics as decode_simd128.cpp: per row, scores in log2 units over the keys of the block
+// it sees, their max m, p = 2^(s - m), l = sum p, o = sum p v. Hidden keys are never read.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mha/decode.hpp"
+#include "mha/decode_kernel.hpp"
+#include "mha/f16.hpp"
+
+namespace mha {
+namespace scalar {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Element d of key j / value j of the head, as stored (kv_cache.hpp layout).
+inline float stored_key(const DecodeBlock& blk, int32_t j, int32_t d) {
+  const int64_t at = int64_t{j / kKeysPerPanel} * blk.head_dim * kKeysPerPanel + int64_t{d} * kKeysPerPanel;
+  const int32_t column = j % kKeysPerPanel;
+  if (blk.dtype == CacheDType::kFloat32) return static_cast<const float*>(blk.key_panels)[at + column];
+  return f16::decode(static_cast<const uint16_t*>(blk.key_panels)[at + column]);
+}
+inline float stored_value(const DecodeBlock& blk, int32_t j, int32_t d) {
+  const int64_t row = int64_t{j} * blk.dh8;
+  if (blk.dtype == CacheDType::kFloat32) return static_cast<const float*>(blk.value_rows)[row + d];
+  return f16::decode(static_cast<const uint16_t*>(blk.value_rows)[row + d]);
+}
+
+size_t scratch_floats(int32_t head_dim) { return static_cast<size_t>(kDecodeKeysPerBlock); }
+
+void run(const DecodeBlock& blk, float* scratch) {
+  float* p = scratch;  // scores, then weights, of keys [key_begin, key_end) for one row
+  for (int32_t r = 0; r < blk.rows; ++r) {
+    const float* q = blk.q_rows[r];
+    const int32_t first = std::max(blk.visible[r].first, blk.key_begin);
+    const int32_t last = std::min(blk.visible[r].last, blk.key_end - 1);
+    float m = kNegInf;
+    for (int32_t j = first; j <= last; ++j) {
+      float dot = 0.0f;
+      for (int32_t d = 0; d < blk.head_dim; ++d) dot += q[d] * stored_key(blk, j, d);
+      float s = blk.softcap_in != 0.0f ? blk.softcap_out * std::tanh(blk.softcap_in * dot) : blk.score_scale * dot;
+      if (blk.alibi != nullptr) s -= blk.alibi[r] * std::fabs(static_cast<float>(int64_t{blk.position[r]} - j));
+      p[j - first] = s;
+      m = s > m ? s : m;  // a NaN score is dropped here and poisons l below
+    }
+    const float m_sub = m == kNegInf ? 0.0f : m;
+    float l = 0.0f;
+    for (int32_t j = first; j <= last; ++j) {
+      p[j - first] = std::exp2(p[j - first] - m_sub);
+      l += p[j - first];
+    }
+    float* o = blk.o + int64_t{r} * blk.dh8;
+    std::fill(o, o + blk.dh8, 0.0f);
+    for (int32_t j = first; j <= last; ++j) {
+      for (int32_t d = 0; d < blk.head_dim; ++d) o[d] += p[j - first] * stored_value(blk, j, d);
+    }
+    blk.m[r] = m;
+    blk.l[r] = l;
+  }
+}
+
+}  // namespace
+
+const DecodeKernel kDecodeKernel{"scalar", &scratch_floats, &run};
+
+}  // namespace scalar
+}  // namespace mha

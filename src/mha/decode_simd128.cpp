@@ -1,0 +1,351 @@
+// The SIMD decode kernel (xsimd; WebAssembly SIMD128 when compiled with Emscripten): one work item of
+// decode_kernel.hpp, the rows of one (batch item, KV head) against one block of at most 256 keys, in
+// four phases:
+//   1. pack q: rows in chunks of 4, each chunk a panel (Dh, 4) so one step broadcasts 4 adjacent floats;
+//   2. scores (rows, keys) = q . k, panel by panel (32 keys of K^T, kv_cache.hpp), each panel used by every
+//      row chunk while it is in L1: a micro-kernel of R rows x 8P keys, R*2P accumulators (R = 1: 32 keys);
+//   3. per row: log2-unit scores (scale, softcap, ALiBi), hidden keys -inf, max m, p = 2^(s - m), sum l;
+//   4. o (rows, Dh8) = p V, 32 keys at a time, a micro-kernel of R rows x 8L lanes (R = 1: 32 lanes).
+// The softmax of a block is two-pass (its scores fit in scratch), so no running rescale; blocks are
+// merged by the driver.
+// float16, one row chunk (G*n <= 4: the memory-bound steps): halves are widened in registers as the
+// micro-kernels load them, 5 integer operations per 8 (f16.hpp), and the widening's factor 2^112 is
+// folded into q (when |q| <= kMaxFoldableQ) and into the stored weights, so no multiply is spent on it.
+// More chunks: each K panel and V tile is widened once into an L1 scratch tile that every chunk reads
+// (a tile, never a copy of the cache).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "mha/decode.hpp"
+#include "mha/decode_kernel.hpp"
+#include "mha/f16.hpp"
+#include "mha/simd_exp.hpp"
+
+#ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
+#define MHA_PHASE __attribute__((noinline))
+#else
+#define MHA_PHASE
+#endif
+
+namespace mha {
+namespace simd128 {
+namespace {
+
+using simd::VecF;
+using simd::VecI;
+constexpr int32_t kLanes = 4;
+static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
+constexpr int32_t kP = kKeysPerPanel;        // keys per K panel, and per PV tile
+constexpr int32_t kS = kDecodeKeysPerBlock;  // row stride of the scores (a constant: immediate offsets)
+constexpr int32_t kChunk = 4;                // rows per micro-kernel call
+constexpr int32_t kMaxChunks = kDecodeMaxRowsPerItem / kChunk;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // 64-byte multiples of floats
+
+// Loaders: 8 consecutive stored elements (16-byte aligned) as two float vectors.
+struct F32Loader {
+  using Elem = float;
+  void load8(const float* p, VecF& lo, VecF& hi) const {
+    lo = VecF::load_aligned(p);
+    hi = VecF::load_aligned(p + kLanes);
+  }
+};
+// kScaled: the widened values lack the factor 2^112 (f16.hpp), which the caller has folded into the
+// other operand (q for scores, the weights for values): one multiply fewer per 4 halves, same products.
+template <bool kSpecials, bool kScaled>
+struct F16Loader {
+  using Elem = uint16_t;
+  f16::simd::Constants constants;
+  void load8(const uint16_t* p, VecF& lo, VecF& hi) const { f16::simd::load8<kSpecials, kScaled>(p, lo, hi, constants); }
+};
+
+struct Layout {
+  size_t q = 0, s = 0, k_stage = 0, v_stage = 0, total = 0;
+};
+
+Layout make_layout(int32_t dh) {
+  const size_t dh8 = static_cast<size_t>(round_up_to(dh, 8));
+  Layout lay;
+  size_t at = 0;
+  auto take = [&at](size_t floats) {
+    const size_t here = at;
+    at += round_up16(floats);
+    return here;
+  };
+  lay.q = take(size_t(kMaxChunks) * dh * kChunk);  // q chunks as panels (Dh, 4)
+  lay.s = take(size_t(kDecodeMaxRowsPerItem) * kS);  // scores, then weights (rows, kS)
+  lay.k_stage = take(size_t(dh) * kP);               // one widened K panel (Dh, P)
+  lay.v_stage = take(size_t(kP) * dh8);              // one widened V tile (P, Dh8)
+  lay.total = at;
+  return lay;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Micro-kernels. Loops over R, P, L have constant bounds: LLVM unrolls them and keeps the arrays in
+// registers. Broadcasts are taken first and each key (or lane) group is consumed as soon as it is loaded,
+// so at most R + 2 + R*2P vectors are live (<= 14 of the 16 xmm registers).
+
+// s[r * kS + c] = q_r . k_c for rows r < R and keys c < 8P of a panel column group (row d of the panel
+// group at panel + d * kP). qpanel (Dh, 4).
+template <int R, int P, class Ld>
+inline void qk_micro(const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld) {
+  VecF acc[R][2 * P];
+  for (int r = 0; r < R; ++r)
+    for (int x = 0; x < 2 * P; ++x) acc[r][x] = VecF(0.0f);
+  for (int32_t d = 0; d < dh; ++d, qpanel += kChunk, panel += kP) {
+    VecF b[R];
+    for (int r = 0; r < R; ++r) b[r] = VecF(qpanel[r]);
+    for (int p = 0; p < P; ++p) {
+      VecF k0, k1;
+      ld.load8(panel + 8 * p, k0, k1);
+      for (int r = 0; r < R; ++r) {
+        acc[r][2 * p] += b[r] * k0;
+        acc[r][2 * p + 1] += b[r] * k1;
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int x = 0; x < 2 * P; ++x) acc[r][x].store_aligned(s + r * kS + kLanes * x);
+}
+
+// o[r * dh8 + c] += sum_j p[r * kS + j] * v[j * dh8 + c] for rows r < R, lanes c < 8L, keys j < nk.
+template <int R, int L, class Ld>
+inline void pv_micro(const float* p, const typename Ld::Elem* v, int32_t dh8, int32_t nk, float* o, const Ld& ld) {
+  VecF acc[R][2 * L];
+  for (int r = 0; r < R; ++r)
+    for (int x = 0; x < 2 * L; ++x) acc[r][x] = VecF::load_aligned(o + r * dh8 + kLanes * x);
+  for (int32_t j = 0; j < nk; ++j, ++p, v += dh8) {
+    VecF b[R];
+    for (int r = 0; r < R; ++r) b[r] = VecF(p[r * kS]);
+    for (int l = 0; l < L; ++l) {
+      VecF v0, v1;
+      ld.load8(v + 8 * l, v0, v1);
+      for (int r = 0; r < R; ++r) {
+        acc[r][2 * l] += b[r] * v0;
+        acc[r][2 * l + 1] += b[r] * v1;
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int x = 0; x < 2 * L; ++x) acc[r][x].store_aligned(o + r * dh8 + kLanes * x);
+}
+
+// Key groups per QK call and lane groups per PV call: R * 2 * groups = 8 accumulators.
+template <int R>
+constexpr int groups_for_rows() {
+  return R == 1 ? 4 : (R == 2 ? 2 : 1);
+}
+
+template <int R, class Ld>
+inline void qk_panel(const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld) {
+  constexpr int P = groups_for_rows<R>();
+  for (int32_t c = 0; c < kP; c += 8 * P) qk_micro<R, P>(qpanel, panel + c, dh, s + c, ld);
+}
+
+template <int R, class Ld>
+inline void pv_tile(const float* p, const typename Ld::Elem* v, int32_t dh8, int32_t nk, float* o, const Ld& ld) {
+  constexpr int L = groups_for_rows<R>();
+  int32_t c = 0;
+  for (; c + 8 * L <= dh8; c += 8 * L) pv_micro<R, L>(p, v + c, dh8, nk, o + c, ld);
+  for (; c < dh8; c += 8) pv_micro<R, 1>(p, v + c, dh8, nk, o + c, ld);
+}
+
+template <class Ld>
+inline void qk_chunk(int32_t rows, const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld) {
+  switch (rows) {
+    case 1: qk_panel<1>(qpanel, panel, dh, s, ld); break;
+    case 2: qk_panel<2>(qpanel, panel, dh, s, ld); break;
+    case 3: qk_panel<3>(qpanel, panel, dh, s, ld); break;
+    default: qk_panel<4>(qpanel, panel, dh, s, ld); break;
+  }
+}
+
+template <class Ld>
+inline void pv_chunk(int32_t rows, const float* p, const typename Ld::Elem* v, int32_t dh8, int32_t nk, float* o, const Ld& ld) {
+  switch (rows) {
+    case 1: pv_tile<1>(p, v, dh8, nk, o, ld); break;
+    case 2: pv_tile<2>(p, v, dh8, nk, o, ld); break;
+    case 3: pv_tile<3>(p, v, dh8, nk, o, ld); break;
+    default: pv_tile<4>(p, v, dh8, nk, o, ld); break;
+  }
+}
+
+// count rows of 8-element groups (row_stride elements apart, `groups` per row) widened into floats.
+template <class Ld>
+void widen_rows(const typename Ld::Elem* src, int32_t rows, int32_t row_stride, int32_t groups, float* dst, const Ld& ld) {
+  for (int32_t i = 0; i < rows; ++i, src += row_stride, dst += row_stride) {
+    for (int32_t c = 0; c < groups * 8; c += 8) {
+      VecF lo, hi;
+      ld.load8(src + c, lo, hi);
+      lo.store_aligned(dst + c);
+      hi.store_aligned(dst + c + kLanes);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Phases
+
+int32_t chunk_rows(const DecodeBlock& blk, int32_t chunk) { return std::min(kChunk, blk.rows - chunk * kChunk); }
+int32_t chunk_count(const DecodeBlock& blk) { return (blk.rows + kChunk - 1) / kChunk; }
+
+// Phase 1: qp[c * Dh * 4 + d * 4 + r % 4] = q_scale * q of row r = 4c + r % 4 (q_scale is 1, or 2^112
+// for |q| <= kMaxFoldableQ: exact).
+MHA_PHASE void pack_q(const DecodeBlock& blk, float q_scale, float* qp) {
+  for (int32_t r = 0; r < blk.rows; ++r) {
+    float* panel = qp + (r / kChunk) * blk.head_dim * kChunk + r % kChunk;
+    const float* q = blk.q_rows[r];
+    for (int32_t d = 0; d < blk.head_dim; ++d) panel[d * kChunk] = q[d] * q_scale;
+  }
+}
+
+// Largest q for which q * 2^112 stays finite with a margin (f16 scores fold 2^112 into q).
+constexpr float kMaxFoldableQ = 16384.0f;
+
+// Phase 2: s[r * kS + j - base] = q_r . k_j for the panels covering [base, key_end), base = the panel
+// start at or before key_begin.
+// stage: widen each panel once into k_stage (ld then gives true values) and run every chunk on that.
+template <class Ld>
+MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* qp, float* s, float* k_stage, const Ld& ld,
+                            bool stage) {
+  using Elem = typename Ld::Elem;
+  const int32_t dh = blk.head_dim;
+  const int32_t panels = (blk.key_end - base + kP - 1) / kP;
+  const int32_t chunks = chunk_count(blk);
+  const Elem* panel = static_cast<const Elem*>(blk.key_panels) + int64_t{base / kP} * dh * kP;
+  const F32Loader widened;
+  for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kP) {
+    float* s_panel = s + pi * kP;
+    if (stage) {
+      widen_rows(panel, dh, kP, kP / 8, k_stage, ld);
+      for (int32_t c = 0; c < chunks; ++c)
+        qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, k_stage, dh, s_panel + c * kChunk * kS, widened);
+    } else {
+      for (int32_t c = 0; c < chunks; ++c)
+        qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, panel, dh, s_panel + c * kChunk * kS, ld);
+    }
+  }
+}
+
+// Phase 3, one row: the scores of lanes [g0, g1) (4-aligned, covering [key_begin, key_end)) become
+// weights p = 2^(s - m'), stored times p_scale (1, or 2^112 for values read as scaled halves); keys outside
+// [first, last] get p = 0. Returns m; *l = sum of p.
+float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, int32_t g1, float p_scale, float* row, float* l,
+                  const simd::Exp2Constants& ek) {
+  const int32_t first = std::max(blk.visible[r].first, blk.key_begin);
+  const int32_t last = std::min(blk.visible[r].last, blk.key_end - 1);
+  if (blk.softcap_in != 0.0f) {
+    for (int32_t j = g0; j < g1; ++j) row[j] = blk.softcap_out * std::tanh(blk.softcap_in * row[j]);
+  }
+  const VecF scale(blk.softcap_in != 0.0f ? 1.0f : blk.score_scale);
+  const bool alibi = blk.alibi != nullptr;
+  const VecF slope(alibi ? blk.alibi[r] : 0.0f);
+  const VecI lane_offsets{0, 1, 2, 3};
+  const VecI vfirst(first - base), vlast(last - base);
+  const VecI vposition(alibi ? blk.position[r] - base : 0);
+  VecF vmax(kNegInf);
+  for (int32_t j = g0; j < g1; j += kLanes) {
+    const VecI lane = VecI(j) + lane_offsets;
+    VecF x = VecF::load_aligned(row + j) * scale;
+    if (alibi) x -= slope * xsimd::abs(xsimd::to_float(vposition - lane));
+    const auto hidden = (lane < vfirst) | (lane > vlast);
+    x = xsimd::select(xsimd::batch_bool<float>(_mm_castsi128_ps(hidden.data)), VecF(kNegInf), x);
+    x.store_aligned(row + j);
+    vmax = simd::pseudo_max(vmax, x);
+  }
+  alignas(16) float lanes[kLanes];
+  vmax.store_aligned(lanes);
+  const float m = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+  const VecF m_sub(m == kNegInf ? 0.0f : m);  // nothing visible: -inf - 0 stays -inf, p = 0
+  const VecF stored_scale(p_scale);
+  VecF sum(0.0f);
+  for (int32_t j = g0; j < g1; j += kLanes) {
+    const VecF p = simd::exp2_nonpositive(VecF::load_aligned(row + j) - m_sub, ek);
+    (p * stored_scale).store_aligned(row + j);
+    sum += p;
+  }
+  *l = xsimd::hadd(sum);
+  return m;
+}
+
+MHA_PHASE void block_softmax(const DecodeBlock& blk, int32_t base, float p_scale, float* s) {
+  const simd::Exp2Constants ek;
+  const int32_t g0 = (blk.key_begin - base) / kLanes * kLanes;
+  const int32_t g1 = round_up_to(blk.key_end - base, kLanes);
+  for (int32_t r = 0; r < blk.rows; ++r) blk.m[r] = row_softmax(blk, r, base, g0, g1, p_scale, s + r * kS, blk.l + r, ek);
+}
+
+// Phase 4: o = p V over keys [key_begin, key_end), tile by tile (tiles end on panel boundaries). stage:
+// as block_scores.
+template <class Ld>
+MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v_stage, const Ld& ld, bool stage) {
+  using Elem = typename Ld::Elem;
+  const int32_t dh8 = blk.dh8;
+  const int32_t chunks = chunk_count(blk);
+  std::fill(blk.o, blk.o + int64_t{blk.rows} * dh8, 0.0f);
+  const F32Loader widened;
+  for (int32_t t0 = blk.key_begin; t0 < blk.key_end;) {
+    const int32_t t1 = std::min(blk.key_end, (t0 / kP + 1) * kP);
+    const int32_t nk = t1 - t0;
+    const Elem* v = static_cast<const Elem*>(blk.value_rows) + int64_t{t0} * dh8;
+    const float* p = s + (t0 - base);
+    if (stage) {
+      widen_rows(v, nk, dh8, dh8 / 8, v_stage, ld);
+      for (int32_t c = 0; c < chunks; ++c)
+        pv_chunk(chunk_rows(blk, c), p + c * kChunk * kS, v_stage, dh8, nk, blk.o + c * kChunk * dh8, widened);
+    } else {
+      for (int32_t c = 0; c < chunks; ++c)
+        pv_chunk(chunk_rows(blk, c), p + c * kChunk * kS, v, dh8, nk, blk.o + c * kChunk * dh8, ld);
+    }
+    t0 = t1;
+  }
+}
+
+// The four phases with the loaders of scores (KLd) and values (VLd). Three plans (see run): float32;
+// float16 with more than one row chunk (tiles widened once into scratch); float16 with one chunk
+// (halves widened in registers, 2^112 folded into q when q allows it, and into the weights).
+template <class KLd, class VLd>
+void run_phases(const DecodeBlock& blk, float* scratch, bool stage, bool fold_q, float p_scale) {
+  const Layout lay = make_layout(blk.head_dim);
+  const int32_t base = blk.key_begin / kP * kP;
+  const KLd kld;
+  const VLd vld;
+  pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
+  block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage);
+  block_softmax(blk, base, p_scale, scratch + lay.s);
+  block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage);
+}
+
+template <bool kSpecials>
+void run_f16(const DecodeBlock& blk, float* scratch) {
+  using Widened = F16Loader<kSpecials, false>;
+  using Scaled = F16Loader<kSpecials, true>;
+  if (chunk_count(blk) > 1) return run_phases<Widened, Widened>(blk, scratch, true, false, 1.0f);
+  float largest_q = 0.0f;
+  for (int32_t r = 0; r < blk.rows; ++r)
+    for (int32_t d = 0; d < blk.head_dim; ++d) {
+      const float q = blk.q_rows[r][d];
+      largest_q = std::isfinite(q) ? std::max(largest_q, std::fabs(q)) : std::numeric_limits<float>::infinity();
+    }
+  if (largest_q <= kMaxFoldableQ) return run_phases<Scaled, Scaled>(blk, scratch, false, true, f16::kWidenScale);
+  run_phases<Widened, Scaled>(blk, scratch, false, false, f16::kWidenScale);
+}
+
+size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
+
+void run(const DecodeBlock& blk, float* scratch) {
+  if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, false, false, 1.0f);
+  if (blk.specials) return run_f16<true>(blk, scratch);
+  run_f16<false>(blk, scratch);
+}
+
+}  // namespace
+
+const DecodeKernel kDecodeKernel{"simd128", &scratch_floats, &run};
+
+}  // namespace simd128
+}  // namespace mha

@@ -1,0 +1,276 @@
+#include "mha/kv_cache.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#if MHA_F16_SIMD
+#include <xmmintrin.h>  // _MM_TRANSPOSE4_PS (Emscripten maps SSE onto SIMD128)
+#endif
+
+namespace mha {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+void* allocate_zeroed(size_t bytes) {
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p != nullptr) std::memset(p, 0, rounded);
+  return p;
+}
+
+// Byte counts of K (B, Hkv, panels, Dh, P) and V (B, Hkv, capacity, Dh8), as doubles: every factor is
+// below 2^31, so the products are exact in a double up to 2^53 and only compared beyond that.
+double key_bytes(const KVCacheConfig& c, double element) {
+  const double panels = double((int64_t{c.capacity} + kKeysPerPanel - 1) / kKeysPerPanel);
+  return double(c.batch) * c.num_kv_heads * panels * c.head_dim * kKeysPerPanel * element;
+}
+double value_bytes(const KVCacheConfig& c, double element) {
+  const double dh8 = double((int64_t{c.head_dim} + 7) / 8 * 8);
+  return double(c.batch) * c.num_kv_heads * c.capacity * dh8 * element;
+}
+
+bool valid_dtype(CacheDType dtype) { return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16; }
+
+}  // namespace
+
+double kv_cache_bytes(const KVCacheConfig& c) {
+  if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0 || !valid_dtype(c.dtype)) return -1.0;
+  const double element = c.dtype == CacheDType::kFloat16 ? 2.0 : 4.0;
+  return key_bytes(c, element) + value_bytes(c, element);
+}
+
+Status validate_cache_config(const KVCacheConfig& c) {
+  if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0) return Status::kNonPositiveDim;
+  if (!valid_dtype(c.dtype)) return Status::kCacheBadOption;
+  if (kv_cache_bytes(c) >= double(kMaxCacheBytes)) return Status::kCacheTooLarge;
+  return Status::kOk;
+}
+
+KVCache::KVCache(const KVCacheConfig& config)
+    : config_(config), panels_((int64_t{config.capacity} + kKeysPerPanel - 1) / kKeysPerPanel) {}
+
+KVCache::~KVCache() {
+  std::free(keys_);
+  std::free(values_);
+}
+
+Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& cache) {
+  cache.reset();
+  const Status status = validate_cache_config(config);
+  if (status != Status::kOk) return status;
+  std::unique_ptr<KVCache> fresh(new (std::nothrow) KVCache(config));
+  if (!fresh) return Status::kOutOfMemory;
+  const double element = config.dtype == CacheDType::kFloat16 ? 2.0 : 4.0;
+  fresh->keys_ = allocate_zeroed(static_cast<size_t>(key_bytes(config, element)));
+  fresh->values_ = allocate_zeroed(static_cast<size_t>(value_bytes(config, element)));
+  if (fresh->keys_ == nullptr || fresh->values_ == nullptr) return Status::kOutOfMemory;  // fresh frees both
+  cache = std::move(fresh);
+  return Status::kOk;
+}
+
+// Key j of a head sits in panel j / P at column j % P; a value row is Dh8 elements.
+template <typename E>
+E* KVCache::key_column(int32_t b, int32_t g, int32_t position) {
+  return static_cast<E*>(keys_) + (head_index(b, g) * panels_ + position / kKeysPerPanel) * panel_elements() + position % kKeysPerPanel;
+}
+template <typename E>
+E* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
+  return static_cast<E*>(values_) + (head_index(b, g) * config_.capacity + position) * value_row_elements();
+}
+
+bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) {
+  const int32_t dh = config_.head_dim;
+  if (config_.dtype == CacheDType::kFloat32) {
+    float* column = key_column<float>(b, g, position);
+    for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = k[d];
+    return false;
+  }
+  uint16_t* column = key_column<uint16_t>(b, g, position);
+  bool specials = false;
+  for (int32_t d = 0; d < dh; ++d) {
+    const uint16_t h = f16::encode(k[d]);
+    column[d * kKeysPerPanel] = h;
+    specials |= f16::is_special(h);
+  }
+  return specials;
+}
+
+#if MHA_F16_SIMD
+// Keys of 8 tokens (rows row_stride apart) at positions [position, position + 8), position % 8 == 0, so
+// that they fill 8 adjacent, 16-byte aligned columns of one panel: 4x4 register transposes turn 4
+// elements of 4 tokens into 4 panel-row pieces (the per-token store_key scatters one element per line).
+bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position) {
+  const int32_t dh = config_.head_dim;
+  const int32_t dh4 = dh - dh % 4;
+  const bool f16 = config_.dtype == CacheDType::kFloat16;
+  float* column32 = f16 ? nullptr : key_column<float>(b, g, position);
+  uint16_t* column16 = f16 ? key_column<uint16_t>(b, g, position) : nullptr;
+  bool specials = false;
+  for (int32_t d = 0; d < dh4; d += 4) {
+    __m128 t[2][4];  // [token half][element d + j]: tokens 4h .. 4h + 3
+    for (int h = 0; h < 2; ++h) {
+      const float* r = k + 4 * h * row_stride + d;
+      t[h][0] = _mm_loadu_ps(r), t[h][1] = _mm_loadu_ps(r + row_stride);
+      t[h][2] = _mm_loadu_ps(r + 2 * row_stride), t[h][3] = _mm_loadu_ps(r + 3 * row_stride);
+      _MM_TRANSPOSE4_PS(t[h][0], t[h][1], t[h][2], t[h][3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      if (f16) {
+        specials |= f16::simd::store8(f16::simd::VecF(t[0][j]), f16::simd::VecF(t[1][j]), column16 + (d + j) * kKeysPerPanel);
+      } else {
+        _mm_store_ps(column32 + (d + j) * kKeysPerPanel, t[0][j]);
+        _mm_store_ps(column32 + (d + j) * kKeysPerPanel + 4, t[1][j]);
+      }
+    }
+  }
+  for (int32_t d = dh4; d < dh; ++d) {
+    for (int32_t i = 0; i < 8; ++i) {
+      const float x = k[i * row_stride + d];
+      if (f16) {
+        const uint16_t h = f16::encode(x);
+        column16[d * kKeysPerPanel + i] = h;
+        specials |= f16::is_special(h);
+      } else {
+        column32[d * kKeysPerPanel + i] = x;
+      }
+    }
+  }
+  return specials;
+}
+#endif
+
+bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position) {
+  const int32_t dh = config_.head_dim;
+  if (config_.dtype == CacheDType::kFloat32) {
+    std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh);  // lanes [Dh, Dh8) stay zero
+    return false;
+  }
+  uint16_t* row = value_row<uint16_t>(b, g, position);
+  bool specials = false;
+  int32_t d = 0;
+#if MHA_F16_SIMD
+  for (; d + 8 <= dh; d += 8) {
+    const auto lo = f16::simd::VecF::load_unaligned(v + d), hi = f16::simd::VecF::load_unaligned(v + d + 4);
+    specials |= f16::simd::store8(lo, hi, row + d);
+  }
+#endif
+  for (; d < dh; ++d) {
+    row[d] = f16::encode(v[d]);
+    specials |= f16::is_special(row[d]);
+  }
+  return specials;
+}
+
+Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int32_t n) {
+  if (n <= 0) return Status::kNonPositiveDim;
+  if (k.data == nullptr || v.data == nullptr) return Status::kNullPointer;
+  if (n > config_.capacity - length_) return Status::kCacheFull;
+  const int32_t dh = config_.head_dim, heads = config_.num_kv_heads;
+  // The first position of a group or token that stored an inf/NaN half: at or before the real one, so
+  // special_from stays conservative.
+  int32_t first_special = kNoSpecialValues;
+  for (int32_t b = 0; b < config_.batch; ++b) {
+    for (int32_t t = 0; t < n;) {
+      const int32_t position = length_ + t;
+      const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
+#if MHA_F16_SIMD
+      const int32_t tokens = (position % 8 == 0 && n - t >= 8) ? 8 : 1;
+#else
+      const int32_t tokens = 1;
+#endif
+      bool specials = false;
+      for (int32_t g = 0; g < heads; ++g) {
+#if MHA_F16_SIMD
+        if (tokens == 8) {
+          specials |= store_keys8(k_row + int64_t{g} * dh, k.row_stride, b, g, position);
+          continue;
+        }
+#endif
+        specials |= store_key(k_row + int64_t{g} * dh, b, g, position);
+      }
+      if (specials) first_special = std::min(first_special, position);
+      t += tokens;
+    }
+    for (int32_t t = 0; t < n; ++t) {
+      const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
+      bool specials = false;
+      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dh, b, g, length_ + t);
+      if (specials) first_special = std::min(first_special, length_ + t);
+    }
+  }
+  special_from_ = std::min(special_from_, first_special);
+  length_ += n;
+  return Status::kOk;
+}
+
+Status KVCache::truncate(int32_t length) {
+  if (length < 0 || length > length_) return Status::kCacheBadLength;
+  length_ = length;
+  // Every inf/NaN half was at special_from or later: all are gone when that position is.
+  if (special_from_ >= length) special_from_ = kNoSpecialValues;
+  return Status::kOk;
+}
+
+float KVCache::key(int32_t b, int32_t g, int32_t j, int32_t d) const {
+  const int64_t panel = head_index(b, g) * panels_ + j / kKeysPerPanel;
+  const int32_t column = j % kKeysPerPanel;
+  const int64_t at = panel * panel_elements() + int64_t{d} * kKeysPerPanel;
+  if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(keys_)[at + column];
+  return f16::decode(static_cast<const uint16_t*>(keys_)[at + column]);
+}
+
+float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {
+  const int64_t row = (head_index(b, g) * config_.capacity + j) * value_row_elements();
+  if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(values_)[row + d];
+  return f16::decode(static_cast<const uint16_t*>(values_)[row + d]);
+}
+
+void KVCache::read(float* k, float* v) const {
+  const int32_t hkv = config_.num_kv_heads, dh = config_.head_dim;
+  for (int32_t b = 0; b < config_.batch; ++b)
+    for (int32_t j = 0; j < length_; ++j)
+      for (int32_t g = 0; g < hkv; ++g)
+        for (int32_t d = 0; d < dh; ++d) {
+          const int64_t at = ((int64_t{b} * length_ + j) * hkv + g) * dh + d;
+          k[at] = key(b, g, j, d);
+          v[at] = value(b, g, j, d);
+        }
+}
+
+Status KVCacheRegistry::create(const KVCacheConfig& config, uint32_t* id) {
+  *id = 0;
+  std::unique_ptr<KVCache> cache;
+  const Status status = KVCache::create(config, cache);
+  if (status != Status::kOk) return status;
+  while (next_id_ == 0 || find(next_id_) != nullptr) ++next_id_;  // 0 is "no cache"
+  *id = next_id_++;
+  caches_.emplace_back(*id, std::move(cache));
+  return Status::kOk;
+}
+
+KVCache* KVCacheRegistry::find(uint32_t id) const {
+  if (id == 0) return nullptr;
+  for (const auto& entry : caches_)
+    if (entry.first == id) return entry.second.get();
+  return nullptr;
+}
+
+Status KVCacheRegistry::free(uint32_t id) {
+  for (size_t i = 0; i < caches_.size(); ++i) {
+    if (caches_[i].first != id || id == 0) continue;
+    caches_[i] = std::move(caches_.back());
+    caches_.pop_back();
+    return Status::kOk;
+  }
+  return Status::kCacheInvalid;
+}
+
+void KVCacheRegistry::free_all() {
+  caches_.clear();
+  caches_.shrink_to_fit();
+}
+
+}  // namespace mha

@@ -1,0 +1,146 @@
+// The KV cache of docs/spec.md Part 3: the keys and values of every token so far, stored once on the
+// heap and appended in place. All batch items advance together.
+//
+// Layout, per batch item b and KV head g (P = kKeysPerPanel = 32, Dh8 = Dh rounded up to 8):
+//   K  (B, Hkv, ceil(capacity / P), Dh, P)   K^T in panels of 32 keys: row d of a panel holds element d
+//                                            of 32 consecutive keys
+//   V  (B, Hkv, capacity, Dh8)               one row per key, lanes [Dh, Dh8) zero
+// Why this layout: the decode kernel (decode.hpp) runs, for one KV head, the G*n query rows that share
+// it against a block of keys. With K^T panels, one step of the QK^T micro-kernel loads 8 to 32
+// consecutive keys of one head-dim element as whole vectors and broadcasts a q element over them: the
+// scores come out as vectors over keys, which is what the softmax works on, with no horizontal sums.
+// With V in rows, the PV micro-kernel broadcasts a weight over a row's lanes. Both K and V of a key block
+// are then single linear streams (the prefetchers' best case), a panel row of an f16 cache is exactly one
+// 64-byte line, and head g's keys never interleave with other heads'. Appending writes Dh scattered
+// elements per token and head into K and one row into V: O(n * Hkv * Dh). Truncating only moves
+// `length`. Nothing is ever copied in proportion to the length.
+// The tiled prefill kernel (attention.hpp) reads K as rows through strides, so it cannot read these
+// panels; a prefill into an empty float32 cache runs it on the new tokens' own k and v instead (see
+// decode.hpp). Reading panels there would need its pack_k_transposed to copy 8-key panel rows.
+//
+// float16: halves in the same layout. Unused storage is zero, and inf/NaN halves are tracked
+// (special_from) so that the kernels can skip the inf/NaN fix-up of the widening when the keys they read
+// hold none.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "mha/f16.hpp"
+#include "mha/shape.hpp"
+
+namespace mha {
+
+enum class CacheDType : int32_t { kFloat32 = 0, kFloat16 = 1 };
+
+struct KVCacheConfig {
+  int32_t batch = 0;         // B
+  int32_t num_kv_heads = 0;  // Hkv
+  int32_t head_dim = 0;      // Dh
+  int32_t capacity = 0;      // tokens per batch item
+  CacheDType dtype = CacheDType::kFloat32;
+};
+
+constexpr int32_t kKeysPerPanel = 32;
+// A wasm32 heap holds at most 2 GiB (the module's MAXIMUM_MEMORY); natively the same bound keeps the
+// behaviour of both builds alike.
+constexpr int64_t kMaxCacheBytes = int64_t{1} << 31;
+// special_from() when the cache holds no inf or NaN half.
+constexpr int32_t kNoSpecialValues = INT32_MAX;
+
+inline int32_t round_up_to(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
+
+// Bytes of K and V storage of a config (exactly what create allocates), or -1 when a dim is not positive
+// or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
+double kv_cache_bytes(const KVCacheConfig& config);
+
+// kNonPositiveDim, kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the heap also holds
+// everything else), or kOk.
+Status validate_cache_config(const KVCacheConfig& config);
+
+class KVCache {
+ public:
+  // Validates the config and allocates zero-filled storage; kOutOfMemory when the heap cannot hold it.
+  static Status create(const KVCacheConfig& config, std::unique_ptr<KVCache>& cache);
+  ~KVCache();
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
+
+  const KVCacheConfig& config() const { return config_; }
+  int32_t length() const { return length_; }
+
+  // Stores n new tokens at positions [length, length + n) and adds n to length.
+  // k, v (B, n, Hkv*Dh) through strides (head g of a row at g*Dh). kCacheFull when length + n passes the
+  // capacity: then nothing is written. float16 caches round to nearest even.
+  Status append(TensorView<const float> k, TensorView<const float> v, int32_t n);
+
+  // Keeps the first `length` tokens. O(1).
+  Status truncate(int32_t length);
+
+  // Storage of KV head g of batch item b, for the kernels: float (kFloat32) or uint16_t (kFloat16).
+  template <typename E>
+  const E* key_panels(int32_t b, int32_t g) const {
+    return static_cast<const E*>(keys_) + head_index(b, g) * panels_ * panel_elements();
+  }
+  template <typename E>
+  const E* value_rows(int32_t b, int32_t g) const {
+    return static_cast<const E*>(values_) + head_index(b, g) * config_.capacity * value_row_elements();
+  }
+  int64_t panel_elements() const { return int64_t{config_.head_dim} * kKeysPerPanel; }  // (Dh, P)
+  int32_t value_row_elements() const { return round_up_to(config_.head_dim, 8); }       // Dh8
+
+  // Smallest position whose K or V holds an inf or NaN half (float16), or kNoSpecialValues. Conservative
+  // after a truncate that keeps some of them.
+  int32_t special_from() const { return special_from_; }
+
+  // Element d of key / value j of head g of batch item b, exactly as stored (tests, exact kernel path).
+  float key(int32_t b, int32_t g, int32_t j, int32_t d) const;
+  float value(int32_t b, int32_t g, int32_t j, int32_t d) const;
+
+  // Copies tokens [0, length) out as k, v (B, length, Hkv*Dh) floats (tests, read-back exports).
+  void read(float* k, float* v) const;
+
+ private:
+  explicit KVCache(const KVCacheConfig& config);
+  int64_t head_index(int32_t b, int32_t g) const { return int64_t{b} * config_.num_kv_heads + g; }
+  size_t element_bytes() const { return config_.dtype == CacheDType::kFloat16 ? 2 : 4; }
+  template <typename E>
+  E* key_column(int32_t b, int32_t g, int32_t position);
+  template <typename E>
+  E* value_row(int32_t b, int32_t g, int32_t position);
+  // Store one token's key or value of head g (Dh floats); true when an inf/NaN half was stored.
+  bool store_key(const float* k, int32_t b, int32_t g, int32_t position);
+  bool store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position);  // SIMD builds
+  bool store_value(const float* v, int32_t b, int32_t g, int32_t position);
+
+  KVCacheConfig config_;
+  int32_t length_ = 0;
+  int32_t special_from_ = kNoSpecialValues;
+  int64_t panels_ = 0;  // ceil(capacity / P)
+  void* keys_ = nullptr;
+  void* values_ = nullptr;
+};
+
+// The caches of one instance, by id. Ids are never reused, so a freed cache's id stays invalid; the
+// first id comes from the caller (a random base from JS makes another instance's ids unknown here).
+class KVCacheRegistry {
+ public:
+  explicit KVCacheRegistry(uint32_t first_id = 1) : next_id_(first_id == 0 ? 1 : first_id) {}
+
+  // Creates a cache and returns its id in *id (0 on failure).
+  Status create(const KVCacheConfig& config, uint32_t* id);
+  KVCache* find(uint32_t id) const;  // nullptr: no such cache
+  Status free(uint32_t id);          // kCacheInvalid when there is no such cache
+  void free_all();
+  size_t size() const { return caches_.size(); }
+  // Ids issued from now on start at `id` (skipping 0).
+  void set_next_id(uint32_t id) { next_id_ = id == 0 ? 1 : id; }
+
+ private:
+  std::vector<std::pair<uint32_t, std::unique_ptr<KVCache>>> caches_;
+  uint32_t next_id_;
+};
+
+}  // namespace mha

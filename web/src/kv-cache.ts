@@ -1,0 +1,269 @@
+// The KV cache (docs/spec.md Part 3): createKVCache's checks, the layout of the CacheAttendCallAbi struct
+// (src/bindings.cpp; offsets by field name from kvCacheAttendCallLayout, never copied by hand) and the
+// KVCache objects. The keys and values live on the instance's heap, owned by the C++ registry
+// (src/mha/kv_cache.hpp); an attend call stages q, k, v and out through the instance's StagingArena like
+// the stateless call, writes the struct, and makes one direct wasm call.
+import { checkAlibiSlopes, checkEmptyRows, checkScale, checkSoftcap, checkWindow } from './attention-options.js';
+import { describe } from './describe.js';
+import { checkOperand, checkStillUsable } from './heap-tensor.js';
+import type { MhaWasmModule } from './mha.js';
+import { byteOffsetOf, layout, place, StagingArena, totalBytes, unfilledFloat32Array } from './staging.js';
+import { checkStatus } from './status.js';
+import type { HeapTensor, KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions } from './types.js';
+import { checkDim, checkOptionsObject } from './validate.js';
+
+export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype'] as const;
+const ATTEND_KEYS = ['numHeads', 'causal', 'window', 'softcap', 'alibiSlopes', 'scale', 'emptyRows', 'out'] as const;
+
+/** The 4-byte slot of each CacheAttendCallAbi field, by its name in src/bindings.cpp, and the struct's size. */
+function slotsOf(offsets: Record<string, number>) {
+  const slot = (name: string): number => (offsets[name] ?? NaN) / 4;
+  return {
+    cache: slot('cache'), q: slot('q'), k: slot('k'), v: slot('v'), out: slot('out'), alibi_slopes: slot('alibi_slopes'),
+    new_tokens: slot('new_tokens'), num_heads: slot('num_heads'), causal: slot('causal'), window_left: slot('window_left'),
+    window_right: slot('window_right'), empty_rows: slot('empty_rows'), scale: slot('scale'), softcap: slot('softcap'),
+    bytes: offsets.size ?? NaN,
+  };
+}
+export type CacheCallLayout = Readonly<ReturnType<typeof slotsOf>>;
+
+/**
+ * The module's layout of CacheAttendCallAbi, or what does not match when its fields are not exactly the
+ * ones written here, each a distinct 4-byte slot inside the struct.
+ */
+export function readCacheCallLayout(wasm: MhaWasmModule): CacheCallLayout | string {
+  const offsets = wasm.kvCacheAttendCallLayout();
+  const slots = slotsOf(offsets);
+  const written = Object.keys(slots).filter((name) => name !== 'bytes');
+  const names = Object.keys(offsets).filter((name) => name !== 'size');
+  if (names.length !== written.length || written.some((name) => !names.includes(name))) {
+    return `its KV cache call struct has the fields ${names.join(', ')}, expected ${written.join(', ')}`;
+  }
+  if (slots.bytes !== written.length * 4) return `its KV cache call struct is ${slots.bytes} bytes, expected ${written.length * 4}`;
+  const seen = new Set<number>();
+  for (const name of written) {
+    const slot = slots[name as keyof CacheCallLayout];
+    if (!Number.isInteger(slot) || slot < 0 || slot >= written.length || seen.has(slot)) {
+      return `its KV cache call struct has field ${name} at byte ${offsets[name]}`;
+    }
+    seen.add(slot);
+  }
+  return slots;
+}
+
+/** What a cache needs of its instance: the module, the staging arena, the call layout and its registry. */
+export interface CacheHost {
+  readonly wasm: MhaWasmModule;
+  readonly arena: StagingArena;
+  readonly cacheLayout: CacheCallLayout;
+  readonly caches: Set<WasmKVCache>;
+}
+
+export interface CacheConfig {
+  batch: number;
+  numKvHeads: number;
+  headDim: number;
+  capacity: number;
+  dtype: KVCacheDType;
+}
+
+function checkDType(fn: string, value: unknown): KVCacheDType {
+  if (value === undefined || value === 'float32') return 'float32';
+  if (value === 'float16') return 'float16';
+  const message = `${fn}: dtype: expected 'float32' or 'float16', got ${describe(value)}`;
+  throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
+}
+
+/** Checks createKVCache's options (dims, dtype, and the bytes the storage needs against the 2 GiB heap). */
+export function checkCacheOptions(wasm: MhaWasmModule, options: KVCacheOptions): CacheConfig {
+  const fn = 'createKVCache';
+  const o = checkOptionsObject(`${fn}: options`, options, KV_CACHE_KEYS);
+  const config: CacheConfig = {
+    batch: checkDim(`${fn}: batch`, o.batch),
+    numKvHeads: checkDim(`${fn}: numKvHeads`, o.numKvHeads),
+    headDim: checkDim(`${fn}: headDim`, o.headDim),
+    capacity: checkDim(`${fn}: capacity`, o.capacity),
+    dtype: checkDType(fn, o.dtype),
+  };
+  const bytes = cacheBytes(wasm, config);
+  if (!(bytes < 2 ** 31)) throw tooLarge(config, bytes);
+  return config;
+}
+
+function cacheBytes(wasm: MhaWasmModule, c: CacheConfig): number {
+  return wasm._mha_kv_cache_bytes(c.batch, c.numKvHeads, c.headDim, c.capacity, c.dtype === 'float16' ? 1 : 0);
+}
+
+function tooLarge(c: CacheConfig, bytes: number, why = 'more than it can provide (2 GiB at most)'): RangeError {
+  return new RangeError(`createKVCache: capacity: a ${c.dtype} cache of batch*numKvHeads*capacity*headDim = ` +
+    `${c.batch}*${c.numKvHeads}*${c.capacity}*${c.headDim} needs ${bytes} bytes of wasm memory for its keys and values, ${why}`);
+}
+
+/** Creates the C++ cache of a checked config and returns its id. */
+export function createCache(host: CacheHost, config: CacheConfig): number {
+  const { wasm, arena } = host;
+  const idAt = arena.reserve('createKVCache', 16);
+  wasm.HEAP32[idAt >>> 2] = 0;
+  const c = config;
+  const status = wasm._mha_kv_cache_create(c.batch, c.numKvHeads, c.headDim, c.capacity, c.dtype === 'float16' ? 1 : 0, idAt);
+  // The dims passed the checks above, so what the core can still refuse is the memory (the heap cannot grow
+  // that far, or the size check): said with the bytes and the core's own message.
+  if (status !== 0) throw tooLarge(c, cacheBytes(wasm, c), `which the wasm core refused: ${wasm.statusMessage(status)}`);
+  return wasm.HEAP32[idAt >>> 2]! >>> 0;  // a uint32 id
+}
+
+/** A KV cache of one instance: the id of its C++ cache, 0 once freed. */
+export class WasmKVCache implements KVCache {
+  #host: CacheHost;
+  #id: number;
+  #length = 0;
+  #freedBy = '';
+  readonly #config: CacheConfig;
+
+  constructor(host: CacheHost, id: number, config: CacheConfig) {
+    this.#host = host;
+    this.#id = id;
+    this.#config = config;
+    host.caches.add(this);
+  }
+
+  get length(): number {
+    return this.#length;
+  }
+
+  get capacity(): number {
+    return this.#config.capacity;
+  }
+
+  get dtype(): KVCacheDType {
+    return this.#config.dtype;
+  }
+
+  attend(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
+    options: KVCacheAttendOptions): Float32Array {
+    const fn = 'KVCache.attend';
+    this.#checkLive(fn);
+    const { wasm, arena, cacheLayout: L } = this.#host;
+    const c = this.#config;
+    const o = checkOptionsObject(`${fn}: options`, options, ATTEND_KEYS);
+    const numHeads = checkDim(`${fn}: numHeads`, o.numHeads);
+    if (numHeads % c.numKvHeads !== 0) {
+      throw new RangeError(`${fn}: numHeads: expected a multiple of the cache's numKvHeads (${c.numKvHeads}), got ${numHeads}`);
+    }
+    const check = (name: string, value: unknown, expected: number, formula: () => string) =>
+      checkOperand(`${fn}: ${name}`, value, expected, formula, wasm);
+    // n, the new tokens, comes from k's length: (B, n, Hkv*Dh).
+    const kvRow = c.batch * c.numKvHeads * c.headDim;
+    const kGiven = (k as { length?: unknown } | null)?.length;
+    const n = typeof kGiven === 'number' && kGiven > 0 && kGiven % kvRow === 0 ? kGiven / kvRow : 1;
+    const kvFormula = () => `batch*n*numKvHeads*headDim = ${c.batch}*n*${c.numKvHeads}*${c.headDim} for n >= 1 new tokens`;
+    const kvLength = n * kvRow;
+    const kIn = check('k', k, kvLength, kvFormula);
+    const vIn = check('v', v, kvLength,
+      () => `batch*n*numKvHeads*headDim = ${c.batch}*${n}*${c.numKvHeads}*${c.headDim}, the length of k`);
+    const qLength = c.batch * n * numHeads * c.headDim;
+    const qFormula = () => `batch*n*numHeads*headDim = ${c.batch}*${n}*${numHeads}*${c.headDim} (n = ${n} new tokens, from k)`;
+    const qIn = check('q', q, qLength, qFormula);
+    const causal = o.causal === undefined ? true : o.causal;
+    if (typeof causal !== 'boolean') throw new TypeError(`${fn}: causal: expected a boolean, got ${describe(causal)}`);
+    const [windowLeft, windowRight] = checkWindow(fn, o.window);
+    const softcap = checkSoftcap(fn, o.softcap);
+    const alibiSlopes = checkAlibiSlopes(fn, o.alibiSlopes, { numHeads });
+    const scale = checkScale(fn, o.scale, c.headDim);
+    const emptyRows = checkEmptyRows(fn, o.emptyRows);
+    const outValue = o.out;
+    const outIn = outValue === undefined ? undefined : check('out', outValue, qLength, qFormula);
+    for (const [name, input] of [['q', qIn], ['k', kIn], ['v', vIn]] as const) {
+      if (typeof outIn === 'number' && outIn === input) {
+        throw new TypeError(`${fn}: out: expected a HeapTensor other than ${name} (the kernel reads ${name} while it writes out), got ${name} itself`);
+      }
+    }
+    // Option getters are user code: the cache and the tensors are checked again once none can run.
+    this.#checkLive(fn);
+    checkStillUsable(`${fn}: q`, q, qIn, qLength);
+    checkStillUsable(`${fn}: k`, k, kIn, kvLength);
+    checkStillUsable(`${fn}: v`, v, vIn, kvLength);
+    if (outIn !== undefined) checkStillUsable(`${fn}: out`, outValue, outIn, qLength);
+    if (this.#length + n > c.capacity) {
+      throw new RangeError(`${fn}: k: ${n} new tokens would pass the cache's capacity: length ${this.#length} + ${n} > ` +
+        `capacity ${c.capacity} (nothing was stored; truncate() or a larger cache makes room)`);
+    }
+
+    const staged = (operand: Float32Array | number | undefined, length: number) => (typeof operand === 'number' ? 0 : length * 4);
+    const sizes = [staged(qIn, qLength), staged(kIn, kvLength), staged(vIn, kvLength), staged(outIn, qLength),
+      alibiSlopes ? alibiSlopes.byteLength : 0];
+    // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
+    const [qOffset, kOffset, vOffset, outOffset] = [byteOffsetOf(qIn), byteOffsetOf(kIn), byteOffsetOf(vIn), byteOffsetOf(outIn)];
+    const base = arena.reserve(fn, totalBytes(sizes));
+    const callAt = arena.callAt();
+    const [qAt, kAt, vAt, outAt, alibiAt] = layout(base, sizes) as [number, number, number, number, number];
+    const heap = wasm.HEAPF32;
+    const i32 = wasm.HEAP32;
+    const at = callAt >>> 2;
+    const qAddress = place(heap, qIn, qOffset, 0, qLength, qAt);
+    const kAddress = place(heap, kIn, kOffset, 0, kvLength, kAt);
+    const vAddress = place(heap, vIn, vOffset, 0, kvLength, vAt);
+    if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
+    i32[at + L.cache] = this.#id | 0;  // a uint32 id in an int32 view
+    i32[at + L.q] = qAddress;
+    i32[at + L.k] = kAddress;
+    i32[at + L.v] = vAddress;
+    i32[at + L.out] = typeof outIn === 'number' ? outIn : outAt;
+    i32[at + L.alibi_slopes] = alibiSlopes ? alibiAt : 0;
+    i32[at + L.new_tokens] = n;
+    i32[at + L.num_heads] = numHeads;
+    i32[at + L.causal] = causal ? 1 : 0;
+    i32[at + L.window_left] = windowLeft;
+    i32[at + L.window_right] = windowRight;
+    i32[at + L.empty_rows] = emptyRows;
+    heap[at + L.scale] = scale;
+    heap[at + L.softcap] = softcap;
+    checkStatus(wasm, fn, wasm._mha_kv_cache_attend(callAt));
+    this.#length += n;
+    if (typeof outIn === 'number') return (outValue as HeapTensor).data;
+    // The decode scratch may have grown memory: fresh views to copy out.
+    const result = wasm.HEAPF32.subarray(outAt >>> 2, (outAt >>> 2) + qLength);
+    if (outIn === undefined) {
+      const target = unfilledFloat32Array(qLength);
+      target.set(result);
+      return target;
+    }
+    if (outIn.length !== qLength) {
+      // `out` viewed this heap and the staging malloc detached it: write where its elements are.
+      wasm.HEAPF32.copyWithin(outOffset >>> 2, outAt >>> 2, (outAt >>> 2) + qLength);
+      return new Float32Array(wasm.HEAPF32.buffer, outOffset, qLength);
+    }
+    outIn.set(result);
+    return outIn;
+  }
+
+  truncate(n: number): void {
+    const fn = 'KVCache.truncate';
+    this.#checkLive(fn);
+    if (typeof n !== 'number') throw new TypeError(`${fn}: n: expected an integer in [0, length = ${this.#length}], got ${describe(n)}`);
+    if (!Number.isInteger(n) || n < 0 || n > this.#length) {
+      throw new RangeError(`${fn}: n: expected an integer in [0, length = ${this.#length}], got ${n}`);
+    }
+    checkStatus(this.#host.wasm, fn, this.#host.wasm._mha_kv_cache_truncate(this.#id, n));
+    this.#length = n;
+  }
+
+  free(): void {
+    WasmKVCache.release(this, 'free()');
+  }
+
+  /** Frees the C++ cache (once; later frees do nothing) and remembers why, for the error of a later use. */
+  static release(cache: WasmKVCache, by: string): void {
+    if (cache.#id === 0) return;
+    cache.#host.wasm._mha_kv_cache_free(cache.#id);
+    cache.#host.caches.delete(cache);
+    cache.#id = 0;
+    cache.#freedBy = by;
+  }
+
+  #checkLive(fn: string): void {
+    if (this.#id === 0) throw new Error(`${fn}: the KVCache was freed (by ${this.#freedBy}); create a new one with createKVCache`);
+    if (!this.#host.caches.has(this)) throw new Error(`${fn}: the KVCache does not belong to a live instance`);
+  }
+
+}
