@@ -4,19 +4,7 @@
 // is bound by the loads, not by the adds), 128 bytes per iteration. The bytes are emitted here (no build
 // step). measureBandwidth runs on the calling thread; bench/lib/bandwidth-threads.mjs (Node) runs one
 // stream per worker over its own slice of one shared memory.
-const uleb = (n) => {
-  const out = [];
-  do {
-    let byte = n & 0x7f;
-    n >>>= 7;
-    if (n !== 0) byte |= 0x80;
-    out.push(byte);
-  } while (n !== 0);
-  return out;
-};
-const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(0))];
-const section = (id, body) => [id, ...uleb(body.length), ...body];
-const vec = (items) => [...uleb(items.length), ...items.flat()];
+import { uleb, str, section, vec } from './ceiling.mjs';
 
 const I32 = 0x7f, V128 = 0x7b;
 const LOCAL_GET = 0x20, LOCAL_SET = 0x21, LOCAL_TEE = 0x22;

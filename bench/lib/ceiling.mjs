@@ -8,7 +8,8 @@
 const CHAINS = 12;
 const UNROLL = 4; // steps per loop iteration, to keep loop overhead negligible
 
-function uleb(n) {
+/** Unsigned LEB128, and the module-building helpers below: shared with bandwidth.mjs. */
+export function uleb(n) {
   const out = [];
   do {
     let byte = n & 0x7f;
@@ -23,9 +24,9 @@ function f32bytes(x) {
   return [...new Uint8Array(new Float32Array([x]).buffer)];
 }
 
-const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(0))];
-const section = (id, body) => [id, ...uleb(body.length), ...body];
-const vec = (items) => [...uleb(items.length), ...items.flat()];
+export const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(0))];
+export const section = (id, body) => [id, ...uleb(body.length), ...body];
+export const vec = (items) => [...uleb(items.length), ...items.flat()];
 
 // Opcodes.
 const I32 = 0x7f, F32 = 0x7d, V128 = 0x7b;
