@@ -211,7 +211,10 @@ inline void softcap_block(VecF& a00, VecF& a01, VecF& a10, VecF& a11, VecF& a20,
 inline VecF score_epilogue(VecF x, int32_t row, int32_t key, const ScoreEpilogue& ep) {
   if (ep.alibi) {
     const VecI keys = VecI(ep.first_key + key) + VecI::load_aligned(kLaneIndex);
-    const VecF distance = xsimd::to_float(xsimd::abs(VecI(ep.first_position + row) - keys));
+    // Unsigned, wrapping: a panel's padding rows (past the unit's last row) may lie past position 2^31 - 1
+    // when queryOffset + seqLen is close to it; their scores are never used, but a signed overflow is UB.
+    const int32_t position = static_cast<int32_t>(static_cast<uint32_t>(ep.first_position) + static_cast<uint32_t>(row));
+    const VecF distance = xsimd::to_float(xsimd::abs(VecI(position) - keys));
     x -= VecF(ep.alibi_slope) * distance;
   }
   if (ep.bias_rows[0] != nullptr) x += VecF(kLog2e) * load_bias(ep.bias_rows[row], key, ep.nk);
