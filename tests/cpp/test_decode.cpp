@@ -33,8 +33,11 @@ namespace {
 using mha::CacheDType;
 using mha::Status;
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
+// The suite's one tolerance check, bit comparison and special values (test_util.hpp).
+using mha_test::bit_equal;
+using mha_test::kInf;
+using mha_test::kNaN;
+using mha_test::require_close;
 
 struct CacheCase {
   int32_t batch = 1, heads = 4, kv_heads = 4, head_dim = 8;
@@ -174,30 +177,6 @@ std::vector<float> reference_for(const CacheCase& c, const CacheData& data) {
     for (int32_t h = 0; h < H; ++h)
       std::copy_n(&out[(r * H + h) * dr], Dh, &result[(r * H + h) * Dh]);
   return result;
-}
-
-// |got - ref| <= tol * max(1, max|ref|) everywhere, NaN exactly where ref has NaN.
-void require_close(const std::vector<float>& ref, const std::vector<float>& got, float tol = 1e-5f) {
-  REQUIRE(ref.size() == got.size());
-  float ref_max = 1.0f;
-  for (float x : ref)
-    if (std::isfinite(x)) ref_max = std::max(ref_max, std::fabs(x));
-  size_t bad = 0, first_bad = 0;
-  float worst = 0.0f;
-  for (size_t n = 0; n < ref.size(); ++n) {
-    const bool nan_ref = std::isnan(ref[n]), nan_got = std::isnan(got[n]);
-    const float err = nan_ref != nan_got ? kInf : (nan_ref || ref[n] == got[n] ? 0.0f : std::fabs(ref[n] - got[n]));
-    if (!(err <= tol * ref_max) && bad++ == 0) first_bad = n;
-    if (std::isfinite(err)) worst = std::max(worst, err);
-  }
-  INFO("worst finite error " << worst << ", allowed " << tol * ref_max << ", bad elements " << bad << ", first at "
-                             << first_bad << " (ref " << (bad ? ref[first_bad] : 0.0f) << ", got "
-                             << (bad ? got[first_bad] : 0.0f) << ")");
-  REQUIRE(bad == 0);
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 std::vector<const mha::DecodeKernel*> kernels() {
