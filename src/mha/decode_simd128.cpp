@@ -8,11 +8,10 @@
 //   4. o (rows, Dh8) = p V, 32 keys at a time, a micro-kernel of R rows x 8L lanes (R = 1: 32 lanes).
 // The softmax of a block is two-pass (its scores fit in scratch), so no running rescale; blocks are
 // merged by the driver.
-// float16, one row chunk (G*n <= 4: the memory-bound steps): halves are widened in registers as the
-// micro-kernels load them, 5 integer operations per 8 (f16.hpp), and the widening's factor 2^112 is
-// folded into q (when |q| <= kMaxFoldableQ) and into the stored weights, so no multiply is spent on it.
-// More chunks: each K panel and V tile is widened once into an L1 scratch tile that every chunk reads
-// (a tile, never a copy of the cache).
+// Rows of 2 or more read each K panel (and from 3 rows each V tile) once, in address order, into an L1
+// scratch tile, copied or widened from halves, which every chunk then reads (a tile, never a copy of the
+// cache); see run_f16 for why and for the direct float16 paths (halves widened in registers with 5
+// integer operations per 8, f16.hpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -248,7 +247,7 @@ constexpr float kMaxFoldableQ = 16384.0f;
 
 // Phase 2: s[r * kS + j - base] = q_r . k_j for the panels covering [base, key_end), base = the panel
 // start at or before key_begin.
-// stage: widen each panel once into k_stage (ld then gives true values) and run every chunk on that.
+// stage: read each panel once into k_stage (ld must then give true values) and run every chunk on that.
 template <class Ld>
 MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* qp, float* s, float* k_stage, const Ld& ld,
                             bool stage) {
@@ -320,7 +319,7 @@ MHA_PHASE void block_softmax(const DecodeBlock& blk, int32_t base, float p_scale
 }
 
 // Phase 4: o = p V over keys [key_begin, key_end), tile by tile (tiles end on panel boundaries). stage:
-// as block_scores.
+// as block_scores, per V tile.
 template <class Ld>
 MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v_stage, const Ld& ld, bool stage) {
   using Elem = typename Ld::Elem;
@@ -345,40 +344,46 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
   }
 }
 
-// The four phases with the loaders of scores (KLd) and values (VLd). Three plans (see run): float32;
-// float16 with more than one row chunk (tiles widened once into scratch); float16 with one chunk
-// (halves widened in registers, 2^112 folded into q when q allows it, and into the weights).
+// The four phases with the loaders of scores (KLd) and values (VLd). stage_k / stage_v: each K panel /
+// V tile is first read once, in address order, into an L1 scratch tile (copied, or widened from halves),
+// and the micro-kernels run on that; without it they read the cache directly.
 template <class KLd, class VLd>
-void run_phases(const DecodeBlock& blk, float* scratch, bool stage, bool fold_q, float p_scale) {
+void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage_v, bool fold_q, float p_scale) {
   const Layout lay = make_layout(blk.head_dim);
   const int32_t base = blk.key_begin / kP * kP;
   const KLd kld;
   const VLd vld;
   pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
-  block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage);
+  block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage_k);
   block_softmax(blk, base, p_scale, scratch + lay.s);
-  block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage);
+  block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage_v);
 }
 
+// Staging: a chunk of 2 or more rows reads a panel in 2 to 4 strided sweeps (8 or 16 keys per pass) and
+// a V tile in one sweep per 8 lanes; straight from memory, each sweep starts with a run of misses (the
+// rows of decode-gqa-4k ran at 4 GB/s and 8 GFLOP/s, neither bound). One row (the memory-bound MHA
+// step) reads whole panel rows per step, and 1- or 2-row chunks read value rows whole (pv_rows): those
+// read the cache directly. float16 read directly is widened in registers, its 2^112 folded into q (when
+// |q| <= kMaxFoldableQ) and into the stored weights.
 template <bool kSpecials>
 void run_f16(const DecodeBlock& blk, float* scratch) {
   using Widened = F16Loader<kSpecials, false>;
   using Scaled = F16Loader<kSpecials, true>;
-  if (chunk_count(blk) > 1) return run_phases<Widened, Widened>(blk, scratch, true, false, 1.0f);
+  if (blk.rows > 2) return run_phases<Widened, Widened>(blk, scratch, true, true, false, 1.0f);
+  if (blk.rows == 2) return run_phases<Widened, Scaled>(blk, scratch, true, false, false, f16::kWidenScale);
   float largest_q = 0.0f;
-  for (int32_t r = 0; r < blk.rows; ++r)
-    for (int32_t d = 0; d < blk.head_dim; ++d) {
-      const float q = blk.q_rows[r][d];
-      largest_q = std::isfinite(q) ? std::max(largest_q, std::fabs(q)) : std::numeric_limits<float>::infinity();
-    }
-  if (largest_q <= kMaxFoldableQ) return run_phases<Scaled, Scaled>(blk, scratch, false, true, f16::kWidenScale);
-  run_phases<Widened, Scaled>(blk, scratch, false, false, f16::kWidenScale);
+  for (int32_t d = 0; d < blk.head_dim; ++d) {
+    const float q = blk.q_rows[0][d];
+    largest_q = std::isfinite(q) ? std::max(largest_q, std::fabs(q)) : std::numeric_limits<float>::infinity();
+  }
+  if (largest_q <= kMaxFoldableQ) return run_phases<Scaled, Scaled>(blk, scratch, false, false, true, f16::kWidenScale);
+  run_phases<Widened, Scaled>(blk, scratch, false, false, false, f16::kWidenScale);
 }
 
 size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 
 void run(const DecodeBlock& blk, float* scratch) {
-  if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, false, false, 1.0f);
+  if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, blk.rows > 2, false, 1.0f);
   if (blk.specials) return run_f16<true>(blk, scratch);
   run_f16<false>(blk, scratch);
 }
