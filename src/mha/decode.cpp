@@ -45,6 +45,8 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Merges of more partial results than this run on the pool.
+constexpr int64_t kParallelMergeFloats = int64_t{1} << 18;
 // A prefill of at least this many tokens into an empty float32 cache runs the tiled kernel.
 constexpr int32_t kTiledPrefillMinTokens = 16;
 
@@ -372,7 +374,13 @@ void run_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t first
     const int64_t merges = heads * job.wave_row_blocks;
     if (parallel) {
       if (!job.exact_only) pool->parallel_for(items, &run_item, &job);
-      pool->parallel_for(merges, &merge_row_block, &job);
+      // A decode step's merge reads a few thousand partial floats: the calling thread does it sooner
+      // than a second round trip through the pool (same bits either way).
+      if (job.exact_only || heads * wave.floats_per_head > kParallelMergeFloats) {
+        pool->parallel_for(merges, &merge_row_block, &job);
+      } else {
+        for (int64_t i = 0; i < merges; ++i) merge_row_block(&job, i, 0);
+      }
     } else {
       if (!job.exact_only)
         for (int64_t i = 0; i < items; ++i) run_item(&job, i, 0);

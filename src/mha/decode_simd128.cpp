@@ -8,11 +8,10 @@
 //   4. o (rows, Dh8) = p V, 32 keys at a time, a micro-kernel of R rows x 8L lanes (R = 1: 32 lanes).
 // The softmax of a block is two-pass (its scores fit in scratch), so no running rescale; blocks are
 // merged by the driver.
-// float16, one row chunk (G*n <= 4: the memory-bound steps): halves are widened in registers as the
-// micro-kernels load them, 5 integer operations per 8 (f16.hpp), and the widening's factor 2^112 is
-// folded into q (when |q| <= kMaxFoldableQ) and into the stored weights, so no multiply is spent on it.
-// More chunks: each K panel and V tile is widened once into an L1 scratch tile that every chunk reads
-// (a tile, never a copy of the cache).
+// Rows of 2 or more read each K panel (and from 3 rows each V tile) once, in address order, into an L1
+// scratch tile, copied or widened from halves, which every chunk then reads (a tile, never a copy of the
+// cache); see run_f16 for why and for the direct float16 paths (halves widened in registers with 5
+// integer operations per 8, f16.hpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -146,8 +145,48 @@ inline void qk_panel(const float* qpanel, const typename Ld::Elem* panel, int32_
   for (int32_t c = 0; c < kP; c += 8 * P) qk_micro<R, P>(qpanel, panel + c, dh, s + c, ld);
 }
 
+// o[r * dh8 + c] += sum_{j < K} p[r * kS + j] * v[j * dh8 + c] for rows r < R and every lane, the
+// accumulators in o (L1).
+template <int R, int K, class Ld>
+inline void pv_keys(const float* p, const typename Ld::Elem* v, int32_t dh8, float* o, const Ld& ld) {
+  VecF b[R][K];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < K; ++k) b[r][k] = VecF(p[r * kS + k]);
+  for (int32_t c = 0; c < dh8; c += 8) {
+    VecF acc[R][2];
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = VecF::load_aligned(o + r * dh8 + c);
+      acc[r][1] = VecF::load_aligned(o + r * dh8 + c + kLanes);
+    }
+    for (int k = 0; k < K; ++k) {
+      VecF v0, v1;
+      ld.load8(v + k * dh8 + c, v0, v1);
+      for (int r = 0; r < R; ++r) {
+        acc[r][0] += b[r][k] * v0;
+        acc[r][1] += b[r][k] * v1;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      acc[r][0].store_aligned(o + r * dh8 + c);
+      acc[r][1].store_aligned(o + r * dh8 + c + kLanes);
+    }
+  }
+}
+
+// PV for 1 or 2 rows: 4 keys at a time, every value row read whole and in address order. With register
+// accumulators for 32 lanes (pv_micro), a row of 64 floats or more is read in separate strided sweeps
+// of the tile, each starting with misses when the tile comes from memory. Interleaved A/B in wasm on a
+// loaded machine, decode-mha-8k f16: 5.0 ms (min of 40) against 8.7; f32 within the noise.
+template <int R, class Ld>
+inline void pv_rows(const float* p, const typename Ld::Elem* v, int32_t dh8, int32_t nk, float* o, const Ld& ld) {
+  int32_t j = 0;
+  for (; j + 4 <= nk; j += 4) pv_keys<R, 4>(p + j, v + int64_t{j} * dh8, dh8, o, ld);
+  for (; j < nk; ++j) pv_keys<R, 1>(p + j, v + int64_t{j} * dh8, dh8, o, ld);
+}
+
 template <int R, class Ld>
 inline void pv_tile(const float* p, const typename Ld::Elem* v, int32_t dh8, int32_t nk, float* o, const Ld& ld) {
+  if (R <= 2) return pv_rows<R>(p, v, dh8, nk, o, ld);
   constexpr int L = groups_for_rows<R>();
   int32_t c = 0;
   for (; c + 8 * L <= dh8; c += 8 * L) pv_micro<R, L>(p, v + c, dh8, nk, o + c, ld);
@@ -208,7 +247,7 @@ constexpr float kMaxFoldableQ = 16384.0f;
 
 // Phase 2: s[r * kS + j - base] = q_r . k_j for the panels covering [base, key_end), base = the panel
 // start at or before key_begin.
-// stage: widen each panel once into k_stage (ld then gives true values) and run every chunk on that.
+// stage: read each panel once into k_stage (ld must then give true values) and run every chunk on that.
 template <class Ld>
 MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* qp, float* s, float* k_stage, const Ld& ld,
                             bool stage) {
@@ -280,7 +319,7 @@ MHA_PHASE void block_softmax(const DecodeBlock& blk, int32_t base, float p_scale
 }
 
 // Phase 4: o = p V over keys [key_begin, key_end), tile by tile (tiles end on panel boundaries). stage:
-// as block_scores.
+// as block_scores, per V tile.
 template <class Ld>
 MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v_stage, const Ld& ld, bool stage) {
   using Elem = typename Ld::Elem;
@@ -305,40 +344,46 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
   }
 }
 
-// The four phases with the loaders of scores (KLd) and values (VLd). Three plans (see run): float32;
-// float16 with more than one row chunk (tiles widened once into scratch); float16 with one chunk
-// (halves widened in registers, 2^112 folded into q when q allows it, and into the weights).
+// The four phases with the loaders of scores (KLd) and values (VLd). stage_k / stage_v: each K panel /
+// V tile is first read once, in address order, into an L1 scratch tile (copied, or widened from halves),
+// and the micro-kernels run on that; without it they read the cache directly.
 template <class KLd, class VLd>
-void run_phases(const DecodeBlock& blk, float* scratch, bool stage, bool fold_q, float p_scale) {
+void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage_v, bool fold_q, float p_scale) {
   const Layout lay = make_layout(blk.head_dim);
   const int32_t base = blk.key_begin / kP * kP;
   const KLd kld;
   const VLd vld;
   pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
-  block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage);
+  block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage_k);
   block_softmax(blk, base, p_scale, scratch + lay.s);
-  block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage);
+  block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage_v);
 }
 
+// Staging: a chunk of 2 or more rows reads a panel in 2 to 4 strided sweeps (8 or 16 keys per pass) and
+// a V tile in one sweep per 8 lanes; straight from memory, each sweep starts with a run of misses (the
+// rows of decode-gqa-4k ran at 4 GB/s and 8 GFLOP/s, neither bound). One row (the memory-bound MHA
+// step) reads whole panel rows per step, and 1- or 2-row chunks read value rows whole (pv_rows): those
+// read the cache directly. float16 read directly is widened in registers, its 2^112 folded into q (when
+// |q| <= kMaxFoldableQ) and into the stored weights.
 template <bool kSpecials>
 void run_f16(const DecodeBlock& blk, float* scratch) {
   using Widened = F16Loader<kSpecials, false>;
   using Scaled = F16Loader<kSpecials, true>;
-  if (chunk_count(blk) > 1) return run_phases<Widened, Widened>(blk, scratch, true, false, 1.0f);
+  if (blk.rows > 2) return run_phases<Widened, Widened>(blk, scratch, true, true, false, 1.0f);
+  if (blk.rows == 2) return run_phases<Widened, Scaled>(blk, scratch, true, false, false, f16::kWidenScale);
   float largest_q = 0.0f;
-  for (int32_t r = 0; r < blk.rows; ++r)
-    for (int32_t d = 0; d < blk.head_dim; ++d) {
-      const float q = blk.q_rows[r][d];
-      largest_q = std::isfinite(q) ? std::max(largest_q, std::fabs(q)) : std::numeric_limits<float>::infinity();
-    }
-  if (largest_q <= kMaxFoldableQ) return run_phases<Scaled, Scaled>(blk, scratch, false, true, f16::kWidenScale);
-  run_phases<Widened, Scaled>(blk, scratch, false, false, f16::kWidenScale);
+  for (int32_t d = 0; d < blk.head_dim; ++d) {
+    const float q = blk.q_rows[0][d];
+    largest_q = std::isfinite(q) ? std::max(largest_q, std::fabs(q)) : std::numeric_limits<float>::infinity();
+  }
+  if (largest_q <= kMaxFoldableQ) return run_phases<Scaled, Scaled>(blk, scratch, false, false, true, f16::kWidenScale);
+  run_phases<Widened, Scaled>(blk, scratch, false, false, false, f16::kWidenScale);
 }
 
 size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 
 void run(const DecodeBlock& blk, float* scratch) {
-  if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, false, false, 1.0f);
+  if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, blk.rows > 2, false, 1.0f);
   if (blk.specials) return run_f16<true>(blk, scratch);
   run_f16<false>(blk, scratch);
 }
