@@ -6,6 +6,7 @@
 // (implementation, shape) row gets a fresh page (a fresh browser context on Chromium and Firefox), so a
 // renderer crash or OOM costs only that row.
 import { shapeByName, describeShape, flopsOf } from '../lib/shapes.mjs';
+import { loadAverage } from '../lib/env.mjs';
 import { ENGINES, launchEngine, startTestServer } from '../../tests/browser/engines.mjs';
 
 /** The engines `--browser` accepts: those of the browser tests. */
@@ -79,6 +80,7 @@ export async function runBrowser(opts) {
     await engine.close().catch(() => {});
     await server.close();
   }
+  run.env.loadAverageEnd = loadAverage();
   run.totalSeconds = (Date.now() - started) / 1000;
   return run;
 }
