@@ -3,7 +3,7 @@
 // timeout, so an OOM or crash costs only that row. See bench/README.md.
 //
 //   node bench/run.mjs [--shapes a,b] [--impls a,b] [--quick] [--budget ms] [--rounds n] [--timeout s]
-//                      [--seed n] [--out dir] [--browser [chromium|firefox|webkit|webkit-flags]] [--no-ceiling]
+//                      [--seed n] [--out dir] [--browser [chromium|firefox|webkit|webkit-flags,...]] [--no-ceiling]
 import { fork } from 'node:child_process';
 /** This process's Relaxed SIMD flag, for the children (their createMHA then picks the relaxed build). */
 const RELAXED_FLAGS = process.execArgv.filter((flag) => flag.includes('wasm-relaxed-simd'));
@@ -30,10 +30,11 @@ function parseArgs(argv) {
       case '--impls': o.impls = value().split(',').filter(Boolean); break;
       case '--quick': o.quick = true; break;
       case '--browser':
-        // `--browser` alone is Chromium; `--browser firefox`, `--browser=webkit` pick another engine.
+        // `--browser` alone is Chromium; `--browser firefox`, `--browser=webkit` pick another engine,
+        // `--browser chromium,firefox,webkit` runs each row in each of them in turn.
         o.browser = true;
-        if (inline !== undefined) o.engine = inline;
-        else if (argv[i + 1] !== undefined && !argv[i + 1].startsWith('--')) o.engine = argv[++i];
+        if (inline !== undefined) o.engines = inline.split(',').filter(Boolean);
+        else if (argv[i + 1] !== undefined && !argv[i + 1].startsWith('--')) o.engines = argv[++i].split(',').filter(Boolean);
         break;
       case '--no-ceiling': o.ceiling = false; break;
       case '--budget': o.budgetMs = Number(value()); break;
@@ -48,7 +49,7 @@ function parseArgs(argv) {
       default: throw new Error(`unknown argument "${a}" (try --help)`);
     }
   }
-  if (o.browser) o.engine ??= 'chromium';
+  if (o.browser && !o.engines?.length) o.engines = ['chromium'];
   o.shapes ??= o.quick ? ['seed', 'bert', 'causal512', 'cross'] : SHAPES.map((s) => s.name);
   o.shapes.forEach(shapeByName); // validates names
   // Node rows that need Relaxed SIMD run only when this Node has it (--experimental-wasm-relaxed-simd,
@@ -168,13 +169,17 @@ async function main() {
   const opts = parseArgs(process.argv.slice(2));
   if (opts.browser) {
     const { runBrowser, BROWSER_ENGINES } = await import('./browser/run-browser.mjs');
-    if (!BROWSER_ENGINES.includes(opts.engine)) throw new Error(`--browser: unknown engine "${opts.engine}" (expected one of ${BROWSER_ENGINES.join(', ')})`);
-    const run = await runBrowser({ ...opts, repoRoot, env: environment(repoRoot) });
-    // Chromium's files keep their name; the other engines get their own.
-    const prefix = opts.engine === 'chromium' ? 'browser-latest' : `browser-${opts.engine}-latest`;
-    const md = writeOutputs(run, opts.out, prefix);
-    console.log('\n' + md);
-    console.error(`wrote ${join(opts.out, `${prefix}.{md,json,svg}`)}`);
+    for (const engine of opts.engines) {
+      if (!BROWSER_ENGINES.includes(engine)) throw new Error(`--browser: unknown engine "${engine}" (expected some of ${BROWSER_ENGINES.join(', ')})`);
+    }
+    const runs = await runBrowser({ ...opts, repoRoot, env: environment(repoRoot) });
+    for (const run of runs) {
+      // Chromium's files keep their name; the other engines get their own.
+      const prefix = run.options.engine === 'chromium' ? 'browser-latest' : `browser-${run.options.engine}-latest`;
+      const md = writeOutputs(run, opts.out, prefix);
+      console.log('\n' + md);
+      console.error(`wrote ${join(opts.out, `${prefix}.{md,json,svg}`)}`);
+    }
     return;
   }
   const started = Date.now();
