@@ -44,6 +44,12 @@ export interface MhaWasmModule {
   };
 }
 
+/** A pooled pthread worker: a Web Worker (an EventTarget) or a Node Worker (an EventEmitter). */
+export interface PooledWorker {
+  onerror: ((event: unknown) => void) | null;
+  addEventListener?(type: 'error', listener: (event: unknown) => void): void;
+}
+
 export interface MhaModuleOptions {
   wasmBinary?: ArrayBuffer | Uint8Array;
   // Threaded build: workers preloaded before the module is ready (Emscripten's PTHREAD_POOL_SIZE).
@@ -55,8 +61,8 @@ export interface MhaModuleOptions {
   // gets the glue's error handler when the module is instantiated.
   PThread?: {
     terminateAllThreads(): void;
-    unusedWorkers: Array<{ onerror: ((event: unknown) => void) | null }>;
-    runningWorkers: Array<{ onerror: ((event: unknown) => void) | null }>;
+    unusedWorkers: PooledWorker[];
+    runningWorkers: PooledWorker[];
   };
   instantiateWasm?(
     imports: WebAssembly.Imports,

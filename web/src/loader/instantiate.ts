@@ -9,7 +9,8 @@ import { VERSION } from '../version.js';
 import type { ThreadFiles } from './builds.js';
 import { errorText, EXPECTED } from './source.js';
 import type { WasmSource } from './source.js';
-import { catchWorkerStartErrors, THREADS_START_TIMEOUT_MS, ThreadsStartFailure, threadsGlue } from './threads.js';
+import { catchWorkerStartErrors, listenForWorkerStartErrors, THREADS_START_TIMEOUT_MS, ThreadsStartFailure,
+  threadsGlue } from './threads.js';
 
 /** Exports the glue and the TS layer need; a module without them is not this release's mha.wasm. */
 const REQUIRED_API = ['version', 'simd', '_mha_attention', '_mha_attention_weights', '_mha_split_heads', '_mha_merge_heads',
@@ -96,6 +97,7 @@ export async function instantiate(source: WasmSource, wasmModule: WebAssembly.Mo
         return {};
       },
     })).then(resolve, (error: unknown) => reject(mismatch(errorText(error), error)));
+    if (threaded) listenForWorkerStartErrors(moduleOptions.PThread, () => started, workerFailed);
   });
   const missing = REQUIRED_API.filter((name) => typeof (wasm as unknown as Record<string, unknown>)[name] !== 'function');
   if (missing.length > 0) throw mismatch(`it lacks ${missing.join(', ')}`);

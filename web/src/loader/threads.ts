@@ -75,24 +75,56 @@ function workerScriptUrl(url: URL): Promise<string> {
   return Promise.resolve(url.href);
 }
 
+type PThreadPool = MhaModuleOptions['PThread'];
+
+function pooledWorkers(pthread: PThreadPool) {
+  return [...(pthread?.unusedWorkers ?? []), ...(pthread?.runningWorkers ?? [])];
+}
+
+/** The text of a worker's error event: an ErrorEvent's place and message, or what a bare Event means. */
+function workerErrorText(event: unknown): string {
+  const e = (event ?? {}) as { filename?: unknown; lineno?: unknown; message?: unknown };
+  const place = typeof e.filename === 'string' && e.filename !== ''
+    ? `${e.filename}${typeof e.lineno === 'number' ? `:${e.lineno}` : ''}: `
+    : '';
+  // Firefox and WebKit give a script that fails to load a plain Event, without file, line or message.
+  const message = typeof e.message === 'string' && e.message !== ''
+    ? e.message
+    : 'an error event without a message (the worker script failed to load or to run)';
+  return `worker sent an error! ${place}${message}`;
+}
+
+/**
+ * Listens for the pooled workers' error events from the moment they exist. The glue creates its pool
+ * synchronously inside the factory call, so a listener added right after that call is in place before
+ * any event can be dispatched (WebKit fires a broken script's error a few ms after `new Worker`, long
+ * before the glue's own handlers are set after instantiation). Until the pool has started, an error
+ * reports to `failed` (which falls back to one thread on the first report and ignores the rest, e.g.
+ * the same error seen again by catchWorkerStartErrors).
+ */
+export function listenForWorkerStartErrors(pthread: PThreadPool, hasStarted: () => boolean,
+  failed: (text: string) => void): void {
+  for (const worker of pooledWorkers(pthread)) {
+    worker.addEventListener?.('error', (event: unknown) => {
+      if (!hasStarted()) failed(workerErrorText(event));
+    });
+  }
+}
+
 /**
  * Emscripten 3.1.6's handler of a worker's error event logs it and then rethrows the event: an uncaught
  * exception, which in Node ends the process (a worker file missing from a bundle was enough). Until the
- * pool has started, each worker's handler reports to `failed` instead (which falls back to one thread
- * on the first report and ignores the rest, e.g. the other workers of a failed start); once the module
- * has started, the glue's own handler runs again.
+ * pool has started, each worker's handler reports to `failed` instead (Node's workers are EventEmitters:
+ * their errors arrive only here, through the glue's forwarding to onerror); once the module has started,
+ * the glue's own handler runs again.
  */
-export function catchWorkerStartErrors(pthread: MhaModuleOptions['PThread'], hasStarted: () => boolean,
+export function catchWorkerStartErrors(pthread: PThreadPool, hasStarted: () => boolean,
   failed: (text: string) => void): void {
-  for (const worker of [...(pthread?.unusedWorkers ?? []), ...(pthread?.runningWorkers ?? [])]) {
+  for (const worker of pooledWorkers(pthread)) {
     const glueHandler = worker.onerror;
     worker.onerror = (event: unknown) => {
-      if (hasStarted()) {
-        glueHandler?.call(worker, event);
-        return;
-      }
-      const e = (event ?? {}) as { filename?: unknown; lineno?: unknown; message?: unknown };
-      failed(`worker sent an error! ${String(e.filename)}:${String(e.lineno)}: ${String(e.message)}`);
+      if (hasStarted()) glueHandler?.call(worker, event);
+      else failed(workerErrorText(event));
     };
   }
 }
