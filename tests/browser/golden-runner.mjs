@@ -6,13 +6,61 @@
 // It needs nothing but the ECMAScript built-ins, so it runs in a page and in a bare shell alike.
 
 /**
- * The sets the browser and jsc suites run: v1, and v2's stateless cases (the options of docs/spec.md
- * Part 2). v2's `cache` cases (Part 3) need the cache branch marked in runGoldenCase.
+ * The sets the browser and jsc suites run: v1, and v2 (the options of docs/spec.md Part 2, and its
+ * `cache` cases: Part 3's KV cache, one attend per step).
  */
 export const GOLDEN_SETS = Object.freeze(['v1', 'v2']);
 
-/** The cases runGoldenSet runs: one stateless call each. */
+/** Whether a case is one stateless call (every v1 case), not a sequence of KV-cache steps. */
 export const isStateless = (c) => (c.kind ?? 'stateless') === 'stateless';
+
+/** Rows [from, from + n) of each batch item of a (B, rows, width) tensor, as a new (B, n, width) tensor. */
+export function sliceRows(x, batch, rows, width, from, n) {
+  const out = new Float32Array(batch * n * width);
+  for (let b = 0; b < batch; b++) out.set(x.subarray((b * rows + from) * width, (b * rows + from + n) * width), b * n * width);
+  return out;
+}
+
+/**
+ * Runs cache case `c` (q (B, S, H·Dh); k, v (B, S, Hkv·Dh)): a cache of its capacity and dtype, then one
+ * `attend` per entry of c.cache.steps, each with that many new tokens. Returns the steps' outputs stacked
+ * as (B, S, H·Dh) and the cache length seen after each step. `stage` may turn each step's q, k and v
+ * into heap tensors; `release` then frees them.
+ */
+export function runCacheCase(mha, c, q, k, v, { stage = (x) => x, release = () => {} } = {}) {
+  const { batch: B, seqLen: S, numHeads: H, headDim: Dh } = c;
+  const Hkv = c.options.numKvHeads ?? H;
+  const options = { numHeads: H };
+  if (c.options.causal !== undefined) options.causal = c.options.causal;
+  if (c.options.window) options.window = callOptions(c).window;
+  const cache = mha.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: c.cache.capacity, dtype: c.cache.dtype });
+  const out = new Float32Array(B * S * H * Dh);
+  const lengths = [];
+  try {
+    let t = 0;
+    for (const n of c.cache.steps) {
+      const parts = [sliceRows(q, B, S, H * Dh, t, n), sliceRows(k, B, S, Hkv * Dh, t, n), sliceRows(v, B, S, Hkv * Dh, t, n)].map(stage);
+      try {
+        const step = cache.attend(parts[0], parts[1], parts[2], options);
+        for (let b = 0; b < B; b++) out.set(step.subarray(b * n * H * Dh, (b + 1) * n * H * Dh), (b * S + t) * H * Dh);
+      } finally {
+        parts.forEach(release);
+      }
+      t += n;
+      lengths.push(cache.length);
+    }
+  } finally {
+    cache.free();
+  }
+  return { out, lengths };
+}
+
+/** In a page: the `read` of golden set `set` (tests/golden/<set>/), fetched from the test server. */
+export const fetchReader = (set) => async (file) => {
+  const response = await fetch(`/tests/golden/${set}/${file}`);
+  if (!response.ok) throw new Error(`/tests/golden/${set}/${file}: HTTP ${response.status}`);
+  return response.arrayBuffer();
+};
 
 /** Reads file `role` of case `c` as the typed array the role implies: mask uint8, all others float32. */
 async function readRole(read, c, role) {
@@ -71,16 +119,21 @@ export async function runGoldenCase(mha, c, read) {
   const options = { ...shape, ...callOptions(c) };
   if (has('mask')) options.mask = await readRole(read, c, 'mask');
   if (has('bias')) options.bias = await readRole(read, c, 'bias');
-  if ((c.kind ?? 'stateless') !== 'stateless') {
-    // The cache branch (docs/spec.md Part 3: createKVCache, then one attend per entry of c.cache.steps).
-    throw new Error(`golden case ${c.name}: kind "${c.kind}" is not run by this runner yet`);
-  }
-
   const [out64, out32] = await Promise.all(['out64', 'out32'].map((role) => readRole(read, c, role)));
   const torch = compare(out32, out64);
+  const outTolerance = (r) => Math.max(1e-5 * Math.max(1, r.maxExpected), 2 * torch.maxError);
+  if (!isStateless(c)) {
+    const { out, lengths } = runCacheCase(mha, c, q, k, v);
+    let total = 0;
+    const expectedLengths = c.cache.steps.map((n) => (total += n));
+    checks.push({ what: `cache length after each step is ${expectedLengths.join(', ')}`, pass: lengths.join() === expectedLengths.join() });
+    within(`KV cache (${c.cache.dtype}, steps ${c.cache.steps.join('+')}) vs out64`, out, out64, outTolerance);
+    return { name: c.name, checks };
+  }
+
   const lse = has('lse64') ? new Float32Array(c.batch * c.numHeads * c.seqLen) : undefined;
   const out = mha.multiHeadAttention(q, k, v, lse ? { ...options, lse } : options);
-  within('multiHeadAttention vs out64', out, out64, (r) => Math.max(1e-5 * Math.max(1, r.maxExpected), 2 * torch.maxError));
+  within('multiHeadAttention vs out64', out, out64, outTolerance);
   if (lse) within('lse vs lse64', lse, await readRole(read, c, 'lse64'), (r) => 1e-5 * Math.max(1, r.maxExpected));
   if (has('weights64')) {
     within('attentionWeights vs weights64', mha.attentionWeights(q, k, options), await readRole(read, c, 'weights64'), () => 1e-5);
@@ -97,6 +150,6 @@ export async function runGoldenCase(mha, c, read) {
 /** Runs every case of a set (its parsed cases.json) in order; summaries as runGoldenCase's. */
 export async function runGoldenSet(mha, cases, read) {
   const results = [];
-  for (const c of cases.filter(isStateless)) results.push(await runGoldenCase(mha, c, read));
+  for (const c of cases) results.push(await runGoldenCase(mha, c, read));
   return results;
 }

@@ -1,12 +1,13 @@
 // The PyTorch golden sets in the page, on every engine of tests/browser/engines.mjs, with createMHA's
 // choice of build (relaxed-simd where the engine has Relaxed SIMD), plain SIMD128 (`simd: 'fixed'`) and
 // the baseline forced by `simd: false`. The page runs tests/browser/golden-runner.mjs over the files it
-// fetches from the test server; the sets are GOLDEN_SETS (v1, and v2's stateless cases).
+// fetches from the test server; the sets are GOLDEN_SETS (v1, and v2 with its KV-cache cases). Where the
+// engine has threads, the KV-cache cases also run on 1, 2 and 3 threads with the same bits.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { forEachEngine, startTestServer } from './engines.mjs';
-import { GOLDEN_SETS, isStateless } from './golden-runner.mjs';
+import { GOLDEN_SETS } from './golden-runner.mjs';
 import { repoRoot } from '../js/helpers.mjs';
 
 let server;
@@ -28,20 +29,47 @@ const buildsOf = (engine) => [
 ];
 
 forEachEngine((engine) => {
+  if (engine.caps.threads) {
+    test('golden v2 KV-cache cases on 1 thread (simd), 2 and 3 threads (simd-threads): within the tolerances, the same bits', async () => {
+      const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
+      const r = await page.evaluate(async () => {
+        const { createMHA } = await import('/dist/index.js');
+        const { fetchReader, runCacheCase, runGoldenCase } = await import('/tests/browser/golden-runner.mjs');
+        const read = fetchReader('v2');
+        const cases = JSON.parse(new TextDecoder().decode(await read('cases.json'))).filter((c) => c.kind === 'cache');
+        const rows = [];
+        for (const threads of [1, 2, 3]) {
+          const mha = await createMHA({ threads, simd: 'fixed' });
+          for (const c of cases) {
+            const [q, k, v] = await Promise.all(['q', 'k', 'v'].map(async (role) => new Float32Array(await read(c.files[role]))));
+            const { out } = runCacheCase(mha, c, q, k, v);
+            const summary = await runGoldenCase(mha, c, read);
+            rows.push({ threads, build: mha.info.build, name: c.name, bits: Array.from(new Uint32Array(out.buffer)), checks: summary.checks });
+          }
+          mha.dispose();
+        }
+        return rows;
+      });
+      assert.ok(r.length >= 9, `${r.length} runs`);
+      for (const row of r) {
+        assert.equal(row.build, row.threads > 1 ? 'simd-threads' : 'simd');
+        assert.deepEqual(row.checks.filter((c) => !c.pass), [], `${row.name} on ${row.threads} threads`);
+        const one = r.find((x) => x.name === row.name && x.threads === 1);
+        assert.deepEqual(row.bits, one.bits, `${row.name}: ${row.threads} threads differ in bits from 1 thread`);
+      }
+      assert.deepEqual(await page.problems(), []);
+      await page.close();
+    });
+  }
   for (const set of GOLDEN_SETS) {
-    const cases = JSON.parse(readFileSync(`${repoRoot}/tests/golden/${set}/cases.json`, 'utf8')).filter(isStateless);
+    const cases = JSON.parse(readFileSync(`${repoRoot}/tests/golden/${set}/cases.json`, 'utf8'));
     for (const { options, build, simd } of buildsOf(engine)) {
       test(`golden ${set} (${cases.length} cases) in the page, ${build} build (${JSON.stringify(options)}): within the spec's tolerances`, async (t) => {
         const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
         const r = await page.evaluate(async ({ set, options }) => {
           const { createMHA } = await import('/dist/index.js');
-          const { runGoldenSet } = await import('/tests/browser/golden-runner.mjs');
-          const folder = `/tests/golden/${set}/`;
-          const read = async (file) => {
-            const response = await fetch(folder + file);
-            if (!response.ok) throw new Error(`${folder}${file}: HTTP ${response.status}`);
-            return response.arrayBuffer();
-          };
+          const { fetchReader, runGoldenSet } = await import('/tests/browser/golden-runner.mjs');
+          const read = fetchReader(set);
           const cases = JSON.parse(new TextDecoder().decode(await read('cases.json')));
           const mha = await createMHA(options);
           return { info: { ...mha.info }, results: await runGoldenSet(mha, cases, read) };

@@ -10,8 +10,9 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { mulberry32, randomNormal } from '../../bench/lib/prng.mjs';
 import { attention } from '../../bench/lib/reference.mjs';
+import { sliceRows } from '../browser/golden-runner.mjs';
 
-export { mulberry32, randomNormal };
+export { mulberry32, randomNormal, sliceRows };
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 // The PyTorch golden vectors are test fixtures of this repository (tests/golden/README.md).
@@ -242,9 +243,3 @@ export function roundToFloat16(x) {
   return Math.sign(x) * (rounded > 65504 ? Infinity : rounded);
 }
 
-/** Rows [from, from + n) of each batch item of a (B, rows, width) tensor, as a new (B, n, width) tensor. */
-export function sliceRows(x, batch, rows, width, from, n) {
-  const out = new Float32Array(batch * n * width);
-  for (let b = 0; b < batch; b++) out.set(x.subarray((b * rows + from) * width, (b * rows + from + n) * width), b * n * width);
-  return out;
-}

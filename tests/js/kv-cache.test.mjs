@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
 import { bitsEqual, checkOut, expectError, fullGc, goldenV2Dir, heapCopy, loadGoldenCases, mulberry32, randomNormal, readGolden,
   roundToFloat16, sliceRows } from './helpers.mjs';
+import { runCacheCase } from '../browser/golden-runner.mjs';
 
 const cases = loadGoldenCases(goldenV2Dir).filter((c) => c.kind === 'cache');
 
@@ -15,27 +16,13 @@ test('the v2 golden set has cache cases for both dtypes', () => {
   assert.deepEqual(new Set(cases.map((c) => c.cache.dtype)), new Set(['float32', 'float16']));
 });
 
-/** Runs a golden cache case: a cache of its capacity and dtype, one attend per step; the stacked outputs. */
+/** Runs a golden cache case through the suites' one cache-case runner; with heap-tensor q, k, v if asked. */
 function runCase(mha, c, useHeapTensors = false) {
   const [q, k, v] = ['q', 'k', 'v'].map((role) => readGolden(c, role));
-  const { batch: B, seqLen: S, numHeads: H, headDim: Dh } = c;
-  const Hkv = c.options.numKvHeads ?? H;
-  const options = { numHeads: H };
-  if (c.options.causal !== undefined) options.causal = c.options.causal;
-  if (c.options.window) options.window = c.options.window.map((w) => (w === 'Infinity' ? Infinity : w));
-  const cache = mha.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: c.cache.capacity, dtype: c.cache.dtype });
-  const out = new Float32Array(B * S * H * Dh);
-  let t = 0;
-  for (const n of c.cache.steps) {
-    const parts = [sliceRows(q, B, S, H * Dh, t, n), sliceRows(k, B, S, Hkv * Dh, t, n), sliceRows(v, B, S, Hkv * Dh, t, n)];
-    const tensors = useHeapTensors ? parts.map((p) => heapCopy(mha, p)) : parts;
-    const step = cache.attend(tensors[0], tensors[1], tensors[2], options);
-    for (let b = 0; b < B; b++) out.set(step.subarray(b * n * H * Dh, (b + 1) * n * H * Dh), (b * S + t) * H * Dh);
-    if (useHeapTensors) for (const tensor of tensors) tensor.free();
-    t += n;
-    assert.equal(cache.length, t);
-  }
-  cache.free();
+  const staging = useHeapTensors ? { stage: (x) => heapCopy(mha, x), release: (tensor) => tensor.free() } : {};
+  const { out, lengths } = runCacheCase(mha, c, q, k, v, staging);
+  let total = 0;
+  assert.deepEqual(lengths, c.cache.steps.map((n) => (total += n)));
   return out;
 }
 
