@@ -9,7 +9,7 @@ import { readTinyGPTGolden, tinyGptDir } from '../../models/tiny-gpt/load-node.m
 import { repoRoot } from './helpers.mjs';
 
 const script = path.join(repoRoot, 'examples/generate.mjs');
-const golden = readTinyGPTGolden(process.env.TINY_GPT_DIR ?? tinyGptDir);
+const golden = await readTinyGPTGolden(process.env.TINY_GPT_DIR ?? tinyGptDir);
 const hasKVCache = typeof (await createMHA({ warmup: false })).createKVCache === 'function';
 const run = (...args) => execFileSync(process.execPath, [script, ...args], { encoding: 'utf8' });
 
