@@ -32,13 +32,15 @@ try {
   const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
   const line = (xs) => `${median(xs).toFixed(0)} (${Math.min(...xs).toFixed(0)}–${Math.max(...xs).toFixed(0)})`;
   console.log(`Chromium ${browser.version()}, mha-wasm ${version}; prompt ${prompt.length} bytes, ${count - 1} decode steps, ${rounds} rounds, f32/f16 interleaved`);
-  console.log('| KV cache | whole model, tokens/s | attention alone, tokens/s | f16 / f32 (model, per round) |');
+  console.log('| KV cache | whole model, tokens/s | attention alone, tokens/s | attention share |');
   console.log('|---|---|---|---|');
-  const ratio = samples.float16.map((s, i) => s.model / samples.float32[i].model);
   for (const dtype of ['float32', 'float16']) {
     const s = samples[dtype];
-    console.log(`| ${dtype} | ${line(s.map((x) => x.model))} | ${line(s.map((x) => x.attention))} | ${dtype === 'float16' ? `${median(ratio).toFixed(3)} (${Math.min(...ratio).toFixed(3)}–${Math.max(...ratio).toFixed(3)})` : ''} |`);
+    console.log(`| ${dtype} | ${line(s.map((x) => x.model))} | ${line(s.map((x) => x.attention))} | ${(100 * median(s.map((x) => x.model / x.attention))).toFixed(1)} % |`);
   }
+  const ratio = (key) => samples.float16.map((s, i) => s[key] / samples.float32[i][key]);
+  const fmt = (xs) => `${median(xs).toFixed(3)} (${Math.min(...xs).toFixed(3)}–${Math.max(...xs).toFixed(3)})`;
+  console.log(`f16 / f32 tokens/s, per round: whole model ${fmt(ratio('model'))}, attention alone ${fmt(ratio('attention'))}`);
 } finally {
   await browser.close();
   await server.close();

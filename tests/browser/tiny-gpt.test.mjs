@@ -106,7 +106,7 @@ test('generates the Node runner\'s greedy bytes token by token, draws 4 x 8 head
   assert.match(await page.textContent('#real-detail-title'), /^Layer 2, head 3 \(KV head 0\)$/);
   assert.equal(await page.getAttribute('.head-btn[data-layer="2"][data-head="3"]', 'aria-pressed'), 'true');
   await mkdir(RESULTS, { recursive: true });
-  await page.screenshot({ path: `${RESULTS}tiny-gpt-1280.png`, fullPage: true });
+  await page.locator('#real-model').screenshot({ path: `${RESULTS}tiny-gpt-1280.png` });
   assert.deepEqual(problems, []);
 });
 
@@ -138,7 +138,7 @@ test('the weights are downloaded once: a second visit revalidates them with a 30
   assert.ok(right <= 390, `a canvas reaches x = ${right}`);
   const rows = await canvasStats(page, '#real-heads canvas.head-row');
   assert.ok(rows.every((r) => r.nonWhite > r.total / 2), 'every head row is drawn at 390 px');
-  await page.screenshot({ path: `${RESULTS}tiny-gpt-390.png`, fullPage: true });
+  await page.locator('#real-model').screenshot({ path: `${RESULTS}tiny-gpt-390.png` });
   assert.deepEqual(problems, []);
 });
 
