@@ -17,7 +17,7 @@ const ui = {
 };
 
 const state = {
-  worker: null, config: null, heads: null, reference: null, running: false, job: 0,
+  worker: null, config: null, heads: null, reference: {}, running: false, job: 0,
   tokens: [], promptLength: 0, prefillWeights: null, rows: null, kvLength: 0, selected: { layer: 0, head: 4 },
   scores: null, prefillTiming: null, timing: null, drawPending: false,
 };
@@ -67,10 +67,9 @@ function onMessage(data) {
     return;
   }
   if (data.type === 'reference') {
-    state.reference = data.reference;
-    state.verifying = false;
-    ui.verify.disabled = false;
-    section.dataset.reference = 'done';
+    state.reference[data.name] = data.scores;
+    section.dataset.reference = data.name;
+    if (data.name === 'induction') { state.verifying = false; ui.verify.disabled = false; }
     scheduleDraw(true);
     return;
   }
@@ -306,7 +305,7 @@ function drawDetail() {
   ui.detailTitle.textContent = `Layer ${layer}, head ${head} (KV head ${kvHead})${info.labels.length ? `: ${info.labels.join(', ')} head` : ''}`;
   canvas.setAttribute('aria-label', `attention pattern of layer ${layer} head ${head} over the ${S}-byte prompt; rows are queries, columns are keys, each row scaled to its maximum`);
   const i = layer * H + head;
-  const recomputed = (name) => (state.reference ? `${fmtScore(state.reference[name][i])} recomputed here` : 'not recomputed here yet');
+  const recomputed = (name) => (state.reference[name] ? `${fmtScore(state.reference[name][i])} recomputed here` : 'not recomputed here yet');
   ui.detailNote.textContent = `Mean attention to the previous byte: ${fmtScore(liveScore('previousToken', layer, head))} over this text; ` +
     `on the training run's test sentences ${recomputed('previousToken')}, PyTorch ${fmtScore(info.previousToken)} (label at ${state.heads.previousToken.threshold}). ` +
     `Induction (attention to the byte after the last earlier occurrence of the current byte): ${fmtScore(liveScore('induction', layer, head))} over this text; ` +
@@ -319,6 +318,7 @@ $('real-legend').style.background = `linear-gradient(to right, ${RAMP.join(', ')
 ui.verify.addEventListener('click', () => {
   if (state.running || section.dataset.state === 'loading' || state.verifying) return;
   state.verifying = true;
+  state.reference = {};
   ui.verify.disabled = true;
   section.dataset.reference = 'running';
   state.worker.postMessage({ type: 'reference' });
