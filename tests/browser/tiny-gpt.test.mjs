@@ -130,6 +130,16 @@ test('the weights are downloaded once: a second visit revalidates them with a 30
   assert.ok(transfer < 5000, `the second visit moved ${transfer} bytes for the weights`);
   assert.match(await page.textContent('#real-status'), /weights from the browser cache/);
 
+  // Stop: a fresh Worker, the bytes so far stay, and the next generation runs
+  await page.fill('#real-count', '190');
+  await page.click('#real-run');
+  await page.waitForFunction(() => Number(document.getElementById('real-model').dataset.generated) >= 3);
+  assert.equal(await page.textContent('#real-run'), 'Stop');
+  await page.click('#real-run');
+  await page.waitForSelector('#real-model[data-state="ready"]', { timeout: 30_000 });
+  const stoppedAt = Number(await page.$eval('#real-model', (s) => s.dataset.generated));
+  assert.ok(stoppedAt >= 3 && stoppedAt < 190, `stopped after ${stoppedAt} bytes`);
+  assert.equal(await page.textContent('#real-run'), 'Generate');
   await generateInPage(page, { count: 40, cache: 'float16' });
   const width = await page.evaluate(() => document.scrollingElement.scrollWidth);
   assert.ok(width <= 390, `page is ${width}px wide at a 390px viewport`);
