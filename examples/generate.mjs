@@ -9,7 +9,7 @@
 import { parseArgs } from 'node:util';
 import { createMHA } from 'mha-wasm';
 import { generate } from '../models/tiny-gpt/runner.mjs';
-import { kvCacheBackend, repeatedKvBackend } from '../models/tiny-gpt/attention-backends.mjs';
+import { kvCacheBackend } from '../models/tiny-gpt/attention-backends.mjs';
 import { readTinyGPT } from '../models/tiny-gpt/load-node.mjs';
 
 function fail(message) {
@@ -45,17 +45,8 @@ if (prompt.length === 0) fail('--prompt: expected at least one character, got an
 
 const mha = await createMHA();
 const model = readTinyGPT(process.env.TINY_GPT_DIR); // default: models/tiny-gpt
-let backend, backendName;
-if (typeof mha.createKVCache === 'function') {
-  backend = kvCacheBackend(mha, { dtype: args.cache === 'f16' ? 'float16' : 'float32' });
-  backendName = `createKVCache (${args.cache})`;
-} else if (args.cache === 'f16') {
-  fail(`--cache f16: this mha-wasm (${mha.info.version}) has no createKVCache (docs/spec.md Part 3) yet; use --cache f32`);
-} else {
-  // TEMPORARY until createKVCache and numKvHeads are merged: K/V kept in JS, KV heads repeated in JS.
-  backend = repeatedKvBackend(mha);
-  backendName = 'multiHeadAttention over K/V kept in JS (temporary, no KV cache yet)';
-}
+const backend = kvCacheBackend(mha, { dtype: args.cache === 'f16' ? 'float16' : 'float32' });
+const backendName = `createKVCache (${args.cache})`;
 
 const session = model.createSession(backend);
 const decoder = new TextDecoder();

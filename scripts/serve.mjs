@@ -3,7 +3,8 @@
 // Every response carries the cross-origin isolation headers (COOP same-origin + COEP require-corp),
 // so pages get SharedArrayBuffer and fine-grained timers, and the threaded wasm build works unchanged.
 // `isolation: false` leaves them out (tests of the single-threaded fallback).
-// `.wasm` is served as application/wasm, which WebAssembly.compileStreaming requires.
+// `.wasm` is served as application/wasm, which WebAssembly.compileStreaming requires. Files carry an ETag
+// (size and mtime) with `Cache-Control: no-cache`, so browsers revalidate and get a 304 for unchanged ones.
 //
 //   import { serve } from './scripts/serve.mjs';
 //   const { url, close } = await serve({ port: 0 });           // repo root, random free port
@@ -132,8 +133,17 @@ export function createHandler({ root = REPO_ROOT, mounts = {}, redirects, isolat
     }
     if (!info.isFile()) return text(res, 404, `not found: ${pathname}\n`, head, iso);
 
+    // no-cache + a validator: the browser keeps every file (the model's weights too) and asks each time
+    // whether it changed; an unchanged file costs a 304 with no body instead of the download.
+    const etag = `W/"${info.size.toString(16)}-${Math.floor(info.mtimeMs).toString(16)}"`;
+    const validators = { ETag: etag, 'Last-Modified': info.mtime.toUTCString() };
+    const known = req.headers['if-none-match'];
+    if (known !== undefined && known.split(',').some((tag) => tag.trim() === etag || tag.trim() === '*')) {
+      return send(res, 304, { ...validators }, undefined, iso);
+    }
     res.writeHead(200, {
       ...iso,
+      ...validators,
       'Content-Type': mimeType(target),
       'Content-Length': info.size,
       'Cache-Control': 'no-cache',

@@ -1,5 +1,5 @@
-// Attention backends for the tiny-gpt runner (runner.mjs): they hold the K/V of every layer of one
-// sequence and run causal attention over them on mha-wasm. The interface (AttentionBackend) is documented
+// The attention backend of the tiny-gpt runner (runner.mjs): it holds the K/V of every layer of one
+// sequence in mha-wasm KV caches and runs causal attention over them. The interface (AttentionBackend) is documented
 // in runner.mjs. Plain ESM without imports, for Node, pages and Workers alike; the caller passes the
 // mha-wasm instance in.
 //
@@ -29,109 +29,52 @@ export function roundToFloat16(x) {
 }
 
 /**
- * Today's backend: the K/V live in JS and every call is one stateless `mha.multiHeadAttention`
- * (mha-wasm 0.1, docs/spec.md Part 1).
+ * The backend: one `mha.createKVCache` per layer (docs/spec.md Part 3), the Hkv-wide K/V passed as they are
+ * (grouped-query attention, Part 2.1: query head h reads KV head floor(h / (H / Hkv)) in place). A prefill
+ * and a decode step are the same call, `cache.attend`, causal with query positions starting at the length.
  *
- * TEMPORARY: mha-wasm 0.1 has no `numKvHeads`, so this backend copies each KV head to the H/Hkv query heads
- * that share it (query head h reads KV head floor(h / (H / Hkv))) and passes full-width K/V. Once grouped-query
- * attention (spec Part 2.1) is merged, pass the Hkv-wide K/V with `numKvHeads` and delete the repeat; once
- * the KV cache (Part 3) is merged, use createKVCacheBackend instead.
+ * `weights` (for the demo's heatmaps and the head scores): the cache has no weights-over-the-cache call,
+ * so this backend also keeps each layer's K rows in JS, as the cache stores them (rounded to binary16 when
+ * dtype is 'float16'; Hkv*Dh floats per token and layer, a copy that costs far less than the attend), and
+ * calls `mha.attentionWeights` with the n query rows over those T rows, `numKvHeads` and
+ * `queryOffset: T - n`: the softmax the cache computed, up to the float32-vs-float64 rounding of the
+ * reference. One decode step costs H * T * Dh multiply-adds.
  *
- * Causality without `queryOffset` (0.1 aligns causal masks upper-left): a prefill into an empty cache is
- * `causal: true` (S = T); a single step sees every stored key, so it needs no mask; a prefill after earlier
- * tokens passes an explicit (1, n, T) mask.
- *
- * dtype 'float16' rounds K/V to binary16 (ties to even) before storing them, which emulates in JS what a
- * float16 cache stores (spec Part 3); it exists so the f16 golden data can be checked before the cache is.
- *
- * @param {{multiHeadAttention: Function, attentionWeights: Function}} mha an instance from createMHA()
- * @param {{dtype?: 'float32' | 'float16'}} [options]
- * @returns {(geometry: {numLayers: number, numHeads: number, numKvHeads: number, headDim: number, capacity: number}) => import('./runner.mjs').AttentionBackend}
- */
-export function repeatedKvBackend(mha, { dtype = 'float32' } = {}) {
-  if (dtype !== 'float32' && dtype !== 'float16') throw new RangeError(`repeatedKvBackend: dtype: expected 'float32' or 'float16', got ${dtype}`);
-  return ({ numLayers, numHeads: H, numKvHeads: Hkv, headDim: Dh, capacity }) => {
-    const D = H * Dh;
-    const group = H / Hkv;
-    // Per layer: K and V repeated to H heads, (capacity, H*Dh)
-    const keys = Array.from({ length: numLayers }, () => new Float32Array(capacity * D));
-    const values = Array.from({ length: numLayers }, () => new Float32Array(capacity * D));
-    const lengths = new Array(numLayers).fill(0); // tokens held per layer; equal between forward calls
-    const round = dtype === 'float16' ? roundToFloat16 : (x) => x;
-
-    /** k (n, Hkv*Dh) -> dst rows [at, at + n) of (capacity, H*Dh), head g copied to heads g*group .. */
-    function storeRepeated(dst, src, n, at) {
-      for (let i = 0; i < n; i++) {
-        for (let h = 0; h < H; h++) {
-          const from = i * Hkv * Dh + Math.floor(h / group) * Dh;
-          const to = (at + i) * D + h * Dh;
-          for (let e = 0; e < Dh; e++) dst[to + e] = round(src[from + e]);
-        }
-      }
-    }
-
-    /** The options of one call for the last n of T keys' queries: causal upper-left, none, or a mask. */
-    function visibility(n, T) {
-      const options = { batch: 1, seqLen: n, kvSeqLen: T, dModel: D, numHeads: H };
-      const before = T - n;
-      if (before === 0) {
-        options.causal = true;
-      } else if (n > 1) {
-        const mask = new Uint8Array(n * T); // query i sits at position before + i
-        for (let i = 0; i < n; i++) mask.fill(1, i * T, i * T + before + i + 1);
-        options.mask = mask;
-      }
-      return options;
-    }
-
-    function attend(layer, q, k, v, n) {
-      const held = lengths[layer];
-      if (held + n > capacity) throw new RangeError(`repeatedKvBackend: ${held} + ${n} tokens exceed the capacity of ${capacity}`);
-      storeRepeated(keys[layer], k, n, held);
-      storeRepeated(values[layer], v, n, held);
-      const T = (lengths[layer] = held + n);
-      return mha.multiHeadAttention(q, keys[layer].subarray(0, T * D), values[layer].subarray(0, T * D), visibility(n, T));
-    }
-
-    return {
-      prefill: attend,
-      step: (layer, q, k, v) => attend(layer, q, k, v, 1),
-      weights(layer, q, n) {
-        const T = lengths[layer];
-        return { weights: mha.attentionWeights(q, keys[layer].subarray(0, T * D), visibility(n, T)), kvLength: T };
-      },
-      length: () => lengths[numLayers - 1],
-      truncate(n) {
-        const held = lengths[numLayers - 1];
-        if (!(Number.isInteger(n) && n >= 0 && n <= held)) throw new RangeError(`repeatedKvBackend.truncate: n: expected an integer in [0, ${held}], got ${n}`);
-        lengths.fill(n);
-      },
-      free() {},
-    };
-  };
-}
-
-/**
- * TODO(KV cache): the intended backend, one `mha.createKVCache` per layer (docs/spec.md Part 3), with the
- * Hkv-wide K/V passed as they are (grouped-query attention, Part 2.1). Written against the spec's API; it
- * cannot run until createKVCache is in the package, and throws saying so. When it lands: run
- * tests/js/tiny-gpt.test.mjs with this backend (f32 against golden "f32", f16 against golden "f16").
- * @param {{createKVCache?: Function, info?: {version: string}}} mha
+ * @param {{createKVCache: Function, attentionWeights: Function, info?: {version: string}}} mha an instance from createMHA()
  * @param {{dtype?: 'float32' | 'float16'}} [options]
  * @returns {(geometry: {numLayers: number, numHeads: number, numKvHeads: number, headDim: number, capacity: number}) => import('./runner.mjs').AttentionBackend}
  */
 export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
-  if (typeof mha.createKVCache !== 'function') {
-    throw new Error(`kvCacheBackend: this mha-wasm (${mha.info?.version ?? 'unknown version'}) has no createKVCache (docs/spec.md Part 3); use repeatedKvBackend until it is merged`);
+  if (typeof mha?.createKVCache !== 'function') {
+    throw new TypeError(`kvCacheBackend: mha: expected an mha-wasm instance with createKVCache (docs/spec.md Part 3), got ${mha?.info?.version ?? typeof mha}`);
   }
-  return ({ numLayers, numHeads, numKvHeads, headDim, capacity }) => {
-    const caches = Array.from({ length: numLayers }, () => mha.createKVCache({ batch: 1, numKvHeads, headDim, capacity, dtype }));
-    const attend = (layer, q, k, v) => caches[layer].attend(q, k, v, { numHeads }); // causal by default
-    // TODO(demo): `weights` for the heatmaps. The spec has no weights-over-a-cache call; attentionWeights
-    // with numKvHeads + queryOffset over K read back from the cache (or kept in JS) would do.
+  if (dtype !== 'float32' && dtype !== 'float16') throw new RangeError(`kvCacheBackend: dtype: expected 'float32' or 'float16', got ${dtype}`);
+  const round = dtype === 'float16' ? roundToFloat16 : (x) => x;
+  return ({ numLayers, numHeads: H, numKvHeads: Hkv, headDim: Dh, capacity }) => {
+    const caches = Array.from({ length: numLayers }, () => mha.createKVCache({ batch: 1, numKvHeads: Hkv, headDim: Dh, capacity, dtype }));
+    const kvWidth = Hkv * Dh;
+    // Per layer: the K rows the cache holds, (capacity, Hkv*Dh)
+    const keys = Array.from({ length: numLayers }, () => new Float32Array(capacity * kvWidth));
+
+    /** q (n, H*Dh), k and v (n, Hkv*Dh) -> (n, H*Dh); keeps k's rows for `weights`. */
+    function attend(layer, q, k, v) {
+      const held = caches[layer].length;
+      const out = caches[layer].attend(q, k, v, { numHeads: H }); // throws past capacity, changing nothing
+      const stored = keys[layer];
+      for (let i = 0; i < k.length; i++) stored[held * kvWidth + i] = round(k[i]);
+      return out;
+    }
+
     return {
       prefill: attend,
       step: attend,
+      weights(layer, q, n) {
+        const T = caches[layer].length;
+        const weights = mha.attentionWeights(q, keys[layer].subarray(0, T * kvWidth), {
+          batch: 1, seqLen: n, kvSeqLen: T, dModel: H * Dh, numHeads: H, numKvHeads: Hkv, queryOffset: T - n, causal: true,
+        });
+        return { weights, kvLength: T };
+      },
       length: () => caches[numLayers - 1].length,
       truncate(n) { for (const cache of caches) cache.truncate(n); },
       free() { for (const cache of caches) cache.free(); },

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadTinyGPT } from './runner.mjs';
+import { readGolden } from './golden-check.mjs';
 
 export const tinyGptDir = path.dirname(fileURLToPath(import.meta.url));
 
@@ -19,14 +20,12 @@ export function readTinyGPT(dir = tinyGptDir) {
 }
 
 /**
- * The PyTorch golden data written by make_golden.py into `dir`/golden: index.json, with its logits file
- * files read as Float32Arrays (`index.logits.values`, `index.logitsF16KV.values`, row-major `shape`).
+ * The PyTorch golden data written by make_golden.py into `dir`/golden, through golden-check.mjs's reader:
+ * index.json, with its logits files as Float32Arrays (`index.logits.values`, `index.logitsF16KV.values`).
+ * @returns {Promise<object>}
  */
 export function readTinyGPTGolden(dir = tinyGptDir) {
-  const goldenDir = path.join(dir, 'golden');
-  const index = JSON.parse(fs.readFileSync(path.join(goldenDir, 'index.json'), 'utf8'));
-  for (const entry of [index.logits, index.logitsF16KV]) entry.values = new Float32Array(arrayBufferOf(path.join(goldenDir, entry.file)));
-  return index;
+  return readGolden((file) => arrayBufferOf(path.join(dir, 'golden', file)));
 }
 
 /** heads.json of `dir` (analyze_heads.py): per-head previous-token and induction scores and their inputs. */

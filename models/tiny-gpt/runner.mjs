@@ -388,16 +388,19 @@ export function sampleToken(logits, { temperature, topK, random }) {
  * @param {Session} session a fresh session
  * @param {ArrayLike<number>} prompt byte ids, at least one
  * @param {number} count
- * @param {{greedy?: boolean, temperature?: number, topK?: number, seed?: number, onToken?: (token: number) => void}} [options]
+ * @param {{greedy?: boolean, temperature?: number, topK?: number, seed?: number, attentionWeights?: boolean, onToken?: (token: number) => void}} [options]
+ *   attentionWeights: every forward call sets session.attentionWeights, so onToken(token) can read the
+ *   weights of the call whose logits gave that token
  * @returns {number[]} the generated tokens
  */
-export function generate(session, prompt, count, { greedy = false, temperature = 0.8, topK = 40, seed = 1, onToken } = {}) {
+export function generate(session, prompt, count, { greedy = false, temperature = 0.8, topK = 40, seed = 1, attentionWeights = false, onToken } = {}) {
   const nCtx = session.model.config.n_ctx;
   const random = seededRandom(seed);
   let context = Array.from(prompt);
   if (context.length === 0) throw new RangeError('generate: prompt: expected at least 1 token, got 0');
   if (context.length > nCtx) context = context.slice(context.length - nCtx);
-  let logits = session.forward(context);
+  const forwardOptions = { attentionWeights };
+  let logits = session.forward(context, forwardOptions);
   const out = [];
   for (let i = 0; i < count; i++) {
     const token = greedy ? argmax(logits) : sampleToken(logits, { temperature, topK, random });
@@ -407,9 +410,9 @@ export function generate(session, prompt, count, { greedy = false, temperature =
     if (session.tokens.length === nCtx) {
       const kept = session.tokens.slice(nCtx - Math.floor(nCtx / 2));
       session.truncate(0);
-      logits = session.forward([...kept, token]);
+      logits = session.forward([...kept, token], forwardOptions);
     } else {
-      logits = session.forward([token]);
+      logits = session.forward([token], forwardOptions);
     }
   }
   return out;

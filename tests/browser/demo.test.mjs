@@ -460,6 +460,9 @@ describe('demo page on the other engines', () => {
       });
       await page.waitFor((n) => Number(document.body.dataset.renders) > n, renders, { timeout: 10_000 });
       assert.equal((await heatmapStats(page)).length, 8);
+      // The real-model view loads tiny-gpt in its Worker here too (tests/browser/tiny-gpt.test.mjs: Chromium)
+      await page.waitFor(() => document.getElementById('real-model').dataset.state === 'ready', undefined, { timeout: 60_000 });
+      assert.match(await page.evaluate(() => document.getElementById('real-status').textContent), /^tiny-gpt loaded in \d+ ms/);
       assert.deepEqual(await page.problems(), []);
       await page.close();
     });

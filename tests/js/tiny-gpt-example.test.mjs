@@ -4,13 +4,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import path from 'node:path';
-import { createMHA } from '../../dist/index.js';
 import { readTinyGPTGolden, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
 import { repoRoot } from './helpers.mjs';
 
 const script = path.join(repoRoot, 'examples/generate.mjs');
-const golden = readTinyGPTGolden(process.env.TINY_GPT_DIR ?? tinyGptDir);
-const hasKVCache = typeof (await createMHA({ warmup: false })).createKVCache === 'function';
+const golden = await readTinyGPTGolden(process.env.TINY_GPT_DIR ?? tinyGptDir);
 const run = (...args) => execFileSync(process.execPath, [script, ...args], { encoding: 'utf8' });
 
 test('generate.mjs --greedy --json prints PyTorch\'s greedy bytes and their text', () => {
@@ -34,17 +32,12 @@ test('generate.mjs runs past the model\'s context (it drops the older half and p
   assert.equal(result.tokens.length, 300);
 });
 
-test('generate.mjs --cache f16: PyTorch\'s f16 greedy bytes with a KV cache, a clear error without one', () => {
+test('generate.mjs --cache f16: PyTorch\'s f16 greedy bytes with an f16 KV cache', () => {
   const g = golden.generations[1];
   const args = [script, '--prompt', g.prompt, '--tokens', String(golden.generatedBytes), '--greedy', '--json', '--cache', 'f16'];
   const child = spawnSync(process.execPath, args, { encoding: 'utf8' });
-  if (hasKVCache) {
-    assert.equal(child.status, 0, child.stderr);
-    assert.deepEqual(JSON.parse(child.stdout).tokens, g.f16.tokens);
-  } else {
-    assert.equal(child.status, 2);
-    assert.match(child.stderr, /--cache f16: this mha-wasm \(.+\) has no createKVCache/);
-  }
+  assert.equal(child.status, 0, child.stderr);
+  assert.deepEqual(JSON.parse(child.stdout).tokens, g.f16.tokens);
 });
 
 test('generate.mjs rejects bad arguments with a message naming them', () => {

@@ -5,139 +5,87 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
 import { argmax, float16BitsToFloat32, generate, sampleToken, seededRandom } from '../../models/tiny-gpt/runner.mjs';
-import { kvCacheBackend, repeatedKvBackend, roundToFloat16 } from '../../models/tiny-gpt/attention-backends.mjs';
+import { checkF16Steps, checkFullPrefill, checkGreedy, checkSplitPrefill, compareLogits, goldenPromptBytes } from '../../models/tiny-gpt/golden-check.mjs';
+import { kvCacheBackend, roundToFloat16 } from '../../models/tiny-gpt/attention-backends.mjs';
+import { headScores, inductionTargets } from '../../models/tiny-gpt/head-scores.mjs';
 import { readTinyGPT, readTinyGPTGolden, readTinyGPTHeads, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
 
 const modelDir = process.env.TINY_GPT_DIR ?? tinyGptDir;
 const mha = await createMHA();
 const model = readTinyGPT(modelDir);
-const golden = readTinyGPTGolden(modelDir);
+const golden = await readTinyGPTGolden(modelDir);
 const V = model.config.vocab_size;
-const promptBytes = [...new TextEncoder().encode(golden.logits.prompt)];
+const backend = (dtype = 'float32') => kvCacheBackend(mha, { dtype });
 
-/**
- * Every logit of rows [firstRow, firstRow + rows) within 1e-4 * max(1, |PyTorch's|); returns the worst
- * |diff| / allowed. reference: (200, V) PyTorch logits.
- */
-function assertLogitsClose(rows, firstRow, actual, label, reference = golden.logits.values) {
-  assert.equal(actual.length, rows * V, `${label}: logits length`);
-  let worst = 0;
-  for (let r = 0; r < rows; r++) {
-    for (let t = 0; t < V; t++) {
-      const expected = reference[(firstRow + r) * V + t];
-      const got = actual[r * V + t];
-      const ratio = Math.abs(got - expected) / (1e-4 * Math.max(1, Math.abs(expected)));
-      if (!(ratio <= 1)) assert.fail(`${label}: position ${firstRow + r}, byte ${t}: got ${got}, PyTorch ${expected}`);
-      worst = Math.max(worst, ratio);
-    }
-  }
-  return worst;
+/** Asserts a golden-check.mjs result and reports its worst |diff| / allowed. */
+function assertCheck(t, result) {
+  assert.ok(result.ok, result.message);
+  t.diagnostic(`worst |diff| / allowed = ${result.worst.toFixed(4)}${result.meanF16 === undefined ? '' : `; mean |diff| to PyTorch f16 K/V ${result.meanF16.toExponential(2)}, to f32 K/V ${result.meanF32.toExponential(2)}`}`);
 }
-
-/** The backends under test: today's, and the KV cache one once the package has createKVCache. */
-const backends = [
-  { name: 'repeated-KV multiHeadAttention (temporary)', make: (dtype) => repeatedKvBackend(mha, { dtype }), skip: false },
-  { name: 'createKVCache', make: (dtype) => kvCacheBackend(mha, { dtype }), skip: typeof mha.createKVCache !== 'function' && 'createKVCache is not in this build yet' },
-];
 
 test('golden data matches the model it was made from', () => {
   assert.deepEqual(golden.logits.shape, [200, V]);
-  assert.equal(promptBytes.length, 200);
+  assert.equal(goldenPromptBytes(golden).length, 200);
   assert.equal(golden.logits.values.length, 200 * V);
   assert.equal(golden.generations.length, 3);
   for (const g of golden.generations) for (const key of ['f32', 'f16']) assert.equal(g[key].tokens.length, golden.generatedBytes);
 });
 
-for (const backend of backends) {
-  test(`${backend.name}: full prefill of the 200-byte prompt gives PyTorch's logits at every position`, { skip: backend.skip }, (t) => {
-    const session = model.createSession(backend.make('float32'));
-    const logits = session.forward(promptBytes, { allLogits: true });
-    const worst = assertLogitsClose(200, 0, logits, 'prefill(200)');
-    t.diagnostic(`worst |diff| / (1e-4 max(1, |logit|)) = ${worst.toFixed(4)}`);
-    session.free();
-  });
+test('the checker fails on logits that are off by more than the tolerance, naming the position', () => {
+  const reference = golden.logits.values.subarray(0, 2 * V);
+  const off = Float32Array.from(reference);
+  off[V + 3] += 2e-4 * Math.max(1, Math.abs(off[V + 3]));
+  assert.equal(compareLogits(reference, reference, 0, 2, V).ok, true);
+  const result = compareLogits(off, reference, 0, 2, V);
+  assert.equal(result.ok, false);
+  assert.match(result.message, /^position 1, byte 3: /);
+  assert.equal(compareLogits(off.subarray(1), reference, 0, 2, V).ok, false);
+});
 
-  test(`${backend.name}: prefill of 100 bytes then 100 single-byte steps gives PyTorch's logits`, { skip: backend.skip }, (t) => {
-    const session = model.createSession(backend.make('float32'));
-    let worst = assertLogitsClose(100, 0, session.forward(promptBytes.slice(0, 100), { allLogits: true }), 'prefill(100)');
-    for (let p = 100; p < 200; p++) {
-      worst = Math.max(worst, assertLogitsClose(1, p, session.forward([promptBytes[p]]), `step at position ${p}`));
-    }
-    t.diagnostic(`worst |diff| / (1e-4 max(1, |logit|)) = ${worst.toFixed(4)}`);
-    session.free();
-  });
+test('createKVCache: full prefill of the 200-byte prompt gives PyTorch\'s logits at every position', (t) => {
+  assertCheck(t, checkFullPrefill(model, backend(), golden));
+});
 
-  test(`${backend.name}: prefill of 50 bytes, then of 150 more at once, gives PyTorch's logits`, { skip: backend.skip }, (t) => {
-    const session = model.createSession(backend.make('float32'));
-    let worst = assertLogitsClose(50, 0, session.forward(promptBytes.slice(0, 50), { allLogits: true }), 'prefill(50)');
-    worst = Math.max(worst, assertLogitsClose(150, 50, session.forward(promptBytes.slice(50), { allLogits: true }), 'prefill(150) after 50'));
-    t.diagnostic(`worst |diff| / (1e-4 max(1, |logit|)) = ${worst.toFixed(4)}`);
-    session.free();
-  });
+test('createKVCache: prefill of 100 bytes then 100 single-byte steps gives PyTorch\'s logits', (t) => {
+  assertCheck(t, checkSplitPrefill(model, backend(), golden, [100, 1]));
+});
 
-  // With f16 K/V the tolerance is looser: a k or v that lies within float rounding of a binary16 rounding
-  // boundary rounds one way in JS (float64 sums) and the other in PyTorch (float32 sums), which moves it by
-  // one f16 step (2^-11 relative) instead of 1e-7. So: within 5e-4 * max(1, |logit|) of PyTorch over the
-  // same f16-rounded K/V, and on average 10 times closer to that run than to PyTorch's f32 K/V run.
-  test(`${backend.name} (float16 K/V): prefill(100) + 100 steps gives PyTorch's logits over f16-rounded K/V`, { skip: backend.skip }, (t) => {
-    const session = model.createSession(backend.make('float16'));
-    const logits = new Float32Array(200 * V);
-    logits.set(session.forward(promptBytes.slice(0, 100), { allLogits: true }));
-    for (let p = 100; p < 200; p++) logits.set(session.forward([promptBytes[p]]), p * V);
-    const f16Reference = golden.logitsF16KV.values, f32Reference = golden.logits.values;
-    let worst = 0, errorF16 = 0, errorF32 = 0;
-    for (let i = 0; i < logits.length; i++) {
-      const ratio = Math.abs(logits[i] - f16Reference[i]) / (5e-4 * Math.max(1, Math.abs(f16Reference[i])));
-      if (!(ratio <= 1)) assert.fail(`f16 K/V: position ${Math.floor(i / V)}, byte ${i % V}: got ${logits[i]}, PyTorch ${f16Reference[i]}`);
-      worst = Math.max(worst, ratio);
-      errorF16 += Math.abs(logits[i] - f16Reference[i]);
-      errorF32 += Math.abs(logits[i] - f32Reference[i]);
-    }
-    t.diagnostic(`worst |diff| / (5e-4 max(1, |logit|)) = ${worst.toFixed(4)}; mean |diff| to PyTorch f16 K/V ${(errorF16 / logits.length).toExponential(2)}, to f32 K/V ${(errorF32 / logits.length).toExponential(2)}`);
-    assert.ok(errorF16 * 10 < errorF32, `mean error to the f16 run (${errorF16 / logits.length}) is not 10 times below that to the f32 run (${errorF32 / logits.length})`);
-    session.free();
-  });
+test('createKVCache: prefill of 50 bytes, then of 150 more at once, gives PyTorch\'s logits', (t) => {
+  assertCheck(t, checkSplitPrefill(model, backend(), golden, [50, 150]));
+});
 
-  for (const [dtype, key] of [['float32', 'f32'], ['float16', 'f16']]) {
-    test(`${backend.name} (${dtype} K/V): greedy 128 bytes from each prompt are PyTorch's bytes`, { skip: backend.skip }, () => {
-      for (const g of golden.generations) {
-        const session = model.createSession(backend.make(dtype));
-        const tokens = generate(session, [...new TextEncoder().encode(g.prompt)], golden.generatedBytes, { greedy: true });
-        assert.deepEqual(tokens, g[key].tokens, `prompt ${JSON.stringify(g.prompt)}: got ${JSON.stringify(new TextDecoder().decode(Uint8Array.from(tokens)))}, PyTorch ${JSON.stringify(g[key].text)}`);
-        session.free();
-      }
-    });
-  }
+test('createKVCache (float16 K/V): prefill(100) + 100 steps gives PyTorch\'s logits over f16-rounded K/V', (t) => {
+  assertCheck(t, checkF16Steps(model, backend('float16'), golden));
+});
+
+for (const [dtype, key] of [['float32', 'f32'], ['float16', 'f16']]) {
+  test(`createKVCache (${dtype} K/V): greedy 128 bytes from each prompt are PyTorch's bytes`, () => {
+    const result = checkGreedy(model, () => backend(dtype), golden, key);
+    assert.ok(result.ok, result.message);
+  });
 }
 
 test('attention weights from the runner give PyTorch\'s head scores (heads.json) within 1e-4, and its labels', () => {
   const heads = readTinyGPTHeads(modelDir);
   const { n_layer: L, n_head: H } = model.config;
-  /** Sums, per layer and head, weights[h, i, target(i)] over the queries i that have a target. */
-  function meanScore(sequences, target) {
-    const totals = new Float64Array(L * H);
-    let count = 0;
-    for (const tokens of sequences) {
-      const session = model.createSession(repeatedKvBackend(mha));
+  /** The layers' weights of one prefill of tokens. */
+  function attend(tokens) {
+    const session = model.createSession(kvCacheBackend(mha));
+    try {
       session.forward(tokens, { attentionWeights: true });
-      const S = tokens.length;
-      session.attentionWeights.forEach(({ weights, kvLength }, layer) => {
-        assert.equal(kvLength, S);
-        for (let h = 0; h < H; h++) {
-          for (let i = 0; i < S; i++) {
-            const j = target(i);
-            if (j !== null) totals[layer * H + h] += weights[(h * S + i) * S + j];
-          }
-        }
-      });
-      for (let i = 0; i < S; i++) if (target(i) !== null) count++;
+      for (const { kvLength } of session.attentionWeights) assert.equal(kvLength, tokens.length);
+      return session.attentionWeights;
+    } finally {
+      session.free();
     }
-    return totals.map((t) => t / count);
   }
   const encoder = new TextEncoder();
-  const previous = meanScore(heads.previousToken.texts.map((t) => [...encoder.encode(t)]), (i) => (i >= 1 ? i - 1 : null));
+  const previous = headScores(heads.previousToken.texts.map((t) => [...encoder.encode(t)]), attend, L, H).previousToken;
   const period = heads.induction.period;
-  const induction = meanScore(heads.induction.sequences, (i) => (i >= period ? i - period + 1 : null));
+  for (const tokens of heads.induction.sequences) { // the generic target is heads.json's i - period + 1 here
+    assert.deepEqual(inductionTargets(tokens), tokens.map((_, i) => (i >= period ? i - period + 1 : -1)));
+  }
+  const induction = headScores(heads.induction.sequences, attend, L, H).induction;
   for (const entry of heads.heads) {
     const at = entry.layer * H + entry.head;
     assert.ok(Math.abs(previous[at] - entry.previousToken) < 1e-4, `layer ${entry.layer} head ${entry.head}: previous-token ${previous[at]} vs PyTorch ${entry.previousToken}`);
@@ -172,7 +120,12 @@ test('roundToFloat16 rounds to the nearest binary16, ties to even, overflow to I
 });
 
 test('sampling: the same seed gives the same bytes, greedy takes the first maximum, top-k 1 is greedy', () => {
-  const run = (seed) => generate(model.createSession(repeatedKvBackend(mha)), [...new TextEncoder().encode('And ')], 40, { temperature: 1, topK: 20, seed });
+  const run = (seed) => {
+    const session = model.createSession(kvCacheBackend(mha));
+    const tokens = generate(session, [...new TextEncoder().encode('And ')], 40, { temperature: 1, topK: 20, seed });
+    session.free();
+    return tokens;
+  };
   assert.deepEqual(run(7), run(7));
   assert.notDeepEqual(run(7), run(8));
   assert.equal(argmax(Float32Array.of(1, 3, 3, 2)), 1);
