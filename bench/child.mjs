@@ -1,4 +1,5 @@
-// Child process: runs one (implementation, shape) measurement and reports it to the parent over IPC.
+// Child process: runs one (implementation, shape) measurement, or one interleaved job, and reports it to
+// the parent over IPC.
 // A crash, OOM or timeout here costs only this row.
 import { IMPLS } from './impls/index.mjs';
 import { shapeByName } from './lib/shapes.mjs';
@@ -16,6 +17,13 @@ async function main() {
     // All cores reading at once: the bandwidth a multi-threaded decode step can get.
     r.bandwidthAllThreads = await measureBandwidthThreads({ threads: config.threads ?? 2 });
     await send({ type: 'result', result: { impl: 'ceiling', status: 'ok', ...r, peakRssBytes: maxRss() } });
+    return;
+  }
+  if (config.impl === 'job') {
+    // An interleaved job (bench/lib/jobs.mjs): all its contestants in this one process.
+    const { runJob } = await import('./lib/jobs-run.mjs');
+    const r = await runJob({ job: config.job, seed: config.seed, budgetMs: config.budgetMs, onPhase: (phase) => send({ type: 'phase', phase, rss: maxRss() }) });
+    await send({ type: 'result', result: { impl: 'job', ...r, peakRssBytes: maxRss() } });
     return;
   }
   const entry = IMPLS[config.impl];

@@ -15,7 +15,8 @@ export const SHAPES = [
   { name: 'cross', B: 4, S: 64, T: 1024, D: 512, H: 8, causal: false },
   { name: 'long2k', B: 1, S: 2048, T: 2048, D: 768, H: 12, causal: false },
   { name: 'long8k', B: 1, S: 8192, T: 8192, D: 512, H: 8, causal: false },
-  // Options for real models (issue #13), each beside the call it is compared with (PAIRS).
+  // Options for real models (issue #13), each beside the call it is compared with
+  // (the pair jobs of bench/lib/jobs.mjs time both in one process, interleaved).
   { name: 'gqa2k', B: 1, S: 2048, T: 2048, D: 2048, H: 32, Hkv: 8, causal: true },
   { name: 'gqa2k-mha', B: 1, S: 2048, T: 2048, D: 2048, H: 32, Hkv: 32, causal: true },
   // The 8k pair runs mha-wasm and plain JS only: the ORT and TF.js rows of long8k take minutes and GBs.
@@ -33,18 +34,6 @@ export const V1_SHAPES = SHAPES.filter((s) => !hasOptions(s)).map((s) => s.name)
 export function hasOptions(s) {
   return (s.Hkv !== undefined && s.Hkv !== s.H) || !!s.window || s.softcap !== undefined || !!s.alibiSlopes || !!s.biasShape;
 }
-
-/**
- * Issue #13's ratios, each measured in one run: time of `shape` over time of `against` (both mha-wasm,
- * 1 thread) with its target; `speed: true` compares GFLOP/s instead (higher is better).
- */
-export const PAIRS = [
-  { shape: 'gqa2k', against: 'gqa2k-mha', speed: true, target: '>= 1.0x the GFLOP/s of Hkv = H' },
-  { shape: 'window8k', against: 'causal8k', speedup: true, target: '>= 6x faster than full causal' },
-  { shape: 'bert-bias', against: 'bert', target: '<= 1.25x the time of bert', max: 1.25 },
-  { shape: 'bert-alibi', against: 'bert', target: '<= 1.15x', max: 1.15 },
-  { shape: 'bert-softcap', against: 'bert', target: '<= 1.3x', max: 1.3 },
-];
 
 export function shapeByName(name) {
   const s = SHAPES.find((x) => x.name === name);
