@@ -36,6 +36,7 @@ async function main() {
     seed: config.seed,
     budgetMs: config.budgetMs,
     minReps: config.minReps,
+    ...(entry.singleCallOverMs ? { singleCallMs: entry.singleCallOverMs } : {}),
     onPhase: (phase) => send({ type: 'phase', phase, rss: maxRss() }),
   });
   result.peakRssBytes = maxRss();

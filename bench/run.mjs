@@ -71,7 +71,9 @@ function parseArgs(argv) {
   }
   // Node rows that need Relaxed SIMD run only when this Node has it (--experimental-wasm-relaxed-simd,
   // passed on to the children).
-  o.impls ??= o.browser ? ['mha-wasm', 'mha-wasm-fixed', 'ort-std', 'plain-js'] : IMPL_NAMES.filter((name) => !IMPLS[name].relaxedSimd || RELAXED_FLAGS.length > 0);
+  // Without that flag 'mha-wasm-fixed' is the build 'mha-wasm' loads (SIMD128): a second copy of its row.
+  o.impls ??= o.browser ? ['mha-wasm', 'mha-wasm-fixed', 'ort-std', 'plain-js']
+    : IMPL_NAMES.filter((name) => RELAXED_FLAGS.length > 0 || (!IMPLS[name].relaxedSimd && name !== 'mha-wasm-fixed'));
   for (const i of o.impls) if (!IMPL_NAMES.includes(i)) throw new Error(`unknown implementation "${i}" (expected one of ${IMPL_NAMES.join(', ')})`);
   o.budgetMs ??= o.quick ? 1000 : 3000;
   o.rounds ??= o.quick ? 1 : 3;

@@ -28,7 +28,7 @@ export function spread(xs) {
  *
  * @returns {{ rounds: number, contestants: { name, firstCallMs, callsPerSample, roundMs: number[], medianMs, minMs, maxMs }[] }}
  */
-export async function interleave(contestants, { budgetMs = 3000, minRounds = 5, maxRounds = 40, sampleMs = 5, onPhase = () => {} } = {}) {
+export async function interleave(contestants, { budgetMs = 3000, minRounds = 5, maxRounds = 100, sampleMs = 5, onPhase = () => {} } = {}) {
   const timeOne = async (c) => {
     c.before?.();
     const t = now();

@@ -23,7 +23,7 @@ const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 
 const fmtMB = (b) => (b ? (b / 2 ** 20).toFixed(0) : '—');
 
 export function statusText(r) {
-  if (r.status === 'ok') return r.extrapolated ? `ok, extrapolated ${r.extrapolated.rows}/${r.extrapolated.totalRows} rows` : r.singleCall ? 'ok, first call only (over 20 s)' : 'ok';
+  if (r.status === 'ok') return r.extrapolated ? `ok, extrapolated ${r.extrapolated.rows}/${r.extrapolated.totalRows} rows` : r.singleCall ? 'ok, first call only' : 'ok';
   if (r.status === 'wrong') return 'WRONG ANSWER';
   if (r.status === 'timeout') return `timeout (${r.phase ?? '?'})`;
   if (r.status === 'crash') return `crash ${r.signal ?? `exit ${r.exitCode}`} (${r.phase ?? '?'})`;
