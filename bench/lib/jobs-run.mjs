@@ -2,13 +2,14 @@
 // each one's first output against plain JS (a contestant that fails its check or its setup is left out of
 // the rounds, with the reason), times them in alternating rounds (bench/lib/interleave.mjs) and reports
 // every contestant's per-round times and the job's per-round ratios. Node only.
+import { readFileSync } from 'node:fs';
 import { makeInputs } from './prng.mjs';
 import { attentionRows, sampleRows, compareRows } from './reference.mjs';
 import { shapeByName, flopsOf } from './shapes.mjs';
 import { interleave, roundRatio, spread } from './interleave.mjs';
 import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
 import { jobByName, decodeShapeByName, decodeBytes, decodeFlops, LOOP,
-  MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, ORT_GQA, PLAIN_JS } from './jobs.mjs';
+  MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, ORT_GQA, PLAIN_JS } from './jobs.mjs';
 import { IMPLS } from '../impls/index.mjs';
 import { roundToFloat16, sliceRows } from '../../tests/js/helpers.mjs';
 
@@ -180,23 +181,28 @@ async function* decodeContestants(job, { seed, onPhase, disposers }) {
   const D = s.H * s.Dh;
   const { createMHA } = await import(distUrl);
   const instances = new Map();
-  const mhaOf = async (threads) => {
-    if (!instances.has(threads)) {
-      const mha = await createMHA({ threads });
+  // threadsBuild: the threaded module with one thread, given as wasmBinary (createMHA's own pick for one
+  // thread is the single-threaded build).
+  const mhaOf = async (threads, threadsBuild) => {
+    const key = `${threads}${threadsBuild ? ' threads build' : ''}`;
+    if (!instances.has(key)) {
+      const wasmBinary = threadsBuild ? readFileSync(new URL('../../dist/mha-threads.wasm', import.meta.url)) : undefined;
+      const mha = await createMHA({ threads, ...(wasmBinary ? { wasmBinary } : {}) });
       if (mha.info.threads !== threads) throw new Error(`asked for ${threads} threads, got ${mha.info.threads} (${mha.info.build})`);
       disposers.push(() => mha.dispose());
-      instances.set(threads, mha);
+      instances.set(key, mha);
     }
-    return instances.get(threads);
+    return instances.get(key);
   };
   const rowOf = (dtype, threads) => ({ dtype, threads, bytes: decodeBytes(s, dtype), flops: decodeFlops(s) });
-  const mhaRows = { [MHA_F32]: ['float32', 1], [MHA_F16]: ['float16', 1], [MHA_F32_2T]: ['float32', 2], [MHA_F16_2T]: ['float16', 2] };
+  const mhaRows = { [MHA_F32]: ['float32', 1], [MHA_F16]: ['float16', 1], [MHA_F32_2T]: ['float32', 2], [MHA_F16_2T]: ['float16', 2],
+    [MHA_F32_T1]: ['float32', 1, true] };
   for (const name of job.contestants) {
     onPhase(`setup ${name}`);
     try {
       if (mhaRows[name]) {
-        const [dtype, threads] = mhaRows[name];
-        const mha = await mhaOf(threads);
+        const [dtype, threads, threadsBuild] = mhaRows[name];
+        const mha = await mhaOf(threads, threadsBuild);
         const step = cacheStep(mha, s, inputs, dtype);
         yield { name, info: { build: mha.info.build, threads, dtype }, row: rowOf(dtype, threads), before: evict, run: step.run,
           checkOutput: () => checkSummary(step.out, inputs.want[dtype], inputs.rows, D) };

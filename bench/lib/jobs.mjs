@@ -34,18 +34,23 @@ export const MHA_F32 = 'mha-wasm f32';
 export const MHA_F16 = 'mha-wasm f16';
 export const MHA_F32_2T = 'mha-wasm f32 2 threads';
 export const MHA_F16_2T = 'mha-wasm f16 2 threads';
+/** The threaded build (mha-threads.wasm) with one thread: 2 threads against it isolate the split of the keys. */
+export const MHA_F32_T1 = 'mha-wasm f32 threads build, 1 thread';
 export const ORT_GQA = 'ORT GQA (past/present)';
 export const PLAIN_JS = 'plain JS (f32 cache)';
 
 function decodeJob(s) {
-  const contestants = [MHA_F32, MHA_F16, ...(s.threads ? [MHA_F32_2T, MHA_F16_2T] : []), ORT_GQA, PLAIN_JS];
+  const contestants = [MHA_F32, MHA_F16, ...(s.threads ? [MHA_F32_2T, MHA_F16_2T, MHA_F32_T1] : []), ORT_GQA, PLAIN_JS];
   const ratios = [
     speed(MHA_F16, MHA_F32, s.name === 'decode-mha-8k' ? '>= 1.6x (f16 / f32 speed)' : '—', s.name === 'decode-mha-8k' ? { atLeast: 1.6 } : {}),
     speed(MHA_F32, ORT_GQA, s.name === 'decode-gqa-4k' ? '>= 3x ORT' : '—', s.name === 'decode-gqa-4k' ? { atLeast: 3 } : {}),
     speed(MHA_F16, ORT_GQA, '—'),
     speed(MHA_F32, PLAIN_JS, '—'),
   ];
-  if (s.threads) ratios.push(speed(MHA_F32_2T, MHA_F32, '>= 1.5x (split-K)', { atLeast: 1.5 }), speed(MHA_F16_2T, MHA_F16, '—'));
+  if (s.threads) {
+    ratios.push(speed(MHA_F32_2T, MHA_F32, '>= 1.5x (split-K)', { atLeast: 1.5 }), speed(MHA_F16_2T, MHA_F16, '—'),
+      speed(MHA_F32_2T, MHA_F32_T1, '— (same build)'));
+  }
   return { name: s.name, group: 'decode', kind: 'decode', shape: s.name, contestants, ratios };
 }
 
