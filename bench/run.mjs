@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // mha-wasm benchmark driver. Every (implementation, shape) pair runs in its own child process with a
-// timeout, so an OOM or crash costs only that row. See bench/README.md.
+// timeout, so an OOM or crash costs only that row; then every interleaved job (bench/lib/jobs.mjs) runs in
+// one child of its own. See bench/README.md.
 //
 //   node bench/run.mjs [--shapes a,b] [--group v1,options,pairs,decode] [--impls a,b] [--quick] [--budget ms]
 //                      [--rounds n] [--timeout s] [--seed n] [--out dir] [--no-ceiling]
@@ -47,7 +48,7 @@ function parseArgs(argv) {
       case '--seed': o.seed = Number(value()); break;
       case '--out': o.out = resolve(value()); break;
       case '--help': case '-h':
-        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 9).join('\n'));
+        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 10).join('\n'));
         process.exit(0);
         break;
       default: throw new Error(`unknown argument "${a}" (try --help)`);
@@ -167,8 +168,8 @@ function poolRounds(rounds) {
 /** Progress lines of a job: each contestant's median ms per call, then each ratio's median and range. */
 function jobLines(r) {
   if (r.status !== 'ok') return [`${statusText(r)}: ${String(r.error).slice(0, 300)}`];
-  const lines = r.contestants.map((c) => `${c.name.padEnd(28)} ${fmtMs(c.medianMs).padStart(9)} ms  [${fmtMs(c.minMs)} – ${fmtMs(c.maxMs)}] over ${r.rounds} rounds`);
-  for (const f of r.failed) lines.push(`${f.name.padEnd(28)} FAILED: ${String(f.error).slice(0, 200)}`);
+  const lines = r.contestants.map((c) => `${c.name.padEnd(38)} ${fmtMs(c.medianMs).padStart(9)} ms  [${fmtMs(c.minMs)} – ${fmtMs(c.maxMs)}] over ${r.rounds} rounds`);
+  for (const f of r.failed) lines.push(`${f.name.padEnd(38)} FAILED: ${String(f.error).slice(0, 200)}`);
   for (const q of r.ratios) lines.push(`${q.a} ${q.speed ? 'speed' : 'time'} / ${q.b}: ${q.median.toFixed(2)}x [${q.min.toFixed(2)} – ${q.max.toFixed(2)}]  target ${q.target}`);
   lines.push(`(${r.seconds.toFixed(0)} s)`);
   return lines;

@@ -1,6 +1,6 @@
 // Markdown sections of the interleaved jobs (bench/lib/jobs.mjs): every ratio with its median and range
 // over rounds and its target, the decode steps against their roofline, the generation loop.
-import { decodeShapeByName, meets, ROOFLINE_TARGET, LOOP } from './jobs.mjs';
+import { decodeShapeByName, meets, ROOFLINE_TARGET, LOOP, ORT_GQA, PLAIN_JS } from './jobs.mjs';
 
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
 const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
@@ -17,6 +17,12 @@ export function rooflineMs(row, ceiling) {
   const memoryMs = row.bytes / (bw * 1e6);
   const computeMs = row.flops / (gflops * row.threads * 1e6);
   return { ms: Math.max(memoryMs, computeMs), bound: memoryMs >= computeMs ? 'memory' : 'compute', memoryMs, computeMs };
+}
+
+/** A job's ratio of `a` over peer `b` as "median× [min–max]", or — when the job has none. */
+function against(job, a, b) {
+  const r = job.ratios.find((x) => x.a === a && x.b === b);
+  return r ? `${fmt(r.median)}× [${fmt(r.min)}–${fmt(r.max)}]${mark(meets(r))}` : '—';
 }
 
 export function jobSections(run) {
@@ -50,8 +56,9 @@ export function jobSections(run) {
       `mul+add ceiling), measured in this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s on 1 thread (${fmt(c?.bandwidthAllThreads?.gbps, 1)} on ` +
       `${c?.bandwidthAllThreads?.threads ?? '—'} threads for the 2-thread rows), ${fmt(c?.gflops, 1)} GFLOP/s per thread. ` +
       `Target: every mha-wasm row, 1 thread, at least ${ROOFLINE_TARGET * 100} % of its roofline.`, '');
-    lines.push('| shape (B,T,H,Hkv,Dh) | contestant | step ms (median) | range | GB/s | roofline ms | % roofline | first call ms | check (max abs err) |');
-    lines.push('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |');
+    lines.push('The ratio columns: the peer\'s step time / this row\'s, per round (median [range]); targets in the table above.', '');
+    lines.push('| shape (B,T,H,Hkv,Dh) | contestant | step ms (median) | range | GB/s | roofline ms | % roofline | × ORT GQA | × plain JS | first call ms | check (max abs err) |');
+    lines.push('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |');
     for (const j of decode) {
       const s = decodeShapeByName(j.job);
       for (const row of j.contestants) {
@@ -60,6 +67,7 @@ export function jobSections(run) {
         const target = row.name.startsWith('mha-wasm') && row.threads === 1 && share !== undefined ? mark(share >= ROOFLINE_TARGET) : '';
         lines.push(`| ${j.job} (${s.B},${s.T},${s.H},${s.Hkv},${s.Dh}) | ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ` +
           `${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${roof ? `${fmtMs(roof.ms)} (${roof.bound})` : '—'} | ${share !== undefined ? `${fmt(100 * share, 0)} %${target}` : '—'} | ` +
+          `${against(j, row.name, ORT_GQA)} | ${against(j, row.name, PLAIN_JS)} | ` +
           `${fmtMs(row.firstCallMs)} | ${row.check?.ok ? 'pass' : 'FAIL'} ${row.check ? row.check.maxAbsErr.toExponential(1) : ''} |`);
       }
     }
