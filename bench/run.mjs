@@ -48,7 +48,7 @@ function parseArgs(argv) {
       case '--seed': o.seed = Number(value()); break;
       case '--out': o.out = resolve(value()); break;
       case '--help': case '-h':
-        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 10).join('\n'));
+        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 9).join('\n'));
         process.exit(0);
         break;
       default: throw new Error(`unknown argument "${a}" (try --help)`);
