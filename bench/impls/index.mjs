@@ -30,6 +30,8 @@ export const IMPL_NAMES = Object.keys(IMPLS);
 
 /** true, or why `impl` cannot run `shape`. */
 export function supports(impl, shape) {
+  const own = IMPLS[impl].supports?.(shape) ?? true;
+  if (own !== true) return own; // the more telling reason first
   if (shape.only && !shape.only.includes(impl)) return `is not run on ${shape.name} (the shape lists ${shape.only.join(', ')})`;
-  return IMPLS[impl].supports?.(shape) ?? true;
+  return true;
 }
