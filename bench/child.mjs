@@ -1,4 +1,5 @@
-// Child process: runs one (implementation, shape) measurement and reports it to the parent over IPC.
+// Child process: runs one (implementation, shape) measurement, or one interleaved job, and reports it to
+// the parent over IPC.
 // A crash, OOM or timeout here costs only this row.
 import { IMPLS } from './impls/index.mjs';
 import { shapeByName } from './lib/shapes.mjs';
@@ -18,6 +19,13 @@ async function main() {
     await send({ type: 'result', result: { impl: 'ceiling', status: 'ok', ...r, peakRssBytes: maxRss() } });
     return;
   }
+  if (config.impl === 'job') {
+    // An interleaved job (bench/lib/jobs.mjs): all its contestants in this one process.
+    const { runJob } = await import('./lib/jobs-run.mjs');
+    const r = await runJob({ job: config.job, seed: config.seed, budgetMs: config.budgetMs, onPhase: (phase) => send({ type: 'phase', phase, rss: maxRss() }) });
+    await send({ type: 'result', result: { impl: 'job', ...r, peakRssBytes: maxRss() } });
+    return;
+  }
   const entry = IMPLS[config.impl];
   if (!entry) throw new Error(`unknown implementation "${config.impl}"`);
   const shape = shapeByName(config.shape);
@@ -28,6 +36,7 @@ async function main() {
     seed: config.seed,
     budgetMs: config.budgetMs,
     minReps: config.minReps,
+    ...(entry.singleCallOverMs ? { singleCallMs: entry.singleCallOverMs } : {}),
     onPhase: (phase) => send({ type: 'phase', phase, rss: maxRss() }),
   });
   result.peakRssBytes = maxRss();

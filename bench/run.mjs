@@ -1,16 +1,20 @@
 #!/usr/bin/env node
 // mha-wasm benchmark driver. Every (implementation, shape) pair runs in its own child process with a
-// timeout, so an OOM or crash costs only that row. See bench/README.md.
+// timeout, so an OOM or crash costs only that row; then every interleaved job (bench/lib/jobs.mjs) runs in
+// one child of its own. See bench/README.md.
 //
-//   node bench/run.mjs [--shapes a,b] [--impls a,b] [--quick] [--budget ms] [--rounds n] [--timeout s]
-//                      [--seed n] [--out dir] [--browser [chromium|firefox|webkit|webkit-flags,...]] [--no-ceiling]
+//   node bench/run.mjs [--shapes a,b] [--group v1,options,pairs,decode] [--impls a,b] [--quick] [--budget ms]
+//                      [--rounds n] [--timeout s] [--seed n] [--out dir] [--no-ceiling]
+//                      [--browser [chromium|firefox|webkit|webkit-flags,...]]
+// --shapes takes shape names (bench/lib/shapes.mjs) and job names (bench/lib/jobs.mjs) alike.
 import { fork } from 'node:child_process';
 /** This process's Relaxed SIMD flag, for the children (their createMHA then picks the relaxed build). */
 const RELAXED_FLAGS = process.execArgv.filter((flag) => flag.includes('wasm-relaxed-simd'));
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SHAPES, shapeByName, describeShape, flopsOf } from './lib/shapes.mjs';
+import { SHAPES, V1_SHAPES, shapeByName, describeShape, flopsOf } from './lib/shapes.mjs';
+import { JOBS, JOB_NAMES, GROUPS } from './lib/jobs.mjs';
 import { IMPL_NAMES, IMPLS, supports } from './impls/index.mjs';
 import { DEFAULT_SEED } from './lib/prng.mjs';
 import { markdown, svg, speedups, statusText, IMPL_LABELS } from './lib/report.mjs';
@@ -26,7 +30,8 @@ function parseArgs(argv) {
     const [key, inline] = a.includes('=') ? [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] : [a, undefined];
     const value = () => inline ?? argv[++i];
     switch (key) {
-      case '--shapes': o.shapes = value().split(',').filter(Boolean); break;
+      case '--shapes': o.names = value().split(',').filter(Boolean); break;
+      case '--group': o.groups = value().split(',').filter(Boolean); break;
       case '--impls': o.impls = value().split(',').filter(Boolean); break;
       case '--quick': o.quick = true; break;
       case '--browser':
@@ -43,18 +48,33 @@ function parseArgs(argv) {
       case '--seed': o.seed = Number(value()); break;
       case '--out': o.out = resolve(value()); break;
       case '--help': case '-h':
-        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 6).join('\n'));
+        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 9).join('\n'));
         process.exit(0);
         break;
       default: throw new Error(`unknown argument "${a}" (try --help)`);
     }
   }
   if (o.browser && !o.engines?.length) o.engines = ['chromium'];
-  o.shapes ??= o.quick ? ['seed', 'bert', 'causal512', 'cross'] : SHAPES.map((s) => s.name);
-  o.shapes.forEach(shapeByName); // validates names
+  // What runs: the named shapes and jobs, else the groups' (v1: the v1 shapes, options: issue #13's shapes,
+  // pairs and decode: the jobs of bench/lib/jobs.mjs), else everything (quick: four v1 shapes, no jobs).
+  if (o.browser && (o.groups || o.names?.some((n) => JOB_NAMES.includes(n)))) throw new Error('--browser runs shapes only (the jobs are Node rows)');
+  for (const g of o.groups ?? []) if (!GROUPS.includes(g)) throw new Error(`--group: unknown group "${g}" (expected some of ${GROUPS.join(', ')})`);
+  if (o.names) {
+    for (const n of o.names) if (!JOB_NAMES.includes(n)) shapeByName(n); // validates names
+    o.shapes = o.names.filter((n) => !JOB_NAMES.includes(n));
+    o.jobs = o.names.filter((n) => JOB_NAMES.includes(n));
+  } else if (o.groups) {
+    o.shapes = SHAPES.map((s) => s.name).filter((n) => (o.groups.includes('v1') && V1_SHAPES.includes(n)) || (o.groups.includes('options') && !V1_SHAPES.includes(n)));
+    o.jobs = JOBS.filter((j) => o.groups.includes(j.group)).map((j) => j.name);
+  } else {
+    o.shapes = o.quick ? ['seed', 'bert', 'causal512', 'cross'] : SHAPES.map((s) => s.name);
+    o.jobs = o.quick || o.browser ? [] : [...JOB_NAMES];
+  }
   // Node rows that need Relaxed SIMD run only when this Node has it (--experimental-wasm-relaxed-simd,
   // passed on to the children).
-  o.impls ??= o.browser ? ['mha-wasm', 'mha-wasm-fixed', 'ort-std', 'plain-js'] : IMPL_NAMES.filter((name) => !IMPLS[name].relaxedSimd || RELAXED_FLAGS.length > 0);
+  // Without that flag 'mha-wasm-fixed' is the build 'mha-wasm' loads (SIMD128): a second copy of its row.
+  o.impls ??= o.browser ? ['mha-wasm', 'mha-wasm-fixed', 'ort-std', 'plain-js']
+    : IMPL_NAMES.filter((name) => RELAXED_FLAGS.length > 0 || (!IMPLS[name].relaxedSimd && name !== 'mha-wasm-fixed'));
   for (const i of o.impls) if (!IMPL_NAMES.includes(i)) throw new Error(`unknown implementation "${i}" (expected one of ${IMPL_NAMES.join(', ')})`);
   o.budgetMs ??= o.quick ? 1000 : 3000;
   o.rounds ??= o.quick ? 1 : 3;
@@ -95,7 +115,7 @@ function runChild(config, timeoutS) {
     child.on('exit', (code, signal) => {
       clearInterval(poll);
       clearTimeout(timer);
-      const base = { impl: config.impl, shape: config.shape, phase };
+      const base = { impl: config.impl, ...(config.job ? { job: config.job } : { shape: config.shape }), phase };
       if (timedOut) { resolveRun({ ...base, ...result, status: 'timeout', error: `no result within ${timeoutS} s (killed in phase "${phase}")`, peakRssBytes: peak, exitCode: code, signal }); return; }
       if (result && (result.status === 'ok' || result.status === 'wrong')) {
         resolveRun({ ...base, ...result, peakRssBytes: Math.max(peak, result.peakRssBytes ?? 0), exitCode: code });
@@ -145,6 +165,16 @@ function poolRounds(rounds) {
   };
 }
 
+/** Progress lines of a job: each contestant's median ms per call, then each ratio's median and range. */
+function jobLines(r) {
+  if (r.status !== 'ok') return [`${statusText(r)}: ${String(r.error).slice(0, 300)}`];
+  const lines = r.contestants.map((c) => `${c.name.padEnd(38)} ${fmtMs(c.medianMs).padStart(9)} ms  [${fmtMs(c.minMs)} – ${fmtMs(c.maxMs)}] over ${r.rounds} rounds`);
+  for (const f of r.failed) lines.push(`${f.name.padEnd(38)} FAILED: ${String(f.error).slice(0, 200)}`);
+  for (const q of r.ratios) lines.push(`${q.a} ${q.speed ? 'speed' : 'time'} / ${q.b}: ${q.median.toFixed(2)}x [${q.min.toFixed(2)} – ${q.max.toFixed(2)}]  target ${q.target}`);
+  lines.push(`(${r.seconds.toFixed(0)} s)`);
+  return lines;
+}
+
 const fmtMs = (x) => (x >= 100 ? x.toFixed(0) : x >= 1 ? x.toFixed(2) : x.toPrecision(3));
 
 const LABEL_WIDTH = Math.max(...Object.values(IMPL_LABELS).map((label) => label.length));
@@ -184,8 +214,8 @@ async function main() {
   }
   const started = Date.now();
   const env = environment(repoRoot);
-  const run = { mode: 'node', env, options: { ...opts, out: undefined }, ceiling: null, results: [] };
-  console.error(`mha-wasm bench: ${opts.shapes.length} shapes × ${opts.impls.length} implementations, budget ${opts.budgetMs} ms/row, timeout ${opts.timeoutS} s/row`);
+  const run = { mode: 'node', env, options: { ...opts, out: undefined }, ceiling: null, results: [], jobs: [] };
+  console.error(`mha-wasm bench: ${opts.shapes.length} shapes × ${opts.impls.length} implementations, ${opts.jobs.length} interleaved jobs, budget ${opts.budgetMs} ms/row, timeout ${opts.timeoutS} s/row`);
   // The ceiling is measured before and after the rows (the machine is shared); the best counts.
   const ceilings = [];
   const measureCeilingChild = async (when) => {
@@ -221,6 +251,15 @@ async function main() {
       }
     }
     for (const impl of runnable) run.results.push(poolRounds(perImpl.get(impl)));
+  }
+  // Interleaved jobs (bench/lib/jobs.mjs): each one child, its contestants alternating round by round.
+  for (const name of opts.jobs) {
+    console.error(`-- job ${name}`);
+    const t0 = Date.now();
+    const r = await runChild({ impl: 'job', job: name, seed: opts.seed, budgetMs: opts.budgetMs }, opts.timeoutS);
+    r.seconds = (Date.now() - t0) / 1000;
+    run.jobs.push(r);
+    console.error(jobLines(r).map((line) => `   ${line}`).join('\n'));
   }
   if (opts.ceiling) {
     await measureCeilingChild('end');

@@ -7,6 +7,7 @@
 // renderer crash or OOM costs only that row.
 import { shapeByName, describeShape, flopsOf } from '../lib/shapes.mjs';
 import { loadAverage } from '../lib/env.mjs';
+import { IMPLS, supports } from '../impls/index.mjs';
 import { ENGINES, launchEngine, startTestServer } from '../../tests/browser/engines.mjs';
 
 /** The engines `--browser` accepts: those of the browser tests. */
@@ -78,6 +79,12 @@ export async function runBrowser(opts) {
       for (const impl of opts.impls) {
         for (const { engine, run } of sessions) {
           const loadOptions = {};
+          // A peer without one of the shape's options (or a row the shape does not list) is skipped, as in Node.
+          const ok = supports(impl, shape);
+          if (ok !== true) {
+            run.results.push({ impl, shape: name, status: 'skipped', error: `${IMPLS[impl].label} ${ok}` });
+            continue;
+          }
           if (impl === 'ort-std' && !shape.causal) {
             // onnx-proto (CommonJS) builds the graph here; the page gets its bytes.
             const { standardOpsModel } = await import('../lib/onnx-models.mjs');

@@ -21,7 +21,8 @@ export const IMPLS = {
   'plain-js': { label: 'plain JS', load: async (shape, opts) => (await import('./plain-js.mjs')).create(shape, opts) },
   'ort-std': { label: 'ORT std ops', load: async (shape, opts) => (await import('./ort.mjs')).createStd(shape, opts), supports: v1Only },
   'ort-mha': { label: 'ORT contrib MHA', load: async (shape) => (await import('./ort.mjs')).createContrib(shape), supports: v1Only },
-  'ort-gqa': { label: 'ORT contrib GQA', load: async (shape) => (await import('./ort.mjs')).createGqa(shape), supports: gqaOp },
+  // singleCallOverMs: its gqa2k call took 59 s on the busy host; a first call this slow is its only sample.
+  'ort-gqa': { label: 'ORT contrib GQA', load: async (shape) => (await import('./ort.mjs')).createGqa(shape), supports: gqaOp, singleCallOverMs: 2000 },
   'tfjs-wasm': { label: 'tfjs wasm', load: async (shape) => (await import('./tfjs.mjs')).create(shape), supports: v1Only },
 };
 
@@ -29,6 +30,8 @@ export const IMPL_NAMES = Object.keys(IMPLS);
 
 /** true, or why `impl` cannot run `shape`. */
 export function supports(impl, shape) {
+  const own = IMPLS[impl].supports?.(shape) ?? true;
+  if (own !== true) return own; // the more telling reason first
   if (shape.only && !shape.only.includes(impl)) return `is not run on ${shape.name} (the shape lists ${shape.only.join(', ')})`;
-  return IMPLS[impl].supports?.(shape) ?? true;
+  return true;
 }

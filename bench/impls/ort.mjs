@@ -71,3 +71,22 @@ export async function createGqa(shape) {
   };
   return peer(sess, shape, extra, { graph: 'com.microsoft.GroupQueryAttention', mask: 'causal (the op is always causal)' });
 }
+
+/**
+ * One decode step of com.microsoft.GroupQueryAttention with a past: q (B,1,H·Dh) and the new token's k, v
+ * (B,1,Hkv·Dh) against past_key/past_value (B,Hkv,T-1,Dh), given once and fed to every run; the op writes
+ * out and the present K/V (B,Hkv,T,Dh), the past with the new token appended, at every call (they are read
+ * back and disposed as part of the step). `s` is a decode shape (B, T, H, Hkv, Dh) of bench/lib/jobs.mjs.
+ */
+export async function createGqaStep(s, { pastKey, pastValue }) {
+  const { B, T, H, Hkv, Dh } = s;
+  const step = { B, S: 1, T: 1, D: H * Dh, H, Hkv };
+  const sess = await session((await models()).gqaModel(step, { pastLength: T - 1 }));
+  const extra = {
+    past_key: new ort.Tensor('float32', pastKey, [B, Hkv, T - 1, Dh]),
+    past_value: new ort.Tensor('float32', pastValue, [B, Hkv, T - 1, Dh]),
+    seqlens_k: new ort.Tensor('int32', new Int32Array(B).fill(T - 1), [B]),
+    total_sequence_length: new ort.Tensor('int32', Int32Array.of(T), []),
+  };
+  return peer(sess, step, extra, { graph: 'com.microsoft.GroupQueryAttention, past_key/past_value (B,Hkv,T-1,Dh)', mask: 'causal (the op is always causal)' });
+}

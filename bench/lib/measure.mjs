@@ -12,6 +12,8 @@ export const SAMPLED_CHECK_FLOPS = 1e9;
 /** plain-js runs the whole shape only up to this many FLOPs; above, a row subset, extrapolated. */
 export const PLAIN_FULL_FLOPS = 2.5e9;
 export const PLAIN_SUBSET_FLOPS = 6e8;
+/** A row whose first call takes longer than this (or the implementation's `singleCallOverMs`) is timed by that call alone. */
+export const SINGLE_CALL_MS = 20000;
 
 const now = () => performance.now();
 
@@ -34,7 +36,7 @@ function quantile(xs, p) {
  * @param {number} [o.budgetMs] time budget for the timed repeats
  * @param {(phase: string) => void} [o.onPhase]
  */
-export async function measure({ impl, load, shape, seed = DEFAULT_SEED, budgetMs = 3000, minReps = 3, maxReps = 200, onPhase = () => {} }) {
+export async function measure({ impl, load, shape, seed = DEFAULT_SEED, budgetMs = 3000, minReps = 3, maxReps = 200, singleCallMs = SINGLE_CALL_MS, onPhase = () => {} }) {
   const flops = flopsOf(shape);
   const totalRows = shape.B * shape.S;
   const perRowFlops = flops / totalRows;
@@ -100,9 +102,25 @@ export async function measure({ impl, load, shape, seed = DEFAULT_SEED, budgetMs
     return result;
   }
 
+  const firstRaw = result.firstCallMs / factor;
+  if (firstRaw > singleCallMs) {
+    // A peer this slow (onnxruntime-web's GroupQueryAttention on gqa2k: about a minute a call) is timed by
+    // its first call alone, so the whole run stays within minutes; the row says so (`singleCall`).
+    result.singleCall = true;
+    result.warmupCalls = 0;
+    result.callsPerSample = 1;
+    result.samplesMs = [result.firstCallMs];
+    result.reps = 1;
+    result.medianMs = result.minMs = result.p90Ms = result.firstCallMs;
+    result.gflops = flops / (result.medianMs * 1e6);
+    result.status = 'ok';
+    phase('done');
+    await instance.dispose?.();
+    return result;
+  }
+
   // Warm-up: lets V8 tier the code up: >= 2 calls and >= 300 ms; none when the first call took > 2 s.
   phase('warmup');
-  const firstRaw = result.firstCallMs / factor;
   let warm = 0;
   const tWarm = now();
   if (firstRaw < 2000) {

@@ -13,7 +13,8 @@ function valueInfo(name, elemType, dims) {
     type: onnx.TypeProto.create({
       tensorType: onnx.TypeProto.Tensor.create({
         elemType,
-        shape: onnx.TensorShapeProto.create({ dim: dims.map((d) => onnx.TensorShapeProto.Dimension.create({ dimValue: d })) }),
+        // A string is a symbolic dim (dimParam), left to the runtime.
+        shape: onnx.TensorShapeProto.create({ dim: dims.map((d) => onnx.TensorShapeProto.Dimension.create(typeof d === 'string' ? { dimParam: d } : { dimValue: d })) }),
       }),
     }),
   });
@@ -130,12 +131,14 @@ export function causalMaskInt32(B, S, T) {
 }
 
 /**
- * com.microsoft.GroupQueryAttention contrib op over an empty past (a prefill: S = T, always causal,
- * lower-right aligned). Inputs q (B,S,H·Dh), k and v (B,S,Hkv·Dh), past_key/past_value (B,Hkv,0,Dh),
- * seqlens_k (B) int32 = S - 1, total_sequence_length int32 scalar = S. A window [left, 0] is its
- * local_window_size = left; softcap its softcap attribute. Outputs out and the present K/V.
+ * com.microsoft.GroupQueryAttention contrib op (always causal, lower-right aligned) over a past of
+ * `pastLength` tokens P: 0 is a prefill (S = T), P = T - 1 with S = 1 a decode step. Inputs q (B,S,H·Dh),
+ * k and v (B,S,Hkv·Dh), past_key/past_value (B,Hkv,P,Dh), seqlens_k (B) int32 = P + S - 1,
+ * total_sequence_length int32 scalar = P + S. A window [left, 0] is its local_window_size = left; softcap
+ * its softcap attribute. Outputs out and the present K/V (B,Hkv,P+S,Dh): the past and the new tokens
+ * concatenated, which the op writes at every call.
  */
-export function gqaModel(shape) {
+export function gqaModel(shape, { pastLength = 0 } = {}) {
   const { B, S, D, H } = shape;
   const Hkv = shape.Hkv ?? H;
   const Dh = D / H;
@@ -150,12 +153,14 @@ export function gqaModel(shape) {
       valueInfo('q', FLOAT, [B, S, H * Dh]),
       valueInfo('k', FLOAT, [B, S, Hkv * Dh]),
       valueInfo('v', FLOAT, [B, S, Hkv * Dh]),
-      valueInfo('past_key', FLOAT, [B, Hkv, 0, Dh]),
-      valueInfo('past_value', FLOAT, [B, Hkv, 0, Dh]),
+      valueInfo('past_key', FLOAT, [B, Hkv, pastLength, Dh]),
+      valueInfo('past_value', FLOAT, [B, Hkv, pastLength, Dh]),
       valueInfo('seqlens_k', INT32, [B]),
       valueInfo('total_sequence_length', INT32, []),
     ],
-    output: [valueInfo('out', FLOAT, [B, S, H * Dh]), valueInfo('present_key', FLOAT, [B, Hkv, S, Dh]), valueInfo('present_value', FLOAT, [B, Hkv, S, Dh])],
+    // The present length is symbolic: onnxruntime's shape inference gives present the past's length (a
+    // buffer shared between steps), while the kernel writes past + S tokens when the past is shorter.
+    output: [valueInfo('out', FLOAT, [B, S, H * Dh]), ...['present_key', 'present_value'].map((name) => valueInfo(name, FLOAT, [B, Hkv, pastLength ? 'present_length' : S, Dh]))],
   });
   return model(graph, [['', 17], ['com.microsoft', 1]]);
 }

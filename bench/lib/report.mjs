@@ -1,5 +1,6 @@
 // Markdown tables and a hand-written SVG chart from the collected results.
-import { SHAPES, PAIRS, describeShape } from './shapes.mjs';
+import { SHAPES, describeShape, flopsOf } from './shapes.mjs';
+import { jobSections } from './report-jobs.mjs';
 
 export const IMPL_ORDER = ['mha-wasm', 'mha-wasm-relaxed', 'mha-wasm-fixed', 'mha-wasm-2t', 'mha-wasm-heap', 'mha-wasm-heap-2t', 'plain-js', 'ort-std', 'ort-mha', 'ort-gqa', 'tfjs-wasm'];
 export const IMPL_LABELS = {
@@ -22,7 +23,7 @@ const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 
 const fmtMB = (b) => (b ? (b / 2 ** 20).toFixed(0) : '—');
 
 export function statusText(r) {
-  if (r.status === 'ok') return r.extrapolated ? `ok, extrapolated ${r.extrapolated.rows}/${r.extrapolated.totalRows} rows` : 'ok';
+  if (r.status === 'ok') return r.extrapolated ? `ok, extrapolated ${r.extrapolated.rows}/${r.extrapolated.totalRows} rows` : r.singleCall ? 'ok, first call only' : 'ok';
   if (r.status === 'wrong') return 'WRONG ANSWER';
   if (r.status === 'timeout') return `timeout (${r.phase ?? '?'})`;
   if (r.status === 'crash') return `crash ${r.signal ?? `exit ${r.exitCode}`} (${r.phase ?? '?'})`;
@@ -68,13 +69,37 @@ export function markdown(run) {
     'except the heap tensor rows, whose inputs are copied onto the wasm heap before timing and whose output stays there (no copies timed).');
   const rounds = run.options?.rounds ?? 1;
   if (rounds > 1 && run.mode !== 'browser') {
-    lines.push(`Each row of a shape up to 20 GFLOP per call (all but long8k) pools ${rounds} rounds, in which the implementations ran in turn (forward, backward, ...), so a slow spell of the shared machine falls on all of them; median and reps are over all rounds' samples. long8k ran once.`);
+    const once = SHAPES.filter((x) => flopsOf(x) > 2e10 && results.some((r) => r.shape === x.name)).map((x) => x.name);
+    lines.push(`Each row of a shape up to 20 GFLOP per call pools ${rounds} rounds, in which the implementations ran in turn (forward, backward, ...), so a slow spell of the shared machine falls on all of them; median and reps are over all rounds' samples.${once.length ? ` ${once.join(', ')} ran once.` : ''}`);
   }
   lines.push('');
 
   // Matrix: GFLOP/s per shape x implementation.
   const impls = IMPL_ORDER.filter((i) => results.some((r) => r.impl === i));
   const shapes = SHAPES.filter((s) => results.some((r) => r.shape === s.name));
+  if (shapes.length) lines.push(...matrix(results, impls, shapes), ...threadScaling(results, shapes));
+  lines.push(...jobSections(run));
+
+  if (shapes.length) lines.push(...details(results, impls, shapes, ceil));
+  const failures = results.filter((r) => r.status !== 'ok' && r.status !== 'skipped');
+  if (failures.length) {
+    lines.push('', '## Failures', '');
+    for (const r of failures) {
+      lines.push(`- **${IMPL_LABELS[r.impl] ?? r.impl} / ${r.shape}**: ${statusText(r)}${r.exitCode !== undefined && r.exitCode !== null ? `, exit code ${r.exitCode}` : ''}${r.signal ? `, signal ${r.signal}` : ''}${r.peakRssBytes ? `, peak RSS ${fmtMB(r.peakRssBytes)} MB` : ''}: \`${String(r.error ?? '').replace(/`/g, "'").slice(0, 400)}\``);
+    }
+  }
+  const skipped = results.filter((r) => r.status === 'skipped');
+  if (skipped.length) {
+    lines.push('', '## Skipped', '');
+    for (const r of skipped) lines.push(`- ${IMPL_LABELS[r.impl] ?? r.impl} / ${r.shape}: ${r.error}`);
+  }
+  lines.push('');
+  return lines.join('\n');
+}
+
+/** GFLOP/s per shape x implementation, with mha-wasm's speedup over each peer. */
+function matrix(results, impls, shapes) {
+  const lines = [];
   lines.push('## GFLOP/s (mha-wasm speedup over the peer in brackets)', '');
   lines.push(`| shape (B,S,T,D,H) | ${impls.map((i) => IMPL_LABELS[i]).join(' | ')} |`);
   lines.push(`| --- | ${impls.map(() => '---:').join(' | ')} |`);
@@ -90,9 +115,12 @@ export function markdown(run) {
     lines.push(`| ${s.name} ${describeShape(s)} | ${cells.join(' | ')} |`);
   }
   lines.push('', '\\* plain JS timed on an evenly spread subset of query rows and extrapolated to the full shape.', '');
-  lines.push(...threadScaling(results, shapes));
-  lines.push(...optionPairs(results));
+  return lines;
+}
 
+/** One line per row: times, GFLOP/s, share of the ceiling, first call, load, memory, check. */
+function details(results, impls, shapes, ceil) {
+  const lines = [];
   lines.push('## Details', '');
   lines.push('| shape | implementation | status | median ms | min ms | reps | GFLOP/s | % ceiling | mha-wasm speedup | first call ms | load ms | peak RSS MB | check vs plain JS (max abs err) |');
   lines.push('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |');
@@ -104,20 +132,7 @@ export function markdown(run) {
       lines.push(`| ${s.name} | ${IMPL_LABELS[i]} | ${statusText(r)} | ${ok ? fmtMs(r.medianMs) : '—'} | ${ok ? fmtMs(r.minMs) : '—'} | ${r.reps ?? '—'} | ${ok ? fmt(r.gflops) : '—'} | ${ok && ceil ? fmt((100 * r.gflops) / ceil, 1) : '—'} | ${r.mhaSpeedup ? `${fmt(r.mhaSpeedup)}×` : '—'} | ${fmtMs(r.firstCallMs)} | ${fmtMs(r.loadMs)} | ${fmtMB(r.peakRssBytes)} | ${checkText(r)} |`);
     }
   }
-  const failures = results.filter((r) => r.status !== 'ok' && r.status !== 'skipped');
-  if (failures.length) {
-    lines.push('', '## Failures', '');
-    for (const r of failures) {
-      lines.push(`- **${IMPL_LABELS[r.impl] ?? r.impl} / ${r.shape}**: ${statusText(r)}${r.exitCode !== undefined && r.exitCode !== null ? `, exit code ${r.exitCode}` : ''}${r.signal ? `, signal ${r.signal}` : ''}${r.peakRssBytes ? `, peak RSS ${fmtMB(r.peakRssBytes)} MB` : ''}: \`${String(r.error ?? '').replace(/`/g, "'").slice(0, 400)}\``);
-    }
-  }
-  const skipped = results.filter((r) => r.status === 'skipped');
-  if (skipped.length) {
-    lines.push('', '## Skipped', '');
-    for (const r of skipped) lines.push(`- ${IMPL_LABELS[r.impl] ?? r.impl} / ${r.shape}: ${r.error}`);
-  }
-  lines.push('');
-  return lines.join('\n');
+  return lines;
 }
 
 /**
@@ -141,23 +156,6 @@ function threadScaling(results, shapes) {
     const [c1, c2, h1, h2] = times;
     const ratio = (one, two) => (one !== undefined && two !== undefined ? `${fmt(one / two)}×` : '—');
     lines.push(`| ${s.name} ${describeShape(s)} | ${fmtMs(c1)} | ${fmtMs(c2)} | ${ratio(c1, c2)} | ${fmtMs(h1)} | ${fmtMs(h2)} | ${ratio(h1, h2)} |`);
-  }
-  lines.push('');
-  return lines;
-}
-
-/** Issue #13's ratios (shapes.mjs PAIRS): each option's call against the call without it, mha-wasm 1 thread. */
-function optionPairs(results) {
-  const median = (shape) => results.find((r) => r.impl === 'mha-wasm' && r.shape === shape && r.status === 'ok')?.medianMs;
-  const flops = (shape) => results.find((r) => r.impl === 'mha-wasm' && r.shape === shape && r.status === 'ok')?.flops;
-  const rows = PAIRS.filter((p) => median(p.shape) !== undefined && median(p.against) !== undefined);
-  if (rows.length === 0) return [];
-  const lines = ['## Options against the call without them (mha-wasm, 1 thread, same run)', ''];
-  lines.push('| shape | against | ms | ms | ratio | target |', '| --- | --- | ---: | ---: | ---: | --- |');
-  for (const p of rows) {
-    const [a, b] = [median(p.shape), median(p.against)];
-    const ratio = p.speed ? `${fmt(flops(p.shape) / a / (flops(p.against) / b))}x GFLOP/s` : p.speedup ? `${fmt(b / a)}x faster` : `${fmt(a / b)}x the time`;
-    lines.push(`| ${p.shape} | ${p.against} | ${fmtMs(a)} | ${fmtMs(b)} | ${ratio} | ${p.target} |`);
   }
   lines.push('');
   return lines;

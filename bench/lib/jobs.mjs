@@ -1,0 +1,97 @@
+// The bench's interleaved jobs: each runs several contestants in one child process, round after round
+// (bench/lib/interleave.mjs), and reports per-round ratios with their targets. Definitions only; the
+// runner is bench/lib/jobs-run.mjs (Node). Isomorphic: no imports.
+//
+//   pairs   issue #13's option pairs (an option's call against the call without it) and bert-b8's
+//           2 threads / 1 thread in copy mode, mha-wasm through the public API
+//   decode  issue #14: decode steps of a fixed-length KV cache (B, T, H, Hkv, Dh), f32 and f16, against
+//           onnxruntime-web's GroupQueryAttention with past_key/past_value and plain JS; a generation loop;
+//           a prefill through the cache against the stateless causal call
+
+/** Decode shapes (B, T, H, Hkv, Dh): one new token per step, at position T - 1 (the cache then holds T). */
+export const DECODE_SHAPES = [
+  { name: 'decode-mha-8k', B: 1, T: 8192, H: 16, Hkv: 16, Dh: 64 },
+  { name: 'decode-gqa-4k', B: 1, T: 4096, H: 32, Hkv: 8, Dh: 128 },
+  { name: 'decode-mqa-8k', B: 1, T: 8192, H: 16, Hkv: 1, Dh: 128, threads: true },
+  { name: 'decode-b4', B: 4, T: 1024, H: 16, Hkv: 4, Dh: 64 },
+];
+
+/** K and V bytes one step reads: 2·B·Hkv·T·Dh elements of 4 (float32) or 2 (float16) bytes. */
+export const decodeBytes = (s, dtype) => 2 * s.B * s.Hkv * s.T * s.Dh * (dtype === 'float16' ? 2 : 4);
+/** FLOPs of one step: 4·B·H·T·Dh (q·k and p·v, 2 FLOPs per multiply-add each). */
+export const decodeFlops = (s) => 4 * s.B * s.H * s.T * s.Dh;
+
+/** The generation loop's dims (decode-gqa-4k's heads) and lengths. */
+export const LOOP = { B: 1, H: 32, Hkv: 8, Dh: 128, prefill: 512, steps: 256 };
+
+/** Every decode step's target: its share of the roofline max(K/V bytes / bandwidth, FLOPs / mul+add ceiling). */
+export const ROOFLINE_TARGET = 0.7;
+
+const speed = (a, b, target, bound) => ({ a, b, speed: true, target, ...bound });
+
+/** Contestant names of the decode jobs. */
+export const MHA_F32 = 'mha-wasm f32';
+export const MHA_F16 = 'mha-wasm f16';
+export const MHA_F32_2T = 'mha-wasm f32 2 threads';
+export const MHA_F16_2T = 'mha-wasm f16 2 threads';
+/** The threaded build (mha-threads.wasm) with one thread: 2 threads against it isolate the split of the keys. */
+export const MHA_F32_T1 = 'mha-wasm f32 threads build, 1 thread';
+export const ORT_GQA = 'ORT GQA (past/present)';
+export const PLAIN_JS = 'plain JS (f32 cache)';
+
+function decodeJob(s) {
+  const contestants = [MHA_F32, MHA_F16, ...(s.threads ? [MHA_F32_2T, MHA_F16_2T, MHA_F32_T1] : []), ORT_GQA, PLAIN_JS];
+  const ratios = [
+    speed(MHA_F16, MHA_F32, s.name === 'decode-mha-8k' ? '>= 1.6x (f16 / f32 speed)' : '—', s.name === 'decode-mha-8k' ? { atLeast: 1.6 } : {}),
+    speed(MHA_F32, ORT_GQA, s.name === 'decode-gqa-4k' ? '>= 3x ORT' : '—', s.name === 'decode-gqa-4k' ? { atLeast: 3 } : {}),
+    speed(MHA_F16, ORT_GQA, '—'),
+    speed(MHA_F32, PLAIN_JS, '—'),
+  ];
+  if (s.threads) {
+    ratios.push(speed(MHA_F32_2T, MHA_F32, '>= 1.5x (split-K)', { atLeast: 1.5 }), speed(MHA_F16_2T, MHA_F16, '—'),
+      speed(MHA_F32_2T, MHA_F32_T1, '— (same build)'));
+  }
+  return { name: s.name, group: 'decode', kind: 'decode', shape: s.name, contestants, ratios };
+}
+
+const pair = (name, a, b, ratio) => ({
+  name, group: 'pairs', kind: 'stateless',
+  contestants: [a, b].map(([impl, shape]) => ({ name: `${impl} ${shape}`, impl, shape })),
+  ratios: [{ a: `${a[0]} ${a[1]}`, b: `${b[0]} ${b[1]}`, ...ratio }],
+});
+
+export const JOBS = [
+  // Issue #13 (1 thread). The pairs' FLOP counts are equal, so GFLOP/s ratios are time ratios.
+  pair('pair-gqa2k', ['mha-wasm', 'gqa2k'], ['mha-wasm', 'gqa2k-mha'], { speed: true, target: '>= 1.0x the GFLOP/s of Hkv = H', atLeast: 1.0 }),
+  pair('pair-window8k', ['mha-wasm', 'window8k'], ['mha-wasm', 'causal8k'], { speed: true, target: '>= 6x faster than full causal', atLeast: 6 }),
+  pair('pair-bert-bias', ['mha-wasm', 'bert-bias'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.25x the time of bert', atMost: 1.25 }),
+  pair('pair-bert-alibi', ['mha-wasm', 'bert-alibi'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.15x the time of bert', atMost: 1.15 }),
+  pair('pair-bert-softcap', ['mha-wasm', 'bert-softcap'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.3x the time of bert', atMost: 1.3 }),
+  // Issue #14: the copies of copy mode (Float32Arrays in and out) run on the calling thread.
+  pair('threads-bert-b8', ['mha-wasm-2t', 'bert-b8'], ['mha-wasm', 'bert-b8'], { speed: true, target: '>= 1.8x (2 threads / 1 thread, copy mode)', atLeast: 1.8 }),
+  ...DECODE_SHAPES.map(decodeJob),
+  { name: 'decode-loop', group: 'decode', kind: 'loop', contestants: [MHA_F32, MHA_F16], ratios: [speed(MHA_F16, MHA_F32, '—')] },
+  {
+    name: 'prefill-cache', group: 'decode', kind: 'prefill', shape: 'gqa2k',
+    contestants: ['cache prefill', 'stateless causal'],
+    ratios: [speed('cache prefill', 'stateless causal', '>= 0.95x the stateless causal call', { atLeast: 0.95 })],
+  },
+];
+
+export const JOB_NAMES = JOBS.map((j) => j.name);
+export const GROUPS = ['v1', 'options', 'pairs', 'decode'];
+
+export function jobByName(name) {
+  const j = JOBS.find((x) => x.name === name);
+  if (!j) throw new Error(`unknown job "${name}" (expected one of ${JOB_NAMES.join(', ')})`);
+  return j;
+}
+
+export const decodeShapeByName = (name) => DECODE_SHAPES.find((s) => s.name === name);
+
+/** True when a ratio meets its bound, undefined when it has none. */
+export function meets(ratio) {
+  if (ratio.atLeast !== undefined) return ratio.median >= ratio.atLeast;
+  if (ratio.atMost !== undefined) return ratio.median <= ratio.atMost;
+  return undefined;
+}
