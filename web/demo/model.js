@@ -1,5 +1,5 @@
-// Pure data helpers of the demo, shared by the page (main.js) and the timing worker (worker.js).
-// No DOM access here. Shapes use the project's letters, outermost first, row-major:
+// Pure data helpers of the demo, shared by the page (main.js, settings.js, heatmaps.js, split-merge.js) and the
+// timing worker (worker.js). No DOM access here. Shapes use the project's letters, outermost first, row-major:
 //   B batch, S queries, T keys/values (T = S in this demo), H heads, Dh = D / H, D model size.
 import { mulberry32, normalSampler } from '../../bench/lib/prng.mjs';
 
