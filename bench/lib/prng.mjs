@@ -1,6 +1,8 @@
-// The one seeded PRNG of the project's tests and bench: mulberry32 uniforms -> Box-Muller standard normals.
-// tests/js/helpers.mjs re-exports it (the demo keeps a tiny PRNG of its own). Isomorphic (Node and
-// browsers): no imports.
+// The one seeded PRNG of the project: mulberry32 uniforms -> Box-Muller standard normals. Tests (through
+// tests/js/helpers.mjs), the bench, the tiny-gpt runner's sampling (models/tiny-gpt/runner.mjs) and the demo
+// page's seeded data (web/demo/model.js) all draw from here, so a seed means the same sequence everywhere.
+// It lives under bench/ because the bench had it first; the page and the Workers load it from the served
+// repository root like any other file. Isomorphic (Node, pages, Workers): no imports.
 
 /** mulberry32: a 32-bit state PRNG returning uniforms in [0, 1), so failures can be replayed from the seed. */
 export function mulberry32(seed) {
@@ -30,6 +32,27 @@ export function fillNormal(array, rand, scale = 1) {
 /** A new Float32Array of `length` N(0, scale²) samples. */
 export function randomNormal(length, rand, scale = 1) {
   return fillNormal(new Float32Array(length), rand, scale);
+}
+
+/**
+ * N(0, 1) samples one call at a time (Box-Muller; the sine half is kept for the next call, across arrays).
+ * Not fillNormal's sequence, on purpose: it draws 1 − rand() (never 0, so no clamp) and carries the spare
+ * over array ends, and the demo's seeded pictures are defined by exactly this stream.
+ */
+export function normalSampler(rand) {
+  let spare = null;
+  return () => {
+    if (spare !== null) {
+      const s = spare;
+      spare = null;
+      return s;
+    }
+    const u1 = 1 - rand();
+    const u2 = rand();
+    const r = Math.sqrt(-2 * Math.log(u1));
+    spare = r * Math.sin(2 * Math.PI * u2);
+    return r * Math.cos(2 * Math.PI * u2);
+  };
 }
 
 export const DEFAULT_SEED = 20240601;

@@ -1,10 +1,12 @@
 // tiny-gpt runner: loads config.json + model.safetensors and runs the decoder of issue 17 in plain JS, with
-// attention delegated to a pluggable backend (attention-backends.mjs, on mha-wasm). Plain ESM without
-// imports, so the same file runs in Node, in a page and in a Worker.
+// attention delegated to a pluggable backend (attention-backends.mjs, on mha-wasm). Plain ESM whose only
+// import is the project's seeded PRNG (bench/lib/prng.mjs, itself import-free), so the same file runs in
+// Node, in a page and in a Worker.
 //
 // Shapes, with the letters of docs/spec.md (batch B is always 1 here): S new tokens of one forward call
 // (n in the code), T tokens held, D = d_model, H query heads, Hkv KV heads, Dh = D / H; F = d_ff,
 // V = vocab_size.
+import { mulberry32 } from '../../bench/lib/prng.mjs';
 
 // ---------------------------------------------------------------------------------------------------
 // Loading
@@ -344,18 +346,6 @@ export class Session {
 // Sampling
 // ---------------------------------------------------------------------------------------------------
 
-/** mulberry32: a small seeded PRNG returning floats in [0, 1). */
-export function seededRandom(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** The index of the largest logit; the first one on a tie (as torch.argmax). */
 export function argmax(logits) {
   let best = 0;
@@ -395,7 +385,7 @@ export function sampleToken(logits, { temperature, topK, random }) {
  */
 export function generate(session, prompt, count, { greedy = false, temperature = 0.8, topK = 40, seed = 1, attentionWeights = false, onToken } = {}) {
   const nCtx = session.model.config.n_ctx;
-  const random = seededRandom(seed);
+  const random = mulberry32(seed);
   let context = Array.from(prompt);
   if (context.length === 0) throw new RangeError('generate: prompt: expected at least 1 token, got 0');
   if (context.length > nCtx) context = context.slice(context.length - nCtx);

@@ -8,11 +8,11 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { mulberry32, randomNormal } from '../../bench/lib/prng.mjs';
+import { mulberry32, normalSampler, randomNormal } from '../../bench/lib/prng.mjs';
 import { attention } from '../../bench/lib/reference.mjs';
 import { sliceRows } from '../browser/golden-runner.mjs';
 
-export { mulberry32, randomNormal, sliceRows };
+export { mulberry32, normalSampler, randomNormal, sliceRows };
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 // The PyTorch golden vectors are test fixtures of this repository (tests/golden/README.md).

@@ -4,11 +4,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { argmax, float16BitsToFloat32, generate, sampleToken, seededRandom } from '../../models/tiny-gpt/runner.mjs';
+import { argmax, float16BitsToFloat32, generate, sampleToken } from '../../models/tiny-gpt/runner.mjs';
 import { checkF16Steps, checkFullPrefill, checkGreedy, checkSplitPrefill, compareLogits, goldenPromptBytes } from '../../models/tiny-gpt/golden-check.mjs';
 import { kvCacheBackend, roundToFloat16 } from '../../models/tiny-gpt/attention-backends.mjs';
 import { headScores, inductionTargets } from '../../models/tiny-gpt/head-scores.mjs';
 import { readTinyGPT, readTinyGPTGolden, readTinyGPTHeads, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
+import { mulberry32 } from './helpers.mjs';
 
 const modelDir = process.env.TINY_GPT_DIR ?? tinyGptDir;
 const mha = await createMHA();
@@ -130,7 +131,7 @@ test('sampling: the same seed gives the same bytes, greedy takes the first maxim
   assert.notDeepEqual(run(7), run(8));
   assert.equal(argmax(Float32Array.of(1, 3, 3, 2)), 1);
   const logits = Float32Array.from({ length: 16 }, (_, i) => Math.sin(i));
-  const random = seededRandom(3);
+  const random = mulberry32(3);
   for (let i = 0; i < 20; i++) assert.equal(sampleToken(logits, { temperature: 1, topK: 1, random }), argmax(logits));
   const counts = new Map();
   for (let i = 0; i < 2000; i++) {

@@ -1,6 +1,7 @@
-// Pure data helpers of the demo, shared by the page (main.js) and the timing worker (worker.js).
-// No DOM access here. Shapes use the project's letters, outermost first, row-major:
+// Pure data helpers of the demo, shared by the page (main.js, settings.js, heatmaps.js, split-merge.js) and the
+// timing worker (worker.js). No DOM access here. Shapes use the project's letters, outermost first, row-major:
 //   B batch, S queries, T keys/values (T = S in this demo), H heads, Dh = D / H, D model size.
+import { mulberry32, normalSampler } from '../../bench/lib/prng.mjs';
 
 /** Limits of the demo's controls: attention heatmaps and a plain-JS peer must stay interactive. */
 export const LIMITS = Object.freeze({
@@ -13,36 +14,7 @@ export const LIMITS = Object.freeze({
 });
 
 // ---------------------------------------------------------------------------------------------
-// Deterministic randomness and hashing.
-
-/** mulberry32: a tiny seeded PRNG returning floats in [0, 1). */
-export function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** Standard normal samples (Box-Muller) from a uniform generator. */
-export function gaussian(next) {
-  let spare = null;
-  return () => {
-    if (spare !== null) {
-      const s = spare;
-      spare = null;
-      return s;
-    }
-    const u = 1 - next();
-    const v = next();
-    const r = Math.sqrt(-2 * Math.log(u));
-    spare = r * Math.sin(2 * Math.PI * v);
-    return r * Math.cos(2 * Math.PI * v);
-  };
-}
+// Deterministic hashing (the randomness is the project's PRNG, bench/lib/prng.mjs).
 
 /** FNV-1a 32-bit hash of a string, mixed with a seed. */
 export function hash(text, seed = 0) {
@@ -66,7 +38,7 @@ export function hash(text, seed = 0) {
 /** Seeded random q, k, v, each (B, S, D) with N(0, 1) entries. */
 export function randomQKV(batch, seqLen, dModel, seed) {
   const n = batch * seqLen * dModel;
-  const normal = gaussian(rng(seed));
+  const normal = normalSampler(mulberry32(seed));
   const make = () => {
     const x = new Float32Array(n);
     for (let i = 0; i < n; i++) x[i] = normal();
@@ -223,7 +195,7 @@ export function buildMask(kind, batch, seqLen, { lengths, seed = 1 } = {}) {
       for (let i = 0; i < seqLen; i++)
         for (let j = 0; j < T; j++) mask[(b * seqLen + i) * T + j] = j < valid[b] ? 1 : 0;
   } else if (kind === 'random') {
-    const next = rng(seed ^ 0x5eed);
+    const next = mulberry32(seed ^ 0x5eed);
     for (let i = 0; i < mask.length; i++) mask[i] = next() < 0.65 ? 1 : 0;
     for (let b = 0; b < batch; b++) {
       const row = Math.floor(next() * seqLen);

@@ -1,0 +1,16 @@
+// The two DOM helpers every module of the synthetic view builds its markup with (no framework).
+
+export const $ = (id) => document.getElementById(id);
+
+/** A new element: `class`, `style`, data-/aria- attributes and `role` set as attributes, the rest as properties. */
+export const el = (tag, props = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key === 'class') node.className = value;
+    else if (key === 'style') node.style.cssText = value;
+    else if (key.startsWith('data-') || key.startsWith('aria-') || key === 'role') node.setAttribute(key, value);
+    else node[key] = value;
+  }
+  node.append(...children.filter((c) => c !== null && c !== undefined));
+  return node;
+};
