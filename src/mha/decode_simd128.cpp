@@ -4,7 +4,8 @@
 //   1. pack q: rows in chunks of 4, each chunk a panel (Dh, 4) so one step broadcasts 4 adjacent floats;
 //   2. scores (rows, keys) = q . k, panel by panel (32 keys of K^T, kv_cache.hpp), each panel used by every
 //      row chunk while it is in L1: a micro-kernel of R rows x 8P keys, R*2P accumulators (R = 1: 32 keys);
-//   3. per row: log2-unit scores (scale, softcap, ALiBi), hidden keys -inf, max m, p = 2^(s - m), sum l;
+//   3. per row: log2-unit scores (scale, softcap with simd_tanh.hpp, ALiBi), hidden keys -inf, max m,
+//      p = 2^(s - m), sum l;
 //   4. o (rows, Dh8) = p V, 32 keys at a time, a micro-kernel of R rows x 8L lanes (R = 1: 32 lanes).
 // The softmax of a block is two-pass (its scores fit in scratch), so no running rescale; blocks are
 // merged by the driver.
@@ -22,6 +23,7 @@
 #include "mha/decode_kernel.hpp"
 #include "mha/f16.hpp"
 #include "mha/simd_exp.hpp"
+#include "mha/simd_tanh.hpp"
 
 #ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
 #define MHA_PHASE __attribute__((noinline))
@@ -274,11 +276,13 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
 // weights p = 2^(s - m'), stored times p_scale (1, or 2^112 for values read as scaled halves); keys outside
 // [first, last] get p = 0. Returns m; *l = sum of p.
 float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, int32_t g1, float p_scale, float* row, float* l,
-                  const simd::Exp2Constants& ek) {
+                  const simd::Exp2Constants& ek, const simd::TanhConstants& tk) {
   const int32_t first = std::max(blk.visible[r].first, blk.key_begin);
   const int32_t last = std::min(blk.visible[r].last, blk.key_end - 1);
   if (blk.softcap_in != 0.0f) {
-    for (int32_t j = g0; j < g1; ++j) row[j] = blk.softcap_out * std::tanh(blk.softcap_in * row[j]);
+    const VecF cap_in(blk.softcap_in), cap_out(blk.softcap_out);
+    for (int32_t j = g0; j < g1; j += kLanes)
+      (cap_out * simd::tanh(VecF::load_aligned(row + j) * cap_in, tk)).store_aligned(row + j);
   }
   const VecF scale(blk.softcap_in != 0.0f ? 1.0f : blk.score_scale);
   const bool alibi = blk.alibi != nullptr;
@@ -313,9 +317,10 @@ float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, i
 
 MHA_PHASE void block_softmax(const DecodeBlock& blk, int32_t base, float p_scale, float* s) {
   const simd::Exp2Constants ek;
+  const simd::TanhConstants tk;
   const int32_t g0 = (blk.key_begin - base) / kLanes * kLanes;
   const int32_t g1 = round_up_to(blk.key_end - base, kLanes);
-  for (int32_t r = 0; r < blk.rows; ++r) blk.m[r] = row_softmax(blk, r, base, g0, g1, p_scale, s + r * kS, blk.l + r, ek);
+  for (int32_t r = 0; r < blk.rows; ++r) blk.m[r] = row_softmax(blk, r, base, g0, g1, p_scale, s + r * kS, blk.l + r, ek, tk);
 }
 
 // Phase 4: o = p V over keys [key_begin, key_end), tile by tile (tiles end on panel boundaries). stage:
