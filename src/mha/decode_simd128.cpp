@@ -30,6 +30,13 @@
 #else
 #define MHA_PHASE
 #endif
+// The phase-timing harness (bench/kernel/bench_decode.cpp, `phases`) compiles this file again into its
+// own namespace with MHA_DECODE_PHASE_MASK, and skips phases by clearing bits of decode_phase_mask.
+#ifdef MHA_DECODE_PHASE_MASK
+#define MHA_RUN_PHASE(bit) ((decode_phase_mask & (bit)) != 0)
+#else
+#define MHA_RUN_PHASE(bit) true
+#endif
 
 namespace mha {
 namespace simd128 {
@@ -46,6 +53,10 @@ constexpr int32_t kMaxChunks = kDecodeMaxRowsPerItem / kChunk;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // 64-byte multiples of floats
+
+#ifdef MHA_DECODE_PHASE_MASK
+int decode_phase_mask = 15;  // 1 pack q, 2 scores, 4 softmax, 8 values
+#endif
 
 // Loaders: 8 consecutive stored elements (16-byte aligned) as two float vectors.
 struct F32Loader {
@@ -358,10 +369,18 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
   const int32_t base = blk.key_begin / kP * kP;
   const KLd kld;
   const VLd vld;
-  pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
-  block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage_k);
-  block_softmax(blk, base, p_scale, scratch + lay.s);
-  block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage_v);
+  if (MHA_RUN_PHASE(1)) pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
+  if (MHA_RUN_PHASE(2)) block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage_k);
+  if (MHA_RUN_PHASE(4)) {
+    block_softmax(blk, base, p_scale, scratch + lay.s);
+  } else {
+    std::fill(blk.m, blk.m + blk.rows, 0.0f), std::fill(blk.l, blk.l + blk.rows, 1.0f);  // a finite partial
+  }
+  if (MHA_RUN_PHASE(8)) {
+    block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage_v);
+  } else {
+    std::fill(blk.o, blk.o + int64_t{blk.rows} * blk.dh8, 0.0f);
+  }
 }
 
 // Staging: a chunk of 2 or more rows reads a panel in 2 to 4 strided sweeps (8 or 16 keys per pass) and
