@@ -16,6 +16,7 @@
 // `phases`: instead, per shape and dtype (one thread; and two for decode-mqa-8k), the step with phases of
 // the simd128 decode kernel skipped in turn (bench-only copy of the kernel, MHA_DECODE_PHASE_MASK), down to
 // none: what is left then is the driver (plan, merge, threads).
+// `split`: instead, decode-mqa-8k on 2 threads, per step: items, keys and kernel time of each thread.
 // `softcap`: instead, each shape and dtype without and with softcap 30 (1 thread).
 // `prefill`: instead, a causal prefill of 2048 tokens (H 32, Hkv 8, Dh 64, one thread: the issue's
 // (1, 2048, 2048, 32, 8, 64)) through an empty cache (the tiled kernel, f32 and f16; and the decode
@@ -298,7 +299,10 @@ int phases_section(const Shape* shapes, size_t shape_count, int rounds) {
   mha::DecodeScratch scratch;
   mha::Workspace tiled;
   for (int round = 0; round < 3 + rounds; ++round) {
-    for (PhaseRow& row : rows) {
+    // Rows of one cache run back to back, so the later ones may find it in the L3: odd rounds run the
+    // rows in reverse order.
+    for (size_t i = 0; i < rows.size(); ++i) {
+      PhaseRow& row = rows[round % 2 == 0 ? i : rows.size() - 1 - i];
       const Shape& s = *row.shape;
       mha::KVCache& cache = *set.caches[row.cache];
       mha::CacheAttendArgs args;
@@ -361,7 +365,8 @@ int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab
   mha::DecodeScratch scratch;
   mha::Workspace tiled;
   for (int round = 0; round < 3 + rounds; ++round) {
-    for (CapRow& row : rows) {
+    for (size_t i = 0; i < rows.size(); ++i) {  // odd rounds in reverse, as in phases_section
+      CapRow& row = rows[round % 2 == 0 ? i : rows.size() - 1 - i];
       const Shape& s = shapes[row.cache / 2];
       mha::KVCache& cache = *set.caches[row.cache];
       mha::CacheAttendArgs args;
@@ -402,6 +407,72 @@ int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab
 }
 #endif
 
+#if MHA_F16_SIMD
+// `split`: decode-mqa-8k steps on 2 threads (B * Hkv = 1: the key blocks are the only parallel work),
+// with a kernel that wraps the build's and records, per worker (told apart by its scratch), the items,
+// keys and time it ran: how evenly one step's key blocks split, and how much of the step is not kernel.
+struct SplitRecord {
+  const float* scratch = nullptr;
+  int64_t items = 0, keys = 0;
+  double busy_ms = 0.0;
+};
+SplitRecord split_records[2];
+void split_run(const mha::DecodeBlock& blk, float* scratch) {
+  const double t0 = now_ms();
+  mha::default_decode_kernel().run(blk, scratch);
+  const double ms = now_ms() - t0;
+  for (SplitRecord& r : split_records) {
+    if (r.scratch != nullptr && r.scratch != scratch) continue;
+    r.scratch = scratch;  // a worker's scratch stays put once the driver has reserved it
+    r.items += 1, r.keys += blk.key_end - blk.key_begin, r.busy_ms += ms;
+    return;
+  }
+}
+size_t split_scratch_floats(int32_t head_dim) { return mha::default_decode_kernel().scratch_floats(head_dim); }
+const mha::DecodeKernel kSplitKernel{"split", &split_scratch_floats, &split_run};
+
+int split_section(const Shape& s, int rounds) {
+  CacheSet set;
+  if (!fill_caches(&s, 1, set)) return 1;
+  mha::ParallelAttention parallel(2);
+  const int64_t q_width = int64_t{s.heads} * s.head_dim, kv_width = int64_t{s.kv_heads} * s.head_dim;
+  const auto q = random_floats(size_t(q_width), 3), new_kv = random_floats(size_t(kv_width), 4);
+  std::vector<float> out(static_cast<size_t>(q_width));
+  mha::DecodeScratch scratch;
+  mha::Workspace tiled;
+  std::printf("%s, 2 threads, one step per line (the worker is woken from its wait: the steps are 20 ms apart)\n", s.name);
+  std::printf("%-4s %8s | %-28s | %-28s | %s\n", "kv", "step ms", "thread A: items keys busy ms", "thread B: items keys busy ms",
+              "step - max busy");
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t c = 0; c < set.caches.size(); ++c) {
+      mha::CacheAttendArgs args;
+      args.new_tokens = 1;
+      args.q = {q.data(), q_width, q_width};
+      args.k = {new_kv.data(), kv_width, kv_width};
+      args.v = {new_kv.data(), kv_width, kv_width};
+      args.out = {out.data(), q_width, q_width};
+      args.options.num_heads = s.heads;
+      args.options.scale = mha::default_scale(s.head_dim);
+      args.kernel = &kSplitKernel;
+      for (SplitRecord& r : split_records) r = SplitRecord{};
+      const double wait_until = now_ms() + 20.0;
+      while (now_ms() < wait_until) {
+      }
+      const double t0 = now_ms();
+      const mha::Status status = mha::cache_attend(*set.caches[c], args, scratch, &parallel, tiled);
+      const double ms = now_ms() - t0;
+      if (status != mha::Status::kOk || set.caches[c]->truncate(s.length) != mha::Status::kOk) return 1;
+      const SplitRecord& a = split_records[0];
+      const SplitRecord& b = split_records[1];
+      std::printf("%-4s %8.3f | %5lld %6lld %8.3f         | %5lld %6lld %8.3f         | %.3f\n", c == 0 ? "f32" : "f16", ms,
+                  (long long)a.items, (long long)a.keys, a.busy_ms, (long long)b.items, (long long)b.keys, b.busy_ms,
+                  ms - std::max(a.busy_ms, b.busy_ms));
+    }
+  }
+  return 0;
+}
+#endif
+
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 25;
   if (argc > 2 && std::string(argv[2]) == "prefill") return prefill_section(rounds);
@@ -416,6 +487,7 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "phases") return phases_section(shapes, 4, rounds);
   if (argc > 2 && std::string(argv[2]) == "softcap") return softcap_section(shapes, 4, rounds, false);
   if (argc > 2 && std::string(argv[2]) == "ab") return softcap_section(shapes, 4, rounds, true);
+  if (argc > 2 && std::string(argv[2]) == "split") return split_section(shapes[2], rounds);
 #endif
   mha::ParallelAttention parallel(2);
   if (parallel.threads() != 2) std::printf("note: only %d thread(s) could start\n", parallel.threads());
