@@ -1,5 +1,6 @@
-// Timing harness of the KV cache's decode step (not a test: it asserts nothing). Built natively and for
-// wasm with threads (bench/kernel/CMakeLists.txt), run under Node for the engine users have:
+// Timing harness of the KV cache's decode step (not a test: it asserts nothing). Over 500 lines: one
+// harness whose sections (steps, phases, softcap, ab, prefill) share the shapes, caches and timing.
+// Built natively and for wasm with threads (bench/kernel/CMakeLists.txt), run under Node for the engine users have:
 //   node --no-experimental-fetch build/wasm/bench/bench_decode.js [rounds] [prefill]
 //   build/native/bench/bench_decode [rounds] [prefill]
 //
@@ -12,8 +13,14 @@
 // Reported per row: median ms [min - max], effective GB/s (K and V bytes read / median time), the
 // roofline max(K/V bytes / bandwidth, 4*B*H*T*Dh / mul+add ceiling) with that round's thread count's
 // median ceilings, and the step's share of it.
-// `prefill`: instead, a causal prefill of 1024 tokens (16 heads, Dh 64, one thread) through an empty
-// cache (the tiled kernel on f32, the decode kernel on f16 and GQA) against the stateless causal call.
+// `phases`: instead, per shape and dtype (one thread; and two for decode-mqa-8k), the step with phases of
+// the simd128 decode kernel skipped in turn (bench-only copy of the kernel, MHA_DECODE_PHASE_MASK), down to
+// none: what is left then is the driver (plan, merge, threads).
+// `split`: instead, decode-mqa-8k on 2 threads, per step: items, keys and kernel time of each thread.
+// `softcap`: instead, each shape and dtype without and with softcap 30 (1 thread).
+// `prefill`: instead, a causal prefill of 2048 tokens (H 32, Hkv 8, Dh 64, one thread: the issue's
+// (1, 2048, 2048, 32, 8, 64)) through an empty cache (the tiled kernel, f32 and f16; and the decode
+// kernel forced, for comparison) against the stateless causal call.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,6 +38,19 @@
 #include "mha/decode.hpp"
 #include "mha/kv_cache.hpp"
 #include "mha/parallel.hpp"
+
+// The simd128 decode kernel once more, in its own namespace, with phases that can be skipped (`phases`).
+#if MHA_F16_SIMD
+#define MHA_DECODE_PHASE_MASK 1
+#define simd128 simd128_phases
+#include "../../src/mha/decode_simd128.cpp"
+#undef simd128
+#endif
+#ifdef MHA_BENCH_OLD_DECODE  // a local A/B only: the decode kernel of another commit, as simd128_old
+#define simd128 simd128_old
+#include MHA_BENCH_OLD_DECODE
+#undef simd128
+#endif
 
 namespace {
 
@@ -151,54 +171,52 @@ double step_flops(const Shape& s) { return 4.0 * s.batch * s.heads * (s.length +
 
 }  // namespace
 
-// Prefill rows: (name, Hkv, dtype, path); the stateless call is the row with Hkv = 0.
+// Prefill rows: (name, stateless, dtype, path).
 int prefill_section(int rounds) {
-  constexpr int32_t S = 1024, H = 16, Dh = 64, D = H * Dh;
+  constexpr int32_t S = 2048, H = 32, Hkv = 8, Dh = 64, D = H * Dh, Dkv = Hkv * Dh;
   struct PrefillRow {
     const char* name;
-    int32_t kv_heads;
+    bool stateless;
     mha::CacheDType dtype;
     mha::CachePath path;
     std::vector<double> ms;
   };
   std::vector<PrefillRow> rows = {
-      {"stateless causal (1,1024,1024,16,64)", 0, mha::CacheDType::kFloat32, mha::CachePath::kAuto, {}},
-      {"cache f32, tiled kernel", H, mha::CacheDType::kFloat32, mha::CachePath::kAuto, {}},
-      {"cache f32, decode kernel", H, mha::CacheDType::kFloat32, mha::CachePath::kDecodeKernel, {}},
-      {"cache f16, decode kernel", H, mha::CacheDType::kFloat16, mha::CachePath::kAuto, {}},
-      {"cache f32 GQA Hkv 4, decode kernel", 4, mha::CacheDType::kFloat32, mha::CachePath::kAuto, {}},
+      {"stateless causal (1,2048,2048,32,8,64)", true, mha::CacheDType::kFloat32, mha::CachePath::kAuto, {}},
+      {"cache f32 (tiled kernel)", false, mha::CacheDType::kFloat32, mha::CachePath::kAuto, {}},
+      {"cache f16 (tiled kernel)", false, mha::CacheDType::kFloat16, mha::CachePath::kAuto, {}},
+      {"cache f32, decode kernel forced", false, mha::CacheDType::kFloat32, mha::CachePath::kDecodeKernel, {}},
   };
-  const auto q = random_floats(size_t(S) * D, 5), k = random_floats(size_t(S) * D, 6), v = random_floats(size_t(S) * D, 7);
+  const auto q = random_floats(size_t(S) * D, 5), k = random_floats(size_t(S) * Dkv, 6), v = random_floats(size_t(S) * Dkv, 7);
   std::vector<float> out(q.size());
   mha::Workspace tiled;
   mha::DecodeScratch scratch;
   std::vector<std::unique_ptr<mha::KVCache>> caches;
   for (const PrefillRow& row : rows) {
     caches.emplace_back();
-    if (row.kv_heads > 0) mha::KVCache::create({1, row.kv_heads, Dh, S, row.dtype}, caches.back());
+    if (!row.stateless) mha::KVCache::create({1, Hkv, Dh, S, row.dtype}, caches.back());
   }
   for (int round = 0; round < 1 + rounds; ++round) {
     for (size_t i = 0; i < rows.size(); ++i) {
       PrefillRow& row = rows[i];
       mha::Status status;
       const double t0 = now_ms();
-      if (row.kv_heads == 0) {
+      if (row.stateless) {
         mha::AttentionArgs a;
-        a.shape = mha::AttentionShape{1, S, S, D, H};
+        a.shape = mha::AttentionShape{1, S, S, D, H, Hkv};
         a.q = mha::dense_view(q.data(), S, D);
-        a.k = mha::dense_view(k.data(), S, D);
-        a.v = mha::dense_view(v.data(), S, D);
+        a.k = mha::dense_view(k.data(), S, Dkv);
+        a.v = mha::dense_view(v.data(), S, Dkv);
         a.out = mha::dense_view(out.data(), S, D);
         a.causal = true;
         a.scale = mha::default_scale(Dh);
         status = mha::attention(a, tiled);
       } else {
-        const int32_t kv_width = row.kv_heads * Dh;
         mha::CacheAttendArgs a;
         a.new_tokens = S;
         a.q = {q.data(), int64_t{S} * D, D};
-        a.k = {k.data(), int64_t{S} * kv_width, kv_width};
-        a.v = {v.data(), int64_t{S} * kv_width, kv_width};
+        a.k = {k.data(), int64_t{S} * Dkv, Dkv};
+        a.v = {v.data(), int64_t{S} * Dkv, Dkv};
         a.out = {out.data(), int64_t{S} * D, D};
         a.options.num_heads = H;
         a.options.scale = mha::default_scale(Dh);
@@ -216,14 +234,244 @@ int prefill_section(int rounds) {
   }
   const double flops = 4.0 * S * S * H * Dh / 2;
   const double stateless = stats(rows[0].ms).median;
-  std::printf("%d rounds, one thread, causal prefill of 1024 tokens, 16 query heads, Dh 64\n", rounds);
+  std::printf("%d rounds, one thread, causal prefill of 2048 tokens, 32 query heads, 8 KV heads, Dh 64\n", rounds);
   for (const PrefillRow& row : rows) {
     const Stats st = stats(row.ms);
-    std::printf("%-38s %9.2f ms [%8.2f - %8.2f]  %5.1f GFLOP/s  %.2fx the stateless call's speed\n", row.name, st.median, st.min,
-                st.max, flops / (st.median * 1e6), stateless / st.median);
+    // The same round's stateless time over this row's: the ratio a noisy machine disturbs least.
+    std::vector<double> ratios;
+    for (size_t r = 0; r < row.ms.size(); ++r) ratios.push_back(rows[0].ms[r] / row.ms[r]);
+    const Stats ratio = stats(ratios);
+    std::printf("%-38s %9.2f ms [%8.2f - %8.2f]  %5.1f GFLOP/s  %.2fx the stateless call's speed (per round %.2fx [%.2f - %.2f])\n",
+                row.name, st.median, st.min, st.max, flops / (st.median * 1e6), stateless / st.median, ratio.median, ratio.min,
+                ratio.max);
   }
   return 0;
 }
+
+#if MHA_F16_SIMD
+struct CacheSet {
+  std::vector<std::unique_ptr<mha::KVCache>> caches;
+};
+
+// Caches filled with T random tokens (random q, k, v: a realistic softmax), capacity T + 1.
+bool fill_caches(const Shape* shapes, size_t count, CacheSet& set) {
+  for (size_t i = 0; i < count; ++i) {
+    const Shape& s = shapes[i];
+    for (mha::CacheDType dtype : {mha::CacheDType::kFloat32, mha::CacheDType::kFloat16}) {
+      std::unique_ptr<mha::KVCache> cache;
+      if (mha::KVCache::create({s.batch, s.kv_heads, s.head_dim, s.length + 1, dtype}, cache) != mha::Status::kOk) return false;
+      const int32_t width = s.kv_heads * s.head_dim;
+      const auto k = random_floats(size_t(s.batch) * s.length * width, 1);
+      const auto v = random_floats(k.size(), 2);
+      cache->append({k.data(), int64_t{s.length} * width, width}, {v.data(), int64_t{s.length} * width, width}, s.length);
+      set.caches.push_back(std::move(cache));
+    }
+  }
+  return true;
+}
+
+int phases_section(const Shape* shapes, size_t shape_count, int rounds) {
+  CacheSet set;
+  if (!fill_caches(shapes, shape_count, set)) return 1;
+  mha::ParallelAttention parallel(2);
+  struct Variant {
+    const char* name;
+    int mask;
+  };
+  static const Variant variants[] = {{"all phases", 15}, {"no PV", 7}, {"no softmax, PV", 3}, {"pack q only", 1}, {"driver only", 0}};
+  struct PhaseRow {
+    size_t cache;
+    const Shape* shape;
+    int threads;
+    const Variant* variant;
+    std::vector<double> ms;
+  };
+  std::vector<PhaseRow> rows;
+  for (size_t c = 0; c < set.caches.size(); ++c)
+    for (int threads : {1, 2}) {
+      if (threads == 2 && std::string(shapes[c / 2].name) != "decode-mqa-8k") continue;
+      for (const Variant& v : variants) rows.push_back(PhaseRow{c, &shapes[c / 2], threads, &v, {}});
+    }
+  int32_t max_q = 0;
+  for (size_t i = 0; i < shape_count; ++i) max_q = std::max(max_q, shapes[i].batch * shapes[i].heads * shapes[i].head_dim);
+  const auto q = random_floats(size_t(max_q), 3), new_kv = random_floats(size_t(max_q), 4);
+  std::vector<float> out(static_cast<size_t>(max_q));
+  mha::DecodeScratch scratch;
+  mha::Workspace tiled;
+  for (int round = 0; round < 3 + rounds; ++round) {
+    // Rows of one cache run back to back, so the later ones may find it in the L3: odd rounds run the
+    // rows in reverse order.
+    for (size_t i = 0; i < rows.size(); ++i) {
+      PhaseRow& row = rows[round % 2 == 0 ? i : rows.size() - 1 - i];
+      const Shape& s = *row.shape;
+      mha::KVCache& cache = *set.caches[row.cache];
+      mha::CacheAttendArgs args;
+      args.new_tokens = 1;
+      const int64_t q_width = int64_t{s.heads} * s.head_dim, kv_width = int64_t{s.kv_heads} * s.head_dim;
+      args.q = {q.data(), q_width, q_width};
+      args.k = {new_kv.data(), kv_width, kv_width};
+      args.v = {new_kv.data(), kv_width, kv_width};
+      args.out = {out.data(), q_width, q_width};
+      args.options.num_heads = s.heads;
+      args.options.scale = mha::default_scale(s.head_dim);
+      args.kernel = &mha::simd128_phases::kDecodeKernel;
+      mha::simd128_phases::decode_phase_mask = row.variant->mask;
+      const double t0 = now_ms();
+      const mha::Status status = mha::cache_attend(cache, args, scratch, row.threads == 2 ? &parallel : nullptr, tiled);
+      const double ms = now_ms() - t0;
+      if (status != mha::Status::kOk || cache.truncate(s.length) != mha::Status::kOk) return 1;
+      if (round >= 3) row.ms.push_back(ms);
+    }
+  }
+  std::printf("%d rounds, one decode step per row and round, phases of the simd128 decode kernel skipped\n\n", rounds);
+  std::printf("%-14s %-4s %2s %-16s %8s %17s  %8s\n", "shape", "kv", "th", "phases", "ms", "[min - max]", "share");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const PhaseRow& row = rows[i];
+    const Stats st = stats(row.ms);
+    const PhaseRow& full = rows[i - size_t(row.variant - variants)];
+    const double share = 100.0 * st.median / stats(full.ms).median;
+    std::printf("%-14s %-4s %2d %-16s %8.3f [%7.3f - %7.3f]  %7.0f%%\n", row.shape->name,
+                set.caches[row.cache]->config().dtype == mha::CacheDType::kFloat16 ? "f16" : "f32", row.threads,
+                row.variant->name, st.median, st.min, st.max, share);
+  }
+  return 0;
+}
+
+// One step per row and round, 1 thread: no softcap, and softcap 30 (Gemma 2's attention cap) with the
+// build's decode kernel (and the kernel of MHA_BENCH_OLD_DECODE when given).
+// `ab` (a local A/B, with MHA_BENCH_OLD_DECODE): no softcap, the build's kernel against the old one.
+int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab) {
+  CacheSet set;
+  if (!fill_caches(shapes, shape_count, set)) return 1;
+  struct CapRow {
+    size_t cache;
+    float softcap;
+    const mha::DecodeKernel* kernel;
+    std::vector<double> ms;
+  };
+  std::vector<CapRow> rows;
+  for (size_t c = 0; c < set.caches.size(); ++c) {
+    const float cap = ab ? 0.0f : 30.0f;
+    rows.push_back(CapRow{c, 0.0f, &mha::default_decode_kernel(), {}});
+    if (!ab) rows.push_back(CapRow{c, cap, &mha::default_decode_kernel(), {}});
+#ifdef MHA_BENCH_OLD_DECODE
+    rows.push_back(CapRow{c, cap, &mha::simd128_old::kDecodeKernel, {}});
+#endif
+  }
+  int32_t max_q = 0;
+  for (size_t i = 0; i < shape_count; ++i) max_q = std::max(max_q, shapes[i].batch * shapes[i].heads * shapes[i].head_dim);
+  const auto q = random_floats(size_t(max_q), 3), new_kv = random_floats(size_t(max_q), 4);
+  std::vector<float> out(static_cast<size_t>(max_q));
+  mha::DecodeScratch scratch;
+  mha::Workspace tiled;
+  for (int round = 0; round < 3 + rounds; ++round) {
+    for (size_t i = 0; i < rows.size(); ++i) {  // odd rounds in reverse, as in phases_section
+      CapRow& row = rows[round % 2 == 0 ? i : rows.size() - 1 - i];
+      const Shape& s = shapes[row.cache / 2];
+      mha::KVCache& cache = *set.caches[row.cache];
+      mha::CacheAttendArgs args;
+      args.new_tokens = 1;
+      const int64_t q_width = int64_t{s.heads} * s.head_dim, kv_width = int64_t{s.kv_heads} * s.head_dim;
+      args.q = {q.data(), q_width, q_width};
+      args.k = {new_kv.data(), kv_width, kv_width};
+      args.v = {new_kv.data(), kv_width, kv_width};
+      args.out = {out.data(), q_width, q_width};
+      args.options.num_heads = s.heads;
+      args.options.scale = mha::default_scale(s.head_dim);
+      args.options.softcap = row.softcap;
+      args.kernel = row.kernel;
+      const double t0 = now_ms();
+      const mha::Status status = mha::cache_attend(cache, args, scratch, nullptr, tiled);
+      const double ms = now_ms() - t0;
+      if (status != mha::Status::kOk || cache.truncate(s.length) != mha::Status::kOk) return 1;
+      if (round >= 3) row.ms.push_back(ms);
+    }
+  }
+  std::printf("%d rounds, one decode step per row and round, one thread\n\n", rounds);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const CapRow& row = rows[i];
+    const Stats st = stats(row.ms);
+    const bool build = row.kernel == &mha::default_decode_kernel();
+    std::printf("%-14s %-4s softcap %4.0f %-6s %8.3f ms [%7.3f - %7.3f]", shapes[row.cache / 2].name,
+                set.caches[row.cache]->config().dtype == mha::CacheDType::kFloat16 ? "f16" : "f32", double(row.softcap),
+                build ? "build" : "old", st.median, st.min, st.max);
+    if (!build) {  // the same round's time over the build kernel's (the row before)
+      std::vector<double> ratios;
+      for (size_t r = 0; r < row.ms.size(); ++r) ratios.push_back(row.ms[r] / rows[i - 1].ms[r]);
+      const Stats ratio = stats(ratios);
+      std::printf("  old/build per round %.2fx [%.2f - %.2f]", ratio.median, ratio.min, ratio.max);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+#endif
+
+#if MHA_F16_SIMD
+// `split`: decode-mqa-8k steps on 2 threads (B * Hkv = 1: the key blocks are the only parallel work),
+// with a kernel that wraps the build's and records, per worker (told apart by its scratch), the items,
+// keys and time it ran: how evenly one step's key blocks split, and how much of the step is not kernel.
+struct SplitRecord {
+  const float* scratch = nullptr;
+  int64_t items = 0, keys = 0;
+  double busy_ms = 0.0;
+};
+SplitRecord split_records[2];
+void split_run(const mha::DecodeBlock& blk, float* scratch) {
+  const double t0 = now_ms();
+  mha::default_decode_kernel().run(blk, scratch);
+  const double ms = now_ms() - t0;
+  for (SplitRecord& r : split_records) {
+    if (r.scratch != nullptr && r.scratch != scratch) continue;
+    r.scratch = scratch;  // a worker's scratch stays put once the driver has reserved it
+    r.items += 1, r.keys += blk.key_end - blk.key_begin, r.busy_ms += ms;
+    return;
+  }
+}
+size_t split_scratch_floats(int32_t head_dim) { return mha::default_decode_kernel().scratch_floats(head_dim); }
+const mha::DecodeKernel kSplitKernel{"split", &split_scratch_floats, &split_run};
+
+int split_section(const Shape& s, int rounds) {
+  CacheSet set;
+  if (!fill_caches(&s, 1, set)) return 1;
+  mha::ParallelAttention parallel(2);
+  const int64_t q_width = int64_t{s.heads} * s.head_dim, kv_width = int64_t{s.kv_heads} * s.head_dim;
+  const auto q = random_floats(size_t(q_width), 3), new_kv = random_floats(size_t(kv_width), 4);
+  std::vector<float> out(static_cast<size_t>(q_width));
+  mha::DecodeScratch scratch;
+  mha::Workspace tiled;
+  std::printf("%s, 2 threads, one step per line (the worker is woken from its wait: the steps are 20 ms apart)\n", s.name);
+  std::printf("%-4s %8s | %-28s | %-28s | %s\n", "kv", "step ms", "thread A: items keys busy ms", "thread B: items keys busy ms",
+              "step - max busy");
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t c = 0; c < set.caches.size(); ++c) {
+      mha::CacheAttendArgs args;
+      args.new_tokens = 1;
+      args.q = {q.data(), q_width, q_width};
+      args.k = {new_kv.data(), kv_width, kv_width};
+      args.v = {new_kv.data(), kv_width, kv_width};
+      args.out = {out.data(), q_width, q_width};
+      args.options.num_heads = s.heads;
+      args.options.scale = mha::default_scale(s.head_dim);
+      args.kernel = &kSplitKernel;
+      for (SplitRecord& r : split_records) r = SplitRecord{};
+      const double wait_until = now_ms() + 20.0;
+      while (now_ms() < wait_until) {
+      }
+      const double t0 = now_ms();
+      const mha::Status status = mha::cache_attend(*set.caches[c], args, scratch, &parallel, tiled);
+      const double ms = now_ms() - t0;
+      if (status != mha::Status::kOk || set.caches[c]->truncate(s.length) != mha::Status::kOk) return 1;
+      const SplitRecord& a = split_records[0];
+      const SplitRecord& b = split_records[1];
+      std::printf("%-4s %8.3f | %5lld %6lld %8.3f         | %5lld %6lld %8.3f         | %.3f\n", c == 0 ? "f32" : "f16", ms,
+                  (long long)a.items, (long long)a.keys, a.busy_ms, (long long)b.items, (long long)b.keys, b.busy_ms,
+                  ms - std::max(a.busy_ms, b.busy_ms));
+    }
+  }
+  return 0;
+}
+#endif
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 25;
@@ -235,6 +483,12 @@ int main(int argc, char** argv) {
       {"decode-mqa-8k", 1, 8192, 16, 1, 128},
       {"decode-b4", 4, 1024, 16, 4, 64},
   };
+#if MHA_F16_SIMD
+  if (argc > 2 && std::string(argv[2]) == "phases") return phases_section(shapes, 4, rounds);
+  if (argc > 2 && std::string(argv[2]) == "softcap") return softcap_section(shapes, 4, rounds, false);
+  if (argc > 2 && std::string(argv[2]) == "ab") return softcap_section(shapes, 4, rounds, true);
+  if (argc > 2 && std::string(argv[2]) == "split") return split_section(shapes[2], rounds);
+#endif
   mha::ParallelAttention parallel(2);
   if (parallel.threads() != 2) std::printf("note: only %d thread(s) could start\n", parallel.threads());
 

@@ -37,6 +37,7 @@ const char* decode_kernel_name(const DecodeKernel& kernel) { return kernel.name;
 void DecodeScratch::release() {
   for (Workspace& w : workers) w.release();
   partials.release();
+  rounded_kv.release();
   row_blocks.clear();
   row_blocks.shrink_to_fit();
 }
@@ -47,16 +48,18 @@ constexpr double kLog2e = 1.4426950408889634;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Merges of more partial results than this run on the pool.
 constexpr int64_t kParallelMergeFloats = int64_t{1} << 18;
-// A prefill of at least this many tokens into an empty float32 cache runs the tiled kernel.
+// A prefill of at least this many tokens into an empty cache runs the tiled kernel.
 constexpr int32_t kTiledPrefillMinTokens = 16;
 
 constexpr int64_t round_up16(int64_t x) { return (x + 15) / 16 * 16; }
 
+// The tiled kernel reads K and V as (T, Dh) rows through strides; the cache's K is in panels of K^T
+// (kv_cache.hpp), so the tiled kernel serves only a prefill into an empty cache, where the keys it must
+// see are exactly the new tokens. A non-empty cache keeps the decode kernel: reading the cached keys as
+// rows would mean copying `length` of them per call (which the cache never does) or a tiled-kernel
+// variant that packs from K^T panels.
 bool tiled_prefill_applies(const KVCache& cache, const CacheAttendArgs& args) {
-  const CacheAttendOptions& o = args.options;
-  return args.path == CachePath::kAuto && cache.length() == 0 && cache.config().dtype == CacheDType::kFloat32 &&
-         o.num_heads == cache.config().num_kv_heads && o.window_left < 0 && o.window_right < 0 && o.softcap == 0.0f &&
-         o.alibi_slopes == nullptr && !o.empty_rows_zero && args.new_tokens >= kTiledPrefillMinTokens;
+  return args.path == CachePath::kAuto && cache.length() == 0 && args.new_tokens >= kTiledPrefillMinTokens;
 }
 
 // Everything a work item or a merge needs; shared read-only by the threads (partials excepted).
@@ -390,6 +393,50 @@ void run_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t first
   }
 }
 
+// A prefill into an empty cache: once appended, the cache holds exactly the new tokens (float16: rounded),
+// so the tiled kernel attends over them where they are (float16: over a rounded copy of the new tokens
+// only, O(n)), then they are stored. Query i sits at position i = old length + i. An error leaves the
+// cache untouched.
+Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
+                     Workspace& tiled_scratch) {
+  const KVCacheConfig& c = cache.config();
+  const CacheAttendOptions& o = args.options;
+  const int32_t n = args.new_tokens;
+  AttentionArgs tiled;
+  tiled.shape = AttentionShape{c.batch, n, n, o.num_heads * c.head_dim, o.num_heads, c.num_kv_heads};
+  tiled.q = args.q;
+  tiled.k = args.k;
+  tiled.v = args.v;
+  tiled.out = args.out;
+  tiled.causal = o.causal;
+  tiled.scale = o.scale;
+  tiled.query_offset = cache.length();
+  tiled.window_left = o.window_left;
+  tiled.window_right = o.window_right;
+  tiled.softcap = o.softcap;
+  tiled.alibi_slopes = o.alibi_slopes;
+  tiled.empty_rows = o.empty_rows_zero ? EmptyRows::kZero : EmptyRows::kNaN;
+  if (c.dtype == CacheDType::kFloat16) {
+    const int64_t width = int64_t{c.num_kv_heads} * c.head_dim;
+    const int64_t elements = int64_t{c.batch} * n * width;
+    if (!scratch.rounded_kv.reserve(static_cast<size_t>(2 * elements))) return Status::kOutOfMemory;
+    float* k = scratch.rounded_kv.data();
+    float* v = k + elements;
+    for (int32_t b = 0; b < c.batch; ++b)
+      for (int32_t t = 0; t < n; ++t) {
+        const int64_t row = int64_t{b} * n + t;
+        round_to_f16(args.k.data + b * args.k.batch_stride + t * args.k.row_stride, k + row * width, width);
+        round_to_f16(args.v.data + b * args.v.batch_stride + t * args.v.row_stride, v + row * width, width);
+      }
+    tiled.k = dense_view(static_cast<const float*>(k), n, static_cast<int32_t>(width));
+    tiled.v = dense_view(static_cast<const float*>(v), n, static_cast<int32_t>(width));
+  }
+  const Status run = parallel != nullptr ? parallel->run(tiled) : attention(tiled, tiled_scratch);
+  if (run != Status::kOk) return run;
+  ++scratch.tiled_prefills;
+  return cache.append(args.k, args.v, n);
+}
+
 }  // namespace
 
 Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
@@ -425,23 +472,8 @@ Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& 
                     Workspace& tiled_scratch) {
   const Status status = validate_cache_attend(cache, args);
   if (status != Status::kOk) return status;
-  const KVCacheConfig& c = cache.config();
   const int32_t n = args.new_tokens;
-  if (tiled_prefill_applies(cache, args)) {
-    // An empty float32 cache holds exactly the new tokens once they are appended: attend over them where
-    // they are, with the tiled kernel, then store them. An error leaves the cache untouched.
-    AttentionArgs tiled;
-    tiled.shape = AttentionShape{c.batch, n, n, args.options.num_heads * c.head_dim, args.options.num_heads};
-    tiled.q = args.q;
-    tiled.k = args.k;
-    tiled.v = args.v;
-    tiled.out = args.out;
-    tiled.causal = args.options.causal;
-    tiled.scale = args.options.scale;
-    const Status run = parallel != nullptr ? parallel->run(tiled) : attention(tiled, tiled_scratch);
-    if (run != Status::kOk) return run;
-    return cache.append(args.k, args.v, n);
-  }
+  if (tiled_prefill_applies(cache, args)) return tiled_prefill(cache, args, scratch, parallel, tiled_scratch);
   ThreadPool* pool = parallel != nullptr ? &parallel->pool() : nullptr;
   const int32_t old_length = cache.length();
   const Status reserved = reserve_decode(cache, args, old_length, old_length + n, scratch, pool);

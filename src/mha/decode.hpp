@@ -10,11 +10,10 @@
 //    (b, g, row block, key block) keeps its own max and sum, and the blocks are merged exactly with
 //    their log-sum-exp. The split depends on positions only, never on the thread count, so the result
 //    is bit-identical for every thread count.
-//  - the tiled kernel of attention.hpp for a prefill into an empty float32 cache without the v2
-//    options, on the new tokens' own k and v (which then are exactly the cache's contents).
-//    TODO(merge with #13): once the tiled kernel has GQA (Hkv < H), queryOffset, window, softcap and
-//    ALiBi, a prefill into a non-empty cache and a GQA prefill can run it too; for float16 its tile
-//    packing would widen halves as it packs (decode.cpp, tiled_prefill_applies, is the one place).
+//  - the tiled kernel (kernel.hpp) for a prefill (n >= 16) into an empty cache, with every cache option,
+//    on the new tokens' own k and v (float16: on a copy of them rounded to halves), which then are
+//    exactly the cache's contents. A non-empty cache always takes the decode kernel: the tiled kernel
+//    reads K as strided rows and the cache holds K^T panels (decode.cpp, tiled_prefill_applies).
 #pragma once
 
 #include <atomic>
@@ -105,11 +104,14 @@ struct DecodeRowBlock {
 struct DecodeScratch {
   std::vector<Workspace> workers;  // one per thread
   Workspace partials;              // m, l, o of every work item of the current wave
+  Workspace rounded_kv;            // a float16 prefill's new k and v, rounded to halves (B, n, Hkv*Dh) each
   std::vector<DecodeRowBlock> row_blocks;
   // Partial results per wave; long prefills through the decode kernel run in several waves (tests lower it).
   int64_t max_partial_floats = int64_t{1} << 22;
   // Rows that took the exact path so far (non-finite float32 results), for tests.
   std::atomic<int64_t> exact_rows{0};
+  // Calls served by the tiled kernel so far, for tests.
+  int64_t tiled_prefills = 0;
   void release();
 };
 

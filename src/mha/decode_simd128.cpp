@@ -4,7 +4,8 @@
 //   1. pack q: rows in chunks of 4, each chunk a panel (Dh, 4) so one step broadcasts 4 adjacent floats;
 //   2. scores (rows, keys) = q . k, panel by panel (32 keys of K^T, kv_cache.hpp), each panel used by every
 //      row chunk while it is in L1: a micro-kernel of R rows x 8P keys, R*2P accumulators (R = 1: 32 keys);
-//   3. per row: log2-unit scores (scale, softcap, ALiBi), hidden keys -inf, max m, p = 2^(s - m), sum l;
+//   3. per row: log2-unit scores (scale, softcap with simd_tanh.hpp, ALiBi), hidden keys -inf, max m,
+//      p = 2^(s - m), sum l;
 //   4. o (rows, Dh8) = p V, 32 keys at a time, a micro-kernel of R rows x 8L lanes (R = 1: 32 lanes).
 // The softmax of a block is two-pass (its scores fit in scratch), so no running rescale; blocks are
 // merged by the driver.
@@ -22,11 +23,19 @@
 #include "mha/decode_kernel.hpp"
 #include "mha/f16.hpp"
 #include "mha/simd_exp.hpp"
+#include "mha/simd_tanh.hpp"
 
 #ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
 #define MHA_PHASE __attribute__((noinline))
 #else
 #define MHA_PHASE
+#endif
+// The phase-timing harness (bench/kernel/bench_decode.cpp, `phases`) compiles this file again into its
+// own namespace with MHA_DECODE_PHASE_MASK, and skips phases by clearing bits of decode_phase_mask.
+#ifdef MHA_DECODE_PHASE_MASK
+#define MHA_RUN_PHASE(bit) ((decode_phase_mask & (bit)) != 0)
+#else
+#define MHA_RUN_PHASE(bit) true
 #endif
 
 namespace mha {
@@ -44,6 +53,10 @@ constexpr int32_t kMaxChunks = kDecodeMaxRowsPerItem / kChunk;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // 64-byte multiples of floats
+
+#ifdef MHA_DECODE_PHASE_MASK
+int decode_phase_mask = 15;  // 1 pack q, 2 scores, 4 softmax, 8 values
+#endif
 
 // Loaders: 8 consecutive stored elements (16-byte aligned) as two float vectors.
 struct F32Loader {
@@ -274,11 +287,13 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
 // weights p = 2^(s - m'), stored times p_scale (1, or 2^112 for values read as scaled halves); keys outside
 // [first, last] get p = 0. Returns m; *l = sum of p.
 float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, int32_t g1, float p_scale, float* row, float* l,
-                  const simd::Exp2Constants& ek) {
+                  const simd::Exp2Constants& ek, const simd::TanhConstants& tk) {
   const int32_t first = std::max(blk.visible[r].first, blk.key_begin);
   const int32_t last = std::min(blk.visible[r].last, blk.key_end - 1);
   if (blk.softcap_in != 0.0f) {
-    for (int32_t j = g0; j < g1; ++j) row[j] = blk.softcap_out * std::tanh(blk.softcap_in * row[j]);
+    const VecF cap_in(blk.softcap_in), cap_out(blk.softcap_out);
+    for (int32_t j = g0; j < g1; j += kLanes)
+      (cap_out * simd::tanh(VecF::load_aligned(row + j) * cap_in, tk)).store_aligned(row + j);
   }
   const VecF scale(blk.softcap_in != 0.0f ? 1.0f : blk.score_scale);
   const bool alibi = blk.alibi != nullptr;
@@ -313,9 +328,10 @@ float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, i
 
 MHA_PHASE void block_softmax(const DecodeBlock& blk, int32_t base, float p_scale, float* s) {
   const simd::Exp2Constants ek;
+  const simd::TanhConstants tk;
   const int32_t g0 = (blk.key_begin - base) / kLanes * kLanes;
   const int32_t g1 = round_up_to(blk.key_end - base, kLanes);
-  for (int32_t r = 0; r < blk.rows; ++r) blk.m[r] = row_softmax(blk, r, base, g0, g1, p_scale, s + r * kS, blk.l + r, ek);
+  for (int32_t r = 0; r < blk.rows; ++r) blk.m[r] = row_softmax(blk, r, base, g0, g1, p_scale, s + r * kS, blk.l + r, ek, tk);
 }
 
 // Phase 4: o = p V over keys [key_begin, key_end), tile by tile (tiles end on panel boundaries). stage:
@@ -353,10 +369,18 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
   const int32_t base = blk.key_begin / kP * kP;
   const KLd kld;
   const VLd vld;
-  pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
-  block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage_k);
-  block_softmax(blk, base, p_scale, scratch + lay.s);
-  block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage_v);
+  if (MHA_RUN_PHASE(1)) pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
+  if (MHA_RUN_PHASE(2)) block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage_k);
+  if (MHA_RUN_PHASE(4)) {
+    block_softmax(blk, base, p_scale, scratch + lay.s);
+  } else {
+    std::fill(blk.m, blk.m + blk.rows, 0.0f), std::fill(blk.l, blk.l + blk.rows, 1.0f);  // a finite partial
+  }
+  if (MHA_RUN_PHASE(8)) {
+    block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, stage_v);
+  } else {
+    std::fill(blk.o, blk.o + int64_t{blk.rows} * blk.dh8, 0.0f);
+  }
 }
 
 // Staging: a chunk of 2 or more rows reads a panel in 2 to 4 strided sweeps (8 or 16 keys per pass) and

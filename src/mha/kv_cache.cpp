@@ -49,6 +49,22 @@ Status validate_cache_config(const KVCacheConfig& c) {
   return Status::kOk;
 }
 
+void round_to_f16(const float* x, float* y, int64_t count) {
+  int64_t i = 0;
+#if MHA_F16_SIMD
+  const f16::simd::Constants constants;
+  alignas(16) uint16_t halves[8];
+  for (; i + 8 <= count; i += 8) {
+    f16::simd::store8(f16::simd::VecF::load_unaligned(x + i), f16::simd::VecF::load_unaligned(x + i + 4), halves);
+    f16::simd::VecF lo, hi;
+    f16::simd::load8<true, false>(halves, lo, hi, constants);
+    lo.store_unaligned(y + i);
+    hi.store_unaligned(y + i + 4);
+  }
+#endif
+  for (; i < count; ++i) y[i] = f16::decode(f16::encode(x[i]));
+}
+
 KVCache::KVCache(const KVCacheConfig& config)
     : config_(config), panels_((int64_t{config.capacity} + kKeysPerPanel - 1) / kKeysPerPanel) {}
 

@@ -14,9 +14,10 @@
 // 64-byte line, and head g's keys never interleave with other heads'. Appending writes Dh scattered
 // elements per token and head into K and one row into V: O(n * Hkv * Dh). Truncating only moves
 // `length`. Nothing is ever copied in proportion to the length.
-// The tiled prefill kernel (attention.hpp) reads K as rows through strides, so it cannot read these
-// panels; a prefill into an empty float32 cache runs it on the new tokens' own k and v instead (see
-// decode.hpp). Reading panels there would need its pack_k_transposed to copy 8-key panel rows.
+// The tiled prefill kernel (kernel.hpp) reads K as rows through strides, so it cannot read these
+// panels; a prefill into an empty cache runs it on the new tokens' own k and v instead (float16: rounded
+// with round_to_f16; see decode.hpp). Reading panels there would need its K packing to copy 8-key panel
+// rows.
 //
 // float16: halves in the same layout. Unused storage is zero, and inf/NaN halves are tracked
 // (special_from) so that the kernels can skip the inf/NaN fix-up of the widening when the keys they read
@@ -59,6 +60,10 @@ double kv_cache_bytes(const KVCacheConfig& config);
 // kNonPositiveDim, kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the heap also holds
 // everything else), or kOk.
 Status validate_cache_config(const KVCacheConfig& config);
+
+// y[i] = x[i] rounded to binary16 and widened back, exactly the value a float16 cache stores for x[i]
+// (count elements; x and y may be the same).
+void round_to_f16(const float* x, float* y, int64_t count);
 
 class KVCache {
  public:

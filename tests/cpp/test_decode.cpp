@@ -2,9 +2,8 @@
 // double-precision reference (src/mha/reference.hpp) on the equivalent multi-head problem, which the
 // tests build from the cache case: KV heads repeated for GQA (a test construction, not a second
 // reference), K/V rounded to binary16 for f16 caches, the visibility of every query (its position, the
-// end of its step, causal, window) as the reference's mask, and ALiBi as one extra head dimension
-// (q' = [q, 1], k'_j = [k_j, slope * j / scale]: with causal visibility, -slope * |p - j| and +slope * j
-// differ by a per-row constant, which the softmax ignores). Also: splits into steps, threads, waves,
+// end of its step, causal, window) as the reference's mask, softcap and ALiBi as the reference's own
+// options (query i of the sequence sits at position i). Also: splits into steps, threads, waves,
 // non-finite inputs, empty rows, errors, heap use over 20,000 steps, and the golden-v2 cache cases.
 // Longer than 500 lines: one file per subject, as the other suites.
 #include <catch2/catch.hpp>
@@ -131,52 +130,41 @@ std::vector<float> run_cache(const CacheCase& c, const CacheData& data, const Ru
 // The reference's answer for the case, on the equivalent multi-head problem (see the top).
 std::vector<float> reference_for(const CacheCase& c, const CacheData& data) {
   const int32_t T = c.total(), H = c.heads, G = c.heads / c.kv_heads, Dh = c.head_dim;
-  const bool alibi = !c.slopes.empty();
-  const int32_t dr = Dh + (alibi ? 1 : 0);  // head dim of the reference problem
-  const float scale = mha::default_scale(Dh);
   const size_t rows = size_t(c.batch) * T;
-  std::vector<float> q(rows * H * dr, 0.0f), k(q.size(), 0.0f), v(q.size(), 0.0f), out(q.size());
+  std::vector<float> q(rows * H * Dh, 0.0f), k(q.size(), 0.0f), v(q.size(), 0.0f), out(q.size());
   std::vector<uint8_t> mask(size_t(c.batch) * T * T);
   std::vector<int32_t> step_end(static_cast<size_t>(T));
   for (int32_t i = 0, t0 = 0; i < static_cast<int32_t>(c.steps.size()); t0 += c.steps[size_t(i)], ++i)
     for (int32_t t = t0; t < t0 + c.steps[size_t(i)]; ++t) step_end[size_t(t)] = t0 + c.steps[size_t(i)];
   auto f16_round = [&c](float x) { return c.dtype == CacheDType::kFloat16 ? mha::f16::decode(mha::f16::encode(x)) : x; };
   for (size_t r = 0; r < rows; ++r) {
-    const int32_t j = static_cast<int32_t>(r % T);  // this row's position
     for (int32_t h = 0; h < H; ++h) {
-      const size_t dst = (r * H + h) * dr;
+      const size_t dst = (r * H + h) * Dh;
       const size_t kv_src = r * c.kv_width() + size_t(h / G) * Dh;
       for (int32_t d = 0; d < Dh; ++d) {
         q[dst + d] = data.q[r * c.q_width() + size_t(h) * Dh + d];
         k[dst + d] = f16_round(data.k[kv_src + d]);
         v[dst + d] = f16_round(data.v[kv_src + d]);
       }
-      if (alibi) {
-        q[dst + Dh] = 1.0f;
-        k[dst + Dh] = static_cast<float>(double{c.slopes[size_t(h)]} * j / scale);
-      }
     }
   }
   for (int32_t b = 0; b < c.batch; ++b)
     for (int32_t i = 0; i < T; ++i) {
       const mha::KeySpan keys = mha::visible_keys(i, step_end[size_t(i)], c.causal, c.window_left, c.window_right);
-      if (alibi) REQUIRE(keys.last <= i);  // the construction needs every visible key at or before the query
       for (int32_t j = 0; j < T; ++j) mask[(size_t(b) * T + i) * T + j] = (j >= keys.first && j <= keys.last) ? 1 : 0;
     }
   mha::AttentionArgs args;
-  args.shape = mha::AttentionShape{c.batch, T, T, H * dr, H};
-  args.q = mha::dense_view<const float>(q.data(), T, H * dr);
-  args.k = mha::dense_view<const float>(k.data(), T, H * dr);
-  args.v = mha::dense_view<const float>(v.data(), T, H * dr);
-  args.out = mha::dense_view(out.data(), T, H * dr);
+  args.shape = mha::AttentionShape{c.batch, T, T, H * Dh, H};
+  args.q = mha::dense_view<const float>(q.data(), T, H * Dh);
+  args.k = mha::dense_view<const float>(k.data(), T, H * Dh);
+  args.v = mha::dense_view<const float>(v.data(), T, H * Dh);
+  args.out = mha::dense_view(out.data(), T, H * Dh);
   args.mask = mask.data();
-  args.scale = scale;
+  args.scale = mha::default_scale(Dh);
+  args.softcap = c.softcap;
+  args.alibi_slopes = c.slopes.empty() ? nullptr : c.slopes.data();  // query i is at position i: query_offset 0
   REQUIRE(mha::reference_attention(args) == Status::kOk);
-  std::vector<float> result(rows * c.q_width());
-  for (size_t r = 0; r < rows; ++r)
-    for (int32_t h = 0; h < H; ++h)
-      std::copy_n(&out[(r * H + h) * dr], Dh, &result[(r * H + h) * Dh]);
-  return result;
+  return out;
 }
 
 std::vector<const mha::DecodeKernel*> kernels() {
@@ -262,6 +250,7 @@ TEST_CASE("decode: a sliding window reads only the last W keys", "[decode]") {
       Runner run;
       run.kernel = kernel;
       run.scratch = &scratch;
+      run.path = mha::CachePath::kDecodeKernel;  // the prefill too: it must take the exact path
       const auto out = run_cache(c, data, run);
       require_close(ref, out);
       const int64_t prefill_exact = scratch.exact_rows.load();
@@ -282,6 +271,7 @@ TEST_CASE("decode: a sliding window reads only the last W keys", "[decode]") {
         args.out = {step_out.data(), int64_t{n} * D, D};
         args.options = c.options();
         args.kernel = kernel;
+        args.path = run.path;
         const int64_t before = scratch.exact_rows.load();
         REQUIRE(mha::cache_attend(*cache, args, scratch, nullptr, tiled) == Status::kOk);
         if (t0 >= 700) {
@@ -298,7 +288,7 @@ TEST_CASE("decode: a sliding window reads only the last W keys", "[decode]") {
   }
 }
 
-TEST_CASE("decode: ALiBi and windows against the reference; softcap against the exact path", "[decode]") {
+TEST_CASE("decode: ALiBi, windows and softcap against the reference", "[decode]") {
   CacheCase c = make_case(2, 4, 2, 16, {20, 1, 2, 1});
   c.slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
   for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {
@@ -312,22 +302,18 @@ TEST_CASE("decode: ALiBi and windows against the reference; softcap against the 
   c.slopes = {0.5f, 0.3f, 0.2f, 0.1f, 0.05f, 0.02f, 0.01f, 0.0f};
   require_kernels_match_reference(c, case_data(c, 420));
 
-  // softcap (Gemma 2): the exact path follows docs/spec.md 2.4 in double; with plain options it gives the
-  // reference's bits (next test), so here it stands in for the reference.
-  // TODO(merge with #13): compare with the reference once it has softcap.
-  c = make_case(2, 6, 3, 16, {30, 1, 1, 4}, CacheDType::kFloat16);
+  // softcap (Gemma 2): the decode kernels' vectorized tanh (simd128) and std::tanh (scalar) against the
+  // reference, with ALiBi and large logits, so that the cap matters.
+  c = make_case(2, 6, 3, 16, {30, 1, 1, 4, 290}, CacheDType::kFloat16);
   c.softcap = 2.0f;
   c.slopes = {0.5f, 0.25f, 0.125f, 0.1f, 0.05f, 0.0f};
-  const CacheData data = case_data(c, 430, 3.0f);  // large logits, so the cap matters
-  Runner exact;
-  exact.path = mha::CachePath::kExactRows;
-  const auto expected = run_cache(c, data, exact);
-  for (const mha::DecodeKernel* kernel : kernels()) {
-    INFO("kernel " << mha::decode_kernel_name(*kernel));
-    Runner run;
-    run.kernel = kernel;
-    require_close(expected, run_cache(c, data, run));
+  const CacheData data = case_data(c, 430, 3.0f);
+  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {
+    c.dtype = dtype;
+    require_kernels_match_reference(c, data);
   }
+  c.softcap = 0.3f;  // most scores far out on the flat part of tanh
+  require_kernels_match_reference(c, data);
   c.softcap = 1e6f;  // a cap far above every score changes nothing beyond rounding
   const auto capped = run_cache(c, data);
   c.softcap = 0.0f;
@@ -365,6 +351,54 @@ TEST_CASE("decode: a prefill and any split into steps equal one causal call; til
       require_close(ref, run_cache(c, data, in_place));
     }
   }
+}
+
+TEST_CASE("decode: a prefill into an empty cache takes the tiled kernel with GQA, every option and f16", "[decode]") {
+  std::vector<CacheCase> cases;
+  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {
+    cases.push_back(make_case(2, 8, 2, 32, {70, 1, 3}, dtype));  // GQA
+    cases.push_back(make_case(1, 6, 1, 16, {40}, dtype));       // MQA
+    CacheCase c = make_case(1, 4, 2, 24, {50, 2}, dtype);
+    c.window_left = 7;
+    c.window_right = 0;
+    cases.push_back(c);
+    c.window_left = 3;  // not causal: a window on both sides
+    c.window_right = 5;
+    c.causal = false;
+    cases.push_back(c);
+    c = make_case(2, 4, 4, 16, {33, 1}, dtype);
+    c.slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+    c.empty_rows_zero = true;
+    cases.push_back(c);
+  }
+  for (const CacheCase& c : cases) {
+    INFO(describe(c));
+    const CacheData data = case_data(c, 700);
+    mha::DecodeScratch scratch;
+    Runner run;
+    run.scratch = &scratch;
+    require_close(reference_for(c, data), run_cache(c, data, run));
+    REQUIRE(scratch.tiled_prefills == 1);
+  }
+  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {  // softcap
+    CacheCase c = make_case(1, 6, 3, 16, {48, 1}, dtype);
+    c.softcap = 2.0f;
+    const CacheData data = case_data(c, 710, 3.0f);
+    INFO(describe(c));
+    mha::DecodeScratch scratch;
+    Runner run;
+    run.scratch = &scratch;
+    require_close(reference_for(c, data), run_cache(c, data, run));
+    REQUIRE(scratch.tiled_prefills == 1);
+  }
+  // A prefill into a non-empty cache and a short one stay on the decode kernel.
+  const CacheCase c = make_case(1, 4, 2, 16, {8, 40});
+  mha::DecodeScratch scratch;
+  Runner run;
+  run.scratch = &scratch;
+  const CacheData data = case_data(c, 720);
+  require_close(reference_for(c, data), run_cache(c, data, run));
+  REQUIRE(scratch.tiled_prefills == 0);
 }
 
 #ifndef __EMSCRIPTEN__  // the wasm test binary is single-threaded (see test_parallel.cpp)

@@ -273,3 +273,24 @@ TEST_CASE("kv cache registry: ids are never reused, freed or foreign ids are inv
   }
   REQUIRE(mha_test::heap_back_to(heap_before, mha_test::heap_bytes_in_use()));
 }
+
+TEST_CASE("kv cache: round_to_f16 gives exactly the value a float16 cache stores, specials included", "[kv_cache]") {
+  std::vector<float> x = mha_test::random_tensor(203, 77, 30000.0f);  // some overflow past 65504
+  const float specials[] = {0.0f, -0.0f, 65504.0f, 65520.0f, -65519.0f, 1e-8f, -3e-5f, 6.1e-5f,
+                            mha_test::kInf, -mha_test::kInf, mha_test::kNaN};
+  x.insert(x.begin() + 5, std::begin(specials), std::end(specials));
+  std::vector<float> y(x.size(), -1.0f);
+  mha::round_to_f16(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO("x[" << i << "] = " << x[i]);
+    const float expected = mha::f16::decode(mha::f16::encode(x[i]));
+    if (std::isnan(expected)) {
+      REQUIRE(std::isnan(y[i]));
+    } else {
+      REQUIRE(std::memcmp(&expected, &y[i], sizeof(float)) == 0);
+    }
+  }
+  mha::round_to_f16(x.data(), x.data(), static_cast<int64_t>(x.size()));  // in place
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!std::isnan(y[i])) REQUIRE(std::memcmp(&x[i], &y[i], sizeof(float)) == 0);
+}
