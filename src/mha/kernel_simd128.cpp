@@ -276,6 +276,7 @@ MHA_PHASE void finish_rows(const UnitState& st) {
       int32_t d = 0;
       for (; d < dh4; d += kLanes) o_check = madd(VecF::load_aligned(src + d), VecF(0.0f), o_check);
       float tail_check = xsimd::hadd(o_check);
+      MHA_TAIL_LOOP
       for (; d < dh; ++d) tail_check += src[d] * 0.0f;
       bool finite = tail_check == 0.0f && l >= 1.0f && l <= std::numeric_limits<float>::max();
       if (!finite) {
@@ -297,6 +298,7 @@ MHA_PHASE void finish_rows(const UnitState& st) {
       float* dst = st.views.out + i * args.out.row_stride + hg * dh;
       const VecF vl(l);
       for (d = 0; d < dh4; d += kLanes) (VecF::load_aligned(src + d) / vl).store_unaligned(dst + d);  // exact, as scalar
+      MHA_TAIL_LOOP
       for (; d < dh; ++d) dst[d] = src[d] / l;
     }
   }

@@ -93,7 +93,10 @@ void reference_attention_row(const ReferenceRow& row, double* acc, float* out_ro
       weights_row[j] = static_cast<float>(std::exp(score(row, j) - row_max) / sum);
     });
   }
-  if (lse != nullptr) *lse = static_cast<float>(std::isnan(sum) ? kNaN : row_max + std::log(sum));
+  // log1p(sum - 1) rather than log(sum): the same number here (a finite sum is >= 1, the max's own term being
+  // 1, and sum - 1 is exact below 2 and off by half an ulp of sum above, i.e. 2^-53 in the log), and musl's
+  // log1p needs no table where its log brings a 4 kB one into every wasm module.
+  if (lse != nullptr) *lse = static_cast<float>(std::isnan(sum) ? kNaN : row_max + std::log1p(sum - 1.0));
 }
 
 namespace {

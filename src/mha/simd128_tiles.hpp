@@ -45,6 +45,14 @@ constexpr float kLog2e = 1.44269504088896341f;
 
 constexpr int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
+// Before the scalar tail loops (Dh % 4 columns, padding keys, zero padding): LLVM -O3 would vectorize and
+// unroll each of them, with its runtime checks, into a kilobyte of wasm that bert-like shapes never run.
+#ifdef __clang__
+#define MHA_TAIL_LOOP _Pragma("clang loop vectorize(disable) interleave(disable) unroll(disable)")
+#else
+#define MHA_TAIL_LOOP
+#endif
+
 // ---------------------------------------------------------------------------------------------------
 // Packing
 
@@ -89,6 +97,7 @@ inline void transpose_4_rows(const float* r0, int64_t row_stride, int32_t dh, fl
     x2.store_aligned(dst + (d + 2) * kDstStride);
     x3.store_aligned(dst + (d + 3) * kDstStride);
   }
+  MHA_TAIL_LOOP
   for (int32_t d = dh4; d < dh; ++d) {
     dst[d * kDstStride + 0] = r0[d];
     dst[d * kDstStride + 1] = r1[d];
@@ -107,8 +116,10 @@ MHA_PHASE inline void pack_q_panels(const float* q, int64_t row_stride, int32_t 
     float* panel = qp + (r / kMr) * dh * kMr + r % kMr;
     if (r < rows) {
       const float* src = q + r * row_stride;
+      MHA_TAIL_LOOP
       for (int32_t d = 0; d < dh; ++d) panel[d * kMr] = src[d];
     } else {
+      MHA_TAIL_LOOP
       for (int32_t d = 0; d < dh; ++d) panel[d * kMr] = 0.0f;
     }
   }
@@ -119,11 +130,15 @@ MHA_PHASE inline void pack_k_transposed(const float* k, int64_t row_stride, int3
   const int32_t nk8 = round_up(nk, kNr);
   const int32_t nk4 = nk - nk % kLanes;
   for (int32_t j = 0; j < nk4; j += kLanes) transpose_4_rows<kTileStride>(k + j * row_stride, row_stride, dh, kt + j);
+  MHA_TAIL_LOOP
   for (int32_t j = nk4; j < nk; ++j) {
     const float* src = k + j * row_stride;
+    MHA_TAIL_LOOP
     for (int32_t d = 0; d < dh; ++d) kt[d * kTileStride + j] = src[d];
   }
+  MHA_TAIL_LOOP
   for (int32_t d = 0; d < dh; ++d) {
+    MHA_TAIL_LOOP
     for (int32_t j = nk; j < nk8; ++j) kt[d * kTileStride + j] = 0.0f;
   }
 }
@@ -136,7 +151,9 @@ MHA_PHASE inline void pack_v(const float* v, int64_t row_stride, int32_t nk, int
     float* dst = vp + j * dh8;
     int32_t d = 0;
     for (; d < dh4; d += kLanes) VecF::load_unaligned(src + d).store_aligned(dst + d);
+    MHA_TAIL_LOOP
     for (; d < dh; ++d) dst[d] = src[d];
+    MHA_TAIL_LOOP
     for (; d < dh8; ++d) dst[d] = 0.0f;
   }
 }

@@ -117,9 +117,11 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
     gzippedSize[f] = gzipped;
     console.log(`# ${f}: ${bytes.length} bytes, ${gzipped} gzipped`);
   }
-  // A Relaxed SIMD module is its SIMD128 twin with fused multiply-adds: it may be at most 10% larger
-  // (seen: 1.04x and 1.06x). Issue #15's absolute budget of 40 kB gzipped held before the v2 options and
-  // the KV cache grew every build by about 13 kB; it is no longer met (49.6 and 58.4 kB).
+  // Issue #15's budget: each Relaxed SIMD module under 40 kB gzipped. mha-relaxed.wasm meets it (39.5 kB
+  // since wasm-opt -O2, the cold units at -O2 and no libm log table); mha-relaxed-threads.wasm does not yet
+  // (46.8 kB: the pthread runtime and the SIMD128 decode kernel it shares with mha-threads.wasm, 47.0 kB), so
+  // it is held to its twin: a relaxed module is that build with fused multiply-adds, at most 10% larger.
+  assert.ok(gzippedSize['dist/mha-relaxed.wasm'] < 40_000, `dist/mha-relaxed.wasm: ${gzippedSize['dist/mha-relaxed.wasm']} bytes gzipped, budget 40 kB`);
   for (const [relaxed, twin] of [['dist/mha-relaxed.wasm', 'dist/mha.wasm'], ['dist/mha-relaxed-threads.wasm', 'dist/mha-threads.wasm']]) {
     assert.ok(gzippedSize[relaxed] <= 1.1 * gzippedSize[twin], `${relaxed}: ${gzippedSize[relaxed]} bytes gzipped, ${twin}: ${gzippedSize[twin]}`);
   }
