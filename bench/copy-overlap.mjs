@@ -33,8 +33,10 @@ const modes = {
   'copy-out (fresh array)': () => { const r = new Float32Array(n); r.set(scratch.data.subarray(3 * n, 4 * n)); return r; },
 };
 const rounds = Number(roundsArg ?? 60);
-const names = Object.keys(modes);
+// MODES=name,name,... measures only those rows (the ratios need both of theirs).
+const names = process.env.MODES ? process.env.MODES.split(',') : Object.keys(modes);
 const times = Object.fromEntries(names.map((x) => [x, []]));
+for (const x of names) if (!modes[x]) throw new Error(`unknown mode ${x}`);
 const pause = new Int32Array(new SharedArrayBuffer(4));
 for (let r = -10; r < rounds; r++) {
   const order = r % 2 ? names : [...names].reverse();
@@ -47,7 +49,7 @@ for (let r = -10; r < rounds; r++) {
 const stats = (a) => { const s = [...a].sort((x, y) => x - y); return [s[s.length >> 1], s[Math.floor(s.length / 4)], s[Math.floor(s.length * 3 / 4)]]; };
 const fmt = ([m, a, b], d = 2) => `${m.toFixed(d)} [${a.toFixed(d)}, ${b.toFixed(d)}]`;
 for (const name of names) console.log(`${name.padEnd(30)} ${fmt(stats(times[name]))} ms`);
-const ratio = (a, b) => fmt(stats(times[a].map((t, i) => t / times[b][i])), 3);
+const ratio = (a, b) => (times[a] && times[b] ? fmt(stats(times[a].map((t, i) => t / times[b][i])), 3) : '-');
 console.log('per-round ratios, median [q1, q3]:');
 console.log(`  copy before 1t/2t  ${ratio('1t copy before', '2t copy before')}`);
 console.log(`  copy after  1t/2t  ${ratio('1t copy after', '2t copy after')}`);

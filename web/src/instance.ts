@@ -170,43 +170,67 @@ export class WasmMHA implements MHA, CacheHost {
 
     const plan = this.staging;
     plan.plan(wasm, call, outIn, lseIn);
-    const group = plan.group;
+    const { group, kIsQ, vIsK, vIsQ, biasSliced } = plan;
     // A split call on a pool is pipelined (pipelinedGroups): a single thread would only reorder its copies.
     const pipelined = group < d.batch && this.currentInfo.threads > 1;
     const sets = pipelined ? 2 : 1;
-    const c: StagedCall = {
-      qIn, kIn, vIn, outIn, lseIn, mask, biasIn, target: undefined,
-      // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
-      qOffset: byteOffsetOf(qIn), kOffset: byteOffsetOf(kIn), vOffset: byteOffsetOf(vIn), outOffset: byteOffsetOf(outIn),
-      maskOffset: byteOffsetOf(mask), biasOffset: byteOffsetOf(biasIn), lseOffset: byteOffsetOf(lseIn),
-      qPer: d.seqLen * d.dModel, kvPer: d.kvSeqLen * d.kvDModel, maskPer: d.seqLen * d.kvSeqLen, lsePer: d.numHeads * d.seqLen,
-      biasPer: model.biasPerItem, qLength, lseLength, wholeBias: 0, kvLengths: model.kvLengths !== undefined,
-    };
+    const qPer = d.seqLen * d.dModel;
+    const kvPer = d.kvSeqLen * d.kvDModel;
+    const maskPer = d.seqLen * d.kvSeqLen;
+    const lsePer = d.numHeads * d.seqLen;
+    const biasPer = model.biasPerItem;
+    // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
+    const qOffset = byteOffsetOf(qIn);
+    const kOffset = byteOffsetOf(kIn);
+    const vOffset = byteOffsetOf(vIn);
+    const outOffset = byteOffsetOf(outIn);
+    const maskOffset = byteOffsetOf(mask);
+    const biasOffset = byteOffsetOf(biasIn);
+    const lseOffset = byteOffsetOf(lseIn);
     // The only allocation of the call: it may grow (and so detach) memory, so views are taken after it.
     plan.layOut(this.arena.reserve(fn, plan.bytes(sets)), sets);
     const callAt = this.arena.callAt();
     const target = typeof outIn === 'number' ? undefined : outIn ?? unfilledFloat32Array(qLength);
-    c.target = target;
     // What every kernel call reads whole is staged once.
-    if (model.kvLengths) wasm.HEAP32.set(model.kvLengths, plan.kvLengthsAt >>> 2);
-    if (model.alibiSlopes) wasm.HEAPF32.set(model.alibiSlopes, plan.alibiSlopesAt >>> 2);
-    c.wholeBias = biasIn === undefined || plan.biasSliced ? 0 : place(wasm.HEAPF32, biasIn, c.biasOffset, 0, c.biasPer, plan.biasAt(0));
-    writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? plan.alibiSlopesAt : 0);
+    const { kvLengthsAt, alibiSlopesAt } = plan;
+    if (model.kvLengths) wasm.HEAP32.set(model.kvLengths, kvLengthsAt >>> 2);
+    if (model.alibiSlopes) wasm.HEAPF32.set(model.alibiSlopes, alibiSlopesAt >>> 2);
+    const wholeBias = biasIn === undefined || biasSliced ? 0 : place(wasm.HEAPF32, biasIn, biasOffset, 0, biasPer, plan.biasAt(0));
+    writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? alibiSlopesAt : 0);
     if (pipelined) {
-      this.pipelinedGroups(fn, c, d.batch, callAt);
-    } else {
-      for (let b0 = 0; b0 < d.batch; b0 += group) {
-        const items = Math.min(group, d.batch - b0);
-        stageGroup(wasm, this.callLayout, callAt, plan, c, b0, items, 0);
-        checkStatus(wasm, fn, wasm._mha_attention(callAt));
-        if (target !== undefined && target.length !== qLength) {
-          // `out` is a view of this heap that the call's malloc detached (see copyIn; such a call is never
-          // split): write the same elements and hand back a view of them in the current memory.
-          copyGroupOut(wasm, plan, c, 0, d.batch, 0);
-          return new Float32Array(wasm.HEAPF32.buffer, c.outOffset, qLength);
-        }
-        copyGroupOut(wasm, plan, c, b0, items, 0);
+      this.pipelinedGroups(fn, {
+        qIn, kIn, vIn, outIn, lseIn, mask, biasIn, target, qOffset, kOffset, vOffset, outOffset, maskOffset, biasOffset,
+        lseOffset, qPer, kvPer, maskPer, lsePer, biasPer, qLength, lseLength, wholeBias, kvLengths: model.kvLengths !== undefined,
+      }, d.batch, callAt);
+      return target ?? (outValue as MallocedTensor).data;
+    }
+    // One group's staging at a time: the single-threaded loop as it was before the pipeline (what
+    // stageGroup and copyGroupOut do for a pipelined call, inline), so 1-thread calls run the same code.
+    const qAt = plan.qAt(0), kAt = plan.kAt(0), vAt = plan.vAt(0), outAt = plan.outAt(0), maskAt = plan.maskAt(0);
+    const biasAt = plan.biasAt(0), lseAt = plan.lseAt(0);
+    for (let b0 = 0; b0 < d.batch; b0 += group) {
+      const items = Math.min(group, d.batch - b0);
+      const heap = wasm.HEAPF32;
+      const qAddress = place(heap, qIn, qOffset, b0 * qPer, items * qPer, qAt);
+      const kAddress = kIsQ ? qAddress : place(heap, kIn, kOffset, b0 * kvPer, items * kvPer, kAt);
+      const vAddress = vIsK ? kAddress : vIsQ ? qAddress : place(heap, vIn, vOffset, b0 * kvPer, items * kvPer, vAt);
+      if (mask) copyIn(wasm.HEAPU8, mask, maskOffset, b0 * maskPer, items * maskPer, maskAt);
+      const biasAddress = biasSliced ? place(heap, biasIn!, biasOffset, b0 * biasPer, items * biasPer, biasAt) : wholeBias;
+      writeCallOperands(wasm, this.callLayout, callAt, qAddress, kAddress, vAddress,
+        typeof outIn === 'number' ? outIn + b0 * qPer * 4 : outAt, mask ? maskAt : 0, biasAddress,
+        biasSliced ? items : 1, model.kvLengths ? kvLengthsAt + b0 * 4 : 0,
+        lseIn === undefined ? 0 : typeof lseIn === 'number' ? lseIn + b0 * lsePer * 4 : lseAt, items);
+      checkStatus(wasm, fn, wasm._mha_attention(callAt));
+      // The kernel's scratch may have grown memory: fresh views to copy out.
+      if (lseIn instanceof Float32Array) copyResult(wasm.HEAPF32, lseIn, lseLength, lseOffset, lseAt, b0 * lsePer, items * lsePer);
+      if (target === undefined) continue;
+      if (target.length !== qLength) {
+        // `out` is a view of this heap that the call's malloc detached (see copyIn; such a call is never
+        // split): write the same elements and hand back a view of them in the current memory.
+        copyResult(wasm.HEAPF32, target, qLength, outOffset, outAt, 0, qLength);
+        return new Float32Array(wasm.HEAPF32.buffer, outOffset, qLength);
       }
+      copyResult(wasm.HEAPF32, target, qLength, outOffset, outAt, b0 * qPer, items * qPer);
     }
     return target ?? (outValue as MallocedTensor).data;
   }

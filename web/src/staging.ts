@@ -251,28 +251,30 @@ export class AttentionStaging {
   /** Bytes the planned slots take, each 16-byte aligned, with `sets` (1 or 2) sets of the group slots. */
   bytes(sets: number): number {
     let bytes = 0;
-    for (let slot = 0; slot < Slot.count; slot++) {
-      bytes += Math.ceil(this.sizes[slot]! / 16) * 16 * (sets === 2 && this.perGroup(slot) ? 2 : 1);
-    }
+    for (let slot = 0; slot < Slot.count; slot++) bytes += Math.ceil(this.sizes[slot]! / 16) * 16;
+    if (sets !== 2) return bytes;
+    for (let slot = 0; slot < Slot.count; slot++) if (this.perGroup(slot)) bytes += Math.ceil(this.sizes[slot]! / 16) * 16;
     return bytes;
   }
 
   /**
    * Lays the planned slots out from `base`, back to back, each 16-byte aligned: set 0, then (sets = 2) the
-   * group slots of set 1; set 1's whole-call slots are set 0's.
+   * group slots of set 1, whose whole-call slots are set 0's. (Set 1's addresses are only read with sets = 2.)
    */
   layOut(base: number, sets: number): void {
     let offset = base;
     for (let slot = 0; slot < Slot.count; slot++) {
       this.at[slot] = offset;
-      this.at[Slot.count + slot] = offset;
       offset += Math.ceil(this.sizes[slot]! / 16) * 16;
     }
     if (sets !== 2) return;
     for (let slot = 0; slot < Slot.count; slot++) {
-      if (!this.perGroup(slot)) continue;
-      this.at[Slot.count + slot] = offset;
-      offset += Math.ceil(this.sizes[slot]! / 16) * 16;
+      if (this.perGroup(slot)) {
+        this.at[Slot.count + slot] = offset;
+        offset += Math.ceil(this.sizes[slot]! / 16) * 16;
+      } else {
+        this.at[Slot.count + slot] = this.at[slot]!;
+      }
     }
   }
 
