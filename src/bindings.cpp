@@ -194,6 +194,24 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_attention(uintptr_t call_address) {
   return static_cast<int32_t>(mha::attention(args, g_workspace));
 }
 
+// mha_attention in two halves, for a caller that stages the next slice of a batch while this slice
+// computes (web/src/instance.ts): begin reads the struct (it may be rewritten right after) and returns the
+// status of the checks; on a pool it returns while the workers compute, else when the call is done. join
+// returns when it is done; the struct's buffers must stay untouched until then. A refused call leaves
+// nothing to join.
+EMSCRIPTEN_KEEPALIVE int32_t mha_attention_begin(uintptr_t call_address) {
+  const AttentionCallAbi& call = *at<const AttentionCallAbi>(call_address);
+  const mha::Status status = call_status(call, /*weights=*/false);
+  if (status != mha::Status::kOk) return static_cast<int32_t>(status);
+  const auto args = make_args(call, call.v, call.out);
+  if (g_parallel) return static_cast<int32_t>(g_parallel->begin(args));
+  return static_cast<int32_t>(mha::attention(args, g_workspace));
+}
+
+EMSCRIPTEN_KEEPALIVE void mha_attention_join() {
+  if (g_parallel) g_parallel->join();
+}
+
 // Starts a pool of `threads` threads (the caller included) and returns how many it got; 1 (no pool) in
 // builds without pthreads or when threads <= 1. Replaces any previous pool.
 EMSCRIPTEN_KEEPALIVE int32_t mha_set_threads(int32_t threads) {

@@ -73,9 +73,21 @@ void ThreadPool::worker_main(int worker) {
 }
 
 void ThreadPool::parallel_for(int64_t count, Body body, void* ctx) {
-  if (count <= 0) return;
-  if (workers_.empty() || count == 1) {
+  if (workers_.empty() || count <= 1) {
     for (int64_t i = 0; i < count; ++i) body(ctx, i, 0);
+    return;
+  }
+  begin(count, body, ctx);
+  join();
+}
+
+void ThreadPool::begin(int64_t count, Body body, void* ctx) {
+  if (workers_.empty() || count <= 0) {
+    // Nothing to publish: join() runs the indices on the caller (count_ <= 0: none).
+    body_ = body;
+    ctx_ = ctx;
+    count_ = count;
+    next_.store(0, std::memory_order_relaxed);
     return;
   }
   {
@@ -89,7 +101,11 @@ void ThreadPool::parallel_for(int64_t count, Body body, void* ctx) {
     posted_.store(generation_, std::memory_order_release);
   }
   wake_.notify_all();
+}
+
+void ThreadPool::join() {
   run_indices(0);
+  if (workers_.empty()) return;
   // Every index is claimed. Close the job so that late workers do not join, then wait for the workers
   // that joined (they are finishing their last unit; a short spin).
   {
@@ -106,34 +122,35 @@ double attention_flops(const AttentionShape& shape, bool causal) {
 
 namespace {
 
-struct UnitJob {
-  const AttentionArgs* args;
-  const KernelVariant* kernel;
-  const KernelPlan* plan;
-  std::vector<Workspace>* scratch;
-  int64_t kv_heads = 0;  // B * Hkv
-};
-
 // Causal units get more expensive with their query block (they see more keys), so the threads take
 // the last blocks of every head first and the cheap first blocks last: the dynamic schedule then ends
 // with small units and the threads finish together (longest-first). Any order gives the same bits.
-int64_t scheduled_unit(const UnitJob& job, int64_t index) {
-  if (!job.args->causal) return index;
-  const int64_t blocks = job.plan->units_per_kv_head;
+template <typename Job>
+int64_t scheduled_unit(const Job& job, int64_t index) {
+  if (!job.args.causal) return index;
+  const int64_t blocks = job.plan.units_per_kv_head;
   const int64_t block = blocks - 1 - index / job.kv_heads;
   const int64_t head = index % job.kv_heads;
   return head * blocks + block;  // plan_unit's order: batch-major, KV head, then block
 }
 
+template <typename Job>
 void run_unit(void* ctx, int64_t index, int worker) {
-  const auto* job = static_cast<const UnitJob*>(ctx);
-  const WorkUnit unit = plan_unit(job->args->shape, *job->plan, scheduled_unit(*job, index));
-  job->kernel->run_unit(*job->args, *job->plan, unit, (*job->scratch)[worker].data());
+  const auto* job = static_cast<const Job*>(ctx);
+  const WorkUnit unit = plan_unit(job->args.shape, job->plan, scheduled_unit(*job, index));
+  job->kernel->run_unit(job->args, job->plan, unit, (*job->scratch)[worker].data());
 }
 
 }  // namespace
 
 Status ParallelAttention::run(const AttentionArgs& args) {
+  const Status status = begin(args);
+  join();
+  return status;
+}
+
+Status ParallelAttention::begin(const AttentionArgs& args) {
+  join();  // one call at a time: a caller that did not join the previous call waits for it here
   const Status status = validate_args(args);
   if (status != Status::kOk) return status;
   const KernelPlan plan = kernel_->plan(args);
@@ -143,9 +160,16 @@ Status ParallelAttention::run(const AttentionArgs& args) {
   for (Workspace& scratch : scratch_) {
     if (!scratch.reserve(plan.scratch.total)) return Status::kOutOfMemory;
   }
-  UnitJob job{&args, kernel_, &plan, &scratch_, plan.unit_count / plan.units_per_kv_head};
-  pool_.parallel_for(plan.unit_count, &run_unit, &job);
+  job_ = UnitJob{args, kernel_, plan, &scratch_, plan.unit_count / plan.units_per_kv_head};
+  pending_ = true;
+  pool_.begin(plan.unit_count, &run_unit<UnitJob>, &job_);
   return Status::kOk;
+}
+
+void ParallelAttention::join() {
+  if (!pending_) return;
+  pool_.join();
+  pending_ = false;
 }
 
 void ParallelAttention::release_scratch() {

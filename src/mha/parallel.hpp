@@ -48,6 +48,13 @@ class ThreadPool {
   // loading): the caller only waits for workers that have taken an index. One loop at a time per pool.
   void parallel_for(int64_t count, Body body, void* ctx);
 
+  // parallel_for in two halves, so the caller can do other work while the workers start on the loop:
+  // begin() publishes the loop and returns at once; join() has the caller take the indices left, then
+  // waits for the workers as parallel_for does. Every begin() is followed by one join() before the next
+  // loop; body and ctx must stay valid until join() returns. Without workers, join() runs every index.
+  void begin(int64_t count, Body body, void* ctx);
+  void join();
+
  private:
   void worker_main(int worker);
   void run_indices(int worker);
@@ -101,16 +108,41 @@ class ParallelAttention {
   // the calling thread alone when the call is small, else on the pool.
   Status run(const AttentionArgs& args);
 
+  // run() in two halves (ThreadPool::begin/join), so the caller can stage the next call's inputs and copy
+  // the previous call's output while the workers compute this one: begin() validates and reserves as
+  // run() does and, for a call that goes to the pool, starts the workers on it and returns; a call that
+  // runs on the calling thread (small, or no workers) is done when begin() returns. join() returns once
+  // the call is done (the caller takes the units left). Same bits as run(). args are copied; the buffers
+  // they point to must stay untouched until join(). A call that begin() refuses (status) leaves nothing
+  // to join; join() without a pending call returns at once.
+  Status begin(const AttentionArgs& args);
+  void join();
+
   // Frees the scratch buffers; the next run allocates again.
   void release_scratch();
 
   // Ends the worker threads (see ThreadPool::stop); later runs use the calling thread only.
-  void stop_threads() { pool_.stop(); }
+  void stop_threads() {
+    join();
+    pool_.stop();
+  }
 
  private:
+  // Job of one call on the pool: what run_unit reads (in parallel.cpp).
+  struct UnitJob {
+    AttentionArgs args;
+    const KernelVariant* kernel = nullptr;
+    KernelPlan plan;
+    std::vector<Workspace>* scratch = nullptr;
+    int64_t kv_heads = 0;  // B * Hkv
+  };
+
   ThreadPool pool_;
   std::vector<Workspace> scratch_;
   const KernelVariant* kernel_;
+  // The call between begin() and join(); it lives here so the caller's stack can unwind in between.
+  UnitJob job_;
+  bool pending_ = false;
 };
 
 }  // namespace mha

@@ -35,6 +35,8 @@ after(async () => {
 
 const BLANK = 'tests/browser/fixtures/blank.html';
 const CAUSAL = { batch: 1, seqLen: 384, kvSeqLen: 384, dModel: 256, numHeads: 4, causal: true };
+// 3 * 128*512*4 = 768 KiB staged per item: split into 3 groups of 1, which a pool pipelines (instance.ts).
+const BATCHED = { batch: 3, seqLen: 128, kvSeqLen: 128, dModel: 512, numHeads: 8, causal: false };
 const NO_SHARED_MEMORY = /^mha-wasm: (\d+) threads requested, running single-threaded: SharedArrayBuffer is not available in this environment$/;
 
 /** In the page: runs a seeded problem on instances created with each options object, returns infos and bit equality. */
@@ -89,6 +91,16 @@ forEachEngine((engine) => {
       assert.match(warnings[0], NO_SHARED_MEMORY);
       assert.equal(NO_SHARED_MEMORY.exec(warnings[0])[1], '2');
     }
+    assert.deepEqual(await page.problems(), []);
+    await page.close();
+  });
+
+  test('with COOP/COEP: a batched call in pipelined groups on 2 and 3 threads is bit-identical to 1 thread',
+    { skip: !threads && 'no SharedArrayBuffer on this engine: nothing is pipelined' }, async () => {
+    const page = await engine.open(new URL(BLANK, isolated.url).href);
+    const r = await runInPage(page, [{ threads: 2 }, { threads: 3 }], BATCHED);
+    assert.deepEqual(r.results.map((x) => [x.info.build, x.info.threads]), [[threaded, 2], [threaded, 3]]);
+    for (const x of r.results) assert.ok(x.bitIdentical, `${JSON.stringify(x.info)} differs (max ${x.maxDiff})`);
     assert.deepEqual(await page.problems(), []);
     await page.close();
   });

@@ -47,6 +47,25 @@ TEST_CASE("thread pool: every index runs exactly once, over many loops", "[paral
   }
 }
 
+TEST_CASE("thread pool: begin/join runs every index exactly once while the caller does other work", "[parallel]") {
+  for (int threads : {1, 2, 3}) {
+    mha::ThreadPool pool(threads);
+    for (int64_t count : {0, 1, 2, 5, 64, 500}) {
+      for (int repeat = 0; repeat < 10; ++repeat) {
+        Counter c(static_cast<size_t>(count), pool.size());
+        pool.begin(count, &count_hit, &c);
+        // The caller's own work between the halves (web/src copies the next batch group here).
+        volatile int64_t busy = 0;
+        for (int i = 0; i < 2000 * repeat; ++i) busy = busy + i;
+        pool.join();
+        INFO("threads " << threads << " count " << count << " repeat " << repeat);
+        for (auto& h : c.hits) REQUIRE(h.load() == 1);
+        REQUIRE(c.bad_worker.load() == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("thread pool: a pool that is created and destroyed without work joins cleanly", "[parallel]") {
   for (int i = 0; i < 20; ++i) {
     mha::ThreadPool pool(3);
@@ -102,6 +121,45 @@ TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threa
       INFO("threads " << threads << ", out = q");
       REQUIRE(mha_test::bit_equal(in_place.q, expected));
     }
+  }
+}
+
+TEST_CASE("parallel attention: begin/join of consecutive calls, each on its own buffers, gives the bits of attention()",
+          "[parallel]") {
+  const mha::KernelVariant& kernel = EACH_KERNEL();
+  INFO("kernel " << kernel.name);
+  // Two batch groups of one call, as web/src pipelines them: the second is prepared while the first runs.
+  mha_test::Problem first({2, 130, 130, 64, 4}, 501), second({1, 130, 130, 64, 4}, 502);
+  first.causal = second.causal = true;
+  mha::Workspace ws;
+  REQUIRE(mha::attention(first.args(), ws, kernel) == mha::Status::kOk);
+  REQUIRE(mha::attention(second.args(), ws, kernel) == mha::Status::kOk);
+  const std::vector<float> expected_first = first.out, expected_second = second.out;
+  for (int threads : {1, 2, 3}) {
+    mha::ParallelAttention parallel(threads, kernel);
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      std::fill(first.out.begin(), first.out.end(), -1.0f);
+      std::fill(second.out.begin(), second.out.end(), -1.0f);
+      mha::AttentionArgs args = first.args();
+      REQUIRE(parallel.begin(args) == mha::Status::kOk);
+      args.scale = -1.0f;  // begin() copied the args: the caller may reuse them at once
+      parallel.join();
+      REQUIRE(parallel.begin(second.args()) == mha::Status::kOk);
+      parallel.join();
+      parallel.join();  // nothing pending: returns at once
+      INFO("threads " << threads << " repeat " << repeat);
+      REQUIRE(mha_test::bit_equal(first.out, expected_first));
+      REQUIRE(mha_test::bit_equal(second.out, expected_second));
+    }
+    // A refused call leaves nothing to join, and the next call works.
+    mha::AttentionArgs bad = first.args();
+    bad.scale = std::numeric_limits<float>::quiet_NaN();
+    REQUIRE(parallel.begin(bad) == mha::Status::kBadScale);
+    parallel.join();
+    std::fill(first.out.begin(), first.out.end(), -1.0f);
+    REQUIRE(parallel.begin(first.args()) == mha::Status::kOk);
+    parallel.join();
+    REQUIRE(mha_test::bit_equal(first.out, expected_first));
   }
 }
 

@@ -189,3 +189,139 @@ for (const [label, createOptions] of [['simd', {}], ['simd-threads (2 threads)',
     }
   });
 }
+
+// ---------------------------------------------------------------------------------------------
+// The pipelined path (instance.ts pipelinedGroups): on a thread pool, a split call stages each group into
+// the set the previous group does not use, and copies it out while the next one computes. Every group's
+// rows must land where they belong, whatever the group count (odd, even, one), a ragged last group, the
+// options and outputs. Staged bytes per item and the groups they give at 1 MiB:
+//   (7,64,200,512,8) cross + lse: 64*512*4 + 2*200*512*4 + 8*64*4 = 930 KiB -> 7 groups of 1;
+//   (5,128,128,256,4) + mask: 3*128*256*4 + 128*128 = 400 KiB -> groups 2 + 2 + 1;
+//   (2,128,128,768,12): 3*128*768*4 = 1.13 MiB -> 2 groups of 1 (bert-base's items);
+//   (1,128,128,768,12): one item, never split.
+const PIPELINE_SHAPES = [
+  { name: 'odd group count (7,64,200,512,8), cross, padding mask, causal', batch: 7, seqLen: 64, kvSeqLen: 200, dModel: 512, numHeads: 8,
+    mask: 'padding', causal: true },
+  { name: 'ragged last group (5,128,128,256,4), random mask', batch: 5, seqLen: 128, kvSeqLen: 128, dModel: 256, numHeads: 4, mask: true },
+  { name: 'two groups (2,128,128,768,12)', batch: 2, seqLen: 128, kvSeqLen: 128, dModel: 768, numHeads: 12 },
+  { name: 'B=1 (1,128,128,768,12), not split', batch: 1, seqLen: 128, kvSeqLen: 128, dModel: 768, numHeads: 12 },
+  { name: 'GQA 8/2, per-item bias, kvLengths, ALiBi, softcap, window (5,128,128,256,8)', batch: 5, seqLen: 128, kvSeqLen: 128,
+    dModel: 256, numHeads: 8, numKvHeads: 2, biasShape: [5, 1, 128, 128], kvLengths: [128, 3, 0, 64, 127],
+    alibiSlopes: [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625], softcap: 15, window: [30, 30], emptyRows: 'zero' },
+  { name: 'broadcast bias [1, 4, S, T], queryOffset 16, scale 0.3 (3,128,144,512,4)', batch: 3, seqLen: 128, kvSeqLen: 144,
+    dModel: 512, numHeads: 4, biasShape: [1, 4, 128, 144], causal: true, queryOffset: 16, scale: 0.3 },
+];
+
+/** The out and lse of one unsplit call (every operand a heap tensor, so nothing is staged or split). */
+function unsplitWithLse(instance, q, k, v, options) {
+  const lseLength = options.batch * options.numHeads * options.seqLen;
+  const arrays = [q, k, v, new Float32Array(q.length), new Float32Array(lseLength), options.bias ?? new Float32Array(1)];
+  const tensors = arrays.map((a) => {
+    const t = instance.allocate(a.length);
+    t.set(a);
+    return t;
+  });
+  const [tq, tk, tv, tOut, tLse, tBias] = tensors;
+  instance.multiHeadAttention(tq, tk, tv, { ...options, out: tOut, lse: tLse, ...(options.bias ? { bias: tBias } : {}) });
+  const result = { out: tOut.toArray(), lse: tLse.toArray() };
+  for (const t of tensors) t.free();
+  return result;
+}
+
+/** A pipeline shape's inputs, its bias drawn from the same seed. */
+function pipelineProblem(s, seed) {
+  const problem = randomProblem(s, seed);
+  if (s.biasShape) problem.options.bias = randomNormal(s.biasShape.reduce((a, b) => a * b), mulberry32(seed + 1000));
+  return problem;
+}
+
+test('pipelined batch groups on 2 and 3 threads: the bits of one unsplit call and of 1 thread, every output route', async () => {
+  const single = await createMHA();
+  try {
+    for (const threads of [2, 3]) {
+      const instance = await createMHA({ threads });
+      try {
+        assert.equal(instance.info.threads, threads);
+        let seed = 300;
+        for (const s of PIPELINE_SHAPES) {
+          const { q, k, v, options } = pipelineProblem(s, seed++);
+          const label = `${threads} threads, ${s.name}`;
+          const expected = unsplitWithLse(instance, q, k, v, options);
+          assert.ok(bitsEqual(single.multiHeadAttention(q, k, v, options), expected.out), `${label}: 1 thread`);
+          assert.ok(bitsEqual(instance.multiHeadAttention(q, k, v, options), expected.out), `${label}: fresh result`);
+          const lse = new Float32Array(expected.lse.length).fill(-7);
+          const out = new Float32Array(q.length).fill(7);
+          assert.equal(instance.multiHeadAttention(q, k, v, { ...options, out, lse }), out);
+          assert.ok(bitsEqual(out, expected.out), `${label}: into out`);
+          assert.ok(bitsEqual(lse, expected.lse), `${label}: lse array`);
+          // Heap tensors among staged arrays: k read, out and lse written at each group's rows.
+          const [tk, tOut, tLse] = [k, out.fill(0), lse.fill(0)].map((a) => {
+            const t = instance.allocate(a.length);
+            t.set(a);
+            return t;
+          });
+          assert.equal(instance.multiHeadAttention(q, tk, v, { ...options, out: tOut, lse: tLse }), tOut.data);
+          assert.ok(bitsEqual(tOut.data, expected.out), `${label}: HeapTensor k, out`);
+          assert.ok(bitsEqual(tLse.data, expected.lse), `${label}: HeapTensor lse`);
+          for (const t of [tk, tOut, tLse]) t.free();
+          // out aliasing an input (the same range): each group's rows are read before they are written.
+          for (const which of ['q', 'k', 'v']) {
+            if (which !== 'q' && k.length !== q.length) continue;
+            const x = { q: Float32Array.from(q), k: Float32Array.from(k), v: Float32Array.from(v) };
+            assert.ok(bitsEqual(instance.multiHeadAttention(x.q, x.k, x.v, { ...options, out: x[which] }), expected.out),
+              `${label}: out aliasing ${which}`);
+          }
+        }
+        // Self-attention, one array as q, k and v (staged once per group).
+        const { q: x, options } = pipelineProblem(PIPELINE_SHAPES[1], 320);
+        assert.ok(bitsEqual(instance.multiHeadAttention(x, x, x, options), unsplitWithLse(instance, x, x, x, options).out),
+          `${threads} threads: q === k === v`);
+      } finally {
+        instance.dispose();
+      }
+    }
+    // The right answer, not only a consistent one.
+    const { q, k, v, options } = pipelineProblem(PIPELINE_SHAPES[0], 330);
+    const instance = await createMHA({ threads: 2 });
+    assert.ok(compare(instance.multiHeadAttention(q, k, v, options), referenceMHA(q, k, v, options)).maxError < 2e-5);
+    instance.dispose();
+  } finally {
+    single.dispose();
+  }
+});
+
+test('a pipelined call stages two groups at a time, and a refused call leaves the instance working', async () => {
+  const s = PIPELINE_SHAPES[0];
+  const { q, k, v, options } = pipelineProblem(s, 340);
+  const perItem = (q.length + k.length + v.length) * 4 / s.batch + s.seqLen * s.kvSeqLen;
+  /** The heap bytes the first call of a fresh instance takes (staging + each thread's kernel scratch). */
+  const firstCallBytes = async (createOptions) => {
+    const instance = await createMHA({ ...createOptions, warmup: false });
+    const before = instance.memoryStats().heapBytesInUse;
+    instance.multiHeadAttention(q, k, v, options);
+    const grown = instance.memoryStats().heapBytesInUse - before;
+    instance.dispose();
+    return grown;
+  };
+  const one = await firstCallBytes({});
+  const two = await firstCallBytes({ threads: 2 });
+  console.log(`# (7,64,200,512,8), first call: heap grew by ${one} bytes on 1 thread, ${two} on 2 threads; one item stages ${perItem}`);
+  // The pipelined call holds a second group (one item here) and a second thread's scratch (far smaller).
+  assert.ok(two - one >= perItem, `2 threads took ${two - one} bytes more than 1: less than a second group of ${perItem}`);
+  assert.ok(two - one < 1.5 * perItem, `2 threads took ${two - one} bytes more than 1: more than a second group of ${perItem} needs`);
+
+  const instance = await createMHA({ threads: 2, warmup: false });
+  try {
+    const expected = unsplitWithLse(instance, q, k, v, options).out;
+    assert.ok(bitsEqual(instance.multiHeadAttention(q, k, v, options), expected));
+    // Refused calls (checked before anything is staged) leave the pipeline and the heap as they were.
+    const inUse = instance.memoryStats().heapBytesInUse;
+    assert.throws(() => instance.multiHeadAttention(q, k.subarray(1), v, options), RangeError);
+    assert.throws(() => instance.multiHeadAttention(q, k, v, { ...options, scale: Number.NaN }), RangeError);
+    assert.equal(instance.memoryStats().heapBytesInUse, inUse);
+    for (let i = 0; i < 3; i++) assert.ok(bitsEqual(instance.multiHeadAttention(q, k, v, options), expected), `call ${i} after errors`);
+    assert.equal(instance.memoryStats().heapBytesInUse, inUse);
+  } finally {
+    instance.dispose();
+  }
+});

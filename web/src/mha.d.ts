@@ -5,6 +5,10 @@ export interface MhaWasmModule {
   // Direct C exports of src/bindings.cpp (addresses and dims in, mha::Status out). The attention calls take
   // the heap address of one AttentionCallAbi (written by call-abi.ts).
   _mha_attention(call: number): number;
+  // _mha_attention in two halves (a pool computes while the caller copies): begin returns the call's
+  // status (nonzero: nothing to join), join returns once the call is done.
+  _mha_attention_begin(call: number): number;
+  _mha_attention_join(): void;
   _mha_attention_weights(call: number): number;
   _mha_split_heads(x: number, xh: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
   _mha_merge_heads(xh: number, x: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;

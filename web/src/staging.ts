@@ -184,6 +184,10 @@ const enum Slot { q, k, v, out, mask, bias, kvLengths, alibiSlopes, lse, count }
  * often passes one array as q, k and v: it is staged once (the kernel only reads them). One per instance,
  * refilled by every call (calls do not nest: no user code runs once the arguments are checked), so a call
  * allocates nothing for its plan.
+ *
+ * A pipelined call (instance.ts: a split call on a thread pool) lays the group slots out twice, as sets 0
+ * and 1: the pool computes one group from one set while the calling thread copies the previous group's
+ * result out of the other set and the next group's inputs into it. The whole-call slots exist once.
  */
 export class AttentionStaging {
   group = 0;
@@ -196,8 +200,8 @@ export class AttentionStaging {
   biasSliced = false;
   /** Bytes of each slot. */
   private readonly sizes: number[] = new Array<number>(Slot.count).fill(0);
-  /** Byte address of each slot, once laidOut(). */
-  private readonly at: number[] = new Array<number>(Slot.count).fill(0);
+  /** Byte address of each slot of set 0, then of set 1, once laidOut(). */
+  private readonly at: number[] = new Array<number>(2 * Slot.count).fill(0);
 
   /** Plans the staging of a checked call and its outputs (operands: a typed array, or a heap tensor's address). */
   plan(wasm: MhaWasmModule, call: AttentionCall<Operand, Operand>, out: Operand | undefined, lse: Operand | undefined): void {
@@ -239,30 +243,49 @@ export class AttentionStaging {
     this.biasSliced = biasSliced;
   }
 
-  /** Bytes the planned slots take, each 16-byte aligned. */
-  bytes(): number {
+  /** Whether a slot holds a group's slice (so a pipelined call has it twice), not the whole call's data. */
+  private perGroup(slot: Slot): boolean {
+    return slot !== Slot.kvLengths && slot !== Slot.alibiSlopes && (slot !== Slot.bias || this.biasSliced);
+  }
+
+  /** Bytes the planned slots take, each 16-byte aligned, with `sets` (1 or 2) sets of the group slots. */
+  bytes(sets: number): number {
     let bytes = 0;
     for (let slot = 0; slot < Slot.count; slot++) bytes += Math.ceil(this.sizes[slot]! / 16) * 16;
+    if (sets !== 2) return bytes;
+    for (let slot = 0; slot < Slot.count; slot++) if (this.perGroup(slot)) bytes += Math.ceil(this.sizes[slot]! / 16) * 16;
     return bytes;
   }
 
-  /** Lays the planned slots out from `base`, back to back, each 16-byte aligned. */
-  layOut(base: number): void {
+  /**
+   * Lays the planned slots out from `base`, back to back, each 16-byte aligned: set 0, then (sets = 2) the
+   * group slots of set 1, whose whole-call slots are set 0's. (Set 1's addresses are only read with sets = 2.)
+   */
+  layOut(base: number, sets: number): void {
     let offset = base;
     for (let slot = 0; slot < Slot.count; slot++) {
       this.at[slot] = offset;
       offset += Math.ceil(this.sizes[slot]! / 16) * 16;
     }
+    if (sets !== 2) return;
+    for (let slot = 0; slot < Slot.count; slot++) {
+      if (this.perGroup(slot)) {
+        this.at[Slot.count + slot] = offset;
+        offset += Math.ceil(this.sizes[slot]! / 16) * 16;
+      } else {
+        this.at[Slot.count + slot] = this.at[slot]!;
+      }
+    }
   }
 
-  get qAt(): number { return this.at[Slot.q]!; }
-  get kAt(): number { return this.at[Slot.k]!; }
-  get vAt(): number { return this.at[Slot.v]!; }
+  qAt(set: number): number { return this.at[set * Slot.count + Slot.q]!; }
+  kAt(set: number): number { return this.at[set * Slot.count + Slot.k]!; }
+  vAt(set: number): number { return this.at[set * Slot.count + Slot.v]!; }
   /** Where the kernel writes its result: the out slot, or the staged q. */
-  get outAt(): number { return this.at[this.resultInQ ? Slot.q : Slot.out]!; }
-  get maskAt(): number { return this.at[Slot.mask]!; }
-  get biasAt(): number { return this.at[Slot.bias]!; }
+  outAt(set: number): number { return this.at[set * Slot.count + (this.resultInQ ? Slot.q : Slot.out)]!; }
+  maskAt(set: number): number { return this.at[set * Slot.count + Slot.mask]!; }
+  biasAt(set: number): number { return this.at[set * Slot.count + Slot.bias]!; }
+  lseAt(set: number): number { return this.at[set * Slot.count + Slot.lse]!; }
   get kvLengthsAt(): number { return this.at[Slot.kvLengths]!; }
   get alibiSlopesAt(): number { return this.at[Slot.alibiSlopes]!; }
-  get lseAt(): number { return this.at[Slot.lse]!; }
 }
