@@ -7,24 +7,21 @@
 // (`npm run bench -- --browser`) measures each row on its own, which on a busy machine can put the two
 // builds minutes apart. Prints one JSON object (the page's results) and a summary.
 import { chromium } from 'playwright-core';
-import { fileURLToPath } from 'node:url';
-import path from 'node:path';
-import { startServer } from './run-browser.mjs';
+import { startTestServer } from '../../tests/browser/engines.mjs';
 import { shapeByName } from '../lib/shapes.mjs';
 
-const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const args = process.argv.slice(2);
 const option = (name, fallback) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
 const shapes = option('--shapes', 'bert,long2k').split(',');
 const rounds = Number(option('--rounds', '6'));
 const withOrt = args.includes('--ort');
 
-const server = await startServer(repoRoot);
+const server = await startTestServer();
 const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true,
   args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'] });
 try {
   const page = await browser.newPage();
-  await page.goto(`http://127.0.0.1:${server.address().port}/bench/browser/index.html`);
+  await page.goto(new URL('bench/browser/index.html', server.url).href);
   await page.waitForFunction(() => window.__benchReady === true);
   const models = {};
   if (withOrt) {
@@ -82,5 +79,5 @@ try {
   }
 } finally {
   await browser.close();
-  server.close();
+  await server.close();
 }
