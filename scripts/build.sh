@@ -5,13 +5,12 @@
 # Incremental: ninja and tsc skip work that is up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Emscripten's JS optimizer runs under this Node, which does not search Debian's node modules by itself.
-export NODE_PATH=/usr/share/nodejs
+source scripts/emscripten-env.sh
 
 if [[ ! -f build/wasm/build.ninja ]]; then
-  cmake --preset wasm -DMHA_BUILD_TESTS=${MHA_BUILD_TESTS:-ON} >/dev/null
+  with_debian_binaryen cmake --preset wasm -DMHA_BUILD_TESTS=${MHA_BUILD_TESTS:-ON} >/dev/null
 fi
-cmake --build build/wasm --target mha_module mha_module_baseline mha_module_threads mha_module_threads_node \
+with_debian_binaryen cmake --build build/wasm --target mha_module mha_module_baseline mha_module_threads mha_module_threads_node \
   mha_module_relaxed mha_module_relaxed_threads mha_module_relaxed_threads_node
 
 # The baseline runs with mha.js: their glues must be the same code (only the wasm file name differs).
@@ -53,6 +52,13 @@ minify_if_changed() {
 minify_if_changed $relaxed/mha-relaxed.js dist/mha-relaxed.js
 minify_if_changed $relaxed/mha-relaxed-threads.js dist/mha-relaxed-threads.js
 minify_if_changed $relaxed/mha-relaxed-threads.node.js dist/mha-relaxed-threads.node.cjs
+
+# Every glue must offer the import names its module asks for (see scripts/emscripten-env.sh).
+node --experimental-wasm-relaxed-simd scripts/check-glue-imports.mjs \
+  dist/mha.js dist/mha.wasm  dist/mha.js dist/mha-baseline.wasm \
+  dist/mha-threads.js dist/mha-threads.wasm  dist/mha-threads.node.cjs dist/mha-threads.wasm \
+  dist/mha-relaxed.js dist/mha-relaxed.wasm \
+  dist/mha-relaxed-threads.js dist/mha-relaxed-threads.wasm  dist/mha-relaxed-threads.node.cjs dist/mha-relaxed-threads.wasm
 
 # The TS layer checks at load time that the wasm it loads is of its own release.
 version=$(node -p "require('./package.json').version")

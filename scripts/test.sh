@@ -2,7 +2,7 @@
 # Every test suite, in order of cost. Fails on the first failing suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export NODE_PATH=/usr/share/nodejs
+source scripts/emscripten-env.sh
 start=$(date +%s)
 
 echo "== C++ suite, native (Catch2; every kernel variant: simd128 and scalar)"
@@ -19,7 +19,7 @@ echo "== Differential fuzzing slice: every kernel variant vs reference, libFuzze
 bash scripts/fuzz.sh --slice
 
 echo "== C++ suite, compiled to wasm and run by Node (Catch2; simd128 and scalar, and the relaxed variant under --experimental-wasm-relaxed-simd)"
-cmake --build build/wasm --target mha_tests mha_tests_relaxed
+with_debian_binaryen cmake --build build/wasm --target mha_tests mha_tests_relaxed
 ctest --test-dir build/wasm --output-on-failure
 
 echo "== JS tests (node:test)"
