@@ -399,7 +399,9 @@ int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab
       std::vector<double> ratios;
       for (size_t r = 0; r < row.ms.size(); ++r) ratios.push_back(row.ms[r] / rows[i - 1].ms[r]);
       const Stats ratio = stats(ratios);
-      std::printf("  old/build per round %.2fx [%.2f - %.2f]", ratio.median, ratio.min, ratio.max);
+      const auto above = std::count_if(ratios.begin(), ratios.end(), [](double x) { return x > 1.0; });
+      std::printf("  old/build per round %.2fx [%.2f - %.2f], %.0f%% above 1", ratio.median, ratio.min, ratio.max,
+                  100.0 * double(above) / double(ratios.size()));
     }
     std::printf("\n");
   }

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -186,13 +187,22 @@ inline void pv_keys(const float* p, const typename Ld::Elem* v, int32_t dh8, flo
   }
 }
 
-// PV for 1 or 2 rows: 4 keys at a time, every value row read whole and in address order. With register
-// accumulators for 32 lanes (pv_micro), a row of 64 floats or more is read in separate strided sweeps
-// of the tile, each starting with misses when the tile comes from memory. Interleaved A/B in wasm on a
-// loaded machine, decode-mha-8k f16: 5.0 ms (min of 40) against 8.7; f32 within the noise.
+// PV for 1 or 2 rows: 4 keys at a time (one float32 row: 2), every value row read whole and in address
+// order. With register accumulators for 32 lanes (pv_micro), a row of 64 floats or more is read in
+// separate strided sweeps of the tile, each starting with misses when the tile comes from memory.
+// Interleaved A/B in wasm on a loaded machine, decode-mha-8k f16: 5.0 ms (min of 40) against 8.7; f32
+// within the noise. One float32 row: 4 keys interleave 4 rows' cache lines (0, 4, 8, 12, 1, 5, ...) and
+// the tile streams slower than with 2 (0, 4, 1, 5, ...), though o is then loaded and stored twice as
+// often: interleaved A/B, decode-mha-8k f32, 2 keys against 4: 1.12x median of 150 rounds, 88% of them
+// faster (1 key: 1.11x; 8 keys: 0.86x, also with its sums paired; f16 with 2 or 1 keys: no gain).
 template <int R, class Ld>
 inline void pv_rows(const float* p, const typename Ld::Elem* v, int32_t dh8, int32_t nk, float* o, const Ld& ld) {
   int32_t j = 0;
+  if (R == 1 && std::is_same<typename Ld::Elem, float>::value) {
+    for (; j + 2 <= nk; j += 2) pv_keys<R, 2>(p + j, v + int64_t{j} * dh8, dh8, o, ld);
+    if (j < nk) pv_keys<R, 1>(p + j, v + int64_t{j} * dh8, dh8, o, ld);
+    return;
+  }
   for (; j + 4 <= nk; j += 4) pv_keys<R, 4>(p + j, v + int64_t{j} * dh8, dh8, o, ld);
   for (; j < nk; ++j) pv_keys<R, 1>(p + j, v + int64_t{j} * dh8, dh8, o, ld);
 }

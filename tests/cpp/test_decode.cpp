@@ -210,6 +210,7 @@ TEST_CASE("decode: every kernel equals the reference for MHA, GQA and MQA, f32 a
       make_case(3, 2, 1, 1, {1, 1, 1, 70, 1}),    // Dh = 1, a one-token prefill
       make_case(1, 3, 3, 40, {520, 1, 8}),        // three key blocks
       make_case(2, 12, 4, 24, {17, 2, 5, 1, 1}),  // G = 3
+      make_case(1, 2, 2, 64, {257, 1, 2}),        // MHA Dh = 64 rows past a block, odd tiles (f32: 2 keys a step)
   };
   uint32_t seed = 100;
   for (CacheCase c : shapes) {
