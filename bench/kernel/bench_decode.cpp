@@ -155,6 +155,21 @@ struct Row {
   std::vector<double> ms;
 };
 
+// The arguments of one decode step over `s`'s dims, one new token per batch item: q and out (B, 1, H·Dh),
+// the new k and v (B, 1, Hkv·Dh; the same buffer, its values do not matter for timing), default scale.
+mha::CacheAttendArgs one_token_step(const Shape& s, const float* q, const float* new_kv, float* out) {
+  mha::CacheAttendArgs args;
+  args.new_tokens = 1;
+  const int64_t q_width = int64_t{s.heads} * s.head_dim, kv_width = int64_t{s.kv_heads} * s.head_dim;
+  args.q = {q, q_width, q_width};
+  args.k = {new_kv, kv_width, kv_width};
+  args.v = {new_kv, kv_width, kv_width};
+  args.out = {out, q_width, q_width};
+  args.options.num_heads = s.heads;
+  args.options.scale = mha::default_scale(s.head_dim);
+  return args;
+}
+
 std::vector<float> random_floats(size_t count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -305,15 +320,7 @@ int phases_section(const Shape* shapes, size_t shape_count, int rounds) {
       PhaseRow& row = rows[round % 2 == 0 ? i : rows.size() - 1 - i];
       const Shape& s = *row.shape;
       mha::KVCache& cache = *set.caches[row.cache];
-      mha::CacheAttendArgs args;
-      args.new_tokens = 1;
-      const int64_t q_width = int64_t{s.heads} * s.head_dim, kv_width = int64_t{s.kv_heads} * s.head_dim;
-      args.q = {q.data(), q_width, q_width};
-      args.k = {new_kv.data(), kv_width, kv_width};
-      args.v = {new_kv.data(), kv_width, kv_width};
-      args.out = {out.data(), q_width, q_width};
-      args.options.num_heads = s.heads;
-      args.options.scale = mha::default_scale(s.head_dim);
+      mha::CacheAttendArgs args = one_token_step(s, q.data(), new_kv.data(), out.data());
       args.kernel = &mha::simd128_phases::kDecodeKernel;
       mha::simd128_phases::decode_phase_mask = row.variant->mask;
       const double t0 = now_ms();
@@ -369,15 +376,7 @@ int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab
       CapRow& row = rows[round % 2 == 0 ? i : rows.size() - 1 - i];
       const Shape& s = shapes[row.cache / 2];
       mha::KVCache& cache = *set.caches[row.cache];
-      mha::CacheAttendArgs args;
-      args.new_tokens = 1;
-      const int64_t q_width = int64_t{s.heads} * s.head_dim, kv_width = int64_t{s.kv_heads} * s.head_dim;
-      args.q = {q.data(), q_width, q_width};
-      args.k = {new_kv.data(), kv_width, kv_width};
-      args.v = {new_kv.data(), kv_width, kv_width};
-      args.out = {out.data(), q_width, q_width};
-      args.options.num_heads = s.heads;
-      args.options.scale = mha::default_scale(s.head_dim);
+      mha::CacheAttendArgs args = one_token_step(s, q.data(), new_kv.data(), out.data());
       args.options.softcap = row.softcap;
       args.kernel = row.kernel;
       const double t0 = now_ms();
@@ -447,14 +446,7 @@ int split_section(const Shape& s, int rounds) {
               "step - max busy");
   for (int round = 0; round < rounds; ++round) {
     for (size_t c = 0; c < set.caches.size(); ++c) {
-      mha::CacheAttendArgs args;
-      args.new_tokens = 1;
-      args.q = {q.data(), q_width, q_width};
-      args.k = {new_kv.data(), kv_width, kv_width};
-      args.v = {new_kv.data(), kv_width, kv_width};
-      args.out = {out.data(), q_width, q_width};
-      args.options.num_heads = s.heads;
-      args.options.scale = mha::default_scale(s.head_dim);
+      mha::CacheAttendArgs args = one_token_step(s, q.data(), new_kv.data(), out.data());
       args.kernel = &kSplitKernel;
       for (SplitRecord& r : split_records) r = SplitRecord{};
       const double wait_until = now_ms() + 20.0;
@@ -537,15 +529,7 @@ int main(int argc, char** argv) {
     }
     for (Row& row : rows) {
       const Shape& s = *row.shape;
-      mha::CacheAttendArgs args;
-      args.new_tokens = 1;
-      const int64_t q_width = int64_t{s.heads} * s.head_dim, kv_width = int64_t{s.kv_heads} * s.head_dim;
-      args.q = {q.data(), q_width, q_width};
-      args.k = {new_kv.data(), kv_width, kv_width};
-      args.v = {new_kv.data(), kv_width, kv_width};
-      args.out = {out.data(), q_width, q_width};
-      args.options.num_heads = s.heads;
-      args.options.scale = mha::default_scale(s.head_dim);
+      mha::CacheAttendArgs args = one_token_step(s, q.data(), new_kv.data(), out.data());
       const double t0 = now_ms();
       const mha::Status status = mha::cache_attend(*row.cache, args, scratch, row.threads == 2 ? &parallel : nullptr, tiled);
       const double ms = now_ms() - t0;
