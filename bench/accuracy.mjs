@@ -24,9 +24,7 @@ for (const [build, createOptions] of BUILDS) {
   for (const [set, cases] of sets) {
     for (const c of cases) {
       const [q, k, v, out64, out32] = ['q', 'k', 'v', 'out64', 'out32'].map((role) => readGolden(c, role));
-      const options = set === 'v2' ? goldenOptions(c)
-        : { batch: c.batch, seqLen: c.seqLen, kvSeqLen: c.kvSeqLen, dModel: c.dModel, numHeads: c.numHeads,
-            mask: c.files.mask ? readGolden(c, 'mask') : undefined };
+      const options = goldenOptions(c);  // v1 cases have no options, only dims and perhaps a mask
       const lse64 = c.files.lse64 ? readGolden(c, 'lse64') : undefined;
       const lse = lse64 ? new Float32Array(lse64.length) : undefined;
       const out = checkOut(mha.multiHeadAttention(q, k, v, { ...options, lse }), out64, out32);
