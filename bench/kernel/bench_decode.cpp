@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -178,6 +179,20 @@ std::vector<float> random_floats(size_t count, uint32_t seed) {
   return v;
 }
 
+// The buffers of one-token steps over any of `shapes`: q and out (B, 1, H·Dh) and the new k, v (never wider),
+// sized for the widest shape.
+struct StepBuffers {
+  std::vector<float> q, new_kv, out;
+  StepBuffers(const Shape* shapes, size_t count) {
+    int32_t max_q = 0;
+    for (size_t i = 0; i < count; ++i) max_q = std::max(max_q, shapes[i].batch * shapes[i].heads * shapes[i].head_dim);
+    q = random_floats(size_t(max_q), 3);
+    new_kv = random_floats(size_t(max_q), 4);
+    out.resize(size_t(max_q));
+  }
+  mha::CacheAttendArgs step(const Shape& s) { return one_token_step(s, q.data(), new_kv.data(), out.data()); }
+};
+
 double kv_bytes_read(const Shape& s, mha::CacheDType dtype) {
   const double element = dtype == mha::CacheDType::kFloat16 ? 2.0 : 4.0;
   return 2.0 * s.batch * s.kv_heads * (s.length + 1.0) * s.head_dim * element;
@@ -307,10 +322,7 @@ int phases_section(const Shape* shapes, size_t shape_count, int rounds) {
       if (threads == 2 && std::string(shapes[c / 2].name) != "decode-mqa-8k") continue;
       for (const Variant& v : variants) rows.push_back(PhaseRow{c, &shapes[c / 2], threads, &v, {}});
     }
-  int32_t max_q = 0;
-  for (size_t i = 0; i < shape_count; ++i) max_q = std::max(max_q, shapes[i].batch * shapes[i].heads * shapes[i].head_dim);
-  const auto q = random_floats(size_t(max_q), 3), new_kv = random_floats(size_t(max_q), 4);
-  std::vector<float> out(static_cast<size_t>(max_q));
+  StepBuffers buffers(shapes, shape_count);
   mha::DecodeScratch scratch;
   mha::Workspace tiled;
   for (int round = 0; round < 3 + rounds; ++round) {
@@ -320,7 +332,7 @@ int phases_section(const Shape* shapes, size_t shape_count, int rounds) {
       PhaseRow& row = rows[round % 2 == 0 ? i : rows.size() - 1 - i];
       const Shape& s = *row.shape;
       mha::KVCache& cache = *set.caches[row.cache];
-      mha::CacheAttendArgs args = one_token_step(s, q.data(), new_kv.data(), out.data());
+      mha::CacheAttendArgs args = buffers.step(s);
       args.kernel = &mha::simd128_phases::kDecodeKernel;
       mha::simd128_phases::decode_phase_mask = row.variant->mask;
       const double t0 = now_ms();
@@ -365,10 +377,7 @@ int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab
     rows.push_back(CapRow{c, cap, &mha::simd128_old::kDecodeKernel, {}});
 #endif
   }
-  int32_t max_q = 0;
-  for (size_t i = 0; i < shape_count; ++i) max_q = std::max(max_q, shapes[i].batch * shapes[i].heads * shapes[i].head_dim);
-  const auto q = random_floats(size_t(max_q), 3), new_kv = random_floats(size_t(max_q), 4);
-  std::vector<float> out(static_cast<size_t>(max_q));
+  StepBuffers buffers(shapes, shape_count);
   mha::DecodeScratch scratch;
   mha::Workspace tiled;
   for (int round = 0; round < 3 + rounds; ++round) {
@@ -376,7 +385,7 @@ int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab
       CapRow& row = rows[round % 2 == 0 ? i : rows.size() - 1 - i];
       const Shape& s = shapes[row.cache / 2];
       mha::KVCache& cache = *set.caches[row.cache];
-      mha::CacheAttendArgs args = one_token_step(s, q.data(), new_kv.data(), out.data());
+      mha::CacheAttendArgs args = buffers.step(s);
       args.options.softcap = row.softcap;
       args.kernel = row.kernel;
       const double t0 = now_ms();
@@ -505,11 +514,7 @@ int main(int argc, char** argv) {
       caches.push_back(std::move(cache));
     }
   }
-  int32_t max_q = 0;
-  for (const Shape& s : shapes) max_q = std::max(max_q, s.batch * s.heads * s.head_dim);
-  const auto q = random_floats(size_t(max_q), 3);
-  const auto new_kv = random_floats(size_t(max_q), 4);
-  std::vector<float> out(static_cast<size_t>(max_q));
+  StepBuffers buffers(shapes, std::size(shapes));
 
   void* buffer = std::aligned_alloc(64, kBandwidthBytes);
   auto* ints = static_cast<int32_t*>(buffer);
@@ -529,7 +534,7 @@ int main(int argc, char** argv) {
     }
     for (Row& row : rows) {
       const Shape& s = *row.shape;
-      mha::CacheAttendArgs args = one_token_step(s, q.data(), new_kv.data(), out.data());
+      mha::CacheAttendArgs args = buffers.step(s);
       const double t0 = now_ms();
       const mha::Status status = mha::cache_attend(*row.cache, args, scratch, row.threads == 2 ? &parallel : nullptr, tiled);
       const double ms = now_ms() - t0;
