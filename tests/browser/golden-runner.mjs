@@ -104,9 +104,10 @@ function callOptions(c) {
  * Runs golden case `c` on `mha` and checks it with docs/spec.md's tolerances ("Accuracy"):
  * out within max(1e-5 · max(1, max|out64|), 2 · max|out32 − out64|) of out64, weights within 1e-5 of
  * weights64, lse within 1e-5 · max(1, max|lse64|), split_q bit for bit; NaN and ±Infinity positions exact.
- * Returns { name, checks: [{ what, pass, maxError?, tolerance?, specialMismatch? }] }.
+ * Returns { name, checks: [{ what, pass, maxError?, tolerance?, specialMismatch? }] }; `onOutput` receives
+ * the output checked against out64 (the stacked steps of a cache case), for callers that compare bits.
  */
-export async function runGoldenCase(mha, c, read) {
+export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
   const checks = [];
   const within = (what, got, want, tolerance) => {
     const r = compare(got, want);
@@ -124,6 +125,7 @@ export async function runGoldenCase(mha, c, read) {
   const outTolerance = (r) => Math.max(1e-5 * Math.max(1, r.maxExpected), 2 * torch.maxError);
   if (!isStateless(c)) {
     const { out, lengths } = runCacheCase(mha, c, q, k, v);
+    onOutput(out);
     let total = 0;
     const expectedLengths = c.cache.steps.map((n) => (total += n));
     checks.push({ what: `cache length after each step is ${expectedLengths.join(', ')}`, pass: lengths.join() === expectedLengths.join() });
@@ -133,6 +135,7 @@ export async function runGoldenCase(mha, c, read) {
 
   const lse = has('lse64') ? new Float32Array(c.batch * c.numHeads * c.seqLen) : undefined;
   const out = mha.multiHeadAttention(q, k, v, lse ? { ...options, lse } : options);
+  onOutput(out);
   within('multiHeadAttention vs out64', out, out64, outTolerance);
   if (lse) within('lse vs lse64', lse, await readRole(read, c, 'lse64'), (r) => 1e-5 * Math.max(1, r.maxExpected));
   if (has('weights64')) {
