@@ -40,7 +40,7 @@ for (const [build, createOptions] of BUILDS) {
       row.set(build, {
         out: Math.max(prev.out, out.ratio),
         weights: Math.max(prev.weights, weights?.maxError ?? 0),
-        lse: Math.max(prev.lse, lseCheck?.worst ?? 0),
+        lse: Math.max(prev.lse, lseCheck?.ratio ?? 0),
         cases: prev.cases + 1,
       });
     }

@@ -10,9 +10,10 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { mulberry32, normalSampler, randomNormal } from '../../bench/lib/prng.mjs';
 import { attention } from '../../bench/lib/reference.mjs';
-import { sliceRows } from '../browser/golden-runner.mjs';
+import { checkLse, checkOut, checkWeights, compare, sliceRows } from '../browser/golden-runner.mjs';
 
-export { mulberry32, normalSampler, randomNormal, sliceRows };
+// The tolerance rules live in the golden runner (pure ECMAScript, also run by the pages and jsc).
+export { checkLse, checkOut, checkWeights, compare, mulberry32, normalSampler, randomNormal, sliceRows };
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 // The PyTorch golden vectors are test fixtures of this repository (tests/golden/README.md).
@@ -46,60 +47,6 @@ export function goldenOptions(c) {
   if (c.files.mask) options.mask = readGolden(c, 'mask');
   if (c.files.bias) options.bias = readGolden(c, 'bias');
   return options;
-}
-
-/** Largest |a - b| over positions where both are finite, and whether NaN positions agree. */
-export function compare(actual, expected) {
-  let maxError = 0;
-  let nanMismatch = -1;
-  let maxExpected = 0;
-  for (let i = 0; i < expected.length; i++) {
-    if (Number.isNaN(actual[i]) !== Number.isNaN(expected[i])) { if (nanMismatch < 0) nanMismatch = i; continue; }
-    if (Number.isNaN(expected[i])) continue;
-    maxError = Math.max(maxError, Math.abs(actual[i] - expected[i]));
-    maxExpected = Math.max(maxExpected, Math.abs(expected[i]));
-  }
-  return { maxError, nanMismatch, maxExpected };
-}
-
-/**
- * The accuracy rule of docs/spec.md for an output against a golden case: NaN positions identical and
- * max |out - out64| <= max(1e-5·max(1, max |out64|), 2·max |out32 - out64|). Returns what it measured;
- * `ok` says whether it passed, `problem` why not.
- */
-export function checkOut(out, out64, out32) {
-  const torch = compare(out32, out64);
-  const ours = compare(out, out64);
-  const tolerance = Math.max(1e-5 * Math.max(1, ours.maxExpected), 2 * torch.maxError);
-  const problem = ours.nanMismatch >= 0 ? `NaN position differs at element ${ours.nanMismatch}`
-    : ours.maxError <= tolerance ? undefined : `max |ours - out64| = ${ours.maxError} > tolerance ${tolerance}`;
-  return { ok: problem === undefined, problem, maxError: ours.maxError, tolerance, ratio: ours.maxError / tolerance };
-}
-
-/** Weights: NaN positions identical, within 1e-5. */
-export function checkWeights(weights, weights64) {
-  const r = compare(weights, weights64);
-  const problem = r.nanMismatch >= 0 ? `NaN position differs at element ${r.nanMismatch}`
-    : r.maxError <= 1e-5 ? undefined : `max |weights - weights64| = ${r.maxError} > 1e-5`;
-  return { ok: problem === undefined, problem, maxError: r.maxError };
-}
-
-/** lse: within 1e-5·max(1, |lse64|) elementwise, −Infinity (and NaN) exactly where lse64 has it. */
-export function checkLse(lse, lse64) {
-  let worst = 0;
-  for (let i = 0; i < lse64.length; i++) {
-    const [got, want] = [lse[i], lse64[i]];
-    if (!Number.isFinite(want) || !Number.isFinite(got)) {
-      if (!Object.is(got, want) && !(Number.isNaN(got) && Number.isNaN(want))) {
-        return { ok: false, problem: `lse[${i}] = ${got}, expected ${want} exactly`, worst };
-      }
-      continue;
-    }
-    const ratio = Math.abs(got - want) / (1e-5 * Math.max(1, Math.abs(want)));
-    if (ratio > 1) return { ok: false, problem: `lse[${i}] = ${got}, expected ${want} within 1e-5·max(1, |lse|)`, worst: ratio };
-    worst = Math.max(worst, ratio);
-  }
-  return { ok: true, problem: undefined, worst };
 }
 
 /** True when two typed arrays hold the same bytes. */
