@@ -196,9 +196,9 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_attention(uintptr_t call_address) {
 
 // mha_attention in two halves, for a caller that stages the next slice of a batch while this slice
 // computes (web/src/instance.ts): begin reads the struct (it may be rewritten right after) and returns the
-// status of the checks; on a pool it returns while the workers compute, else when the call is done. join
-// returns when it is done; the struct's buffers must stay untouched until then. A refused call leaves
-// nothing to join.
+// status of the checks; on a pool it returns while the workers compute, else when the call is done. Two
+// calls may be pending (ParallelAttention::begin); join returns when the oldest is done, and its
+// buffers must stay untouched until then. A refused call leaves nothing to join.
 EMSCRIPTEN_KEEPALIVE int32_t mha_attention_begin(uintptr_t call_address) {
   const AttentionCallAbi& call = *at<const AttentionCallAbi>(call_address);
   const mha::Status status = call_status(call, /*weights=*/false);

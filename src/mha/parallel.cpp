@@ -23,6 +23,7 @@ ThreadPool::ThreadPool(int threads) {
 ThreadPool::~ThreadPool() { stop(); }
 
 void ThreadPool::stop() {
+  join_all();
   if (workers_.empty()) return;
   // Detach first, while every worker still runs: detaching a thread that has already exited joins it
   // (musl), and a join on the browser's main thread is what Emscripten warns about.
@@ -38,41 +39,60 @@ void ThreadPool::stop() {
   while (alive_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
-void ThreadPool::run_indices(int worker) {
+void ThreadPool::run_indices(Loop& loop, int worker) {
   for (;;) {
-    const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= count_) return;
-    body_(ctx_, i, worker);
+    const int64_t i = loop.next.fetch_add(1, std::memory_order_relaxed);
+    if (i >= loop.count) return;
+    loop.body(loop.ctx, i, worker);
   }
 }
 
+int ThreadPool::enterable(const uint64_t* seen) const {
+  int best = -1;
+  for (int slot = 0; slot < kMaxLoops; ++slot) {
+    const Loop& loop = loops_[slot];
+    if (!loop.open || loop.generation == seen[slot]) continue;
+    if (best < 0 || loop.generation < loops_[best].generation) best = slot;
+  }
+  return best;
+}
+
 void ThreadPool::worker_main(int worker) {
-  uint64_t seen = 0;
+  uint64_t seen[kMaxLoops] = {};
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || (has_job_ && generation_ != seen); });
+    int slot = stop_ ? -1 : enterable(seen);
+    if (slot < 0 && !stop_) {
+      // Poll (without the lock) for the next loop or a stop for a short while before blocking: waking a
+      // blocked thread costs tens of microseconds, a Web Worker more. (Publishing takes the lock, so
+      // nothing is published between reading `before` and unlocking.)
+      const uint64_t before = posted_.load(std::memory_order_acquire);
+      lock.unlock();
+      const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kWorkerSpinMicros);
+      for (uint32_t i = 1; posted_.load(std::memory_order_acquire) == before; ++i) {
+        if (i % 64 == 0 && std::chrono::steady_clock::now() >= spin_end) break;
+        std::this_thread::yield();
+      }
+      lock.lock();
+      wake_.wait(lock, [&] { return stop_ || (slot = enterable(seen)) >= 0; });
+    }
     if (stop_) {
       lock.unlock();
       alive_.fetch_sub(1, std::memory_order_release);  // the last access to the pool
       return;
     }
-    seen = generation_;
-    active_.fetch_add(1, std::memory_order_acquire);
+    Loop& loop = loops_[slot];
+    seen[slot] = loop.generation;
+    loop.active.fetch_add(1, std::memory_order_acquire);
     lock.unlock();
-    run_indices(worker);
-    active_.fetch_sub(1, std::memory_order_release);
-    // Poll (without the lock) for the next loop or a stop for a short while before blocking: waking a
-    // blocked thread costs tens of microseconds, a Web Worker more.
-    const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kWorkerSpinMicros);
-    for (uint32_t i = 1; posted_.load(std::memory_order_acquire) == seen; ++i) {
-      if (i % 64 == 0 && std::chrono::steady_clock::now() >= spin_end) break;
-      std::this_thread::yield();
-    }
+    run_indices(loop, worker);
+    loop.active.fetch_sub(1, std::memory_order_release);
     lock.lock();
   }
 }
 
 void ThreadPool::parallel_for(int64_t count, Body body, void* ctx) {
+  join_all();
   if (workers_.empty() || count <= 1) {
     for (int64_t i = 0; i < count; ++i) body(ctx, i, 0);
     return;
@@ -82,37 +102,55 @@ void ThreadPool::parallel_for(int64_t count, Body body, void* ctx) {
 }
 
 void ThreadPool::begin(int64_t count, Body body, void* ctx) {
-  if (workers_.empty() || count <= 0) {
-    // Nothing to publish: join() runs the indices on the caller (count_ <= 0: none).
-    body_ = body;
-    ctx_ = ctx;
-    count_ = count;
-    next_.store(0, std::memory_order_relaxed);
-    return;
-  }
+  if (in_flight_ == kMaxLoops) join();
+  Loop& loop = loops_[(oldest_ + in_flight_) % kMaxLoops];
+  ++in_flight_;
+  // No worker is inside this slot: its previous loop was joined (closed, active 0) or never opened.
+  loop.body = body;
+  loop.ctx = ctx;
+  loop.count = count;
+  loop.next.store(0, std::memory_order_relaxed);
+  // Without workers (or work) nothing is published: join() runs the indices on the caller.
+  if (workers_.empty() || count <= 0) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    body_ = body;
-    ctx_ = ctx;
-    count_ = count;
-    next_.store(0, std::memory_order_relaxed);
-    ++generation_;
-    has_job_ = true;
+    loop.generation = ++generation_;
+    loop.open = true;
     posted_.store(generation_, std::memory_order_release);
   }
   wake_.notify_all();
 }
 
 void ThreadPool::join() {
-  run_indices(0);
-  if (workers_.empty()) return;
-  // Every index is claimed. Close the job so that late workers do not join, then wait for the workers
-  // that joined (they are finishing their last unit; a short spin).
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    has_job_ = false;
+  if (in_flight_ == 0) return;
+  Loop& loop = loops_[oldest_];
+  run_indices(loop, 0);
+  if (!workers_.empty() && loop.count > 0) {
+    // Every index is claimed. Close the loop so that late workers do not enter it, then, while the
+    // workers that entered finish their last units, take indices of the next loop, if any.
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      loop.open = false;
+    }
+    Loop* next = in_flight_ > 1 ? &loops_[(oldest_ + 1) % kMaxLoops] : nullptr;
+    while (loop.active.load(std::memory_order_acquire) != 0) {
+      if (next != nullptr) {
+        const int64_t i = next->next.fetch_add(1, std::memory_order_relaxed);
+        if (i < next->count) {
+          next->body(next->ctx, i, 0);
+          continue;
+        }
+        next = nullptr;  // every index of that loop is claimed too: wait
+      }
+      std::this_thread::yield();
+    }
   }
-  while (active_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  oldest_ = (oldest_ + 1) % kMaxLoops;
+  --in_flight_;
+}
+
+void ThreadPool::join_all() {
+  while (in_flight_ > 0) join();
 }
 
 double attention_flops(const AttentionShape& shape, bool causal) {
@@ -145,34 +183,46 @@ void run_unit(void* ctx, int64_t index, int worker) {
 
 Status ParallelAttention::run(const AttentionArgs& args) {
   const Status status = begin(args);
-  join();
+  join_all();
   return status;
 }
 
 Status ParallelAttention::begin(const AttentionArgs& args) {
-  join();  // one call at a time: a caller that did not join the previous call waits for it here
+  if (pending_ == ThreadPool::kMaxLoops) join();
   const Status status = validate_args(args);
   if (status != Status::kOk) return status;
   const KernelPlan plan = kernel_->plan(args);
   const bool parallel =
       pool_.size() > 1 && plan.unit_count > 1 && attention_flops(args.shape, args.causal) >= kParallelMinFlops;
-  if (!parallel) return attention(args, scratch_[0], *kernel_);  // the single-threaded driver, same bits
+  // The single-threaded driver, same bits. scratch_[0] is the caller's own: no pending call's worker uses it.
+  if (!parallel) return attention(args, scratch_[0], *kernel_);
+  for (Workspace& scratch : scratch_) {
+    // Growing a scratch frees the old buffer, which a pending call's workers may be using.
+    if (scratch.capacity() < plan.scratch.total) join_all();
+  }
   for (Workspace& scratch : scratch_) {
     if (!scratch.reserve(plan.scratch.total)) return Status::kOutOfMemory;
   }
-  job_ = UnitJob{args, kernel_, plan, &scratch_, plan.unit_count / plan.units_per_kv_head};
-  pending_ = true;
-  pool_.begin(plan.unit_count, &run_unit<UnitJob>, &job_);
+  UnitJob& job = jobs_[(oldest_ + pending_) % ThreadPool::kMaxLoops];
+  job = UnitJob{args, kernel_, plan, &scratch_, plan.unit_count / plan.units_per_kv_head};
+  ++pending_;
+  pool_.begin(plan.unit_count, &run_unit<UnitJob>, &job);
   return Status::kOk;
 }
 
 void ParallelAttention::join() {
-  if (!pending_) return;
+  if (pending_ == 0) return;
   pool_.join();
-  pending_ = false;
+  oldest_ = (oldest_ + 1) % ThreadPool::kMaxLoops;
+  --pending_;
+}
+
+void ParallelAttention::join_all() {
+  while (pending_ > 0) join();
 }
 
 void ParallelAttention::release_scratch() {
+  join_all();
   for (Workspace& w : scratch_) w.release();
 }
 

@@ -45,34 +45,57 @@ class ThreadPool {
 
   // Runs body(ctx, i, worker) once for every i in [0, count) and returns when all have finished. The
   // caller works too, so the loop completes even if no worker ever wakes up (a Web Worker that is still
-  // loading): the caller only waits for workers that have taken an index. One loop at a time per pool.
+  // loading): the caller only waits for workers that have taken an index. Loops begun and not joined are
+  // joined first.
   void parallel_for(int64_t count, Body body, void* ctx);
 
   // parallel_for in two halves, so the caller can do other work while the workers start on the loop:
   // begin() publishes the loop and returns at once; join() has the caller take the indices left, then
-  // waits for the workers as parallel_for does. Every begin() is followed by one join() before the next
-  // loop; body and ctx must stay valid until join() returns. Without workers, join() runs every index.
+  // waits for the workers as parallel_for does. body and ctx must stay valid until that loop's join()
+  // returns. Without workers, join() runs every index.
+  //
+  // begin() may be called again before join(): up to kMaxLoops loops are then in flight, and every thread
+  // takes indices of the oldest loop that has some left, so a thread that runs out of one loop's indices
+  // goes on with the next instead of idling while another thread finishes its last unit. join() joins the
+  // oldest loop: the caller takes its indices left, then, until the workers have finished their units of
+  // it, runs indices of the next loop. A begin() with kMaxLoops loops in flight first joins the oldest.
+  static constexpr int kMaxLoops = 2;
   void begin(int64_t count, Body body, void* ctx);
   void join();
+  // Joins every loop in flight, oldest first.
+  void join_all();
+  int loops_in_flight() const { return in_flight_; }
 
  private:
+  // One published loop. body/ctx/count are written by the caller before it opens the loop under mutex_.
+  struct Loop {
+    Body body = nullptr;
+    void* ctx = nullptr;
+    int64_t count = 0;
+    std::atomic<int64_t> next{0};  // next unclaimed index
+    std::atomic<int> active{0};    // workers inside this loop
+    // Guarded by mutex_:
+    bool open = false;        // workers may enter (closed once the caller has claimed the last index)
+    uint64_t generation = 0;  // the publication number of the loop in this slot
+  };
+
   void worker_main(int worker);
-  void run_indices(int worker);
+  static void run_indices(Loop& loop, int worker);
+  // Slot of the oldest open loop that a worker whose last-entered generations are `seen` has not
+  // entered yet, or -1. Under mutex_.
+  int enterable(const uint64_t* seen) const;
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
+  Loop loops_[kMaxLoops];
   // Guarded by mutex_:
-  uint64_t generation_ = 0;  // bumped per loop, so a worker joins each loop at most once
-  bool has_job_ = false;
+  uint64_t generation_ = 0;  // bumped per published loop
   bool stop_ = false;
-  // The current loop; written by the caller before publishing the job under mutex_.
-  Body body_ = nullptr;
-  void* ctx_ = nullptr;
-  int64_t count_ = 0;
-  std::atomic<int64_t> next_{0};  // next unclaimed index
-  std::atomic<int> active_{0};    // workers inside the current loop
-  std::atomic<int> alive_{0};     // started workers that have not left worker_main yet
+  // The caller's own bookkeeping (only the calling thread reads or writes these):
+  int oldest_ = 0;     // slot of the oldest loop in flight
+  int in_flight_ = 0;  // loops begun and not yet joined
+  std::atomic<int> alive_{0};  // started workers that have not left worker_main yet
   // generation_ as last published (also bumped by stop()): a worker that just finished a loop polls it
   // for a short while before it blocks, so back-to-back calls do not pay a futex wake-up each.
   std::atomic<uint64_t> posted_{0};
@@ -102,7 +125,10 @@ class ParallelAttention {
   int threads() const { return pool_.size(); }
 
   // The pool itself, lent to other kernels (the KV cache's decode kernel, decode.hpp).
-  ThreadPool& pool() { return pool_; }
+  ThreadPool& pool() {
+    join_all();  // lent with no call pending
+    return pool_;
+  }
 
   // Validates, reserves every thread's scratch (kOutOfMemory if that fails), then runs the units: on
   // the calling thread alone when the call is small, else on the pool.
@@ -112,20 +138,25 @@ class ParallelAttention {
   // the previous call's output while the workers compute this one: begin() validates and reserves as
   // run() does and, for a call that goes to the pool, starts the workers on it and returns; a call that
   // runs on the calling thread (small, or no workers) is done when begin() returns. join() returns once
-  // the call is done (the caller takes the units left). Same bits as run(). args are copied; the buffers
-  // they point to must stay untouched until join(). A call that begin() refuses (status) leaves nothing
-  // to join; join() without a pending call returns at once.
+  // the oldest pending call is done (the caller takes its units left, then the next call's while the
+  // workers finish theirs). Same bits as run(). args are copied; the buffers they point to must stay
+  // untouched until that call's join(). A call that begin() refuses (status) leaves nothing to join;
+  // join() without a pending call returns at once. Up to ThreadPool::kMaxLoops calls may be pending: a
+  // begin() beyond that joins the oldest first, and so does one whose scratch must grow.
   Status begin(const AttentionArgs& args);
   void join();
+  void join_all();
+  int pending() const { return pending_; }
 
   // Frees the scratch buffers; the next run allocates again.
   void release_scratch();
 
   // Ends the worker threads (see ThreadPool::stop); later runs use the calling thread only.
   void stop_threads() {
-    join();
+    join_all();
     pool_.stop();
   }
+  ~ParallelAttention() { join_all(); }  // before the jobs the workers read are destroyed
 
  private:
   // Job of one call on the pool: what run_unit reads (in parallel.cpp).
@@ -140,9 +171,11 @@ class ParallelAttention {
   ThreadPool pool_;
   std::vector<Workspace> scratch_;
   const KernelVariant* kernel_;
-  // The call between begin() and join(); it lives here so the caller's stack can unwind in between.
-  UnitJob job_;
-  bool pending_ = false;
+  // The calls between begin() and join(), oldest at jobs_[oldest_]; they live here so the caller's stack
+  // can unwind in between.
+  UnitJob jobs_[ThreadPool::kMaxLoops];
+  int oldest_ = 0;
+  int pending_ = 0;
 };
 
 }  // namespace mha

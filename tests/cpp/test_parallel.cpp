@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -63,6 +64,72 @@ TEST_CASE("thread pool: begin/join runs every index exactly once while the calle
         REQUIRE(c.bad_worker.load() == 0);
       }
     }
+  }
+}
+
+// Two loops in flight: every index of each runs once, the second's indices only after the first's are
+// all claimed, and join() returns only once the oldest loop is done.
+struct OrderedLoop {
+  std::vector<std::atomic<int>> hits;
+  std::atomic<int64_t> done{0};
+  const OrderedLoop* before = nullptr;  // the loop begun just before this one
+  std::atomic<int> started_early{0};    // indices run while `before` still had unclaimed ones
+  std::atomic<int> bad_worker{0};
+  int workers = 0;
+  int spin = 0;
+  OrderedLoop(size_t n, int w, int busy) : hits(n), workers(w), spin(busy) {}
+};
+
+void ordered_hit(void* ctx, int64_t index, int worker) {
+  auto* c = static_cast<OrderedLoop*>(ctx);
+  // Once a thread runs an index of this loop, every index of the previous one is claimed, so at most one
+  // per thread of them is still running.
+  if (c->before != nullptr && c->before->done.load() < static_cast<int64_t>(c->before->hits.size()) - c->workers) {
+    c->started_early.fetch_add(1);
+  }
+  volatile int busy = 0;
+  for (int i = 0; i < c->spin * (1 + static_cast<int>(index % 7)); ++i) busy = busy + i;
+  c->hits[static_cast<size_t>(index)].fetch_add(1);
+  if (worker < 0 || worker >= c->workers) c->bad_worker.fetch_add(1);
+  c->done.fetch_add(1);
+}
+
+TEST_CASE("thread pool: a second loop begun before the first is joined runs after it, each index once", "[parallel]") {
+  for (int threads : {1, 2, 3, 4}) {
+    mha::ThreadPool pool(threads);
+    for (int64_t count : {0, 1, 3, 12, 97}) {
+      for (int repeat = 0; repeat < 8; ++repeat) {
+        // Loops 0..4 begun as web/src's pipeline does: two in flight, the oldest joined before the next.
+        std::vector<std::unique_ptr<OrderedLoop>> loops;
+        for (int l = 0; l < 5; ++l) {
+          loops.push_back(std::make_unique<OrderedLoop>(static_cast<size_t>(count + l % 2), pool.size(), 50 * repeat));
+          if (l > 0) loops[l]->before = loops[l - 1].get();
+        }
+        pool.begin(static_cast<int64_t>(loops[0]->hits.size()), &ordered_hit, loops[0].get());
+        for (int l = 0; l < 5; ++l) {
+          if (l + 1 < 5) pool.begin(static_cast<int64_t>(loops[l + 1]->hits.size()), &ordered_hit, loops[l + 1].get());
+          REQUIRE(pool.loops_in_flight() == (l + 1 < 5 ? 2 : 1));
+          pool.join();
+          INFO("threads " << threads << " count " << count << " repeat " << repeat << " loop " << l);
+          // Done when joined: every index ran exactly once.
+          REQUIRE(loops[l]->done.load() == static_cast<int64_t>(loops[l]->hits.size()));
+          for (auto& h : loops[l]->hits) REQUIRE(h.load() == 1);
+          REQUIRE(loops[l]->bad_worker.load() == 0);
+          REQUIRE(loops[l]->started_early.load() == 0);
+        }
+        REQUIRE(pool.loops_in_flight() == 0);
+      }
+    }
+    // A third begin() joins the oldest first; parallel_for joins everything in flight.
+    OrderedLoop a(40, pool.size(), 10), b(40, pool.size(), 10), c(40, pool.size(), 10), d(40, pool.size(), 10);
+    pool.begin(40, &ordered_hit, &a);
+    pool.begin(40, &ordered_hit, &b);
+    pool.begin(40, &ordered_hit, &c);
+    REQUIRE(a.done.load() == 40);
+    REQUIRE(pool.loops_in_flight() == 2);
+    pool.parallel_for(40, &ordered_hit, &d);
+    REQUIRE(pool.loops_in_flight() == 0);
+    for (OrderedLoop* x : {&b, &c, &d}) REQUIRE(x->done.load() == 40);
   }
 }
 
@@ -147,6 +214,18 @@ TEST_CASE("parallel attention: begin/join of consecutive calls, each on its own 
       REQUIRE(parallel.begin(second.args()) == mha::Status::kOk);
       parallel.join();
       parallel.join();  // nothing pending: returns at once
+      // The second begun while the first is pending (web/src's pipeline). It is below kParallelMinFlops,
+      // so it runs on the caller inside begin(), beside the first's workers; each keeps its own bits.
+      std::fill(first.out.begin(), first.out.end(), -1.0f);
+      std::fill(second.out.begin(), second.out.end(), -1.0f);
+      REQUIRE(parallel.begin(first.args()) == mha::Status::kOk);
+      REQUIRE(parallel.begin(second.args()) == mha::Status::kOk);
+      REQUIRE(parallel.pending() == (threads > 1 ? 1 : 0));
+      REQUIRE(mha_test::bit_equal(second.out, expected_second));
+      parallel.join();
+      REQUIRE(mha_test::bit_equal(first.out, expected_first));
+      parallel.join();
+      REQUIRE(parallel.pending() == 0);
       INFO("threads " << threads << " repeat " << repeat);
       REQUIRE(mha_test::bit_equal(first.out, expected_first));
       REQUIRE(mha_test::bit_equal(second.out, expected_second));
@@ -160,6 +239,41 @@ TEST_CASE("parallel attention: begin/join of consecutive calls, each on its own 
     REQUIRE(parallel.begin(first.args()) == mha::Status::kOk);
     parallel.join();
     REQUIRE(mha_test::bit_equal(first.out, expected_first));
+  }
+}
+
+TEST_CASE("parallel attention: two calls pending on the pool at once, joined oldest first, keep their bits", "[parallel]") {
+  const mha::KernelVariant& kernel = EACH_KERNEL();
+  INFO("kernel " << kernel.name);
+  std::vector<mha_test::Problem> calls;
+  for (uint32_t i = 0; i < 5; ++i) calls.emplace_back(mha::AttentionShape{2, 130, 130 + 10 * int32_t(i), 64, 4}, 700 + i);
+  std::vector<std::vector<float>> expected;
+  mha::Workspace ws;
+  for (auto& c : calls) {
+    REQUIRE(mha::attention(c.args(), ws, kernel) == mha::Status::kOk);
+    expected.push_back(c.out);
+  }
+  for (int threads : {2, 3}) {
+    mha::ParallelAttention parallel(threads, kernel);
+    for (auto& c : calls) std::fill(c.out.begin(), c.out.end(), -1.0f);
+    REQUIRE(parallel.begin(calls[0].args()) == mha::Status::kOk);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (i + 1 < calls.size()) {
+        REQUIRE(parallel.begin(calls[i + 1].args()) == mha::Status::kOk);
+        REQUIRE(parallel.pending() == 2);
+      }
+      parallel.join();
+      INFO("threads " << threads << " call " << i);
+      REQUIRE(mha_test::bit_equal(calls[i].out, expected[i]));
+    }
+    REQUIRE(parallel.pending() == 0);
+    // A third begin() joins the oldest first; run() joins everything.
+    for (auto& c : calls) std::fill(c.out.begin(), c.out.end(), -1.0f);
+    for (size_t i = 0; i < 3; ++i) REQUIRE(parallel.begin(calls[i].args()) == mha::Status::kOk);
+    REQUIRE(mha_test::bit_equal(calls[0].out, expected[0]));
+    REQUIRE(parallel.run(calls[3].args()) == mha::Status::kOk);
+    REQUIRE(parallel.pending() == 0);
+    for (size_t i = 0; i < 4; ++i) REQUIRE(mha_test::bit_equal(calls[i].out, expected[i]));
   }
 }
 

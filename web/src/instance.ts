@@ -236,37 +236,40 @@ export class WasmMHA implements MHA, CacheHost {
   }
 
   /**
-   * The kernel calls of a split call on a thread pool, each group staged in the set the previous group
-   * does not use: while the pool computes the group at b0 (mha_attention_begin returns once the workers
-   * have it), the calling thread copies the group before it out of the other set and the next group into
-   * it, then joins the computation (mha_attention_join). The calling thread's copies of one group so
-   * overlap the computation of another, instead of keeping the workers waiting (bert-b8 on 2 threads: about
-   * 2.3 ms of copies a call). Each group is computed exactly as without the pipeline: the same bits. A
-   * group's result is copied out before anything is staged into its set again, and after its own inputs
-   * were staged, so an out that is also an input (the same range) is still read before it is written.
+   * The kernel calls of a split call on a thread pool, group g staged in set g % 2. Two groups are pending
+   * on the pool at a time (mha_attention_begin returns once the workers have one; a second begin queues
+   * the next): the calling thread joins the oldest group (mha_attention_join: it takes that group's units
+   * left, then the next group's while the workers finish their last units of it, so no thread waits at
+   * a group boundary), copies its result out and stages group g + 2 into the set it frees, while the
+   * workers compute group g + 1. The calling thread's copies of one group so overlap the computation of
+   * another, instead of keeping the workers waiting (bert-b8 on 2 threads: about 2.3 ms of copies a call).
+   * Each group is computed exactly as without the pipeline: the same bits. A group's result is copied out
+   * before anything is staged into its set again, and after its own inputs were staged, so an out that is
+   * also an input (the same range) is still read before it is written.
    */
   private pipelinedGroups(fn: string, c: StagedCall, batch: number, callAt: number): void {
     const { wasm, callLayout: L, staging: plan } = this;
     const group = plan.group;
-    let set = 0;
-    stageGroup(wasm, L, callAt, plan, c, 0, group, set);
-    checkStatus(wasm, fn, wasm._mha_attention_begin(callAt));
+    const groups = Math.ceil(batch / group);
+    const items = (g: number) => Math.min(group, batch - g * group);
+    let pending = 0;
+    const begin = (g: number) => {
+      stageGroup(wasm, L, callAt, plan, c, g * group, items(g), g % 2);
+      checkStatus(wasm, fn, wasm._mha_attention_begin(callAt));
+      pending++;  // a refused begin leaves nothing to join
+    };
     try {
-      for (let b0 = 0; b0 < batch; b0 += group) {
-        const next = b0 + group;
-        // Only the last group can be short, and it is never the one before another.
-        if (b0 > 0) copyGroupOut(wasm, plan, c, b0 - group, group, 1 - set);
-        if (next < batch) stageGroup(wasm, L, callAt, plan, c, next, Math.min(group, batch - next), 1 - set);
+      begin(0);
+      if (groups > 1) begin(1);
+      for (let g = 0; g < groups; g++) {
         wasm._mha_attention_join();
-        if (next < batch) {
-          checkStatus(wasm, fn, wasm._mha_attention_begin(callAt));
-          set = 1 - set;
-        } else {
-          copyGroupOut(wasm, plan, c, b0, batch - b0, set);
-        }
+        pending--;
+        copyGroupOut(wasm, plan, c, g * group, items(g), g % 2);
+        if (g + 2 < groups) begin(g + 2);
       }
     } catch (error) {
-      wasm._mha_attention_join();  // nothing may compute on the staging once the call has returned
+      // Nothing may compute on the staging once the call has returned.
+      for (; pending > 0; pending--) wasm._mha_attention_join();
       throw error;
     }
   }

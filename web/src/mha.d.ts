@@ -6,7 +6,8 @@ export interface MhaWasmModule {
   // the heap address of one AttentionCallAbi (written by call-abi.ts).
   _mha_attention(call: number): number;
   // _mha_attention in two halves (a pool computes while the caller copies): begin returns the call's
-  // status (nonzero: nothing to join), join returns once the call is done.
+  // status (nonzero: nothing to join), join returns once the oldest pending call is done. Two calls may
+  // be pending (a third begin joins the oldest first).
   _mha_attention_begin(call: number): number;
   _mha_attention_join(): void;
   _mha_attention_weights(call: number): number;
