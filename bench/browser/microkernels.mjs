@@ -7,18 +7,15 @@
 //   cmake --build build/wasm --target mha_microkernel_timing mha_microkernel_timing_relaxed
 //   node bench/browser/microkernels.mjs [--rounds 3]
 import { chromium } from 'playwright-core';
-import { fileURLToPath } from 'node:url';
-import path from 'node:path';
-import { startServer } from './run-browser.mjs';
+import { startTestServer } from '../../tests/browser/engines.mjs';
 
-const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const args = process.argv.slice(2);
 const rounds = Number(args.includes('--rounds') ? args[args.indexOf('--rounds') + 1] : 3);
 
-const server = await startServer(repoRoot);
+const server = await startTestServer();
 const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true,
   args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'] });
-const base = `http://127.0.0.1:${server.address().port}`;
+const base = new URL(server.url).origin;
 
 /** Runs `fn(arg)` in a fresh bench page. */
 async function inPage(fn, arg) {
@@ -76,5 +73,5 @@ try {
   }
 } finally {
   await browser.close();
-  server.close();
+  await server.close();
 }

@@ -5,7 +5,9 @@
 // 1 thread) runs back to back, the order alternating between rounds, so a slow spell of this shared
 // machine falls on all of them; medians are over all calls of all rounds. The bench proper
 // (`npm run bench -- --browser`) measures each row on its own, which on a busy machine can put the two
-// builds minutes apart. Prints one JSON object (the page's results) and a summary.
+// builds minutes apart. Prints one JSON object (the page's results) and a summary: the ratio of the medians,
+// and of the 10th percentiles over all calls, which on a loaded machine (load average far above the 2
+// cores) moves much less than the medians: most calls are then slowed by other processes, unevenly.
 import { chromium } from 'playwright-core';
 import { startTestServer } from '../../tests/browser/engines.mjs';
 import { shapeByName } from '../lib/shapes.mjs';
@@ -67,7 +69,8 @@ try {
       }
       const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
       const flops = flopsOf(shape);
-      out.shapes[name] = Object.fromEntries(names.map((n) => [n, { medianMs: median(times[n]), gflops: flops / median(times[n]) / 1e6, calls: times[n].length }]));
+      const p10 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 10)];
+      out.shapes[name] = Object.fromEntries(names.map((n) => [n, { medianMs: median(times[n]), p10Ms: p10(times[n]), gflops: flops / median(times[n]) / 1e6, calls: times[n].length }]));
     }
     return out;
   }, { shapes, rounds, models });
@@ -75,7 +78,8 @@ try {
   for (const [name, r] of Object.entries(result.shapes)) {
     const ort = r.ort ? `  ORT std ${r.ort.medianMs.toFixed(2)} ms (relaxed ${(r.ort.medianMs / r.relaxed.medianMs).toFixed(2)}x faster)` : '';
     console.log(`${name}: ${result.builds.relaxed} ${r.relaxed.medianMs.toFixed(3)} ms ${r.relaxed.gflops.toFixed(1)} GFLOP/s, ` +
-      `${result.builds.fixed} ${r.fixed.medianMs.toFixed(3)} ms ${r.fixed.gflops.toFixed(1)} GFLOP/s: ${(r.fixed.medianMs / r.relaxed.medianMs).toFixed(3)}x${ort}`);
+      `${result.builds.fixed} ${r.fixed.medianMs.toFixed(3)} ms ${r.fixed.gflops.toFixed(1)} GFLOP/s: ${(r.fixed.medianMs / r.relaxed.medianMs).toFixed(3)}x` +
+      ` (10th percentiles ${r.relaxed.p10Ms.toFixed(3)} / ${r.fixed.p10Ms.toFixed(3)} ms: ${(r.fixed.p10Ms / r.relaxed.p10Ms).toFixed(3)}x)${ort}`);
   }
 } finally {
   await browser.close();
