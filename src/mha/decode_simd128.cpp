@@ -12,7 +12,8 @@
 // Rows of 2 or more read each K panel (and from 3 rows each V tile) once, in address order, into an L1
 // scratch tile, copied or widened from halves, which every chunk then reads (a tile, never a copy of the
 // cache); see run_f16 for why and for the direct float16 paths (halves widened in registers with 5
-// integer operations per 8, f16.hpp).
+// integer operations per 8, f16.hpp). float32 items of 3 or more rows take run_grouped
+// (decode_grouped.hpp): the same phases, with each tile's copy pipelined into the previous tile's compute.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -91,8 +92,8 @@ Layout make_layout(int32_t dh) {
   };
   lay.q = take(size_t(kMaxChunks) * dh * kChunk);  // q chunks as panels (Dh, 4)
   lay.s = take(size_t(kDecodeMaxRowsPerItem) * kS);  // scores, then weights (rows, kS)
-  lay.k_stage = take(size_t(dh) * kP);               // one widened K panel (Dh, P)
-  lay.v_stage = take(size_t(kP) * dh8);              // one widened V tile (P, Dh8)
+  lay.k_stage = take(size_t(kP) * dh8);              // one widened K panel (Dh, P) (decode_grouped.hpp: or V tile)
+  lay.v_stage = take(size_t(kP) * dh8);              // one widened V tile (P, Dh8) (decode_grouped.hpp: or K panel)
   lay.total = at;
   return lay;
 }
@@ -393,6 +394,8 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
   }
 }
 
+#include "mha/decode_grouped.hpp"  // run_grouped: items of 3 or more rows
+
 // Staging: a chunk of 2 or more rows reads a panel in 2 to 4 strided sweeps (8 or 16 keys per pass) and
 // a V tile in one sweep per 8 lanes; straight from memory, each sweep starts with a run of misses (the
 // rows of decode-gqa-4k ran at 4 GB/s and 8 GFLOP/s, neither bound). One row (the memory-bound MHA
@@ -417,6 +420,7 @@ void run_f16(const DecodeBlock& blk, float* scratch) {
 size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 
 void run(const DecodeBlock& blk, float* scratch) {
+  if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2) return run_grouped<F32Loader>(blk, scratch);
   if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, blk.rows > 2, false, 1.0f);
   if (blk.specials) return run_f16<true>(blk, scratch);
   run_f16<false>(blk, scratch);
