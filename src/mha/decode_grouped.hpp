@@ -1,5 +1,6 @@
-// The grouped path of the SIMD decode kernel (decode_simd128.cpp): float32 items of 3 or more rows (G = H/Hkv
-// query heads, times the queries), whose K panels and V tiles are staged into L1 scratch. Not a header of its
+// The grouped path of the SIMD decode kernel (decode_simd128.cpp): float32 items of 3 or 4 rows (G = H/Hkv
+// query heads, times the queries: one chunk), whose K panels and V tiles are staged into L1 scratch. The
+// code serves any row count; run() sends it one chunk only (see there). Not a header of its
 // own: decode_simd128.cpp includes it inside its anonymous namespace, after the phases it reuses (pack_q,
 // block_softmax, widen_rows, the micro-kernels).
 //
@@ -12,8 +13,9 @@
 // first V tile in, so only a block's first panel is copied on its own. The copy does the same work as
 // widen_rows (the same loads, stores and widening), only in another order: the results are unchanged.
 // Interleaved A/B in wasm against run_phases (300 rounds, a machine loaded 8x): decode-gqa-4k f32 1.11x
-// median per round, decode-b4 f32 1.12x, decode-mqa-8k f32 0.99x. The float16 cache keeps run_phases: the
-// same pipeline widening halves measured 0.91x (b4) to 1.04x (gqa-4k).
+// median per round, decode-b4 f32 1.12x, decode-mqa-8k f32 0.99x (again 0.97x: MQA keeps run_phases).
+// The float16 cache keeps run_phases: the same pipeline widening halves measured 0.91x (b4) to 1.04x
+// (gqa-4k), and with the folded 2^112 on decode-mqa-8k 0.99x.
 
 // The rest of a contiguous copy (or widening) of 8-element groups into a stage buffer.
 template <class Ld>

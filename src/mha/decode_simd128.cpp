@@ -12,7 +12,7 @@
 // Rows of 2 or more read each K panel (and from 3 rows each V tile) once, in address order, into an L1
 // scratch tile, copied or widened from halves, which every chunk then reads (a tile, never a copy of the
 // cache); see run_f16 for why and for the direct float16 paths (halves widened in registers with 5
-// integer operations per 8, f16.hpp). float32 items of 3 or more rows take run_grouped
+// integer operations per 8, f16.hpp). float32 items of 3 or 4 rows take run_grouped
 // (decode_grouped.hpp): the same phases, with each tile's copy pipelined into the previous tile's compute.
 #include <algorithm>
 #include <cmath>
@@ -424,7 +424,8 @@ void run_f16(const DecodeBlock& blk, float* scratch) {
 size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 
 void run(const DecodeBlock& blk, float* scratch) {
-  if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2) return run_grouped<F32Loader>(blk, scratch);
+  // run_grouped for one chunk (G = 3, 4): the MQA step (4 chunks, compute-bound) measured 0.97-0.99x with it.
+  if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2 && blk.rows <= kChunk) return run_grouped<F32Loader>(blk, scratch);
   if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, blk.rows > 2, false, 1.0f);
   if (blk.specials) return run_f16<true>(blk, scratch);
   run_f16<false>(blk, scratch);
