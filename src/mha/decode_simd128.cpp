@@ -12,7 +12,8 @@
 // Rows of 2 or more read each K panel (and from 3 rows each V tile) once, in address order, into an L1
 // scratch tile, copied or widened from halves, which every chunk then reads (a tile, never a copy of the
 // cache); see run_f16 for why and for the direct float16 paths (halves widened in registers with 5
-// integer operations per 8, f16.hpp).
+// integer operations per 8, f16.hpp). float32 items of 3 or 4 rows take run_grouped
+// (decode_grouped.hpp): the same phases, with each tile's copy pipelined into the previous tile's compute.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -91,8 +92,8 @@ Layout make_layout(int32_t dh) {
   };
   lay.q = take(size_t(kMaxChunks) * dh * kChunk);  // q chunks as panels (Dh, 4)
   lay.s = take(size_t(kDecodeMaxRowsPerItem) * kS);  // scores, then weights (rows, kS)
-  lay.k_stage = take(size_t(dh) * kP);               // one widened K panel (Dh, P)
-  lay.v_stage = take(size_t(kP) * dh8);              // one widened V tile (P, Dh8)
+  lay.k_stage = take(size_t(kP) * dh8);              // one widened K panel (Dh, P) (decode_grouped.hpp: or V tile)
+  lay.v_stage = take(size_t(kP) * dh8);              // one widened V tile (P, Dh8) (decode_grouped.hpp: or K panel)
   lay.total = at;
   return lay;
 }
@@ -393,16 +394,22 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
   }
 }
 
+#include "mha/decode_grouped.hpp"  // run_grouped: items of 3 or more rows
+
 // Staging: a chunk of 2 or more rows reads a panel in 2 to 4 strided sweeps (8 or 16 keys per pass) and
 // a V tile in one sweep per 8 lanes; straight from memory, each sweep starts with a run of misses (the
 // rows of decode-gqa-4k ran at 4 GB/s and 8 GFLOP/s, neither bound). One row (the memory-bound MHA
 // step) reads whole panel rows per step, and 1- or 2-row chunks read value rows whole (pv_rows): those
 // read the cache directly. float16 read directly is widened in registers, its 2^112 folded into q (when
-// |q| <= kMaxFoldableQ) and into the stored weights.
+// |q| <= kMaxFoldableQ) and into the stored weights. float16 with 3 or more rows and such q: a single
+// chunk (G = 4) reads each half panel row (one 64-byte line) directly, in 4 sweeps that are each one
+// line per step, and staged tiles are widened without the multiply by 2^112 (interleaved A/B, 250
+// rounds, loaded machine: decode-gqa-4k f16 1.13x median, decode-mqa-8k f16 1.00x, decode-b4 f16 1.12x).
 template <bool kSpecials>
 void run_f16(const DecodeBlock& blk, float* scratch) {
   using Widened = F16Loader<kSpecials, false>;
   using Scaled = F16Loader<kSpecials, true>;
+  if (blk.rows > 2 && q_foldable(blk)) return run_phases<Scaled, Scaled>(blk, scratch, blk.rows > kChunk, true, true, f16::kWidenScale);
   if (blk.rows > 2) return run_phases<Widened, Widened>(blk, scratch, true, true, false, 1.0f);
   if (blk.rows == 2) return run_phases<Widened, Scaled>(blk, scratch, true, false, false, f16::kWidenScale);
   float largest_q = 0.0f;
@@ -417,6 +424,8 @@ void run_f16(const DecodeBlock& blk, float* scratch) {
 size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 
 void run(const DecodeBlock& blk, float* scratch) {
+  // run_grouped for one chunk (G = 3, 4): the MQA step (4 chunks, compute-bound) measured 0.97-0.99x with it.
+  if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2 && blk.rows <= kChunk) return run_grouped<F32Loader>(blk, scratch);
   if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, blk.rows > 2, false, 1.0f);
   if (blk.specials) return run_f16<true>(blk, scratch);
   run_f16<false>(blk, scratch);
