@@ -1,6 +1,6 @@
 // The grouped path of the SIMD decode kernel (decode_simd128.cpp): float32 items of 3 or 4 rows (G = H/Hkv
 // query heads, times the queries: one chunk), whose K panels and V tiles are staged into L1 scratch. The
-// code serves any row count; run() sends it one chunk only (see there). Not a header of its
+// chunk switches take 3 or 4 rows: run() sends it one chunk only (see there). Not a header of its
 // own: decode_simd128.cpp includes it inside its anonymous namespace, after the phases it reuses (pack_q,
 // block_softmax, widen_rows, the micro-kernels).
 //
@@ -98,11 +98,9 @@ inline void qk_panel_streamed(const float* qpanel, const float* panel, int32_t d
   for (int32_t c = 0; c < kP; c += 8 * P) qk_micro_streamed<R, P>(qpanel, panel + c, dh, s + c, st, ld);
 }
 
-// 1- and 2-row chunks (the last chunk of an item of 5 or 6 rows) take pv_rows and leave the stream to
-// the other chunks (or to stream_drain).
 template <int R, class Ld>
 inline void pv_tile_streamed(const float* p, const float* v, int32_t dh8, int32_t nk, float* o, StageStream<Ld>& st, const Ld& ld) {
-  if (R <= 2) return pv_rows<R>(p, v, dh8, nk, o, F32Loader{});
+  static_assert(R >= 3, "run_grouped takes items of 3 or 4 rows (run())");
   constexpr int L = groups_for_rows<R>();
   int32_t c = 0;
   for (; c + 8 * L <= dh8; c += 8 * L) pv_micro_streamed<R, L>(p, v + c, dh8, nk, o + c, st, ld);
@@ -110,12 +108,11 @@ inline void pv_tile_streamed(const float* p, const float* v, int32_t dh8, int32_
 }
 
 // Out of line (as qk_chunk and pv_chunk come out): inlined into run, their loops ran about 2x slower.
+// Chunks of 3 or 4 rows only: run() sends no other item here.
 template <class Ld>
 __attribute__((noinline)) void qk_chunk_streamed(int32_t rows, const float* qpanel, const float* panel, int32_t dh, float* s, StageStream<Ld>& st,
                               const Ld& ld) {
   switch (rows) {
-    case 1: qk_panel_streamed<1>(qpanel, panel, dh, s, st, ld); break;
-    case 2: qk_panel_streamed<2>(qpanel, panel, dh, s, st, ld); break;
     case 3: qk_panel_streamed<3>(qpanel, panel, dh, s, st, ld); break;
     default: qk_panel_streamed<4>(qpanel, panel, dh, s, st, ld); break;
   }
@@ -125,8 +122,6 @@ template <class Ld>
 __attribute__((noinline)) void pv_chunk_streamed(int32_t rows, const float* p, const float* v, int32_t dh8, int32_t nk, float* o, StageStream<Ld>& st,
                               const Ld& ld) {
   switch (rows) {
-    case 1: pv_tile_streamed<1>(p, v, dh8, nk, o, st, ld); break;
-    case 2: pv_tile_streamed<2>(p, v, dh8, nk, o, st, ld); break;
     case 3: pv_tile_streamed<3>(p, v, dh8, nk, o, st, ld); break;
     default: pv_tile_streamed<4>(p, v, dh8, nk, o, st, ld); break;
   }
