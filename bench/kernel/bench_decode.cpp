@@ -1,7 +1,7 @@
 // Timing harness of the KV cache's decode step (not a test: it asserts nothing). Over 500 lines: one
 // harness whose sections (steps, phases, softcap, ab, prefill) share the shapes, caches and timing.
 // Built natively and for wasm with threads (bench/kernel/CMakeLists.txt), run under Node for the engine users have:
-//   node --no-experimental-fetch build/wasm/bench/bench_decode.js [rounds] [prefill]
+//   node --no-experimental-fetch build/wasm/bench/bench_decode.js [rounds] [phases|split|softcap|ab [shape]|prefill]
 //   build/native/bench/bench_decode [rounds] [prefill]
 //
 // Per round, interleaved: the streaming-read bandwidth (a SIMD sum over 256 MiB, 8x this machine's L3) on
@@ -489,7 +489,11 @@ int main(int argc, char** argv) {
 #if MHA_F16_SIMD
   if (argc > 2 && std::string(argv[2]) == "phases") return phases_section(shapes, 4, rounds);
   if (argc > 2 && std::string(argv[2]) == "softcap") return softcap_section(shapes, 4, rounds, false);
-  if (argc > 2 && std::string(argv[2]) == "ab") return softcap_section(shapes, 4, rounds, true);
+  if (argc > 2 && std::string(argv[2]) == "ab") {
+    for (size_t i = 0; argc > 3 && i < std::size(shapes); ++i)  // `ab <shape>`: that shape only
+      if (std::string(argv[3]) == shapes[i].name) return softcap_section(&shapes[i], 1, rounds, true);
+    return softcap_section(shapes, 4, rounds, true);
+  }
   if (argc > 2 && std::string(argv[2]) == "split") return split_section(shapes[2], rounds);
 #endif
   mha::ParallelAttention parallel(2);
