@@ -8,15 +8,20 @@ namespace mha {
 
 ThreadPool::ThreadPool(int threads) {
   for (int w = 1; w < threads; ++w) {
-    // A platform that cannot start another thread throws (natively): keep the ones that started. (wasm
-    // builds have no exceptions; the loader preloads one Web Worker per thread so creation succeeds.)
+    // A platform that cannot start another thread throws (natively): keep the ones that started. (The wasm
+    // modules are compiled without exceptions; the loader preloads one Web Worker per thread so creation
+    // succeeds.)
     alive_.fetch_add(1);
+#if defined(__cpp_exceptions)
     try {
       workers_.emplace_back(&ThreadPool::worker_main, this, w);
     } catch (const std::system_error&) {
       alive_.fetch_sub(1);
       break;
     }
+#else
+    workers_.emplace_back(&ThreadPool::worker_main, this, w);
+#endif
   }
 }
 
