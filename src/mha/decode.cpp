@@ -14,6 +14,7 @@
 
 #include "mha/kernel.hpp"
 #include "mha/decode_kernel.hpp"
+#include "mha/reference.hpp"  // exp_without_table
 
 namespace mha {
 
@@ -195,7 +196,7 @@ void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, fl
   }
   double sum = 0.0;
   for (double& s : scores) {
-    s = std::exp(s - row_max);
+    s = exp_without_table(s - row_max);
     sum += s;
   }
   for (int32_t d = 0; d < dh; ++d) {

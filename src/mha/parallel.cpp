@@ -1,23 +1,32 @@
 #include "mha/parallel.hpp"
 
 #include <chrono>
-#include <system_error>
+#include <thread>  // std::this_thread::yield
 
 
 namespace mha {
 
 ThreadPool::ThreadPool(int threads) {
+  if (threads > 1) starts_.reserve(static_cast<size_t>(threads - 1));
   for (int w = 1; w < threads; ++w) {
-    // A platform that cannot start another thread throws (natively): keep the ones that started. (wasm
-    // builds have no exceptions; the loader preloads one Web Worker per thread so creation succeeds.)
+    // A platform that cannot start another thread (pthread_create fails): keep the ones that started.
+    // (In wasm the loader preloads one Web Worker per thread, so creation succeeds.)
+    starts_.push_back(WorkerStart{this, w});
     alive_.fetch_add(1);
-    try {
-      workers_.emplace_back(&ThreadPool::worker_main, this, w);
-    } catch (const std::system_error&) {
+    pthread_t thread;
+    if (pthread_create(&thread, nullptr, &ThreadPool::worker_entry, &starts_.back()) != 0) {
       alive_.fetch_sub(1);
+      starts_.pop_back();
       break;
     }
+    workers_.push_back(thread);
   }
+}
+
+void* ThreadPool::worker_entry(void* start) {
+  const WorkerStart& s = *static_cast<const WorkerStart*>(start);
+  s.pool->worker_main(s.worker);
+  return nullptr;
 }
 
 ThreadPool::~ThreadPool() { stop(); }
@@ -27,7 +36,7 @@ void ThreadPool::stop() {
   if (workers_.empty()) return;
   // Detach first, while every worker still runs: detaching a thread that has already exited joins it
   // (musl), and a join on the browser's main thread is what Emscripten warns about.
-  for (std::thread& t : workers_) t.detach();
+  for (pthread_t t : workers_) pthread_detach(t);
   workers_.clear();
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -5,9 +5,11 @@
 // in cost, stay balanced. Every unit does the same float operations whatever thread runs it, so the
 // result is bit-identical for any thread count.
 //
-// Portable C++17 only (std::thread, std::mutex, std::condition_variable, std::atomic): it runs natively
-// and in wasm built with Emscripten's -pthread (each std::thread is then a Web Worker / Node worker).
-// A pool of 1 thread starts no thread at all, so single-threaded wasm builds link it unchanged.
+// C++17 and POSIX threads (pthread_create, then std::mutex, std::condition_variable, std::atomic): it runs
+// natively and in wasm built with Emscripten's -pthread (each thread is then a Web Worker / Node worker).
+// Not std::thread: libc++'s thread start-up (its per-thread __thread_struct for notify_all_at_thread_exit)
+// was 1.7 kB of each threaded module for nothing this pool uses. A pool of 1 thread starts no thread at
+// all, so single-threaded wasm builds link it unchanged.
 #pragma once
 
 #include <atomic>
@@ -15,8 +17,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
+
+#include <pthread.h>
 
 #include "mha/kernel.hpp"
 #include "mha/shape.hpp"
@@ -79,13 +82,21 @@ class ThreadPool {
     uint64_t generation = 0;  // the publication number of the loop in this slot
   };
 
+  // What a worker thread starts with (pthread_create's argument): starts_ is sized before any thread
+  // starts, so each start's address stays valid.
+  struct WorkerStart {
+    ThreadPool* pool;
+    int worker;
+  };
+  static void* worker_entry(void* start);
   void worker_main(int worker);
   static void run_indices(Loop& loop, int worker);
   // Slot of the oldest open loop that a worker whose last-entered generations are `seen` has not
   // entered yet, or -1. Under mutex_.
   int enterable(const uint64_t* seen) const;
 
-  std::vector<std::thread> workers_;
+  std::vector<WorkerStart> starts_;
+  std::vector<pthread_t> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
   Loop loops_[kMaxLoops];

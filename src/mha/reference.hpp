@@ -31,6 +31,10 @@ struct ReferenceRow {
   EmptyRows empty_rows = EmptyRows::kNaN;
 };
 
+// exp(x) in double, within an ulp of std::exp, for the double-precision paths (this reference, the decode's
+// exact rows): unlike std::exp it brings no table into the wasm modules (reference.cpp says how).
+double exp_without_table(double x);
+
 // Scaled dot-product attention of ONE head for ONE query row, the building block of everything below,
 // in the order of docs/spec.md 2.4-2.5: scores of the visible keys (softcap, ALiBi, bias), softmax, sum.
 //   out_row (Dh), optional: softmax_j(scores) @ v over the visible keys;
