@@ -1,15 +1,16 @@
 // Bindings: marshalling only. JavaScript passes heap addresses (as unsigned integers) and dims to plain
 // C exports (an attention call as one struct on the heap, AttentionCallAbi), which return an mha::Status
-// code that web/src turns into a precise JS error. There is no Embind: the few calls made once per instance
-// or on an error (strings, the structs' layouts) are C exports too, which src/bindings.post.js wraps into
-// the JS functions web/src calls. All semantics live in src/mha; nothing here computes.
+// code that web/src turns into a precise JS error; Embind serves the few calls made once per instance or
+// on an error. All semantics live in src/mha; nothing here computes.
+#include <emscripten/bind.h>
 #include <emscripten/em_macros.h>
+#include <emscripten/val.h>
 #include <malloc.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 #include "mha/decode.hpp"
@@ -34,16 +35,6 @@ std::unique_ptr<mha::ParallelAttention> g_parallel;
 // The instance's KV caches, and the decode kernel's scratch (reused by every attend call).
 mha::KVCacheRegistry g_caches;
 mha::DecodeScratch g_decode;
-
-// emmalloc counts the header of a free block as in use, so an instance's first malloc and free move
-// heapBytesInUse up by a few bytes for good (the first block split off the heap). Take that step at
-// start-up (Embind's start-up allocations used to), so that the idle figure web/src reads after createMHA
-// is the figure after any balanced run of calls (the leak checks of tests/js compare the two).
-[[maybe_unused]] const bool g_heap_primed = [] {
-  void* volatile block = malloc(1);  // volatile: the compiler would drop a malloc that is freed unused
-  free(block);
-  return true;
-}();
 
 // One mha_kv_cache_attend call, written by web/src into the instance's scratch arena. Every field is 4
 // bytes (wasm32); the offsets reach TS through kvCacheAttendCallLayout() (offsetof), never hand-copied.
@@ -139,20 +130,6 @@ static_assert(sizeof(kCacheAttendCallFields) / sizeof(AbiField) * 4 == sizeof(Ca
               "every 4-byte field of CacheAttendCallAbi is listed in kCacheAttendCallFields");
 static_assert(sizeof(kAttentionCallFields) / sizeof(AbiField) * 4 == sizeof(AttentionCallAbi),
               "every 4-byte field of AttentionCallAbi is listed in kAttentionCallFields");
-
-// The fields of call struct `layout` (0: AttentionCallAbi, 1: CacheAttendCallAbi; none for another number).
-struct AbiFields {
-  const AbiField* fields;
-  int32_t count;
-  size_t size;
-};
-AbiFields abi_fields(int32_t layout) {
-  constexpr int32_t kAttentionCount = sizeof(kAttentionCallFields) / sizeof(AbiField);
-  constexpr int32_t kCacheAttendCount = sizeof(kCacheAttendCallFields) / sizeof(AbiField);
-  if (layout == 0) return {kAttentionCallFields, kAttentionCount, sizeof(AttentionCallAbi)};
-  if (layout == 1) return {kCacheAttendCallFields, kCacheAttendCount, sizeof(CacheAttendCallAbi)};
-  return {nullptr, 0, 0};
-}
 
 // What the core's AttentionArgs cannot express about a call: the bias's broadcast dims must be 1 or B and
 // 1 or H (they become zero strides), empty_rows 0 or 1, and attention_weights has no lse output (an option
@@ -334,51 +311,61 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
   return static_cast<int32_t>(mha::cache_attend(*cache, args, g_decode, g_parallel.get(), g_workspace));
 }
 
-// ---- Calls made once per instance or on an error path. Plain C exports too (no Embind, whose runtime
-// was 2 kB gzipped of each .wasm and 5 kB of each glue); src/bindings.post.js, linked into every glue,
-// wraps them as the module's releaseScratch(), heapBytesInUse(), version(), simd(), statusMessage(),
-// attentionCallLayout() and kvCacheAttendCallLayout(), which web/src calls.
+}  // extern "C"
 
-EMSCRIPTEN_KEEPALIVE void mha_release_scratch() {
+namespace {
+
+void release_scratch() {
   g_workspace.release();
   if (g_parallel) g_parallel->release_scratch();
   g_decode.release();
 }
 
+// {fieldName: byteOffset} of CacheAttendCallAbi, and its `size` in bytes.
+emscripten::val kv_cache_attend_call_layout() {
+  emscripten::val layout = emscripten::val::object();
+  for (const AbiField& field : kCacheAttendCallFields) layout.set(field.name, static_cast<int32_t>(field.offset));
+  layout.set("size", static_cast<int32_t>(sizeof(CacheAttendCallAbi)));
+  return layout;
+}
+
 // Bytes currently allocated by malloc in this instance (for leak checks and memory reporting).
-EMSCRIPTEN_KEEPALIVE double mha_heap_bytes_in_use() { return static_cast<double>(mallinfo().uordblks); }
+double heap_bytes_in_use() { return static_cast<double>(mallinfo().uordblks); }
 
-// The package version the module was built from (a NUL-terminated string in static memory).
-EMSCRIPTEN_KEEPALIVE const char* mha_version() { return MHA_VERSION; }
+std::string version() { return MHA_VERSION; }
 
-// 1 when the kernel was compiled for WebAssembly SIMD128.
-EMSCRIPTEN_KEEPALIVE int32_t mha_simd() {
-#ifdef __wasm_simd128__
-  return 1;
-#else
-  return 0;
-#endif
+// {field name: byte offset} of AttentionCallAbi, and its `size` in bytes.
+emscripten::val attention_call_layout() {
+  emscripten::val layout = emscripten::val::object();
+  for (const AbiField& field : kAttentionCallFields) layout.set(field.name, static_cast<int32_t>(field.offset));
+  layout.set("size", static_cast<int32_t>(sizeof(AttentionCallAbi)));
+  return layout;
 }
 
 // The message of a status code returned by an export, in the JavaScript API's terms; an empty string for a
-// number that is no mha::Status.
-EMSCRIPTEN_KEEPALIVE const char* mha_status_message(int32_t status) {
+// number that is no mha::Status. Called on the error path only.
+std::string status_message(int32_t status) {
   const char* message = mha::status_message(static_cast<mha::Status>(status));
   return message != nullptr ? message : "";
 }
 
-// The call structs' layouts, field by field: layout 0 is AttentionCallAbi, 1 CacheAttendCallAbi. The name of
-// field i (nullptr past the last), and its byte offset (at i = the field count: the struct's size; -1 for
-// an unknown layout or i).
-EMSCRIPTEN_KEEPALIVE const char* mha_call_field_name(int32_t layout, int32_t i) {
-  const AbiFields fields = abi_fields(layout);
-  return i >= 0 && i < fields.count ? fields.fields[i].name : nullptr;
+// True when the kernel was compiled for WebAssembly SIMD128.
+bool simd() {
+#ifdef __wasm_simd128__
+  return true;
+#else
+  return false;
+#endif
 }
 
-EMSCRIPTEN_KEEPALIVE int32_t mha_call_field_offset(int32_t layout, int32_t i) {
-  const AbiFields fields = abi_fields(layout);
-  if (i < 0 || i > fields.count) return -1;
-  return static_cast<int32_t>(i < fields.count ? fields.fields[i].offset : fields.size);
-}
+}  // namespace
 
-}  // extern "C"
+EMSCRIPTEN_BINDINGS(mha_wasm) {
+  emscripten::function("releaseScratch", &release_scratch);
+  emscripten::function("heapBytesInUse", &heap_bytes_in_use);
+  emscripten::function("version", &version);
+  emscripten::function("simd", &simd);
+  emscripten::function("attentionCallLayout", &attention_call_layout);
+  emscripten::function("kvCacheAttendCallLayout", &kv_cache_attend_call_layout);
+  emscripten::function("statusMessage", &status_message);
+}

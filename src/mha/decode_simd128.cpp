@@ -442,10 +442,11 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
 // chunk (G = 4) reads each half panel row (one 64-byte line) directly, in 4 sweeps that are each one
 // line per step, and staged tiles are widened without the multiply by 2^112 (interleaved A/B, 250
 // rounds, loaded machine: decode-gqa-4k f16 1.13x median, decode-mqa-8k f16 1.00x, decode-b4 f16 1.12x).
-template <bool kSpecials>
+// Blocks whose halves hold no inf or NaN: the driver (decode.cpp run_item) gives the others to the scalar
+// kernel, so the loaders skip the widening's inf/NaN fix-up.
 void run_f16(const DecodeBlock& blk, float* scratch) {
-  using Widened = F16Loader<kSpecials, false>;
-  using Scaled = F16Loader<kSpecials, true>;
+  using Widened = F16Loader<false, false>;
+  using Scaled = F16Loader<false, true>;
   if (blk.rows > 2 && q_foldable(blk)) return run_phases<Scaled, Scaled>(blk, scratch, blk.rows > kChunk, true, true, f16::kWidenScale);
   if (blk.rows > 2) return run_phases<Widened, Widened>(blk, scratch, true, true, false, 1.0f);
   if (blk.rows == 2) return run_phases<Widened, Scaled>(blk, scratch, true, false, false, f16::kWidenScale);
@@ -464,8 +465,7 @@ void run(const DecodeBlock& blk, float* scratch) {
   // run_grouped for one chunk (G = 3, 4): the MQA step (4 chunks, compute-bound) measured 0.97-0.99x with it.
   if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2 && blk.rows <= kChunk) return run_grouped<F32Loader>(blk, scratch);
   if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, blk.rows > 2, false, 1.0f);
-  if (blk.specials) return run_f16<true>(blk, scratch);
-  run_f16<false>(blk, scratch);
+  run_f16(blk, scratch);
 }
 
 }  // namespace

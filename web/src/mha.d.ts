@@ -30,8 +30,7 @@ export interface MhaWasmModule {
   HEAPU8: Uint8Array;
   HEAP32: Int32Array;
   HEAPF32: Float32Array;
-  // Called once per instance or on the error path: C exports of src/bindings.cpp wrapped by its post-js
-  // (src/bindings.post.js).
+  // Embind, called once per instance or on the error path.
   // {field name: byte offset} of AttentionCallAbi, and its size in bytes.
   attentionCallLayout(): Record<string, number>;
   // {field name: byte offset} of CacheAttendCallAbi, and its size in bytes.
