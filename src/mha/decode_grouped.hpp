@@ -223,13 +223,3 @@ void run_grouped(const DecodeBlock& blk, float* scratch) {
   }
 }
 
-// float16, 3 or more rows: every q element finite and at most kMaxFoldableQ, so that the widening's 2^112
-// can be folded into q (run_f16).
-inline bool q_foldable(const DecodeBlock& blk) {
-  for (int32_t r = 0; r < blk.rows; ++r) {
-    for (int32_t d = 0; d < blk.head_dim; ++d) {
-      if (!(std::fabs(blk.q_rows[r][d]) <= kMaxFoldableQ)) return false;  // NaN too
-    }
-  }
-  return true;
-}

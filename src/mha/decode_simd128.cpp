@@ -296,6 +296,17 @@ MHA_PHASE void pack_q(const DecodeBlock& blk, float q_scale, float* qp) {
 // Largest q for which q * 2^112 stays finite with a margin (f16 scores fold 2^112 into q).
 constexpr float kMaxFoldableQ = 16384.0f;
 
+// Whether every q element of the block's rows is finite and at most kMaxFoldableQ, so that the float16
+// widening's 2^112 can be folded into q (run_f16).
+bool q_foldable(const DecodeBlock& blk) {
+  for (int32_t r = 0; r < blk.rows; ++r) {
+    for (int32_t d = 0; d < blk.head_dim; ++d) {
+      if (!(std::fabs(blk.q_rows[r][d]) <= kMaxFoldableQ)) return false;  // NaN too
+    }
+  }
+  return true;
+}
+
 // Phase 2: s[r * kS + j - base] = q_r . k_j for the panels covering [base, key_end), base = the panel
 // start at or before key_begin.
 // stage: read each panel once into k_stage (ld must then give true values) and run every chunk on that.
@@ -450,12 +461,7 @@ void run_f16(const DecodeBlock& blk, float* scratch) {
   if (blk.rows > 2 && q_foldable(blk)) return run_phases<Scaled, Scaled>(blk, scratch, blk.rows > kChunk, true, true, f16::kWidenScale);
   if (blk.rows > 2) return run_phases<Widened, Widened>(blk, scratch, true, true, false, 1.0f);
   if (blk.rows == 2) return run_phases<Widened, Scaled>(blk, scratch, true, false, false, f16::kWidenScale);
-  float largest_q = 0.0f;
-  for (int32_t d = 0; d < blk.head_dim; ++d) {
-    const float q = blk.q_rows[0][d];
-    largest_q = std::isfinite(q) ? std::max(largest_q, std::fabs(q)) : std::numeric_limits<float>::infinity();
-  }
-  if (largest_q <= kMaxFoldableQ) return run_phases<Scaled, Scaled>(blk, scratch, false, false, true, f16::kWidenScale);
+  if (q_foldable(blk)) return run_phases<Scaled, Scaled>(blk, scratch, false, false, true, f16::kWidenScale);
   run_phases<Widened, Scaled>(blk, scratch, false, false, false, f16::kWidenScale);
 }
 
