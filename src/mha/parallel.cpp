@@ -112,7 +112,7 @@ void ThreadPool::parallel_for(int64_t count, Body body, void* ctx) {
 
 void ThreadPool::begin(int64_t count, Body body, void* ctx) {
   if (in_flight_ == kMaxLoops) join();
-  Loop& loop = loops_[(oldest_ + in_flight_) % kMaxLoops];
+  Loop& loop = loops_[next_slot()];
   ++in_flight_;
   // No worker is inside this slot: its previous loop was joined (closed, active 0) or never opened.
   loop.body = body;
@@ -197,7 +197,7 @@ Status ParallelAttention::run(const AttentionArgs& args) {
 }
 
 Status ParallelAttention::begin(const AttentionArgs& args) {
-  if (pending_ == ThreadPool::kMaxLoops) join();
+  if (pending() == ThreadPool::kMaxLoops) join();
   const Status status = validate_args(args);
   if (status != Status::kOk) return status;
   const KernelPlan plan = kernel_->plan(args);
@@ -212,23 +212,15 @@ Status ParallelAttention::begin(const AttentionArgs& args) {
   for (Workspace& scratch : scratch_) {
     if (!scratch.reserve(plan.scratch.total)) return Status::kOutOfMemory;
   }
-  UnitJob& job = jobs_[(oldest_ + pending_) % ThreadPool::kMaxLoops];
+  UnitJob& job = jobs_[pool_.next_slot()];
   job = UnitJob{args, kernel_, plan, &scratch_, plan.unit_count / plan.units_per_kv_head};
-  ++pending_;
   pool_.begin(plan.unit_count, &run_unit<UnitJob>, &job);
   return Status::kOk;
 }
 
-void ParallelAttention::join() {
-  if (pending_ == 0) return;
-  pool_.join();
-  oldest_ = (oldest_ + 1) % ThreadPool::kMaxLoops;
-  --pending_;
-}
+void ParallelAttention::join() { pool_.join(); }
 
-void ParallelAttention::join_all() {
-  while (pending_ > 0) join();
-}
+void ParallelAttention::join_all() { pool_.join_all(); }
 
 void ParallelAttention::release_scratch() {
   join_all();

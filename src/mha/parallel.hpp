@@ -68,6 +68,9 @@ class ThreadPool {
   // Joins every loop in flight, oldest first.
   void join_all();
   int loops_in_flight() const { return in_flight_; }
+  // The slot (in [0, kMaxLoops)) the next begin() fills; the same before and after a begin() that first
+  // joins the oldest, so a caller can keep per-loop state in an array indexed by it.
+  int next_slot() const { return (oldest_ + in_flight_) % kMaxLoops; }
 
  private:
   // One published loop. body/ctx/count are written by the caller before it opens the loop under mutex_.
@@ -157,7 +160,7 @@ class ParallelAttention {
   Status begin(const AttentionArgs& args);
   void join();
   void join_all();
-  int pending() const { return pending_; }
+  int pending() const { return pool_.loops_in_flight(); }
 
   // Frees the scratch buffers; the next run allocates again.
   void release_scratch();
@@ -182,11 +185,10 @@ class ParallelAttention {
   ThreadPool pool_;
   std::vector<Workspace> scratch_;
   const KernelVariant* kernel_;
-  // The calls between begin() and join(), oldest at jobs_[oldest_]; they live here so the caller's stack
-  // can unwind in between.
+  // The calls between begin() and join(), each at its pool loop's slot; they live here so the caller's
+  // stack can unwind in between. Every pending call is a loop in flight on pool_ and vice versa (the
+  // decode kernel borrows pool_ only through pool(), which joins them first).
   UnitJob jobs_[ThreadPool::kMaxLoops];
-  int oldest_ = 0;
-  int pending_ = 0;
 };
 
 }  // namespace mha
