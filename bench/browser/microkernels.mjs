@@ -6,15 +6,15 @@
 // page of its own (a second Emscripten glue evaluated in the same page ends it).
 //   cmake --build build/wasm --target mha_microkernel_timing mha_microkernel_timing_relaxed
 //   node bench/browser/microkernels.mjs [--rounds 3]
-import { chromium } from 'playwright-core';
+import { launchChromium } from '../../tests/browser/chromium.mjs';
 import { startTestServer } from '../../tests/browser/engines.mjs';
+import { option } from './bench-page.mjs';
 
 const args = process.argv.slice(2);
-const rounds = Number(args.includes('--rounds') ? args[args.indexOf('--rounds') + 1] : 3);
+const rounds = Number(option(args, '--rounds', 3));
 
 const server = await startTestServer();
-const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'] });
+const browser = await launchChromium();
 const base = new URL(server.url).origin;
 
 /** Runs `fn(arg)` in a fresh bench page. */

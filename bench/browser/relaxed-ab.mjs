@@ -8,23 +8,15 @@
 // builds minutes apart. Prints one JSON object (the page's results) and a summary: the ratio of the medians,
 // and of the 10th percentiles over all calls, which on a loaded machine (load average far above the 2
 // cores) moves much less than the medians: most calls are then slowed by other processes, unevenly.
-import { chromium } from 'playwright-core';
-import { startTestServer } from '../../tests/browser/engines.mjs';
+import { option, withBenchPage } from './bench-page.mjs';
 import { shapeByName } from '../lib/shapes.mjs';
 
 const args = process.argv.slice(2);
-const option = (name, fallback) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
-const shapes = option('--shapes', 'bert,long2k').split(',');
-const rounds = Number(option('--rounds', '6'));
+const shapes = option(args, '--shapes', 'bert,long2k').split(',');
+const rounds = Number(option(args, '--rounds', '6'));
 const withOrt = args.includes('--ort');
 
-const server = await startTestServer();
-const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'] });
-try {
-  const page = await browser.newPage();
-  await page.goto(new URL('bench/browser/index.html', server.url).href);
-  await page.waitForFunction(() => window.__benchReady === true);
+await withBenchPage(async (page, browser) => {
   const models = {};
   if (withOrt) {
     const { standardOpsModel } = await import('../lib/onnx-models.mjs');
@@ -33,16 +25,13 @@ try {
   const result = await page.evaluate(async ({ shapes, rounds, models }) => {
     const { createMHA } = await import('/dist/index.js');
     const { shapeByName, flopsOf } = await import('/bench/lib/shapes.mjs');
-    const { mulberry32, randomNormal } = await import('/bench/lib/prng.mjs');
+    const { makeInputs } = await import('/bench/lib/prng.mjs');
     const impls = { relaxed: await createMHA(), fixed: await createMHA({ simd: 'fixed' }) };
     const builds = { relaxed: impls.relaxed.info.build, fixed: impls.fixed.info.build };
     const out = { builds, shapes: {} };
     for (const name of shapes) {
       const shape = shapeByName(name);
-      const random = mulberry32(7);
-      const q = randomNormal(shape.B * shape.S * shape.D, random);
-      const k = randomNormal(shape.B * shape.T * shape.D, random);
-      const v = randomNormal(shape.B * shape.T * shape.D, random);
+      const { q, k, v } = makeInputs(shape);
       const options = { batch: shape.B, seqLen: shape.S, kvSeqLen: shape.T, dModel: shape.D, numHeads: shape.H, causal: !!shape.causal };
       const runners = {
         relaxed: async () => impls.relaxed.multiHeadAttention(q, k, v, options),
@@ -81,7 +70,4 @@ try {
       `${result.builds.fixed} ${r.fixed.medianMs.toFixed(3)} ms ${r.fixed.gflops.toFixed(1)} GFLOP/s: ${(r.fixed.medianMs / r.relaxed.medianMs).toFixed(3)}x` +
       ` (10th percentiles ${r.relaxed.p10Ms.toFixed(3)} / ${r.fixed.p10Ms.toFixed(3)} ms: ${(r.fixed.p10Ms / r.relaxed.p10Ms).toFixed(3)}x)${ort}`);
   }
-} finally {
-  await browser.close();
-  await server.close();
-}
+});

@@ -8,29 +8,21 @@
 // 10th percentiles over all calls, and the median and quartiles over the rounds of each round's ratio of
 // lower quartiles: with load averages far above the 2 cores most calls are slowed by other processes,
 // unevenly, and the medians of whole runs swing by tens of percent. --out passes a reused `out` array.
-import { chromium } from 'playwright-core';
-import { startTestServer } from '../../tests/browser/engines.mjs';
+import { option, withBenchPage } from './bench-page.mjs';
 
 const args = process.argv.slice(2);
-const option = (name, fallback) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
-const shapes = option('--shapes', 'bert').split(',');
-const rounds = Number(option('--rounds', '16'));
+const shapes = option(args, '--shapes', 'bert').split(',');
+const rounds = Number(option(args, '--rounds', '16'));
 const useOut = args.includes('--out');
 const builds = Object.fromEntries(args.filter((a) => /^[\w-]+=/.test(a)).map((a) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)]));
 const pairs = args.filter((a) => /^[\w-]+\/[\w-]+$/.test(a)).map((a) => a.split('/'));
 if (Object.keys(builds).length < 2) throw new Error('give at least two label=path.wasm arguments');
 
-const server = await startTestServer();
-const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'] });
-try {
-  const page = await browser.newPage();
-  await page.goto(new URL('bench/browser/index.html', server.url).href);
-  await page.waitForFunction(() => window.__benchReady === true);
+await withBenchPage(async (page, browser) => {
   const result = await page.evaluate(async ({ builds, shapes, rounds, useOut }) => {
     const { createMHA } = await import('/dist/index.js');
     const { shapeByName } = await import('/bench/lib/shapes.mjs');
-    const { mulberry32, randomNormal } = await import('/bench/lib/prng.mjs');
+    const { makeInputs } = await import('/bench/lib/prng.mjs');
     const impls = {};
     for (const [label, path] of Object.entries(builds)) {
       impls[label] = await createMHA({ wasmBinary: new Uint8Array(await (await fetch(`/${path}`)).arrayBuffer()) });
@@ -40,10 +32,7 @@ try {
     const out = { builds: Object.fromEntries(labels.map((l) => [l, impls[l].info.build])), shapes: {} };
     for (const name of shapes) {
       const shape = shapeByName(name);
-      const random = mulberry32(7);
-      const q = randomNormal(shape.B * shape.S * shape.D, random);
-      const k = randomNormal(shape.B * shape.T * shape.D, random);
-      const v = randomNormal(shape.B * shape.T * shape.D, random);
+      const { q, k, v } = makeInputs(shape);
       const options = { batch: shape.B, seqLen: shape.S, kvSeqLen: shape.T, dModel: shape.D, numHeads: shape.H, causal: !!shape.causal };
       if (useOut) options.out = new Float32Array(shape.B * shape.S * shape.D);
       for (const l of [...labels, ...labels]) impls[l].multiHeadAttention(q, k, v, options);  // warm up
@@ -82,7 +71,4 @@ try {
         `median ${at(ratios, 0.5).toFixed(3)}, quartiles ${at(ratios, 0.25).toFixed(3)}-${at(ratios, 0.75).toFixed(3)}, range ${at(ratios, 0).toFixed(3)}-${at(ratios, 1).toFixed(3)}`);
     }
   }
-} finally {
-  await browser.close();
-  await server.close();
-}
+});
