@@ -142,7 +142,8 @@ function callOptions(c) {
 /**
  * Runs golden case `c` on `mha` and checks it with docs/spec.md's tolerances ("Accuracy"):
  * out within max(1e-5 · max(1, max|out64|), 2 · max|out32 − out64|) of out64, weights within 1e-5 of
- * weights64, lse within 1e-5 · max(1, max|lse64|), split_q bit for bit; NaN and ±Infinity positions exact.
+ * weights64, each lse element within 1e-5 · max(1, |lse64|), split_q bit for bit; NaN and ±Infinity positions
+ * exact (checkOut, checkWeights, checkLse).
  * Returns { name, checks: [{ what, pass, maxError?, tolerance?, specialMismatch? }] }; `onOutput` receives
  * the output checked against out64 (the stacked steps of a cache case), for callers that compare bits.
  */
