@@ -8,29 +8,17 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { launchChromium } from './chromium.mjs';
-import { serve } from '../../scripts/serve.mjs';
+import { canvasStats, chromiumAndServer } from './chromium.mjs';
 import { forEachEngine, startTestServer } from './engines.mjs';
 
 const RESULTS = fileURLToPath(new URL('../../test-results/', import.meta.url));
 
-let server;
-let browser;
-
-before(async () => {
-  server = await serve({ port: 0 });
-  browser = await launchChromium();
-  await mkdir(RESULTS, { recursive: true });
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const harness = chromiumAndServer({ before, after });
+before(() => mkdir(RESULTS, { recursive: true }));
 
 /** Opens the demo at `/` (which redirects to /web/demo/) and records every console error and page error. */
 async function openDemo(t, viewport = { width: 1280, height: 800 }) {
-  const context = await browser.newContext({ viewport });
+  const context = await harness.browser.newContext({ viewport });
   const page = await context.newPage();
   const problems = [];
   page.on('console', (m) => {
@@ -41,7 +29,7 @@ async function openDemo(t, viewport = { width: 1280, height: 800 }) {
     if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`);
   });
   t.after(() => context.close());
-  await page.goto(server.url);
+  await page.goto(harness.server.url);
   await page.waitForSelector('body[data-ready="true"]', { timeout: 20_000 });
   return { page, problems };
 }
@@ -67,21 +55,8 @@ async function waitPanel(page, id, timeout = 60_000) {
   );
 }
 
-/** Per heatmap canvas: size, pixels that are not white, distinct colors. */
-function heatmapStats(page) {
-  return page.evaluate(() =>
-    [...document.querySelectorAll('#heatmaps canvas')].map((c) => {
-      const { data } = c.getContext('2d').getImageData(0, 0, c.width, c.height);
-      let nonWhite = 0;
-      const colors = new Set();
-      for (let i = 0; i < data.length; i += 4) {
-        if (data[i] < 250 || data[i + 1] < 250 || data[i + 2] < 250) nonWhite++;
-        colors.add((data[i] << 16) | (data[i + 1] << 8) | data[i + 2]);
-      }
-      return { width: c.width, height: c.height, nonWhite, colors: colors.size, total: data.length / 4, head: c.dataset.head };
-    }),
-  );
-}
+/** Per heatmap canvas: size, pixels that are not white, distinct colors, data-head. */
+const heatmapStats = (page) => canvasStats(page, '#heatmaps canvas');
 
 /** Fraction of pixels that differ (by more than a small tolerance) between heatmaps a and b. */
 function heatmapDifference(page, a, b) {
@@ -120,7 +95,7 @@ const isGrey = ([r, g, b]) => Math.abs(r - g) < 8 && Math.abs(g - b) < 8 && r < 
 
 describe('scripts/serve.mjs', () => {
   test('redirects / to the demo and sends COOP/COEP and correct MIME types on every response', async () => {
-    const root = await fetch(server.url, { redirect: 'manual' });
+    const root = await fetch(harness.server.url, { redirect: 'manual' });
     assert.equal(root.status, 302);
     assert.equal(root.headers.get('location'), '/web/demo/');
     const cases = [
@@ -133,14 +108,14 @@ describe('scripts/serve.mjs', () => {
       ['.git/HEAD', 404, 'text/plain; charset=utf-8'],
     ];
     for (const [path, status, type] of cases) {
-      const r = await fetch(new URL(path, server.url));
+      const r = await fetch(new URL(path, harness.server.url));
       assert.equal(r.status, status, path);
       assert.equal(r.headers.get('content-type'), type, path);
       assert.equal(r.headers.get('cross-origin-opener-policy'), 'same-origin', path);
       assert.equal(r.headers.get('cross-origin-embedder-policy'), 'require-corp', path);
       await r.arrayBuffer();
     }
-    const wasm = new Uint8Array(await (await fetch(new URL('dist/mha.wasm', server.url))).arrayBuffer());
+    const wasm = new Uint8Array(await (await fetch(new URL('dist/mha.wasm', harness.server.url))).arrayBuffer());
     assert.deepEqual([...wasm.subarray(0, 4)], [0x00, 0x61, 0x73, 0x6d]);
   });
 });

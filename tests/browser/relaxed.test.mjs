@@ -6,25 +6,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { launchChromium } from './chromium.mjs';
-import { serve } from '../../scripts/serve.mjs';
+import { chromiumAndServer } from './chromium.mjs';
 import { checkOut, checkWeights, expectedLastRow, goldenDir, loadGoldenCases, readGolden } from '../js/helpers.mjs';
 
-let server;
-let browser;
-
-before(async () => {
-  server = await serve({ port: 0 });
-  browser = await launchChromium();
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const harness = chromiumAndServer({ before, after });
 
 async function openPage() {
-  const page = await browser.newPage();
+  const page = await harness.browser.newPage();
   const problems = [];
   page.on('console', (m) => {
     // The first page of a browser asks for /favicon.ico, which the test server does not have.
@@ -33,7 +21,7 @@ async function openPage() {
     }
   });
   page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-  await page.goto(new URL('tests/browser/fixtures/blank.html', server.url).href);
+  await page.goto(new URL('tests/browser/fixtures/blank.html', harness.server.url).href);
   return { page, problems };
 }
 
@@ -110,11 +98,11 @@ test("Chromium: simd: 'fixed' selects the SIMD128 builds, which pass the golden 
 });
 
 test('Chromium smoke: the spec example and examples/browser.html on the relaxed build; the relaxed files as wasmUrl', async () => {
-  const page = await browser.newPage();
+  const page = await harness.browser.newPage();
   const problems = [];
   page.on('console', (m) => m.type() === 'error' && problems.push(`console: ${m.text()}`));
   page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-  await page.goto(new URL('examples/browser.html', server.url).href);
+  await page.goto(new URL('examples/browser.html', harness.server.url).href);
   await page.waitForFunction(() => !document.querySelector('#result').textContent.includes('computing'));
   const c = cases.find((x) => x.name === 'example_b2_s5_d12_h3');
   const r = await page.evaluate(async ([qa, ka, va]) => {

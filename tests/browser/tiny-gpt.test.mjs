@@ -13,22 +13,11 @@ import { createMHA } from '../../dist/index.js';
 import { generate } from '../../models/tiny-gpt/runner.mjs';
 import { kvCacheBackend } from '../../models/tiny-gpt/attention-backends.mjs';
 import { readTinyGPT } from '../../models/tiny-gpt/load-node.mjs';
-import { launchChromium } from './chromium.mjs';
-import { serve } from '../../scripts/serve.mjs';
+import { canvasStats, chromiumAndServer } from './chromium.mjs';
 
 const RESULTS = fileURLToPath(new URL('../../test-results/', import.meta.url));
 
-let server, browser;
-
-before(async () => {
-  server = await serve({ port: 0 });
-  browser = await launchChromium();
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const harness = chromiumAndServer({ before, after });
 
 /** Opens the demo, records console errors, page errors and failed responses, waits for the model. */
 async function openRealModel(t, context) {
@@ -37,7 +26,7 @@ async function openRealModel(t, context) {
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`console.error: ${m.text()}`); });
   page.on('pageerror', (e) => problems.push(`uncaught: ${e.message}`));
   page.on('response', (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`); });
-  await page.goto(new URL('web/demo/', server.url).href);
+  await page.goto(new URL('web/demo/', harness.server.url).href);
   await page.waitForSelector('#real-model[data-state="ready"]', { timeout: 30_000 });
   return { page, problems };
 }
@@ -50,20 +39,9 @@ async function generateInPage(page, { count, cache = 'float32' }) {
   await page.waitForFunction((n) => document.getElementById('real-text-generated').textContent.length > 0 && document.getElementById('real-model').dataset.generated === String(n), count);
 }
 
-/** Per canvas of selector: not-white pixels and distinct colors. */
-const canvasStats = (page, selector) => page.$$eval(selector, (cs) => cs.map((c) => {
-  const { data } = c.getContext('2d').getImageData(0, 0, c.width, c.height);
-  let nonWhite = 0;
-  const colors = new Set();
-  for (let i = 0; i < data.length; i += 4) {
-    if (data[i] < 250 || data[i + 1] < 250 || data[i + 2] < 250) nonWhite++;
-    colors.add((data[i] << 16) | (data[i + 1] << 8) | data[i + 2]);
-  }
-  return { width: c.width, height: c.height, nonWhite, colors: colors.size, total: data.length / 4 };
-}));
 
 test('generates the Node runner\'s greedy bytes token by token, draws 4 x 8 head rows and a head\'s pattern, labels L0 H4; no console errors', async (t) => {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const context = await harness.browser.newContext({ viewport: { width: 1280, height: 900 } });
   t.after(() => context.close());
   const { page, problems } = await openRealModel(t, context);
   const prompt = await page.inputValue('#real-prompt');
@@ -110,7 +88,7 @@ test('generates the Node runner\'s greedy bytes token by token, draws 4 x 8 head
 });
 
 test('the weights are downloaded once: a second visit revalidates them with a 304 (ETag), 390 px wide with an f16 cache', async (t) => {
-  const weightsUrl = new URL('models/tiny-gpt/model.safetensors', server.url);
+  const weightsUrl = new URL('models/tiny-gpt/model.safetensors', harness.server.url);
   const first = await fetch(weightsUrl);
   await first.arrayBuffer();
   const etag = first.headers.get('etag');
@@ -120,7 +98,7 @@ test('the weights are downloaded once: a second visit revalidates them with a 30
   assert.equal(again.status, 304);
   assert.equal((await again.arrayBuffer()).byteLength, 0);
 
-  const context = await browser.newContext({ viewport: { width: 390, height: 844 } });
+  const context = await harness.browser.newContext({ viewport: { width: 390, height: 844 } });
   t.after(() => context.close());
   const visit1 = await openRealModel(t, context);
   assert.ok(Number(await visit1.page.$eval('#real-model', (s) => s.dataset.transferBytes)) > 5e6, 'the first visit downloads the weights');
@@ -152,10 +130,10 @@ test('the weights are downloaded once: a second visit revalidates them with a 30
 });
 
 test('in the page\'s Worker: PyTorch\'s logits at every position (prefill(200), prefill(100) + 100 steps, f16 K/V) and greedy bytes (f32, f16)', async (t) => {
-  const context = await browser.newContext();
+  const context = await harness.browser.newContext();
   t.after(() => context.close());
   const page = await context.newPage();
-  await page.goto(new URL('models/tiny-gpt/config.json', server.url).href); // same origin, no demo running beside it
+  await page.goto(new URL('models/tiny-gpt/config.json', harness.server.url).href); // same origin, no demo running beside it
   const results = await page.evaluate(() => new Promise((resolve, reject) => {
     const worker = new Worker('/web/demo/tiny-gpt-worker.js', { type: 'module' });
     worker.onerror = (e) => reject(new Error(e.message));
