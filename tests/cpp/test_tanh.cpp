@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "mha/f16.hpp"  // float_bits, bits_float
 #include "mha/simd_tanh.hpp"
 
 namespace {
@@ -14,17 +15,8 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-float from_bits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-uint32_t to_bits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
+float from_bits(uint32_t bits) { return mha::f16::bits_float(bits); }
+uint32_t to_bits(float f) { return mha::f16::float_bits(f); }
 
 // Distance in units in the last place between two finite floats of the same sign (or zero).
 uint32_t ulp_distance(float a, float b) {

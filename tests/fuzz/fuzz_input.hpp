@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "mha/f16.hpp"  // float_bits, bits_float
 #include "mha/shape.hpp"
 
 namespace fuzz {
@@ -25,12 +26,7 @@ struct Reader {
   uint16_t u16() { return uint16_t(u8() | u8() << 8); }
   uint32_t u32() { return uint32_t(u16()) | uint32_t(u16()) << 16; }
   uint64_t u64() { return uint64_t(u32()) | uint64_t(u32()) << 32; }
-  float f32() {
-    const uint32_t bits = u32();
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-  }
+  float f32() { return mha::f16::bits_float(u32()); }
 };
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -39,15 +35,9 @@ constexpr float kFltMax = std::numeric_limits<float>::max();
 constexpr double kU = 1.0 / (1 << 24);  // float32 unit roundoff
 constexpr uint32_t kSentinelBits = 0x7fc0dead;  // a NaN with a recognizable payload
 
-float sentinel() {
-  float f;
-  std::memcpy(&f, &kSentinelBits, sizeof f);
-  return f;
-}
+float sentinel() { return mha::f16::bits_float(kSentinelBits); }
 bool is_sentinel(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits == kSentinelBits;
+  return mha::f16::float_bits(f) == kSentinelBits;
 }
 
 // A strided (B, rows, D) tensor in a buffer of exactly the size it needs (plus a leading offset), so
