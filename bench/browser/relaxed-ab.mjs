@@ -1,13 +1,16 @@
 #!/usr/bin/env node
 // Relaxed SIMD against SIMD128 in one Chromium page, interleaved: `node bench/browser/relaxed-ab.mjs
-// [--shapes bert,long2k] [--rounds 6] [--ort]`. Per round and shape, each build (createMHA() =
+// [--shapes bert,long2k] [--rounds 6] [--ort] [--heap]`. Per round and shape, each build (createMHA() =
 // relaxed-simd, createMHA({ simd: 'fixed' }) = simd, and with --ort onnxruntime-web's standard-op graph on
-// 1 thread) runs back to back, the order alternating between rounds, so a slow spell of this shared
+// 1 thread; with --heap each build again on heap tensors, which copies nothing in or out: the part of the
+// call that the build changes) runs back to back, the order alternating between rounds, so a slow spell of this shared
 // machine falls on all of them; medians are over all calls of all rounds. The bench proper
 // (`npm run bench -- --browser`) measures each row on its own, which on a busy machine can put the two
 // builds minutes apart. Prints one JSON object (the page's results) and a summary: the ratio of the medians,
 // and of the 10th percentiles over all calls, which on a loaded machine (load average far above the 2
 // cores) moves much less than the medians: most calls are then slowed by other processes, unevenly.
+// With --heap it also measures the two ceilings of bench/lib/ceiling.mjs (mul+add and relaxed_madd) in the
+// page, once per round, so that the builds' ratio can be read against the CPU's own FMA speed-up.
 import { option, withBenchPage } from './bench-page.mjs';
 import { shapeByName } from '../lib/shapes.mjs';
 
@@ -15,6 +18,7 @@ const args = process.argv.slice(2);
 const shapes = option(args, '--shapes', 'bert,long2k').split(',');
 const rounds = Number(option(args, '--rounds', '6'));
 const withOrt = args.includes('--ort');
+const withHeap = args.includes('--heap');
 
 await withBenchPage(async (page, browser) => {
   const models = {};
@@ -22,13 +26,15 @@ await withBenchPage(async (page, browser) => {
     const { standardOpsModel } = await import('../lib/onnx-models.mjs');
     for (const name of shapes) models[name] = Array.from(standardOpsModel(shapeByName(name), false));
   }
-  const result = await page.evaluate(async ({ shapes, rounds, models }) => {
+  const result = await page.evaluate(async ({ shapes, rounds, models, withHeap }) => {
     const { createMHA } = await import('/dist/index.js');
     const { shapeByName, flopsOf } = await import('/bench/lib/shapes.mjs');
     const { makeInputs } = await import('/bench/lib/prng.mjs');
     const impls = { relaxed: await createMHA(), fixed: await createMHA({ simd: 'fixed' }) };
     const builds = { relaxed: impls.relaxed.info.build, fixed: impls.fixed.info.build };
     const out = { builds, shapes: {} };
+    const ceilingRuns = { 'mul+add': [], relaxed_madd: [] };
+    const ceiling = withHeap ? await import('/bench/lib/ceiling.mjs') : undefined;
     for (const name of shapes) {
       const shape = shapeByName(name);
       const { q, k, v } = makeInputs(shape);
@@ -37,6 +43,14 @@ await withBenchPage(async (page, browser) => {
         relaxed: async () => impls.relaxed.multiHeadAttention(q, k, v, options),
         fixed: async () => impls.fixed.multiHeadAttention(q, k, v, options),
       };
+      if (withHeap) {
+        for (const build of ['relaxed', 'fixed']) {
+          const mha = impls[build];
+          const [tq, tk, tv] = [q, k, v].map((a) => { const t = mha.allocate(a.length); t.set(a); return t; });
+          const heapOptions = { ...options, out: mha.allocate(q.length) };
+          runners[`${build} heap`] = async () => mha.multiHeadAttention(tq, tk, tv, heapOptions);
+        }
+      }
       if (models[name]) {
         const { createStd } = await import('/bench/impls/ort.mjs');
         const ort = await createStd(shape, { model: models[name] });
@@ -48,6 +62,10 @@ await withBenchPage(async (page, browser) => {
       const calls = Math.max(1, Math.min(50, Math.round(400 / once)));
       const times = Object.fromEntries(names.map((n) => [n, []]));
       for (let r = 0; r < rounds; r++) {
+        if (ceiling) {
+          ceilingRuns['mul+add'].push(ceiling.measureCeiling({ trials: 3 }).gflops);
+          ceilingRuns.relaxed_madd.push(ceiling.measureCeiling({ trials: 3, fma: true }).gflops);
+        }
         for (const n of r % 2 === 0 ? names : [...names].reverse()) {
           for (let c = 0; c < (n === 'ort' ? Math.max(1, Math.ceil(calls / 4)) : calls); c++) {
             const t = performance.now();
@@ -61,13 +79,27 @@ await withBenchPage(async (page, browser) => {
       const p10 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 10)];
       out.shapes[name] = Object.fromEntries(names.map((n) => [n, { medianMs: median(times[n]), p10Ms: p10(times[n]), gflops: flops / median(times[n]) / 1e6, calls: times[n].length }]));
     }
+    if (ceiling) {
+      const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+      out.ceilings = Object.fromEntries(Object.entries(ceilingRuns).map(([n, xs]) => [n, median(xs)]));
+    }
     return out;
-  }, { shapes, rounds, models });
+  }, { shapes, rounds, models, withHeap });
   console.log(JSON.stringify({ browser: `Chromium ${browser.version()}`, rounds, ...result }));
   for (const [name, r] of Object.entries(result.shapes)) {
     const ort = r.ort ? `  ORT std ${r.ort.medianMs.toFixed(2)} ms (relaxed ${(r.ort.medianMs / r.relaxed.medianMs).toFixed(2)}x faster)` : '';
     console.log(`${name}: ${result.builds.relaxed} ${r.relaxed.medianMs.toFixed(3)} ms ${r.relaxed.gflops.toFixed(1)} GFLOP/s, ` +
       `${result.builds.fixed} ${r.fixed.medianMs.toFixed(3)} ms ${r.fixed.gflops.toFixed(1)} GFLOP/s: ${(r.fixed.medianMs / r.relaxed.medianMs).toFixed(3)}x` +
       ` (10th percentiles ${r.relaxed.p10Ms.toFixed(3)} / ${r.fixed.p10Ms.toFixed(3)} ms: ${(r.fixed.p10Ms / r.relaxed.p10Ms).toFixed(3)}x)${ort}`);
+    if (r['relaxed heap']) {
+      const [a, b] = [r['relaxed heap'], r['fixed heap']];
+      console.log(`  heap tensors: ${a.medianMs.toFixed(3)} / ${b.medianMs.toFixed(3)} ms: ${(b.medianMs / a.medianMs).toFixed(3)}x` +
+        ` (10th percentiles ${(b.p10Ms / a.p10Ms).toFixed(3)}x)`);
+    }
+  }
+  if (result.ceilings) {
+    const c = result.ceilings;
+    console.log(`ceilings (median of ${rounds}): mul+add ${c['mul+add'].toFixed(1)}, relaxed_madd ${c.relaxed_madd.toFixed(1)} GFLOP/s: ` +
+      `${(c.relaxed_madd / c['mul+add']).toFixed(3)}x`);
   }
 });
