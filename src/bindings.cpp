@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 #include "mha/decode.hpp"
@@ -331,11 +332,7 @@ emscripten::val kv_cache_attend_call_layout() {
 // Bytes currently allocated by malloc in this instance (for leak checks and memory reporting).
 double heap_bytes_in_use() { return static_cast<double>(mallinfo().uordblks); }
 
-// The strings go out as emscripten::val, not std::string: a std::string return links libc++'s string.o,
-// whose reference to stderr brings musl's stdout/stderr FILEs and their write/seek/close functions into
-// every threaded module (pthread_create initializes the locks of the FILEs that are linked): 0.X kB gzipped
-// (package size, issue #15). JS receives the same string.
-emscripten::val version() { return emscripten::val(MHA_VERSION); }
+std::string version() { return MHA_VERSION; }
 
 // {field name: byte offset} of AttentionCallAbi, and its `size` in bytes.
 emscripten::val attention_call_layout() {
@@ -347,9 +344,9 @@ emscripten::val attention_call_layout() {
 
 // The message of a status code returned by an export, in the JavaScript API's terms; an empty string for a
 // number that is no mha::Status. Called on the error path only.
-emscripten::val status_message(int32_t status) {
+std::string status_message(int32_t status) {
   const char* message = mha::status_message(static_cast<mha::Status>(status));
-  return emscripten::val(message != nullptr ? message : "");
+  return message != nullptr ? message : "";
 }
 
 // True when the kernel was compiled for WebAssembly SIMD128.
