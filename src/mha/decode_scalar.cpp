@@ -41,7 +41,10 @@ void run(const DecodeBlock& blk, float* scratch) {
     for (int32_t j = first; j <= last; ++j) {
       float dot = 0.0f;
       for (int32_t d = 0; d < blk.head_dim; ++d) dot += q[d] * stored_key(blk, j, d);
-      float s = blk.softcap_in != 0.0f ? blk.softcap_out * std::tanh(blk.softcap_in * dot) : blk.score_scale * dot;
+      // tanh in double, rounded to float: the same function the exact path and the reference call, so
+      // the modules carry no float tanhf/expm1f beside it (-467 B zlib -9, issue #15).
+      float s = blk.softcap_in != 0.0f ? blk.softcap_out * static_cast<float>(std::tanh(double{blk.softcap_in * dot}))
+                                       : blk.score_scale * dot;
       if (blk.alibi != nullptr) s -= blk.alibi[r] * std::fabs(static_cast<float>(int64_t{blk.position[r]} - j));
       p[j - first] = s;
       m = s > m ? s : m;  // a NaN score is dropped here and poisons l below

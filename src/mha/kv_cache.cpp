@@ -34,6 +34,22 @@ double value_bytes(const KVCacheConfig& c, double element) {
 
 bool valid_dtype(CacheDType dtype) { return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16; }
 
+// The float16 rounding of the copy-in, each in one place (noinline): every store path calls these instead
+// of carrying its own inlined copy of f16's SIMD narrowing. The copy-in is O(n * Hkv * Dh) per call, beside
+// attention's O(n * T * H * Dh), so a call per 8 elements should not show (not timed);
+// mha-relaxed-threads.wasm is 401 B (zlib -9) smaller for it (package size, issue #15).
+[[gnu::noinline]] uint16_t encode_half(float x, bool& specials) {
+  const uint16_t h = f16::encode(x);
+  specials |= f16::is_special(h);
+  return h;
+}
+#if MHA_F16_SIMD
+// 8 floats (elements 0..3 in lo, 4..7 in hi) -> 8 halves at `halves` (16-byte aligned); true if one is inf/NaN.
+[[gnu::noinline]] bool encode8(f16::simd::VecF lo, f16::simd::VecF hi, uint16_t* halves) {
+  return f16::simd::store8(lo, hi, halves);
+}
+#endif
+
 }  // namespace
 
 double kv_cache_bytes(const KVCacheConfig& c) {
@@ -55,14 +71,15 @@ void round_to_f16(const float* x, float* y, int64_t count) {
   const f16::simd::Constants constants;
   alignas(16) uint16_t halves[8];
   for (; i + 8 <= count; i += 8) {
-    f16::simd::store8(f16::simd::VecF::load_unaligned(x + i), f16::simd::VecF::load_unaligned(x + i + 4), halves);
+    encode8(f16::simd::VecF::load_unaligned(x + i), f16::simd::VecF::load_unaligned(x + i + 4), halves);
     f16::simd::VecF lo, hi;
     f16::simd::load8<true, false>(halves, lo, hi, constants);
     lo.store_unaligned(y + i);
     hi.store_unaligned(y + i + 4);
   }
 #endif
-  for (; i < count; ++i) y[i] = f16::decode(f16::encode(x[i]));
+  bool specials = false;
+  for (; i < count; ++i) y[i] = f16::decode(encode_half(x[i], specials));
 }
 
 KVCache::KVCache(const KVCacheConfig& config)
@@ -106,11 +123,7 @@ bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) 
   }
   uint16_t* column = key_column<uint16_t>(b, g, position);
   bool specials = false;
-  for (int32_t d = 0; d < dh; ++d) {
-    const uint16_t h = f16::encode(k[d]);
-    column[d * kKeysPerPanel] = h;
-    specials |= f16::is_special(h);
-  }
+  for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = encode_half(k[d], specials);
   return specials;
 }
 
@@ -135,7 +148,7 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
     }
     for (int j = 0; j < 4; ++j) {
       if (f16) {
-        specials |= f16::simd::store8(f16::simd::VecF(t[0][j]), f16::simd::VecF(t[1][j]), column16 + (d + j) * kKeysPerPanel);
+        specials |= encode8(f16::simd::VecF(t[0][j]), f16::simd::VecF(t[1][j]), column16 + (d + j) * kKeysPerPanel);
       } else {
         _mm_store_ps(column32 + (d + j) * kKeysPerPanel, t[0][j]);
         _mm_store_ps(column32 + (d + j) * kKeysPerPanel + 4, t[1][j]);
@@ -146,9 +159,7 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
     for (int32_t i = 0; i < 8; ++i) {
       const float x = k[i * row_stride + d];
       if (f16) {
-        const uint16_t h = f16::encode(x);
-        column16[d * kKeysPerPanel + i] = h;
-        specials |= f16::is_special(h);
+        column16[d * kKeysPerPanel + i] = encode_half(x, specials);
       } else {
         column32[d * kKeysPerPanel + i] = x;
       }
@@ -170,13 +181,10 @@ bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position
 #if MHA_F16_SIMD
   for (; d + 8 <= dh; d += 8) {
     const auto lo = f16::simd::VecF::load_unaligned(v + d), hi = f16::simd::VecF::load_unaligned(v + d + 4);
-    specials |= f16::simd::store8(lo, hi, row + d);
+    specials |= encode8(lo, hi, row + d);
   }
 #endif
-  for (; d < dh; ++d) {
-    row[d] = f16::encode(v[d]);
-    specials |= f16::is_special(row[d]);
-  }
+  for (; d < dh; ++d) row[d] = encode_half(v[d], specials);
   return specials;
 }
 

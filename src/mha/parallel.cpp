@@ -1,10 +1,32 @@
 #include "mha/parallel.hpp"
 
-#include <chrono>
-#include <thread>  // std::this_thread::yield
+#include <sched.h>  // sched_yield
+#include <time.h>   // clock_gettime
 
 
 namespace mha {
+namespace {
+
+// pthread_mutex_lock for the scope (what std::lock_guard does for a std::mutex).
+class ScopedLock {
+ public:
+  explicit ScopedLock(pthread_mutex_t& mutex) : mutex_(mutex) { pthread_mutex_lock(&mutex_); }
+  ~ScopedLock() { pthread_mutex_unlock(&mutex_); }
+  ScopedLock(const ScopedLock&) = delete;
+  ScopedLock& operator=(const ScopedLock&) = delete;
+
+ private:
+  pthread_mutex_t& mutex_;
+};
+
+// Microseconds of a monotonic clock (steady_clock's, without libc++'s chrono.o).
+int64_t monotonic_micros() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t{now.tv_sec} * 1000000 + now.tv_nsec / 1000;
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   if (threads > 1) starts_.reserve(static_cast<size_t>(threads - 1));
@@ -29,7 +51,11 @@ void* ThreadPool::worker_entry(void* start) {
   return nullptr;
 }
 
-ThreadPool::~ThreadPool() { stop(); }
+ThreadPool::~ThreadPool() {
+  stop();
+  pthread_cond_destroy(&wake_);
+  pthread_mutex_destroy(&mutex_);
+}
 
 void ThreadPool::stop() {
   join_all();
@@ -39,13 +65,13 @@ void ThreadPool::stop() {
   for (pthread_t t : workers_) pthread_detach(t);
   workers_.clear();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    ScopedLock lock(mutex_);
     stop_ = true;
     posted_.fetch_add(1, std::memory_order_release);  // ends any worker's polling
   }
-  wake_.notify_all();
+  pthread_cond_broadcast(&wake_);
   // Spin, do not block, until every worker has left worker_main and touches nothing of this pool.
-  while (alive_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  while (alive_.load(std::memory_order_acquire) != 0) sched_yield();
 }
 
 void ThreadPool::run_indices(Loop& loop, int worker) {
@@ -68,7 +94,7 @@ int ThreadPool::enterable(const uint64_t* seen) const {
 
 void ThreadPool::worker_main(int worker) {
   uint64_t seen[kMaxLoops] = {};
-  std::unique_lock<std::mutex> lock(mutex_);
+  pthread_mutex_lock(&mutex_);
   for (;;) {
     int slot = stop_ ? -1 : enterable(seen);
     if (slot < 0 && !stop_) {
@@ -76,27 +102,27 @@ void ThreadPool::worker_main(int worker) {
       // blocked thread costs tens of microseconds, a Web Worker more. (Publishing takes the lock, so
       // nothing is published between reading `before` and unlocking.)
       const uint64_t before = posted_.load(std::memory_order_acquire);
-      lock.unlock();
-      const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kWorkerSpinMicros);
+      pthread_mutex_unlock(&mutex_);
+      const int64_t spin_end = monotonic_micros() + kWorkerSpinMicros;
       for (uint32_t i = 1; posted_.load(std::memory_order_acquire) == before; ++i) {
-        if (i % 64 == 0 && std::chrono::steady_clock::now() >= spin_end) break;
-        std::this_thread::yield();
+        if (i % 64 == 0 && monotonic_micros() >= spin_end) break;
+        sched_yield();
       }
-      lock.lock();
-      wake_.wait(lock, [&] { return stop_ || (slot = enterable(seen)) >= 0; });
+      pthread_mutex_lock(&mutex_);
+      while (!stop_ && (slot = enterable(seen)) < 0) pthread_cond_wait(&wake_, &mutex_);
     }
     if (stop_) {
-      lock.unlock();
+      pthread_mutex_unlock(&mutex_);
       alive_.fetch_sub(1, std::memory_order_release);  // the last access to the pool
       return;
     }
     Loop& loop = loops_[slot];
     seen[slot] = loop.generation;
     loop.active.fetch_add(1, std::memory_order_acquire);
-    lock.unlock();
+    pthread_mutex_unlock(&mutex_);
     run_indices(loop, worker);
     loop.active.fetch_sub(1, std::memory_order_release);
-    lock.lock();
+    pthread_mutex_lock(&mutex_);
   }
 }
 
@@ -122,12 +148,12 @@ void ThreadPool::begin(int64_t count, Body body, void* ctx) {
   // Without workers (or work) nothing is published: join() runs the indices on the caller.
   if (workers_.empty() || count <= 0) return;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    ScopedLock lock(mutex_);
     loop.generation = ++generation_;
     loop.open = true;
     posted_.store(generation_, std::memory_order_release);
   }
-  wake_.notify_all();
+  pthread_cond_broadcast(&wake_);
 }
 
 void ThreadPool::join() {
@@ -138,7 +164,7 @@ void ThreadPool::join() {
     // Every index is claimed. Close the loop so that late workers do not enter it, then, while the
     // workers that entered finish their last units, take indices of the next loop, if any.
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      ScopedLock lock(mutex_);
       loop.open = false;
     }
     Loop* next = in_flight_ > 1 ? &loops_[(oldest_ + 1) % kMaxLoops] : nullptr;
@@ -151,7 +177,7 @@ void ThreadPool::join() {
         }
         next = nullptr;  // every index of that loop is claimed too: wait
       }
-      std::this_thread::yield();
+      sched_yield();
     }
   }
   oldest_ = (oldest_ + 1) % kMaxLoops;
