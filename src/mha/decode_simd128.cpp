@@ -354,7 +354,9 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
   const int32_t chunks = chunk_count(blk);
   const Elem* panel = static_cast<const Elem*>(blk.key_panels) + int64_t{base / kP} * dh * kP;
-  if (blk.rows == 1 && !stage) {  // the memory-bound one-row step: touch V ahead (qk_row_touching)
+  // Scaled halves never score one row (run_f16 gives it F16PairLoader): no such copy of the loop.
+  constexpr bool kOneRow = !std::is_same<Ld, F16Loader<false, true>>::value;
+  if (kOneRow && blk.rows == 1 && !stage) {  // the memory-bound one-row step: touch V ahead (qk_row_touching)
     const Elem* values = static_cast<const Elem*>(blk.value_rows);
     const char* touch = reinterpret_cast<const char*>(values + int64_t{base} * blk.dh8);
     const char* touch_last = reinterpret_cast<const char*>(values + int64_t{blk.key_end} * blk.dh8) - 16;
