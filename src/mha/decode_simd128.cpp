@@ -77,6 +77,33 @@ struct F16Loader {
   void load8(const uint16_t* p, VecF& lo, VecF& hi) const { f16::simd::load8<kSpecials, kScaled>(p, lo, hi, constants); }
 };
 
+// Float16 for the one-row step: 8 halves as their even (0, 2, 4, 6) and odd (1, 3, 5, 7) elements, 2^-112
+// times the values (the caller folds 2^112 into the other operand; no inf/NaN). Per 32-bit lane of two
+// halves, an arithmetic shift by 3 puts the upper half's sign at bit 31 (and copies of it at 30..28) and
+// its bits 14..0 at 27..13, and a mask keeps just those: 2 operations for the odd halves, 3 (a shift up
+// by 16 first) for the even ones, no interleaves (f16.hpp's load8: 5 operations, 2 of them shuffles,
+// which compete with the shifts for the same ports). The micro-kernels that read it (qk_row_touching,
+// pv_rows<1>) keep their sums in that order and put them back in key (or lane) order once at the end.
+struct F16PairLoader {
+  using Elem = uint16_t;
+  VecI keep_sign_and_magnitude = VecI(static_cast<int32_t>(0x8fffe000u));
+  F16PairLoader() { mha::simd::pin_in_register(keep_sign_and_magnitude); }
+  void load8(const uint16_t* p, VecF& even, VecF& odd) const {
+    const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i keep = keep_sign_and_magnitude.data;
+    even = VecF(_mm_castsi128_ps(_mm_and_si128(_mm_srai_epi32(_mm_slli_epi32(x, 16), 3), keep)));
+    odd = VecF(_mm_castsi128_ps(_mm_and_si128(_mm_srai_epi32(x, 3), keep)));
+  }
+};
+template <class Ld>
+constexpr bool kPairs = std::is_same<Ld, F16PairLoader>::value;
+
+// Elements 0, 2, 4, 6 in even and 1, 3, 5, 7 in odd -> 0..3 at dst, 4..7 at dst + 4.
+inline void store_pairs(VecF even, VecF odd, float* dst) {
+  VecF(_mm_unpacklo_ps(even.data, odd.data)).store_aligned(dst);
+  VecF(_mm_unpackhi_ps(even.data, odd.data)).store_aligned(dst + kLanes);
+}
+
 struct Layout {
   size_t q = 0, s = 0, k_stage = 0, v_stage = 0, total = 0;
 };
@@ -160,10 +187,13 @@ constexpr int groups_for_rows() {
 // are then read from memory while the panel streams in, and the PV phase finds them in L2. Interleaved
 // A/B in wasm, decode-mha-8k, 1 thread, loaded machine: f32 1.11x median of 150 rounds, 73% of them
 // faster; f16 1.01x (its passes are bound by the widening's instructions, not by memory). Touching the
-// next block's K panels during PV as well: 0.82x (f32), 0.91x (f16).
+// next block's K panels during PV as well: 0.82x (f32), 0.91x (f16). With F16PairLoader (session 4,
+// 600 rounds in 3 runs): f16 without the touches 0.91-0.95x; touching K 2 panels ahead as well 0.91-0.92x;
+// 2 panel rows per loop iteration 0.94-0.98x (f32 0.91-0.95x).
+// The touches are scalar loads into touched (a general register: the xmm registers hold the sums).
 template <class Ld>
 inline void qk_row_touching(const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld,
-                            const char*& touch, const char* touch_last, VecI& touched) {
+                            const char*& touch, const char* touch_last, int32_t& touched) {
   constexpr int32_t kTouchBytes = kP * sizeof(typename Ld::Elem);
   VecF acc[8];
   for (int x = 0; x < 8; ++x) acc[x] = VecF(0.0f);
@@ -175,10 +205,16 @@ inline void qk_row_touching(const float* qpanel, const typename Ld::Elem* panel,
       acc[2 * p] += b * k0;
       acc[2 * p + 1] += b * k1;
     }
-    for (int32_t t = 0; t < kTouchBytes; t += 64)
-      touched |= VecI::load_aligned(reinterpret_cast<const int32_t*>(std::min(touch + t, touch_last)));
+    for (int32_t t = 0; t < kTouchBytes; t += 64) touched |= *reinterpret_cast<const int32_t*>(std::min(touch + t, touch_last));
   }
-  for (int x = 0; x < 8; ++x) acc[x].store_aligned(s + kLanes * x);
+  for (int p = 0; p < 4; ++p) {
+    if (kPairs<Ld>) {
+      store_pairs(acc[2 * p], acc[2 * p + 1], s + 8 * p);
+    } else {
+      acc[2 * p].store_aligned(s + 8 * p);
+      acc[2 * p + 1].store_aligned(s + 8 * p + kLanes);
+    }
+  }
 }
 
 template <int R, class Ld>
@@ -318,17 +354,20 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
   const int32_t chunks = chunk_count(blk);
   const Elem* panel = static_cast<const Elem*>(blk.key_panels) + int64_t{base / kP} * dh * kP;
-  const F32Loader widened;
-  if (blk.rows == 1 && !stage) {  // the memory-bound one-row step: touch V ahead (qk_row_touching)
+  // Scaled halves never score one row (run_f16 gives it F16PairLoader): no such copy of the loop.
+  constexpr bool kOneRow = !std::is_same<Ld, F16Loader<false, true>>::value;
+  if (kOneRow && blk.rows == 1 && !stage) {  // the memory-bound one-row step: touch V ahead (qk_row_touching)
     const Elem* values = static_cast<const Elem*>(blk.value_rows);
     const char* touch = reinterpret_cast<const char*>(values + int64_t{base} * blk.dh8);
     const char* touch_last = reinterpret_cast<const char*>(values + int64_t{blk.key_end} * blk.dh8) - 16;
-    VecI touched(0);
+    int32_t touched = 0;
     for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kP)
       qk_row_touching(qp, panel, dh, s + pi * kP, ld, touch, touch_last, touched);
-    touched.store_aligned(reinterpret_cast<int32_t*>(k_stage));  // keeps the touches
+    *reinterpret_cast<int32_t*>(k_stage) = touched;  // keeps the touches
     return;
   }
+  if constexpr (!kPairs<Ld>) {  // F16PairLoader: one row only (run_f16)
+    const F32Loader widened;
   for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kP) {
     float* s_panel = s + pi * kP;
     if (stage) {
@@ -339,6 +378,7 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
       for (int32_t c = 0; c < chunks; ++c)
         qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, panel, dh, s_panel + c * kChunk * kS, ld);
     }
+  }
   }
 }
 
@@ -401,6 +441,16 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
   const int32_t dh8 = blk.dh8;
   const int32_t chunks = chunk_count(blk);
   std::fill(blk.o, blk.o + int64_t{blk.rows} * dh8, 0.0f);
+  // One row (run_f16), read directly: all keys in one sweep, then lane order. Tried against this
+  // (interleaved A/B, decode-mha-8k f16, 600 rounds in 3 runs): 8 keys per pv_keys 0.94-0.96x; 32 lanes in
+  // registers over all keys (pv_micro<1, 4>) 0.99-1.00x; the K pass touching only the first half of V and
+  // this one the rest 0.92-0.93x; this one touching the next block's K panels 0.65x.
+  if constexpr (kPairs<Ld>) {
+    const Elem* v = static_cast<const Elem*>(blk.value_rows) + int64_t{blk.key_begin} * dh8;
+    pv_rows<1>(s + (blk.key_begin - base), v, dh8, blk.key_end - blk.key_begin, blk.o, ld);
+    for (int32_t c = 0; c < dh8; c += 8) store_pairs(VecF::load_aligned(blk.o + c), VecF::load_aligned(blk.o + c + kLanes), blk.o + c);
+    return;
+  }
   const F32Loader widened;
   for (int32_t t0 = blk.key_begin; t0 < blk.key_end;) {
     const int32_t t1 = std::min(blk.key_end, (t0 / kP + 1) * kP);
@@ -454,14 +504,17 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
 // line per step, and staged tiles are widened without the multiply by 2^112 (interleaved A/B, 250
 // rounds, loaded machine: decode-gqa-4k f16 1.13x median, decode-mqa-8k f16 1.00x, decode-b4 f16 1.12x).
 // Blocks whose halves hold no inf or NaN: the driver (decode.cpp run_item) gives the others to the scalar
-// kernel, so the loaders skip the widening's inf/NaN fix-up.
+// kernel, so the loaders skip the widening's inf/NaN fix-up. One row with such q reads both K and V through
+// F16PairLoader (even/odd halves, no interleaves): interleaved A/B in wasm against load8, decode-mha-8k,
+// 1 thread, loaded machine: 1.14x median of 40 rounds, 1.06x and 1.07x of 300 (76%, 84% of them faster);
+// f32 unchanged (1.00-1.01x).
 void run_f16(const DecodeBlock& blk, float* scratch) {
   using Widened = F16Loader<false, false>;
   using Scaled = F16Loader<false, true>;
   if (blk.rows > 2 && q_foldable(blk)) return run_phases<Scaled, Scaled>(blk, scratch, blk.rows > kChunk, true, true, f16::kWidenScale);
   if (blk.rows > 2) return run_phases<Widened, Widened>(blk, scratch, true, true, false, 1.0f);
   if (blk.rows == 2) return run_phases<Widened, Scaled>(blk, scratch, true, false, false, f16::kWidenScale);
-  if (q_foldable(blk)) return run_phases<Scaled, Scaled>(blk, scratch, false, false, true, f16::kWidenScale);
+  if (q_foldable(blk)) return run_phases<F16PairLoader, F16PairLoader>(blk, scratch, false, false, true, f16::kWidenScale);
   run_phases<Widened, Scaled>(blk, scratch, false, false, false, f16::kWidenScale);
 }
 
