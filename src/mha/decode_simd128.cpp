@@ -508,14 +508,18 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
 // F16PairLoader (even/odd halves, no interleaves): interleaved A/B in wasm against load8, decode-mha-8k,
 // 1 thread, loaded machine: 1.14x median of 40 rounds, 1.06x and 1.07x of 300 (76%, 84% of them faster);
 // f32 unchanged (1.00-1.01x).
+// q that cannot take the 2^112 (some |q| > kMaxFoldableQ, or not finite) goes to the scalar kernel: a cold
+// path (such q overflows float32 scores against any but tiny keys), which spares every SIMD module the
+// loops of an unscaled float16 loader (issue #15's package size). Folded, the scores and the weighted
+// values are the same products as unscaled ones (scaling by 2^112 and 2^-112 is exact), so the rows of
+// 2 or more got the same bits before, through the unscaled loader. The choice depends on the rows' q
+// only, so every block of an item takes the same kernel, whatever the thread count.
 void run_f16(const DecodeBlock& blk, float* scratch) {
-  using Widened = F16Loader<false, false>;
   using Scaled = F16Loader<false, true>;
-  if (blk.rows > 2 && q_foldable(blk)) return run_phases<Scaled, Scaled>(blk, scratch, blk.rows > kChunk, true, true, f16::kWidenScale);
-  if (blk.rows > 2) return run_phases<Widened, Widened>(blk, scratch, true, true, false, 1.0f);
-  if (blk.rows == 2) return run_phases<Widened, Scaled>(blk, scratch, true, false, false, f16::kWidenScale);
-  if (q_foldable(blk)) return run_phases<F16PairLoader, F16PairLoader>(blk, scratch, false, false, true, f16::kWidenScale);
-  run_phases<Widened, Scaled>(blk, scratch, false, false, false, f16::kWidenScale);
+  if (!q_foldable(blk)) return scalar::kDecodeKernel.run(blk, scratch);  // decode.cpp sizes scratch for both
+  if (blk.rows > 2) return run_phases<Scaled, Scaled>(blk, scratch, blk.rows > kChunk, true, true, f16::kWidenScale);
+  if (blk.rows == 2) return run_phases<Scaled, Scaled>(blk, scratch, true, false, true, f16::kWidenScale);
+  run_phases<F16PairLoader, F16PairLoader>(blk, scratch, false, false, true, f16::kWidenScale);
 }
 
 size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
