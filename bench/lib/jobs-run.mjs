@@ -61,7 +61,7 @@ export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () =>
     await Promise.all(disposers.map((d) => d()));
     return { ...result, status: 'error', error: failed.map((f) => `${f.name}: ${f.error}`).join('; ') };
   }
-  const timed = await interleave(ready, { budgetMs, onPhase });
+  const timed = await interleave(ready, { budgetMs, minRounds: job.minRounds, onPhase });
   result.rounds = timed.rounds;
   result.contestants = ready.map((c, i) => {
     const t = timed.contestants[i];
