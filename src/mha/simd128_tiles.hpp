@@ -182,13 +182,19 @@ alignas(16) inline constexpr int32_t kLaneIndex[kLanes] = {0, 1, 2, 3};
 // Zeros standing in for the bias rows of the padding rows of a panel (rows past the unit's last row).
 alignas(16) inline constexpr float kZeroBiasRow[kTileStride] = {};
 
+// The bias values of a row from tile key `key` that lie before nk, then zeros (the tile's last, partial
+// vector of keys): out of line, so that the 8 copies of load_bias in qk_tile's epilogue stay one load each.
+__attribute__((noinline)) inline VecF load_bias_tail(const float* row, int32_t key, int32_t nk) {
+  alignas(16) float tail[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int32_t l = 0; key + l < nk; ++l) tail[l] = row[key + l];
+  return VecF::load_aligned(tail);
+}
+
 // 4 bias values of a row from tile key `key`: keys at or past nk (the padding keys of the tile) read 0,
 // so nothing past the end of the bias row is read.
 inline VecF load_bias(const float* row, int32_t key, int32_t nk) {
   if (key + kLanes <= nk) return VecF::load_unaligned(row + key);
-  alignas(16) float tail[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int32_t l = 0; key + l < nk; ++l) tail[l] = row[key + l];
-  return VecF::load_aligned(tail);
+  return load_bias_tail(row, key, nk);
 }
 
 // The full tanh on a 4 x 8 block's scores (in memory: the rare branch of softcap_block, kept out of line
