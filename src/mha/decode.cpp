@@ -160,12 +160,7 @@ void run_item(void* ctx, int64_t index, int worker) {
   blk.m = partial.m;
   blk.l = partial.l;
   blk.o = partial.o;
-  // A block that reads inf/NaN halves takes the scalar kernel. It is a cold path (a float16 cache holds
-  // them only after a non-finite k/v or one past 65504), and the SIMD kernel then needs only one variant
-  // of each float16 loader: 4 kB gzipped less of every SIMD module (package size, issue #15). The choice
-  // depends on the cache alone, never on the thread count, so the bits stay the same for every count.
-  const DecodeKernel& kernel = blk.specials ? scalar_decode_kernel() : *job.kernel;
-  kernel.run(blk, job.scratch->workers[static_cast<size_t>(worker)].data());
+  job.kernel->run(blk, job.scratch->workers[static_cast<size_t>(worker)].data());
 }
 
 // The exact path of one row: docs/spec.md 2.4 and 2.5 in double, over the keys the row sees, in the
@@ -279,8 +274,8 @@ void plan_row_blocks(const DecodeJob& job, int32_t rows_total, std::vector<Decod
   }
 }
 
-// Scratch floats per worker: the kernel's (or the scalar kernel's, which takes blocks with inf/NaN
-// halves: run_item), and a merged row.
+// Scratch floats per worker: the kernel's (or the scalar kernel's, to which the SIMD kernel hands its
+// cold float16 blocks: decode_simd128.cpp run_f16), and a merged row.
 size_t worker_floats(const DecodeKernel& kernel, int32_t head_dim) {
   return std::max({kernel.scratch_floats(head_dim), scalar_decode_kernel().scratch_floats(head_dim),
                    static_cast<size_t>(round_up_to(head_dim, 8))});

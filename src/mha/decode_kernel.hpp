@@ -20,8 +20,8 @@ struct DecodeBlock {
   const void* key_panels = nullptr;  // float or uint16_t (dtype)
   const void* value_rows = nullptr;
   CacheDType dtype = CacheDType::kFloat32;
-  bool specials = false;  // float16: the keys [key_begin, key_end) may hold inf/NaN halves (the driver
-                          // then runs the scalar kernel: the SIMD one assumes none)
+  bool specials = false;  // float16: the keys [key_begin, key_end) may hold inf/NaN halves (the SIMD
+                          // kernel then hands the block to the scalar one)
   int32_t head_dim = 0;   // Dh
   int32_t dh8 = 0;        // Dh rounded up to 8 (value row length)
 

@@ -366,19 +366,19 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
     *reinterpret_cast<int32_t*>(k_stage) = touched;  // keeps the touches
     return;
   }
-  if constexpr (!kPairs<Ld>) {  // F16PairLoader: one row only (run_f16)
+  if constexpr (!kPairs<Ld>) {  // F16PairLoader: one row only (run_f16), scored above
     const F32Loader widened;
-  for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kP) {
-    float* s_panel = s + pi * kP;
-    if (stage) {
-      widen_rows(panel, dh, kP, kP / 8, k_stage, ld);
-      for (int32_t c = 0; c < chunks; ++c)
-        qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, k_stage, dh, s_panel + c * kChunk * kS, widened);
-    } else {
-      for (int32_t c = 0; c < chunks; ++c)
-        qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, panel, dh, s_panel + c * kChunk * kS, ld);
+    for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kP) {
+      float* s_panel = s + pi * kP;
+      if (stage) {
+        widen_rows(panel, dh, kP, kP / 8, k_stage, ld);
+        for (int32_t c = 0; c < chunks; ++c)
+          qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, k_stage, dh, s_panel + c * kChunk * kS, widened);
+      } else {
+        for (int32_t c = 0; c < chunks; ++c)
+          qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, panel, dh, s_panel + c * kChunk * kS, ld);
+      }
     }
-  }
   }
 }
 
@@ -503,20 +503,22 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
 // chunk (G = 4) reads each half panel row (one 64-byte line) directly, in 4 sweeps that are each one
 // line per step, and staged tiles are widened without the multiply by 2^112 (interleaved A/B, 250
 // rounds, loaded machine: decode-gqa-4k f16 1.13x median, decode-mqa-8k f16 1.00x, decode-b4 f16 1.12x).
-// Blocks whose halves hold no inf or NaN: the driver (decode.cpp run_item) gives the others to the scalar
-// kernel, so the loaders skip the widening's inf/NaN fix-up. One row with such q reads both K and V through
+// The loaders skip the widening's inf/NaN fix-up: blocks over such halves take the scalar kernel (below).
+// One row reads both K and V through
 // F16PairLoader (even/odd halves, no interleaves): interleaved A/B in wasm against load8, decode-mha-8k,
 // 1 thread, loaded machine: 1.14x median of 40 rounds, 1.06x and 1.07x of 300 (76%, 84% of them faster);
 // f32 unchanged (1.00-1.01x).
-// q that cannot take the 2^112 (some |q| > kMaxFoldableQ, or not finite) goes to the scalar kernel: a cold
-// path (such q overflows float32 scores against any but tiny keys), which spares every SIMD module the
-// loops of an unscaled float16 loader (issue #15's package size). Folded, the scores and the weighted
-// values are the same products as unscaled ones (scaling by 2^112 and 2^-112 is exact), so the rows of
-// 2 or more got the same bits before, through the unscaled loader. The choice depends on the rows' q
-// only, so every block of an item takes the same kernel, whatever the thread count.
+// Two cold cases go to the scalar kernel, so that every SIMD module carries only the loaders above
+// (issue #15's package size: 4 kB gzipped for the inf/NaN variants, 2 kB for the unscaled one): blocks
+// over inf/NaN halves (a float16 cache holds them only after a non-finite k/v or one past 65504), and q
+// that cannot take the 2^112 (some |q| > kMaxFoldableQ, or not finite: such q overflows float32 scores
+// against any but tiny keys). Folded, the scores and the weighted values are the same products as
+// unscaled ones (scaling by 2^112 and 2^-112 is exact), so rows of 2 or more give the bits they gave
+// through the unscaled loader. The choice depends on the cache and the rows' q only, never on the thread
+// count, so the bits stay the same for every count. (decode.cpp sizes each worker's scratch for both.)
 void run_f16(const DecodeBlock& blk, float* scratch) {
   using Scaled = F16Loader<false, true>;
-  if (!q_foldable(blk)) return scalar::kDecodeKernel.run(blk, scratch);  // decode.cpp sizes scratch for both
+  if (blk.specials || !q_foldable(blk)) return scalar::kDecodeKernel.run(blk, scratch);
   if (blk.rows > 2) return run_phases<Scaled, Scaled>(blk, scratch, blk.rows > kChunk, true, true, f16::kWidenScale);
   if (blk.rows == 2) return run_phases<Scaled, Scaled>(blk, scratch, true, false, true, f16::kWidenScale);
   run_phases<F16PairLoader, F16PairLoader>(blk, scratch, false, false, true, f16::kWidenScale);
