@@ -74,11 +74,15 @@ void ThreadPool::stop() {
   while (alive_.load(std::memory_order_acquire) != 0) sched_yield();
 }
 
+bool ThreadPool::run_next_index(Loop& loop, int worker) {
+  const int64_t i = loop.next.fetch_add(1, std::memory_order_relaxed);
+  if (i >= loop.count) return false;
+  loop.body(loop.ctx, i, worker);
+  return true;
+}
+
 void ThreadPool::run_indices(Loop& loop, int worker) {
-  for (;;) {
-    const int64_t i = loop.next.fetch_add(1, std::memory_order_relaxed);
-    if (i >= loop.count) return;
-    loop.body(loop.ctx, i, worker);
+  while (run_next_index(loop, worker)) {
   }
 }
 
@@ -169,14 +173,8 @@ void ThreadPool::join() {
     }
     Loop* next = in_flight_ > 1 ? &loops_[(oldest_ + 1) % kMaxLoops] : nullptr;
     while (loop.active.load(std::memory_order_acquire) != 0) {
-      if (next != nullptr) {
-        const int64_t i = next->next.fetch_add(1, std::memory_order_relaxed);
-        if (i < next->count) {
-          next->body(next->ctx, i, 0);
-          continue;
-        }
-        next = nullptr;  // every index of that loop is claimed too: wait
-      }
+      if (next != nullptr && run_next_index(*next, 0)) continue;
+      next = nullptr;  // every index of that loop is claimed too: wait
       sched_yield();
     }
   }
@@ -234,8 +232,6 @@ Status ParallelAttention::begin(const AttentionArgs& args) {
   for (Workspace& scratch : scratch_) {
     // Growing a scratch frees the old buffer, which a pending call's workers may be using.
     if (scratch.capacity() < plan.scratch.total) join_all();
-  }
-  for (Workspace& scratch : scratch_) {
     if (!scratch.reserve(plan.scratch.total)) return Status::kOutOfMemory;
   }
   UnitJob& job = jobs_[pool_.next_slot()];

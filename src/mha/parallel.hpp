@@ -93,6 +93,8 @@ class ThreadPool {
   };
   static void* worker_entry(void* start);
   void worker_main(int worker);
+  // Claims the loop's next index and runs it; false once every index is claimed.
+  static bool run_next_index(Loop& loop, int worker);
   static void run_indices(Loop& loop, int worker);
   // Slot of the oldest open loop that a worker whose last-entered generations are `seen` has not
   // entered yet, or -1. Under mutex_.
