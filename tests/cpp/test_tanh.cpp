@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "mha/f16.hpp"  // float_bits, bits_float
@@ -15,12 +14,12 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-float from_bits(uint32_t bits) { return mha::f16::bits_float(bits); }
-uint32_t to_bits(float f) { return mha::f16::float_bits(f); }
+using mha::f16::bits_float;
+using mha::f16::float_bits;
 
 // Distance in units in the last place between two finite floats of the same sign (or zero).
 uint32_t ulp_distance(float a, float b) {
-  const int64_t ia = to_bits(a) & 0x7fffffffu, ib = to_bits(b) & 0x7fffffffu;
+  const int64_t ia = float_bits(a) & 0x7fffffffu, ib = float_bits(b) & 0x7fffffffu;
   return static_cast<uint32_t>(ia > ib ? ia - ib : ib - ia);
 }
 
@@ -35,7 +34,7 @@ TEST_CASE("simd tanh: within 2 ulp of the correctly rounded tanh on every 64th p
   // Positive finite floats are the bit patterns (0, 0x7f800000); a stride of 64 visits 33 million of them,
   // every binade from the subnormals to FLT_MAX, with the low mantissa bits varied by an odd offset.
   for (uint32_t bits = 1; bits < 0x7f800000u - 4 * 64; bits += 4 * 64) {
-    for (int lane = 0; lane < 4; ++lane) x[lane] = from_bits(bits + lane * 64 + (bits >> 7) % 61);
+    for (int lane = 0; lane < 4; ++lane) x[lane] = bits_float(bits + lane * 64 + (bits >> 7) % 61);
     mha::simd::tanh(mha::simd::VecF::load_aligned(x), k).store_aligned(y);
     mha::simd::tanh(-mha::simd::VecF::load_aligned(x), k).store_aligned(y_neg);
     for (int lane = 0; lane < 4; ++lane) {
@@ -45,7 +44,7 @@ TEST_CASE("simd tanh: within 2 ulp of the correctly rounded tanh on every 64th p
         worst = d;
         worst_x = x[lane];
       }
-      if (to_bits(y_neg[lane]) != (to_bits(y[lane]) ^ 0x80000000u)) {
+      if (float_bits(y_neg[lane]) != (float_bits(y[lane]) ^ 0x80000000u)) {
         INFO("x = " << x[lane] << ": tanh(-x) = " << y_neg[lane] << ", tanh(x) = " << y[lane]);
         FAIL("tanh is not odd");
       }
@@ -63,8 +62,8 @@ TEST_CASE("simd tanh: within 2 ulp of the correctly rounded tanh on every 64th p
   alignas(16) float out[8];
   mha::simd::tanh(mha::simd::VecF::load_aligned(special), k).store_aligned(out);
   mha::simd::tanh(mha::simd::VecF::load_aligned(special + 4), k).store_aligned(out + 4);
-  CHECK(to_bits(out[0]) == to_bits(0.0f));
-  CHECK(to_bits(out[1]) == to_bits(-0.0f));
+  CHECK(float_bits(out[0]) == float_bits(0.0f));
+  CHECK(float_bits(out[1]) == float_bits(-0.0f));
   CHECK(out[2] == 1.0f);
   CHECK(out[3] == -1.0f);
   CHECK(std::isnan(out[4]));
