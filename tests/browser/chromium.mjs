@@ -2,6 +2,7 @@
 // headless, no sandbox (tests run as root), and no background network traffic, which this machine's
 // closed network would refuse over and over.
 import { chromium } from 'playwright-core';
+import { serve } from '../../scripts/serve.mjs';
 
 export const CHROMIUM_ARGS = Object.freeze(['--no-sandbox', '--disable-gpu', '--disable-background-networking',
   '--disable-component-update', '--disable-sync', '--no-first-run']);
@@ -18,7 +19,6 @@ export function launchChromium() {
 export function chromiumAndServer({ before, after }) {
   const session = { server: undefined, browser: undefined };
   before(async () => {
-    const { serve } = await import('../../scripts/serve.mjs');
     session.server = await serve({ port: 0 });
     session.browser = await launchChromium();
   });
