@@ -30,7 +30,7 @@ perf record -q -k 1 -F 2000 -o perf.data node "${flags[@]}" --perf-prof --no-lif
   "$repo/bench/lib/perf-call.mjs" "$wasm" "$shape" "$calls"
 perf inject --jit -i perf.data -o perf.jit.data
 perf report -q -i perf.jit.data --no-children --sort sym --stdio 2>/dev/null > report.txt
-grep '%' report.txt | head -12
+grep -m 12 '%' report.txt
 hottest=$(grep -m1 -o 'JS:wasm-function\[[0-9]*\][^ ]*' report.txt)
 perf annotate -i perf.jit.data --stdio -s "$hottest" 2>/dev/null > annotate.txt
 echo "hottest 512-byte regions of $hottest (% of its samples; the code with its samples: $work/annotate.txt):"

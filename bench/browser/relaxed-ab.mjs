@@ -44,11 +44,11 @@ await withBenchPage(async (page, browser) => {
         fixed: async () => impls.fixed.multiHeadAttention(q, k, v, options),
       };
       if (withHeap) {
+        // The bench's own heap-tensor row (bench/impls/mha-wasm.mjs), an instance of each build.
+        const { create } = await import('/bench/impls/mha-wasm.mjs');
         for (const build of ['relaxed', 'fixed']) {
-          const mha = impls[build];
-          const [tq, tk, tv] = [q, k, v].map((a) => { const t = mha.allocate(a.length); t.set(a); return t; });
-          const heapOptions = { ...options, out: mha.allocate(q.length) };
-          runners[`${build} heap`] = async () => mha.multiHeadAttention(tq, tk, tv, heapOptions);
+          const heap = await create(shape, { heapTensors: true, inputs: { q, k, v }, simd: build === 'fixed' ? 'fixed' : undefined });
+          runners[`${build} heap`] = async () => heap.run(q, k, v);
         }
       }
       if (models[name]) {

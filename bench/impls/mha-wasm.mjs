@@ -1,15 +1,16 @@
 // mha-wasm through its public API (dist/index.js, built by scripts/build.sh). `threads` > 1 selects a
 // threaded build; the row fails if the environment cannot give that many threads. `simd` is createMHA's
 // option ('fixed': the SIMD128 builds even where Relaxed SIMD is available); `build`: the build the row
-// must run (e.g. 'relaxed-simd'), else it fails saying what was loaded instead.
+// must run (e.g. 'relaxed-simd'), else it fails saying what was loaded instead; `wasmBinary`: createMHA's
+// option (a given .wasm file: bench/lib/perf-call.mjs).
 //
 // `heapTensors`: q, k and v are copied onto the wasm heap once, at load time (mha.allocate + set, outside
 // the timing, as ORT builds its session there), and every timed call passes those tensors and an output
 // tensor, so it copies nothing into or out of the heap. The default passes Float32Arrays, whose copies
 // each call pays, like every peer.
-export async function create(shape, { distUrl = new URL('../../dist/index.js', import.meta.url).href, threads = 1, heapTensors = false, inputs, simd, build } = {}) {
+export async function create(shape, { distUrl = new URL('../../dist/index.js', import.meta.url).href, threads = 1, heapTensors = false, inputs, simd, build, wasmBinary } = {}) {
   const { createMHA } = await import(distUrl);
-  const mha = await createMHA({ threads, ...(simd === undefined ? {} : { simd }) });
+  const mha = await createMHA({ threads, ...(simd === undefined ? {} : { simd }), ...(wasmBinary === undefined ? {} : { wasmBinary }) });
   if (mha.info.threads !== threads) throw new Error(`asked for ${threads} threads, got ${mha.info.threads} (${mha.info.build})`);
   if (build !== undefined && mha.info.build !== build) {
     const hint = build.startsWith('relaxed') ? ' (this engine lacks WebAssembly Relaxed SIMD; Node: --experimental-wasm-relaxed-simd)' : '';
