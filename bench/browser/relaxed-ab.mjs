@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // Relaxed SIMD against SIMD128 in one Chromium page, interleaved: `node bench/browser/relaxed-ab.mjs
-// [--shapes bert,long2k] [--rounds 6] [--ort] [--heap]`. Per round and shape, each build (createMHA() =
+// [--shapes bert,long2k] [--rounds 6] [--ort] [--heap] [--out]`. Per round and shape, each build (createMHA() =
 // relaxed-simd, createMHA({ simd: 'fixed' }) = simd, and with --ort onnxruntime-web's standard-op graph on
 // 1 thread; with --heap each build again on heap tensors, which copies nothing in or out: the part of the
-// call that the build changes) runs back to back, the order alternating between rounds, so a slow spell of this shared
+// call that the build changes; with --out each build again in copy mode into a result array kept across
+// calls, as a model loop passes `out`: a new result array is fresh memory, whose page faults took 0.3 ms
+// of a 2.75 ms bert call in Chromium 156 here) runs back to back, the order alternating between rounds, so a slow spell of this shared
 // machine falls on all of them; medians are over all calls of all rounds. The bench proper
 // (`npm run bench -- --browser`) measures each row on its own, which on a busy machine can put the two
 // builds minutes apart. Prints one JSON object (the page's results) and a summary: the ratio of the medians,
@@ -19,6 +21,7 @@ const shapes = option(args, '--shapes', 'bert,long2k').split(',');
 const rounds = Number(option(args, '--rounds', '6'));
 const withOrt = args.includes('--ort');
 const withHeap = args.includes('--heap');
+const withOut = args.includes('--out');
 
 await withBenchPage(async (page, browser) => {
   const models = {};
@@ -26,7 +29,7 @@ await withBenchPage(async (page, browser) => {
     const { standardOpsModel } = await import('../lib/onnx-models.mjs');
     for (const name of shapes) models[name] = Array.from(standardOpsModel(shapeByName(name), false));
   }
-  const result = await page.evaluate(async ({ shapes, rounds, models, withHeap }) => {
+  const result = await page.evaluate(async ({ shapes, rounds, models, withHeap, withOut }) => {
     const { createMHA } = await import('/dist/index.js');
     const { shapeByName, flopsOf } = await import('/bench/lib/shapes.mjs');
     const { makeInputs } = await import('/bench/lib/prng.mjs');
@@ -43,6 +46,13 @@ await withBenchPage(async (page, browser) => {
         relaxed: async () => impls.relaxed.multiHeadAttention(q, k, v, options),
         fixed: async () => impls.fixed.multiHeadAttention(q, k, v, options),
       };
+      if (withOut) {
+        // Copy mode into a kept result array, as a model loop does: no fresh pages to fault in per call.
+        const kept = { relaxed: new Float32Array(q.length), fixed: new Float32Array(q.length) };
+        for (const build of ['relaxed', 'fixed']) {
+          runners[`${build} out`] = async () => impls[build].multiHeadAttention(q, k, v, { ...options, out: kept[build] });
+        }
+      }
       if (withHeap) {
         // The bench's own heap-tensor row (bench/impls/mha-wasm.mjs), an instance of each build.
         const { create } = await import('/bench/impls/mha-wasm.mjs');
@@ -84,16 +94,17 @@ await withBenchPage(async (page, browser) => {
       out.ceilings = Object.fromEntries(Object.entries(ceilingRuns).map(([n, xs]) => [n, median(xs)]));
     }
     return out;
-  }, { shapes, rounds, models, withHeap });
+  }, { shapes, rounds, models, withHeap, withOut });
   console.log(JSON.stringify({ browser: `Chromium ${browser.version()}`, rounds, ...result }));
   for (const [name, r] of Object.entries(result.shapes)) {
     const ort = r.ort ? `  ORT std ${r.ort.medianMs.toFixed(2)} ms (relaxed ${(r.ort.medianMs / r.relaxed.medianMs).toFixed(2)}x faster)` : '';
     console.log(`${name}: ${result.builds.relaxed} ${r.relaxed.medianMs.toFixed(3)} ms ${r.relaxed.gflops.toFixed(1)} GFLOP/s, ` +
       `${result.builds.fixed} ${r.fixed.medianMs.toFixed(3)} ms ${r.fixed.gflops.toFixed(1)} GFLOP/s: ${(r.fixed.medianMs / r.relaxed.medianMs).toFixed(3)}x` +
       ` (10th percentiles ${r.relaxed.p10Ms.toFixed(3)} / ${r.fixed.p10Ms.toFixed(3)} ms: ${(r.fixed.p10Ms / r.relaxed.p10Ms).toFixed(3)}x)${ort}`);
-    if (r['relaxed heap']) {
-      const [a, b] = [r['relaxed heap'], r['fixed heap']];
-      console.log(`  heap tensors: ${a.medianMs.toFixed(3)} / ${b.medianMs.toFixed(3)} ms: ${(b.medianMs / a.medianMs).toFixed(3)}x` +
+    for (const [row, label] of [['heap', 'heap tensors'], ['out', 'copy mode, out given']]) {
+      const [a, b] = [r[`relaxed ${row}`], r[`fixed ${row}`]];
+      if (!a) continue;
+      console.log(`  ${label}: ${a.medianMs.toFixed(3)} / ${b.medianMs.toFixed(3)} ms: ${(b.medianMs / a.medianMs).toFixed(3)}x` +
         ` (10th percentiles ${(b.p10Ms / a.p10Ms).toFixed(3)}x)`);
     }
   }
