@@ -111,9 +111,12 @@ export function checkWeights(weights, weights64) {
   return verdict(compare(weights, weights64), 1e-5, 'weights');
 }
 
-/** lse: each element within 1e-5 · max(1, |lse64|); -Infinity (and NaN) exactly where lse64 has it. */
+/**
+ * lse: each element within 1e-5 · max(1, |lse64|); -Infinity (and NaN) exactly where lse64 has it. The
+ * tolerance is per element, so maxError and tolerance are those of the element with the largest ratio.
+ */
 export function checkLse(lse, lse64) {
-  let worst = 0;
+  let worst = { ratio: 0, error: 0, tolerance: 1e-5 };
   let problem;
   for (let i = 0; i < lse64.length && problem === undefined; i++) {
     const [got, want] = [lse[i], lse64[i]];
@@ -121,12 +124,13 @@ export function checkLse(lse, lse64) {
       if (!Object.is(got, want) && !(Number.isNaN(got) && Number.isNaN(want))) problem = `lse[${i}] = ${got}, expected ${want} exactly`;
       continue;
     }
-    const ratio = Math.abs(got - want) / (1e-5 * Math.max(1, Math.abs(want)));
-    if (ratio > 1) problem = `lse[${i}] = ${got}, expected ${want} within 1e-5·max(1, |lse|)`;
-    worst = Math.max(worst, ratio);
+    const error = Math.abs(got - want);
+    const tolerance = 1e-5 * Math.max(1, Math.abs(want));
+    if (error > tolerance) problem = `lse[${i}] = ${got}, expected ${want} within 1e-5·max(1, |lse|)`;
+    if (error / tolerance > worst.ratio) worst = { ratio: error / tolerance, error, tolerance };
   }
   if (lse.length !== lse64.length) problem = `lse has ${lse.length} elements, expected ${lse64.length}`;
-  return { ok: problem === undefined, problem, ratio: worst, tolerance: 1, maxError: worst };
+  return { ok: problem === undefined, problem, ratio: worst.ratio, tolerance: worst.tolerance, maxError: worst.error };
 }
 
 const sameBits = (a, b) => a.length === b.length &&
