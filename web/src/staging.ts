@@ -10,6 +10,9 @@ import type { MhaWasmModule } from './mha.js';
  * attention call struct (call-abi.ts), then the staging of the call.
  */
 export class StagingArena {
+  /** What malloc returned (0: none), which release() frees. */
+  private malloced = 0;
+  /** `malloced` rounded up to 16 bytes: the call struct's slot, then the staging. */
   private block = 0;
   /** Staging bytes the block has room for after the call struct; -1 without a block. */
   private bytes = -1;
@@ -27,14 +30,17 @@ export class StagingArena {
   reserve(fn: string, bytes: number): number {
     if (bytes <= this.bytes) return this.block + this.callSlot;
     this.release();
-    const total = this.callSlot + bytes;
+    // malloc aligns to 8 bytes here (as in allocate()): 12 spare bytes let the block start on 16, so that
+    // the slots are 16-byte aligned as layout() promises.
+    const total = this.callSlot + bytes + 12;
     const block = total < 2 ** 31 ? this.wasm._malloc(total) : 0;
     if (block === 0) {
       throw new RangeError(`${fn}: the inputs and output need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`);
     }
-    this.block = block;
+    this.malloced = block;
+    this.block = Math.ceil(block / 16) * 16;
     this.bytes = bytes;
-    return block + this.callSlot;
+    return this.block + this.callSlot;
   }
 
   /** The address of the call struct's slot, once reserve() has returned. */
@@ -43,7 +49,8 @@ export class StagingArena {
   }
 
   release(): void {
-    if (this.block !== 0) this.wasm._free(this.block);
+    if (this.malloced !== 0) this.wasm._free(this.malloced);
+    this.malloced = 0;
     this.block = 0;
     this.bytes = -1;
   }
