@@ -8,9 +8,9 @@
 // of a 2.75 ms bert call in Chromium 156 here) runs back to back, the order alternating between rounds,
 // so a slow spell of this shared machine falls on all of them; medians are over all calls of all rounds.
 // The bench proper (`npm run bench -- --browser`) measures each row on its own, which on a busy machine can
-// put the two builds minutes apart. Prints one JSON object (the page's results) and a summary: the ratio of the medians,
-// and of the 10th percentiles over all calls, which on a loaded machine (load average far above the 2
-// cores) moves much less than the medians: most calls are then slowed by other processes, unevenly.
+// put the two builds minutes apart. Prints one JSON object (the page's results) and a summary: the ratio of
+// the medians, and of the 10th percentiles over all calls, which on a loaded machine (load average far above
+// the 2 cores) moves much less than the medians: most calls are then slowed by other processes, unevenly.
 // With --heap it also measures the two ceilings of bench/lib/ceiling.mjs (mul+add and relaxed_madd) in the
 // page, once per round, so that the builds' ratio can be read against the CPU's own FMA speed-up.
 import { option, withBenchPage } from './bench-page.mjs';

@@ -504,10 +504,9 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
 // line per step, and staged tiles are widened without the multiply by 2^112 (interleaved A/B, 250
 // rounds, loaded machine: decode-gqa-4k f16 1.13x median, decode-mqa-8k f16 1.00x, decode-b4 f16 1.12x).
 // The loaders skip the widening's inf/NaN fix-up: blocks over such halves take the scalar kernel (below).
-// One row reads both K and V through
-// F16PairLoader (even/odd halves, no interleaves): interleaved A/B in wasm against load8, decode-mha-8k,
-// 1 thread, loaded machine: 1.14x median of 40 rounds, 1.06x and 1.07x of 300 (76%, 84% of them faster);
-// f32 unchanged (1.00-1.01x).
+// One row reads both K and V through F16PairLoader (even/odd halves, no interleaves): interleaved A/B in
+// wasm against load8, decode-mha-8k, 1 thread, loaded machine: 1.14x median of 40 rounds, 1.06x and 1.07x
+// of 300 (76%, 84% of them faster); f32 unchanged (1.00-1.01x).
 // Two cold cases go to the scalar kernel, so that every SIMD module carries only the loaders above
 // (issue #15's package size: 4 kB gzipped for the inf/NaN variants, 2 kB for the unscaled one): blocks
 // over inf/NaN halves (a float16 cache holds them only after a non-finite k/v or one past 65504), and q

@@ -78,7 +78,7 @@ void round_to_f16(const float* x, float* y, int64_t count) {
     hi.store_unaligned(y + i + 4);
   }
 #endif
-  bool specials = false;
+  bool specials = false;  // unused: the rounded copy only needs the values (encode_half keeps one encoder)
   for (; i < count; ++i) y[i] = f16::decode(encode_half(x[i], specials));
 }
 

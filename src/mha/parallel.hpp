@@ -10,8 +10,8 @@
 // Not std::thread: libc++'s thread start-up (its per-thread __thread_struct for notify_all_at_thread_exit)
 // was 1.7 kB of each threaded module for nothing this pool uses. Not std::mutex, std::condition_variable
 // or std::chrono either: their libc++ objects (mutex.o, condition_variable.o, chrono.o and the
-// system_error.o they report failures through) were 0.76 kB gzipped of each threaded module. A pool of 1 thread starts no thread at
-// all, so single-threaded wasm builds link it unchanged.
+// system_error.o they report failures through) were 0.76 kB gzipped of each threaded module. A pool of 1
+// thread starts no thread at all, so single-threaded wasm builds link it unchanged.
 #pragma once
 
 #include <atomic>
