@@ -7,7 +7,7 @@ import { writeCallOperands, writeCallOptions } from './call-abi.js';
 import type { CallLayout } from './call-abi.js';
 import { checkArrayOnly, checkOperand, checkStillUsable, MallocedTensor } from './heap-tensor.js';
 import type { MhaWasmModule } from './mha.js';
-import { AttentionStaging, byteOffsetOf, copyIn, copyOut, layout, place, StagingArena, totalBytes,
+import { align16, AttentionStaging, byteOffsetOf, copyIn, copyOut, layout, MALLOC_SLACK_FOR_16, place, StagingArena, totalBytes,
   unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
 import { checkCacheOptions, createCache, readCacheCallLayout, WasmKVCache } from './kv-cache.js';
@@ -278,13 +278,13 @@ export class WasmMHA implements MHA, CacheHost {
     const fn = 'allocate';
     checkDim(`${fn}: length`, length);
     const bytes = length * 4;
-    // malloc aligns to 8 bytes here (emmalloc: alignof(max_align_t)); 12 spare bytes let the tensor start
-    // on a 16-byte boundary, a whole v128, for any malloc alignment of at least 4.
-    const block = bytes + 12 < 2 ** 31 ? this.wasm._malloc(bytes + 12) : 0;
+    // The tensor starts on a 16-byte boundary, a whole v128.
+    const total = bytes + MALLOC_SLACK_FOR_16;
+    const block = total < 2 ** 31 ? this.wasm._malloc(total) : 0;
     if (block === 0) {
       throw new RangeError(`${fn}: length: ${length} floats need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`);
     }
-    return new MallocedTensor(this.wasm, this.tensors, block, Math.ceil(block / 16) * 16, length);
+    return new MallocedTensor(this.wasm, this.tensors, block, align16(block), length);
   }
 
   get cacheLayout(): CacheCallLayout {

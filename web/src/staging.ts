@@ -6,14 +6,24 @@ import type { AttentionCall } from './attention-options.js';
 import type { MhaWasmModule } from './mha.js';
 
 /**
+ * Spare bytes of a malloc block that must hold a 16-byte aligned run: malloc aligns to 8 bytes here
+ * (emmalloc: alignof(max_align_t)), and 12 spare bytes let the run start at align16(block) for any malloc
+ * alignment of at least 4 (a whole v128).
+ */
+export const MALLOC_SLACK_FOR_16 = 12;
+
+/** An address rounded up to 16 bytes. */
+export function align16(address: number): number {
+  return Math.ceil(address / 16) * 16;
+}
+
+/**
  * One allocation per instance, reused by every call; it only grows. It starts with the slot of the
  * attention call struct (call-abi.ts), then the staging of the call.
  */
 export class StagingArena {
   /** What malloc returned (0: none), which release() frees. */
   private malloced = 0;
-  /** `malloced` rounded up to 16 bytes: the call struct's slot, then the staging. */
-  private block = 0;
   /** Staging bytes the block has room for after the call struct; -1 without a block. */
   private bytes = -1;
   /** Bytes before the staging: the call struct, rounded up to keep the staging 16-byte aligned. */
@@ -23,6 +33,11 @@ export class StagingArena {
     this.callSlot = Math.ceil(callBytes / 16) * 16;
   }
 
+  /** `malloced` rounded up to 16 bytes: the call struct's slot, then the staging. */
+  private get block(): number {
+    return align16(this.malloced);
+  }
+
   /**
    * Returns the base address of room for `bytes` of staging (the call struct's slot is before it, at
    * callAt()), or throws a RangeError naming `fn`. The error counts the staging only: the inputs and output.
@@ -30,15 +45,13 @@ export class StagingArena {
   reserve(fn: string, bytes: number): number {
     if (bytes <= this.bytes) return this.block + this.callSlot;
     this.release();
-    // malloc aligns to 8 bytes here (as in allocate()): 12 spare bytes let the block start on 16, so that
-    // the slots are 16-byte aligned as layout() promises.
-    const total = this.callSlot + bytes + 12;
+    // The slots are 16-byte aligned, as layout() promises.
+    const total = this.callSlot + bytes + MALLOC_SLACK_FOR_16;
     const block = total < 2 ** 31 ? this.wasm._malloc(total) : 0;
     if (block === 0) {
       throw new RangeError(`${fn}: the inputs and output need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`);
     }
     this.malloced = block;
-    this.block = Math.ceil(block / 16) * 16;
     this.bytes = bytes;
     return this.block + this.callSlot;
   }
@@ -51,7 +64,6 @@ export class StagingArena {
   release(): void {
     if (this.malloced !== 0) this.wasm._free(this.malloced);
     this.malloced = 0;
-    this.block = 0;
     this.bytes = -1;
   }
 }
