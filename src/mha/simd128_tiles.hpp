@@ -125,36 +125,39 @@ MHA_PHASE inline void pack_q_panels(const float* q, int64_t row_stride, int32_t 
   }
 }
 
-// K rows [0, nk) of the tile -> kt (Dh, kTileStride); keys [nk, round_up(nk, kNr)) are zero.
+// K rows [0, nk) of the tile -> kt as panels of 8 keys, kt[(j/8)*Dh*8 + d*8 + j%8]; keys
+// [nk, round_up(nk, kNr)) are zero.
 MHA_PHASE inline void pack_k_transposed(const float* k, int64_t row_stride, int32_t nk, int32_t dh, float* kt) {
   const int32_t nk8 = round_up(nk, kNr);
   const int32_t nk4 = nk - nk % kLanes;
-  for (int32_t j = 0; j < nk4; j += kLanes) transpose_4_rows<kTileStride>(k + j * row_stride, row_stride, dh, kt + j);
+  auto at = [kt, dh](int32_t j, int32_t d) { return kt + (j / kNr) * dh * kNr + d * kNr + j % kNr; };
+  for (int32_t j = 0; j < nk4; j += kLanes) transpose_4_rows<kNr>(k + j * row_stride, row_stride, dh, at(j, 0));
   MHA_TAIL_LOOP
   for (int32_t j = nk4; j < nk; ++j) {
     const float* src = k + j * row_stride;
     MHA_TAIL_LOOP
-    for (int32_t d = 0; d < dh; ++d) kt[d * kTileStride + j] = src[d];
+    for (int32_t d = 0; d < dh; ++d) *at(j, d) = src[d];
   }
   MHA_TAIL_LOOP
-  for (int32_t d = 0; d < dh; ++d) {
+  for (int32_t j = nk; j < nk8; ++j) {
     MHA_TAIL_LOOP
-    for (int32_t j = nk; j < nk8; ++j) kt[d * kTileStride + j] = 0.0f;
+    for (int32_t d = 0; d < dh; ++d) *at(j, d) = 0.0f;
   }
 }
 
-// V rows [0, nk) of the tile -> vp (nk, dh8), columns [dh, dh8) zero.
+// V rows [0, nk) of the tile -> vp as panels of 8 lanes, vp[(d/8)*nk*8 + j*8 + d%8]; lanes [dh, dh8) zero.
 MHA_PHASE inline void pack_v(const float* v, int64_t row_stride, int32_t nk, int32_t dh, int32_t dh8, float* vp) {
   const int32_t dh4 = dh - dh % kLanes;
+  const int64_t panel = int64_t{nk} * kNr;
   for (int32_t j = 0; j < nk; ++j) {
     const float* src = v + j * row_stride;
-    float* dst = vp + j * dh8;
+    float* dst = vp + j * kNr;
     int32_t d = 0;
-    for (; d < dh4; d += kLanes) VecF::load_unaligned(src + d).store_aligned(dst + d);
+    for (; d < dh4; d += kLanes) VecF::load_unaligned(src + d).store_aligned(dst + (d / kNr) * panel + d % kNr);
     MHA_TAIL_LOOP
-    for (; d < dh; ++d) dst[d] = src[d];
+    for (; d < dh; ++d) dst[(d / kNr) * panel + d % kNr] = src[d];
     MHA_TAIL_LOOP
-    for (; d < dh8; ++d) dst[d] = 0.0f;
+    for (; d < dh8; ++d) dst[(d / kNr) * panel + d % kNr] = 0.0f;
   }
 }
 
@@ -264,7 +267,7 @@ MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, 
   for (int32_t jb = 0; jb < nk8; jb += kNr) {
     VecF a00(0.0f), a01(0.0f), a10(0.0f), a11(0.0f), a20(0.0f), a21(0.0f), a30(0.0f), a31(0.0f);
     const float* qp = qpanel;
-    const float* kp = kt + jb;
+    const float* kp = kt + jb * dh;  // the panel of keys [jb, jb + 8)
     auto step = [&](const float* qd, const float* kd) {
       const VecF k0 = VecF::load_aligned(kd);
       const VecF k1 = VecF::load_aligned(kd + kLanes);
@@ -280,7 +283,7 @@ MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, 
     };
     // Not unrolled: LLVM would hoist the second step's loads above the first step's arithmetic, and
     // the extra live vectors spill in V8 (measured: slower).
-    for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kTileStride) step(qp, kp);
+    for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kNr) step(qp, kp);
     a00 *= vscale, a01 *= vscale, a10 *= vscale, a11 *= vscale;
     a20 *= vscale, a21 *= vscale, a30 *= vscale, a31 *= vscale;
     nonfinite = madd(((a00 + a01) + (a10 + a11)) + ((a20 + a21) + (a30 + a31)), VecF(0.0f), nonfinite);
@@ -329,11 +332,11 @@ MHA_PHASE inline void pv_tile(const float* p, const float* v, int32_t dh8, int32
     VecF a10 = VecF::load_aligned(o1 + d) * al1, a11 = VecF::load_aligned(o1 + d + kLanes) * al1;
     VecF a20 = VecF::load_aligned(o2 + d) * al2, a21 = VecF::load_aligned(o2 + d + kLanes) * al2;
     VecF a30 = VecF::load_aligned(o3 + d) * al3, a31 = VecF::load_aligned(o3 + d + kLanes) * al3;
-    const float* vp = v + d;
+    const float* vp = v + d * nk;  // the panel of lanes [d, d + 8)
     const float* pp = p;
     auto step = [&](const float* pj, const float* vj) {
-      const VecF v0 = VecF::load_unaligned(vj);
-      const VecF v1 = VecF::load_unaligned(vj + kLanes);
+      const VecF v0 = VecF::load_aligned(vj);
+      const VecF v1 = VecF::load_aligned(vj + kLanes);
       const VecF b0(pj[0]), b1(pj[kTileStride]), b2(pj[2 * kTileStride]), b3(pj[3 * kTileStride]);
       a00 = madd(b0, v0, a00);
       a01 = madd(b0, v1, a01);
@@ -344,7 +347,7 @@ MHA_PHASE inline void pv_tile(const float* p, const float* v, int32_t dh8, int32
       a30 = madd(b3, v0, a30);
       a31 = madd(b3, v1, a31);
     };
-    for (int32_t j = 0; j < nk; ++j, ++pp, vp += dh8) step(pp, vp);
+    for (int32_t j = 0; j < nk; ++j, ++pp, vp += kNr) step(pp, vp);
     a00.store_aligned(o0 + d);
     a01.store_aligned(o0 + d + kLanes);
     a10.store_aligned(o1 + d);
