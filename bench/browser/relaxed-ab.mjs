@@ -10,7 +10,8 @@
 // The bench proper (`npm run bench -- --browser`) measures each row on its own, which on a busy machine can
 // put the two builds minutes apart. Prints one JSON object (the page's results) and a summary: the ratio of
 // the medians, and of the 10th percentiles over all calls, which on a loaded machine (load average far above
-// the 2 cores) moves much less than the medians: most calls are then slowed by other processes, unevenly.
+// the 2 cores) moves much less than the medians: most calls are then slowed by other processes, unevenly;
+// and the median and quartiles over the rounds of each round's ratio (of the two rows' medians in it).
 // With --heap it also measures the two ceilings of bench/lib/ceiling.mjs (mul+add and relaxed_madd) in the
 // page, once per round, so that the builds' ratio can be read against the CPU's own FMA speed-up.
 import { option, withBenchPage } from './bench-page.mjs';
@@ -67,27 +68,38 @@ await withBenchPage(async (page, browser) => {
         runners.ort = () => ort.run(q, k, v);
       }
       const names = Object.keys(runners);
+      const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
       for (const n of names) await runners[n]();  // warm up (ORT's first run compiles its kernels)
       const once = await (async () => { const t = performance.now(); await runners.relaxed(); return performance.now() - t; })();
       const calls = Math.max(1, Math.min(50, Math.round(400 / once)));
+      const callsOf = (n) => (n === 'ort' ? Math.max(1, Math.ceil(calls / 4)) : calls);
       const times = Object.fromEntries(names.map((n) => [n, []]));
+      const roundMedians = Object.fromEntries(names.map((n) => [n, []]));
       for (let r = 0; r < rounds; r++) {
         if (ceiling) {
           ceilingRuns['mul+add'].push(ceiling.measureCeiling({ trials: 3 }).gflops);
           ceilingRuns.relaxed_madd.push(ceiling.measureCeiling({ trials: 3, fma: true }).gflops);
         }
         for (const n of r % 2 === 0 ? names : [...names].reverse()) {
-          for (let c = 0; c < (n === 'ort' ? Math.max(1, Math.ceil(calls / 4)) : calls); c++) {
+          for (let c = 0; c < callsOf(n); c++) {
             const t = performance.now();
             await runners[n]();
             times[n].push(performance.now() - t);
           }
+          roundMedians[n].push(median(times[n].slice(-callsOf(n))));
         }
       }
-      const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
       const flops = flopsOf(shape);
       const p10 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 10)];
       out.shapes[name] = Object.fromEntries(names.map((n) => [n, { medianMs: median(times[n]), p10Ms: p10(times[n]), gflops: flops / median(times[n]) / 1e6, calls: times[n].length }]));
+      // Each round's ratio of two rows' medians in that round (run back to back), then the median and
+      // quartiles of those ratios over the rounds: a slow spell that spans a round slows both rows of it.
+      const perRound = (slow, fast) => {
+        const ratios = roundMedians[slow].map((t, r) => t / roundMedians[fast][r]).sort((a, b) => a - b);
+        return { median: ratios[ratios.length >> 1], q1: ratios[ratios.length >> 2], q3: ratios[(3 * ratios.length) >> 2] };
+      };
+      const pairs = [['fixed', 'relaxed'], ['fixed heap', 'relaxed heap'], ['fixed out', 'relaxed out'], ['ort', 'relaxed']];
+      out.shapes[name].perRound = Object.fromEntries(pairs.filter(([a]) => runners[a]).map(([a, b]) => [`${a}/${b}`, perRound(a, b)]));
     }
     if (ceiling) {
       const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
@@ -96,16 +108,22 @@ await withBenchPage(async (page, browser) => {
     return out;
   }, { shapes, rounds, models, withHeap, withOut });
   console.log(JSON.stringify({ browser: `Chromium ${browser.version()}`, rounds, ...result }));
+  const perRound = (r, pair) => {
+    const x = r.perRound[pair];
+    return x ? `; per round ${x.median.toFixed(3)}x [${x.q1.toFixed(3)}, ${x.q3.toFixed(3)}]` : '';
+  };
   for (const [name, r] of Object.entries(result.shapes)) {
-    const ort = r.ort ? `  ORT std ${r.ort.medianMs.toFixed(2)} ms (relaxed ${(r.ort.medianMs / r.relaxed.medianMs).toFixed(2)}x faster)` : '';
+    const ort = r.ort ? `  ORT std ${r.ort.medianMs.toFixed(2)} ms (relaxed ${(r.ort.medianMs / r.relaxed.medianMs).toFixed(2)}x faster` +
+      `${perRound(r, 'ort/relaxed')})` : '';
     console.log(`${name}: ${result.builds.relaxed} ${r.relaxed.medianMs.toFixed(3)} ms ${r.relaxed.gflops.toFixed(1)} GFLOP/s, ` +
       `${result.builds.fixed} ${r.fixed.medianMs.toFixed(3)} ms ${r.fixed.gflops.toFixed(1)} GFLOP/s: ${(r.fixed.medianMs / r.relaxed.medianMs).toFixed(3)}x` +
-      ` (10th percentiles ${r.relaxed.p10Ms.toFixed(3)} / ${r.fixed.p10Ms.toFixed(3)} ms: ${(r.fixed.p10Ms / r.relaxed.p10Ms).toFixed(3)}x)${ort}`);
+      ` (10th percentiles ${r.relaxed.p10Ms.toFixed(3)} / ${r.fixed.p10Ms.toFixed(3)} ms: ${(r.fixed.p10Ms / r.relaxed.p10Ms).toFixed(3)}x` +
+      `${perRound(r, 'fixed/relaxed')})${ort}`);
     for (const [row, label] of [['heap', 'heap tensors'], ['out', 'copy mode, out given']]) {
       const [a, b] = [r[`relaxed ${row}`], r[`fixed ${row}`]];
       if (!a) continue;
       console.log(`  ${label}: ${a.medianMs.toFixed(3)} / ${b.medianMs.toFixed(3)} ms: ${(b.medianMs / a.medianMs).toFixed(3)}x` +
-        ` (10th percentiles ${(b.p10Ms / a.p10Ms).toFixed(3)}x)`);
+        ` (10th percentiles ${(b.p10Ms / a.p10Ms).toFixed(3)}x${perRound(r, `fixed ${row}/relaxed ${row}`)})`);
     }
   }
   if (result.ceilings) {
