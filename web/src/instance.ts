@@ -7,8 +7,8 @@ import { writeCallOperands, writeCallOptions } from './call-abi.js';
 import type { CallLayout } from './call-abi.js';
 import { checkArrayOnly, checkOperand, checkStillUsable, MallocedTensor } from './heap-tensor.js';
 import type { MhaWasmModule } from './mha.js';
-import { align16, AttentionStaging, byteOffsetOf, copyIn, copyOut, layout, MALLOC_SLACK_FOR_16, place, StagingArena, totalBytes,
-  unfilledFloat32Array } from './staging.js';
+import { align16, AttentionStaging, byteOffsetOf, copyIn, copyOut, layout, MALLOC_SLACK_FOR_16, place, StagingArena,
+  totalBytes, unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
 import { checkCacheOptions, createCache, readCacheCallLayout, WasmKVCache } from './kv-cache.js';
 import type { CacheCallLayout, CacheHost } from './kv-cache.js';

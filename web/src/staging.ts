@@ -12,9 +12,9 @@ import type { MhaWasmModule } from './mha.js';
  */
 export const MALLOC_SLACK_FOR_16 = 12;
 
-/** An address rounded up to 16 bytes. */
-export function align16(address: number): number {
-  return Math.ceil(address / 16) * 16;
+/** An address or a byte count rounded up to 16 bytes (a whole v128). */
+export function align16(value: number): number {
+  return Math.ceil(value / 16) * 16;
 }
 
 /**
@@ -30,7 +30,7 @@ export class StagingArena {
   private readonly callSlot: number;
 
   constructor(private readonly wasm: MhaWasmModule, callBytes: number) {
-    this.callSlot = Math.ceil(callBytes / 16) * 16;
+    this.callSlot = align16(callBytes);
   }
 
   /** `malloced` rounded up to 16 bytes: the call struct's slot, then the staging. */
@@ -74,13 +74,13 @@ export function layout(base: number, sizes: readonly number[]): number[] {
   let offset = base;
   for (const size of sizes) {
     addresses.push(offset);
-    offset += Math.ceil(size / 16) * 16;
+    offset += align16(size);
   }
   return addresses;
 }
 
 export function totalBytes(sizes: readonly number[]): number {
-  return sizes.reduce((sum, size) => sum + Math.ceil(size / 16) * 16, 0);
+  return sizes.reduce((sum, size) => sum + align16(size), 0);
 }
 
 /**
@@ -270,9 +270,9 @@ export class AttentionStaging {
   /** Bytes the planned slots take, each 16-byte aligned, with `sets` (1 or 2) sets of the group slots. */
   bytes(sets: number): number {
     let bytes = 0;
-    for (let slot = 0; slot < Slot.count; slot++) bytes += Math.ceil(this.sizes[slot]! / 16) * 16;
+    for (let slot = 0; slot < Slot.count; slot++) bytes += align16(this.sizes[slot]!);
     if (sets !== 2) return bytes;
-    for (let slot = 0; slot < Slot.count; slot++) if (this.perGroup(slot)) bytes += Math.ceil(this.sizes[slot]! / 16) * 16;
+    for (let slot = 0; slot < Slot.count; slot++) if (this.perGroup(slot)) bytes += align16(this.sizes[slot]!);
     return bytes;
   }
 
@@ -284,13 +284,13 @@ export class AttentionStaging {
     let offset = base;
     for (let slot = 0; slot < Slot.count; slot++) {
       this.at[slot] = offset;
-      offset += Math.ceil(this.sizes[slot]! / 16) * 16;
+      offset += align16(this.sizes[slot]!);
     }
     if (sets !== 2) return;
     for (let slot = 0; slot < Slot.count; slot++) {
       if (this.perGroup(slot)) {
         this.at[Slot.count + slot] = offset;
-        offset += Math.ceil(this.sizes[slot]! / 16) * 16;
+        offset += align16(this.sizes[slot]!);
       } else {
         this.at[Slot.count + slot] = this.at[slot]!;
       }
