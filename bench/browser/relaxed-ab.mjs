@@ -34,6 +34,8 @@ await withBenchPage(async (page, browser) => {
     const { createMHA } = await import('/dist/index.js');
     const { shapeByName, flopsOf } = await import('/bench/lib/shapes.mjs');
     const { makeInputs } = await import('/bench/lib/prng.mjs');
+    const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+    const p10 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 10)];
     const impls = { relaxed: await createMHA(), fixed: await createMHA({ simd: 'fixed' }) };
     const builds = { relaxed: impls.relaxed.info.build, fixed: impls.fixed.info.build };
     const out = { builds, shapes: {} };
@@ -68,7 +70,6 @@ await withBenchPage(async (page, browser) => {
         runners.ort = () => ort.run(q, k, v);
       }
       const names = Object.keys(runners);
-      const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
       for (const n of names) await runners[n]();  // warm up (ORT's first run compiles its kernels)
       const once = await (async () => { const t = performance.now(); await runners.relaxed(); return performance.now() - t; })();
       const calls = Math.max(1, Math.min(50, Math.round(400 / once)));
@@ -90,7 +91,6 @@ await withBenchPage(async (page, browser) => {
         }
       }
       const flops = flopsOf(shape);
-      const p10 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 10)];
       out.shapes[name] = Object.fromEntries(names.map((n) => [n, { medianMs: median(times[n]), p10Ms: p10(times[n]), gflops: flops / median(times[n]) / 1e6, calls: times[n].length }]));
       // Each round's ratio of two rows' medians in that round (run back to back), then the median and
       // quartiles of those ratios over the rounds: a slow spell that spans a round slows both rows of it.
@@ -102,28 +102,27 @@ await withBenchPage(async (page, browser) => {
       out.shapes[name].perRound = Object.fromEntries(pairs.filter(([a]) => runners[a]).map(([a, b]) => [`${a}/${b}`, perRound(a, b)]));
     }
     if (ceiling) {
-      const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
       out.ceilings = Object.fromEntries(Object.entries(ceilingRuns).map(([n, xs]) => [n, median(xs)]));
     }
     return out;
   }, { shapes, rounds, models, withHeap, withOut });
   console.log(JSON.stringify({ browser: `Chromium ${browser.version()}`, rounds, ...result }));
-  const perRound = (r, pair) => {
+  const perRoundText = (r, pair) => {
     const x = r.perRound[pair];
     return x ? `; per round ${x.median.toFixed(3)}x [${x.q1.toFixed(3)}, ${x.q3.toFixed(3)}]` : '';
   };
   for (const [name, r] of Object.entries(result.shapes)) {
     const ort = r.ort ? `  ORT std ${r.ort.medianMs.toFixed(2)} ms (relaxed ${(r.ort.medianMs / r.relaxed.medianMs).toFixed(2)}x faster` +
-      `${perRound(r, 'ort/relaxed')})` : '';
+      `${perRoundText(r, 'ort/relaxed')})` : '';
     console.log(`${name}: ${result.builds.relaxed} ${r.relaxed.medianMs.toFixed(3)} ms ${r.relaxed.gflops.toFixed(1)} GFLOP/s, ` +
       `${result.builds.fixed} ${r.fixed.medianMs.toFixed(3)} ms ${r.fixed.gflops.toFixed(1)} GFLOP/s: ${(r.fixed.medianMs / r.relaxed.medianMs).toFixed(3)}x` +
       ` (10th percentiles ${r.relaxed.p10Ms.toFixed(3)} / ${r.fixed.p10Ms.toFixed(3)} ms: ${(r.fixed.p10Ms / r.relaxed.p10Ms).toFixed(3)}x` +
-      `${perRound(r, 'fixed/relaxed')})${ort}`);
+      `${perRoundText(r, 'fixed/relaxed')})${ort}`);
     for (const [row, label] of [['heap', 'heap tensors'], ['out', 'copy mode, out given']]) {
       const [a, b] = [r[`relaxed ${row}`], r[`fixed ${row}`]];
       if (!a) continue;
       console.log(`  ${label}: ${a.medianMs.toFixed(3)} / ${b.medianMs.toFixed(3)} ms: ${(b.medianMs / a.medianMs).toFixed(3)}x` +
-        ` (10th percentiles ${(b.p10Ms / a.p10Ms).toFixed(3)}x${perRound(r, `fixed ${row}/relaxed ${row}`)})`);
+        ` (10th percentiles ${(b.p10Ms / a.p10Ms).toFixed(3)}x${perRoundText(r, `fixed ${row}/relaxed ${row}`)})`);
     }
   }
   if (result.ceilings) {
