@@ -4,17 +4,18 @@
 // (simd::madd; CMakeLists.txt builds it with clang-19 and -mrelaxed-simd).
 //
 // One unit = (batch b, KV head g, query rows [q_begin, q_end)) of the G query heads that read g:
-//   1. pack the unit's Q rows of each head as 4-row panels (Dh, 4) into aligned scratch;
+//   1. pack the unit's Q rows of each head as panels of kMr rows (Dh, kMr) into aligned scratch (kMr: 4,
+//      or 6 in the relaxed variant; simd128_tiles.hpp says why);
 // then for each key tile of Bk keys that some row of the unit may see (the unit's key range), and each
 // block of Bq rows:
 //   2. classify the tile against the block's visible key ranges and the mask: skipped when every key is
 //      hidden from every row, computed without per-key tests when none is;
 //   3. pack K^T (Dh, Bk) and V (Bk, Dh8) of KV head g (once per tile, for every block and head; Dh8 = Dh
 //      rounded up to 8, zero padded), so the micro-kernels only ever see whole vectors;
-//   4. per head of the group: S (Bq, Bk) = Q K^T with a 4 rows x 8 keys register-blocked micro-kernel,
+//   4. per head of the group: S (Bq, Bk) = Q K^T with a kMr rows x 8 keys register-blocked micro-kernel,
 //      whose epilogue applies softcap, ALiBi and bias on registers (simd128_tiles.hpp);
 //   5. online softmax of the tile: hide keys (-inf), running max m, p = 2^(s - m), running sum l;
-//   6. O (Bq, Dh8) = O * 2^(m_old - m_new) + P V with a 4 rows x 8 lanes micro-kernel;
+//   6. O (Bq, Dh8) = O * 2^(m_old - m_new) + P V with a kMr rows x 8 lanes micro-kernel;
 //   7. finish the rows: out = O / l, lse = (m + log2 l) ln 2. Rows whose float32 result is not finite
 //      (empty rows, non-finite inputs or bias, overflow of the logits or of O) are recomputed by the
 //      reference, so NaN/inf and empty-row semantics are exactly the reference's.
@@ -23,7 +24,7 @@
 // Nothing of size S x T exists; scratch depends on Dh and the fixed tiles only.
 //
 // Determinism: every query row goes through exactly the same float operations whatever block it is in
-// (the key tiles lie on one grid of multiples of Bk for every block, the 4-row micro-kernels treat rows
+// (the key tiles lie on one grid of multiples of Bk for every block, the micro-kernels treat rows
 // independently, and a tile a block skips would only have rescaled the row by exactly 1 and added exact
 // zeros), so results do not depend on the unit split or order.
 #include <algorithm>
@@ -39,7 +40,11 @@ namespace mha {
 namespace MHA_SIMD_VARIANT {
 namespace {
 
-constexpr int32_t kRowsPerBlock = 64;       // Bq
+// Bq: a multiple of kRowPad (each block's rows are whole panels and whole vectors of 4 rows). The relaxed
+// variant's 6-row panels take 60: against 72, in Chromium (wasm-ab.mjs, 10 rounds), bert and long2k
+// within 0.6 %, causal512 1.06x (72-row blocks straddle more of its 64-key diagonal tiles).
+constexpr int32_t kRowsPerBlock = kMr == 4 ? 64 : 60;
+static_assert(kRowsPerBlock % kRowPad == 0, "a block holds whole panels");
 constexpr int32_t kMaxRowsPerUnit = 1024;   // a unit runs up to 16 blocks against each packed key tile
 constexpr int64_t kMinUnits = 8;            // keep enough units for the thread pool on small problems
 constexpr int32_t kKeysPerTile = kTileStride;  // Bk (measured: 128 halves per-tile overheads, +1-4% over 64)
@@ -51,7 +56,7 @@ constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // 64-byte
 
 // Query rows of each head per unit, for units of `heads_per_kv_head` heads.
 int32_t rows_per_unit(const AttentionShape& shape, int32_t padded_head_dim, int32_t heads_per_kv_head) {
-  const int32_t s4 = round_up(shape.seq_len, kMr);
+  const int32_t s4 = round_up(shape.seq_len, kRowPad);
   // The unit's Q panels and O accumulators stay within about 512 KiB: 1024 rows (over the unit's heads)
   // at Dh <= 64. Every unit packs K/V of all its tiles, strided reads from memory that is mostly not in
   // cache (K/V packing was 18% of the time at 256 rows), so more rows per unit pay although Q and O then
@@ -73,13 +78,13 @@ KernelPlan plan(const AttentionArgs& args) {
   p.padded_head_dim = round_up(p.head_dim, kNr);
   p.heads_per_kv_head = shape.num_heads / shape.kv_heads();
   p.rows_per_unit = rows_per_unit(shape, p.padded_head_dim, p.heads_per_kv_head);
-  p.rows_per_block = std::min(kRowsPerBlock, round_up(p.rows_per_unit, kMr));
+  p.rows_per_block = std::min(kRowsPerBlock, round_up(p.rows_per_unit, kRowPad));
   const int32_t tile = args.ranged() ? kRangedKeysPerTile : kKeysPerTile;
   p.keys_per_tile = std::min(tile, round_up(shape.kv_seq_len, kNr));
   count_units(shape, p);
 
   const size_t dh = static_cast<size_t>(p.head_dim), dh8 = static_cast<size_t>(p.padded_head_dim);
-  const size_t unit_rows = size_t(p.heads_per_kv_head) * round_up(p.rows_per_unit, kMr);  // G*R4
+  const size_t unit_rows = size_t(p.heads_per_kv_head) * round_up(p.rows_per_unit, kRowPad);  // G * padded rows
   ScratchLayout& lay = p.scratch;
   size_t at = 0;
   auto take = [&at](size_t floats) {
@@ -87,11 +92,11 @@ KernelPlan plan(const AttentionArgs& args) {
     at += round_up16(floats);
     return here;
   };
-  lay.q_panels = take(unit_rows * dh);                         // (G*R4/4) panels (Dh, 4), unscaled
+  lay.q_panels = take(unit_rows * dh);                         // (G * padded rows / kMr) panels (Dh, kMr), unscaled
   lay.k_tile = take(dh * kTileStride);                         // K^T (Dh, kTileStride)
   lay.v_tile = take(size_t(p.keys_per_tile) * dh8);            // V (Bk, Dh8)
   lay.scores = take(size_t(p.rows_per_block) * kTileStride);   // one block's scores (Bq, kTileStride)
-  lay.out_acc = take(unit_rows * dh8);                         // O (G*R4, Dh8)
+  lay.out_acc = take(unit_rows * dh8);                         // O (G * padded rows, Dh8)
   lay.row_max = take(unit_rows);
   lay.row_sum = take(unit_rows);
   lay.rescale = take(unit_rows);
@@ -107,7 +112,7 @@ struct UnitState {
   const WorkUnit& unit;
   UnitViews views;
   int32_t rows;        // query rows of each head of the unit
-  int32_t rows4;       // rows rounded up to kMr: the stride between heads in q_panels, o, m, l
+  int32_t padded_rows; // rows rounded up to kRowPad: the stride between heads in q_panels, o, m, l
   float* q_panels;
   float* k_tile;
   float* v_tile;
@@ -170,7 +175,7 @@ MHA_PHASE TileClass classify_tile(const KeyVisibility& vis, int32_t i_begin, int
   return tile;
 }
 
-// 5. Online softmax of one block's score tile (rows [0, brows4) of sp, block rows start at query
+// 5. Online softmax of one block's score tile (rows [0, round_up(brows, kRowPad)) of sp, block rows start at query
 // i_begin, row state at m / l / rescale): in three passes over the block's rows: the row maxima (from
 // qk_tile when no key is hidden; otherwise a pass over each row, whose dependency chains overlap), the
 // running max and rescale factors of 4 rows per vector, then the exponentials and row sums.
@@ -178,11 +183,11 @@ MHA_PHASE void softmax_tile(const UnitState& st, const TileClass& tile, int32_t 
                             int32_t nk, bool fused_max, const bool* panel_nonfinite, float* tile_max, float* m, float* l,
                             float* alpha, const simd::Exp2Constants& ek) {
   const int32_t nk8 = round_up(nk, kNr);
-  const int32_t brows4 = round_up(brows, kMr);
+  const int32_t brows_padded = round_up(brows, kRowPad);
   const KeyVisibility& vis = st.views.visibility;
   float* sp = st.scores;
   alignas(16) float m_sub[kRowsPerBlock];
-  for (int32_t r = 0; r < brows4 && !fused_max; ++r) {
+  for (int32_t r = 0; r < brows_padded && !fused_max; ++r) {
     // Padding rows (r >= brows) hide only the padding keys; their results are discarded.
     const int32_t i = i_begin + r;
     const bool hide = r < brows && tile.hides_some();
@@ -194,8 +199,8 @@ MHA_PHASE void softmax_tile(const UnitState& st, const TileClass& tile, int32_t 
     const uint8_t* mask = hide && tile.mask_partial ? vis.mask_row(i) + j0 : nullptr;
     tile_max[r] = hide_and_max_row(sp + r * kTileStride, nk, nk8, keys, mask);
   }
-  for (int32_t r = 0; r < brows4; r += kMr) update_running_max(tile_max + r, m + r, m_sub + r, alpha + r, ek);
-  for (int32_t r = 0; r < brows4; ++r) {
+  for (int32_t r = 0; r < brows_padded; r += kLanes) update_running_max(tile_max + r, m + r, m_sub + r, alpha + r, ek);
+  for (int32_t r = 0; r < brows_padded; ++r) {
     const float sum = exp_row(sp + r * kTileStride, nk8, m_sub[r], ek);
     // A non-finite raw score in the row's panel: poison l (see qk_tile), the reference redoes the row.
     const float l_old = panel_nonfinite[r / kMr] ? std::numeric_limits<float>::quiet_NaN() : l[r];
@@ -204,13 +209,14 @@ MHA_PHASE void softmax_tile(const UnitState& st, const TileClass& tile, int32_t 
 }
 
 // Steps 4-6 for rows [b0, b0 + brows) of head hg of the unit against the packed key tile [j0, j0 + nk):
-// Q panels (brows4/4, Dh, 4), K^T (Dh, kTileStride), V (nk, Dh8), scores (brows4, kTileStride), O (brows4, Dh8).
+// Q panels (P/kMr, Dh, kMr), K^T (Dh, kTileStride), V (nk, Dh8), scores (P, kTileStride), O (P, Dh8) for
+// P = round_up(brows, kRowPad).
 MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t hg, int32_t b0, int32_t brows,
                             int32_t j0, int32_t nk, const simd::Exp2Constants& ek) {
   const int32_t dh = st.plan.head_dim, dh8 = st.plan.padded_head_dim;
   const int32_t nk8 = round_up(nk, kNr);
-  const int32_t brows4 = round_up(brows, kMr);
-  const int32_t row0 = hg * st.rows4 + b0;  // the block's first row in the unit's row buffers
+  const int32_t brows_padded = round_up(brows, kRowPad);
+  const int32_t row0 = hg * st.padded_rows + b0;  // the block's first row in the unit's row buffers
   const float* qb = st.q_panels + size_t(row0) * dh;
   float* ob = st.out_acc + size_t(row0) * dh8;
 
@@ -230,7 +236,7 @@ MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t 
     bias_rows = args.bias.data + st.unit.batch * args.bias.batch_stride + head * args.bias.head_stride +
                 (int64_t{st.unit.q_begin} + b0) * args.shape.kv_seq_len + j0;
   }
-  for (int32_t r = 0; r < brows4; r += kMr) {
+  for (int32_t r = 0; r < brows_padded; r += kMr) {
     float* row_max = fused_max ? tile_max + r : nullptr;
     float* panel_scores = st.scores + r * kTileStride;
     if (!st.epilogue) {
@@ -252,7 +258,7 @@ MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t 
 
   // 6. O = O * alpha + P V. Keys hidden from a row enter with p = 0. A non-finite V value there turns
   // 0 * inf into NaN, and the row is then recomputed by the reference, which never reads hidden keys.
-  for (int32_t r = 0; r < brows4; r += kMr) {
+  for (int32_t r = 0; r < brows_padded; r += kMr) {
     pv_tile(st.scores + r * kTileStride, st.v_tile, dh8, nk, st.rescale + row0 + r, ob + r * dh8);
   }
 }
@@ -266,7 +272,7 @@ MHA_PHASE void finish_rows(const UnitState& st) {
   for (int32_t hg = 0; hg < st.plan.heads_per_kv_head; ++hg) {
     const int32_t head = st.unit.kv_head * st.plan.heads_per_kv_head + hg;
     for (int32_t r = 0; r < st.rows; ++r) {
-      const int32_t row = hg * st.rows4 + r;
+      const int32_t row = hg * st.padded_rows + r;
       const int32_t i = st.unit.q_begin + r;
       const float* src = st.out_acc + size_t(row) * dh8;
       const float l = st.row_sum[row];
@@ -317,7 +323,7 @@ MHA_PHASE void finish_rows(const UnitState& st) {
 void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit, float* scratch) {
   const ScratchLayout& lay = plan.scratch;
   const int32_t rows = unit.q_end - unit.q_begin;
-  UnitState st{args, plan, unit, unit_views(args, plan, unit), rows, round_up(rows, kMr),
+  UnitState st{args, plan, unit, unit_views(args, plan, unit), rows, round_up(rows, kRowPad),
                scratch + lay.q_panels, scratch + lay.k_tile, scratch + lay.v_tile, scratch + lay.scores,
                scratch + lay.out_acc, scratch + lay.row_max, scratch + lay.row_sum, scratch + lay.rescale,
                reinterpret_cast<double*>(scratch + lay.reference), false, ScoreEpilogue{}};
@@ -340,9 +346,9 @@ void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit&
   const int64_t q_stride = args.q.row_stride;
   for (int32_t hg = 0; hg < heads; ++hg) {
     pack_q_panels(st.views.q + unit.q_begin * q_stride + hg * dh, q_stride, rows, dh,
-                  st.q_panels + size_t(hg) * st.rows4 * dh);
+                  st.q_panels + size_t(hg) * st.padded_rows * dh);
   }
-  const size_t unit_rows = size_t(heads) * st.rows4;
+  const size_t unit_rows = size_t(heads) * st.padded_rows;
   std::fill(st.out_acc, st.out_acc + unit_rows * plan.padded_head_dim, 0.0f);
   std::fill(st.row_max, st.row_max + unit_rows, kNegInf);
   std::fill(st.row_sum, st.row_sum + unit_rows, 0.0f);

@@ -5,13 +5,14 @@
 //
 // Addressing matters as much as arithmetic here: V8 addresses wasm memory as [base + index + imm], so
 // every distinct computed address costs an extra lea. The scratch strides are compile-time constants
-// (kTileStride) and the Q block is packed as 4-row panels (d-major, the 4 rows' values adjacent), so
+// (kTileStride) and the Q block is packed as kMr-row panels (d-major, the rows' values adjacent), so
 // each micro-kernel step reads all its operands from one or two pointers with immediate offsets.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 
 #include <xsimd/xsimd.hpp>
 
@@ -34,7 +35,21 @@ using simd::VecI;
 constexpr int32_t kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
 static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
 
-constexpr int32_t kMr = 4;  // query rows per micro-kernel (a Q panel)
+// Query rows per micro-kernel (a Q panel). With FMA, a multiply-add is one instruction of 4 cycles
+// latency and the core starts 2 a cycle, so 8 accumulators (4 rows x 8 keys) are exactly enough to keep
+// it busy and any stall shows: 12 chains of relaxed_madd ran 1.12x as fast as 8 (Node 20, Xeon, 45.4
+// against 40.4 GFLOP/s), and the 4-row micro-kernels stayed at 86-89 % of the 12-chain ceiling. The relaxed
+// variant takes 6 rows: 12 accumulators + 2 key (or value) vectors + 1 broadcast = 15 of the 16 xmm
+// registers (V8 keeps the 16th as scratch). Without FMA each step also needs a product temporary, and
+// 4 rows are the largest block that does not spill.
+#if MHA_VARIANT_RELAXED
+constexpr int32_t kMr = 6;
+#else
+constexpr int32_t kMr = 4;
+#endif
+// Query rows are padded to whole panels and to whole vectors of 4 rows (the online softmax updates the
+// running maxima of 4 rows a vector): to a multiple of both.
+constexpr int32_t kRowPad = std::lcm(kMr, kLanes);
 constexpr int32_t kNr = 8;  // keys (QK^T) or output lanes (PV) per micro-kernel
 // The largest keys per tile, and so the row stride of the K^T and score tiles: a compile-time constant,
 // so that the micro-kernels address their operands with immediate offsets (see the top of this file).
@@ -45,12 +60,19 @@ constexpr float kLog2e = 1.44269504088896341f;
 
 constexpr int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
-// Before the scalar tail loops (Dh % 4 columns, padding keys, zero padding): LLVM -O3 would vectorize and
-// unroll each of them, with its runtime checks, into a kilobyte of wasm that bert-like shapes never run.
+// Before the scalar tail loops (Dh % 4 columns, padding keys, zero padding) and the score epilogue's row
+// loops: LLVM -O3 would vectorize and unroll each of them, with its runtime checks, into a kilobyte of
+// wasm that bert-like shapes never run.
 #ifdef __clang__
 #define MHA_TAIL_LOOP _Pragma("clang loop vectorize(disable) interleave(disable) unroll(disable)")
 #else
 #define MHA_TAIL_LOOP
+#endif
+// Before the loops over a block's rows: unrolled in full, so that the block stays in registers.
+#ifdef __clang__
+#define MHA_EACH_ROW _Pragma("clang loop unroll(full)")
+#else
+#define MHA_EACH_ROW
 #endif
 
 // ---------------------------------------------------------------------------------------------------
@@ -106,13 +128,14 @@ inline void transpose_4_rows(const float* r0, int64_t row_stride, int32_t dh, fl
   }
 }
 
-// Query rows [0, rows) (row_stride apart) -> panels of 4 rows, qp[(r/4)*Dh*4 + d*4 + r%4]; rows
-// [rows, round_up(rows, 4)) are zero (their results are discarded).
+// Query rows [0, rows) (row_stride apart) -> panels of kMr rows, qp[(r/kMr)*Dh*kMr + d*kMr + r%kMr]; rows
+// [rows, round_up(rows, kRowPad)) are zero (their results are discarded). 4-row panels go through 4x4
+// transposes; 6-row panels (the relaxed variant) element by element: once per unit, a few microseconds.
 MHA_PHASE inline void pack_q_panels(const float* q, int64_t row_stride, int32_t rows, int32_t dh, float* qp) {
-  const int32_t rows4 = round_up(rows, kMr);
-  const int32_t full4 = rows - rows % kMr;
-  for (int32_t r = 0; r < full4; r += kMr) transpose_4_rows<kMr>(q + r * row_stride, row_stride, dh, qp + r * dh);
-  for (int32_t r = full4; r < rows4; ++r) {
+  const int32_t padded_rows = round_up(rows, kRowPad);
+  const int32_t transposed = kMr == kLanes ? rows - rows % kMr : 0;  // whole 4-row panels
+  for (int32_t r = 0; r < transposed; r += kMr) transpose_4_rows<kMr>(q + r * row_stride, row_stride, dh, qp + r * dh);
+  for (int32_t r = transposed; r < padded_rows; ++r) {
     float* panel = qp + (r / kMr) * dh * kMr + r % kMr;
     if (r < rows) {
       const float* src = q + r * row_stride;
@@ -164,9 +187,10 @@ MHA_PHASE inline void pack_v(const float* v, int64_t row_stride, int32_t nk, int
 // ---------------------------------------------------------------------------------------------------
 // Micro-kernels
 
-// What qk_tile does to a panel's scores between the dot products and the store, on registers (docs/spec.md
-// 2.4, in log2 units): x = scale * q.k, then softcap s = c*log2(e) * tanh(x) (scale is then scale/c),
-// ALiBi s -= slope*log2(e) * |p - j|, bias s += log2(e) * bias[b, h, i, j]. No second pass over the scores.
+// What qk_tile does to a block of a panel's scores right after the dot products, while the block is in L1
+// (docs/spec.md 2.4, in log2 units): x = scale * q.k, then softcap s = c*log2(e) * tanh(x) (scale is then
+// scale/c), ALiBi s -= slope*log2(e) * |p - j|, bias s += log2(e) * bias[b, h, i, j]. No second pass over
+// the score rows.
 struct ScoreEpilogue {
   float scale = 0.0f;           // x = scale * q.k: scale*log2(e), or scale/c with softcap
   bool softcap = false;
@@ -175,7 +199,7 @@ struct ScoreEpilogue {
   float alibi_slope = 0.0f;     // slope[h]*log2(e)
   int32_t first_position = 0;   // position of the panel's row 0 (query_offset + i)
   int32_t first_key = 0;        // j0, the tile's first key
-  const float* bias_rows[kMr] = {nullptr, nullptr, nullptr, nullptr};  // bias[b, h, i_r, j0], or all nullptr
+  const float* bias_rows[kMr] = {};  // bias[b, h, i_r, j0], or all nullptr
   int32_t nk = 0;               // keys in the tile: bias is read for keys [0, nk) only
   const simd::TanhConstants* tanh = nullptr;
 };
@@ -186,7 +210,7 @@ alignas(16) inline constexpr int32_t kLaneIndex[kLanes] = {0, 1, 2, 3};
 alignas(16) inline constexpr float kZeroBiasRow[kTileStride] = {};
 
 // The bias values of a row from tile key `key` that lie before nk, then zeros (the tile's last, partial
-// vector of keys): out of line, so that the 8 copies of load_bias in qk_tile's epilogue stay one load each.
+// vector of keys): out of line, so that load_bias in the score epilogue stays one load.
 __attribute__((noinline)) inline VecF load_bias_tail(const float* row, int32_t key, int32_t nk) {
   alignas(16) float tail[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int32_t l = 0; key + l < nk; ++l) tail[l] = row[key + l];
@@ -200,37 +224,15 @@ inline VecF load_bias(const float* row, int32_t key, int32_t nk) {
   return load_bias_tail(row, key, nk);
 }
 
-// The full tanh on a 4 x 8 block's scores (in memory: the rare branch of softcap_block, kept out of line
-// so that its 8 copies of exp2 and a division are not inlined into the micro-kernel: 4 KB of wasm).
-__attribute__((noinline)) inline void softcap_block_full(VecF* a, const ScoreEpilogue& ep) {
+// The full tanh on a block's stored scores (the rare branch of score_epilogue_block, kept out of line so
+// that its exp2 and division are not inlined into the micro-kernel).
+__attribute__((noinline)) inline void softcap_block_full(float* s, const ScoreEpilogue& ep) {
   const VecF cap(ep.softcap_scale);
-  for (int32_t n = 0; n < 2 * kMr; ++n) a[n] = simd::tanh(a[n], *ep.tanh) * cap;
-}
-
-// The softcap of a 4 x 8 block's scores: c*log2(e) * tanh(x). Logits far below the cap (the common case:
-// Gemma 2 caps at 50 and 30) leave every |x| below 0.625, where tanh is its polynomial alone: one test per
-// block skips the exp2 and the division of the other branch (bert with softcap 30: 1.39x the plain call's
-// time with both branches, 1.12x with the test).
-inline void softcap_block(VecF& a00, VecF& a01, VecF& a10, VecF& a11, VecF& a20, VecF& a21, VecF& a30, VecF& a31,
-                          const ScoreEpilogue& ep) {
-  const simd::TanhConstants& k = *ep.tanh;
-  using simd::pseudo_max;
-  using xsimd::abs;
-  const VecF largest = pseudo_max(pseudo_max(pseudo_max(abs(a00), abs(a01)), pseudo_max(abs(a10), abs(a11))),
-                                  pseudo_max(pseudo_max(abs(a20), abs(a21)), pseudo_max(abs(a30), abs(a31))));
-  // A NaN lane may pass or fail the test: both branches keep it (and its row is redone by the reference).
-  if (xsimd::all(largest < k.small)) {
-    const VecF cap(ep.softcap_scale);
-    a00 = simd::tanh_small(a00, k) * cap, a01 = simd::tanh_small(a01, k) * cap;
-    a10 = simd::tanh_small(a10, k) * cap, a11 = simd::tanh_small(a11, k) * cap;
-    a20 = simd::tanh_small(a20, k) * cap, a21 = simd::tanh_small(a21, k) * cap;
-    a30 = simd::tanh_small(a30, k) * cap, a31 = simd::tanh_small(a31, k) * cap;
-    return;
+  for (int32_t r = 0; r < kMr; ++r) {
+    for (int32_t x = 0; x < kNr; x += kLanes) {
+      (simd::tanh(VecF::load_aligned(s + r * kTileStride + x), *ep.tanh) * cap).store_aligned(s + r * kTileStride + x);
+    }
   }
-  alignas(16) VecF block[2 * kMr] = {a00, a01, a10, a11, a20, a21, a30, a31};
-  softcap_block_full(block, ep);
-  a00 = block[0], a01 = block[1], a10 = block[2], a11 = block[3];
-  a20 = block[4], a21 = block[5], a30 = block[6], a31 = block[7];
 }
 
 // ALiBi and bias for the 4 scores of panel row `row` at tile keys [key, key + 4).
@@ -247,115 +249,175 @@ inline VecF score_epilogue(VecF x, int32_t row, int32_t key, const ScoreEpilogue
   return x;
 }
 
-// s[i][jb..jb+8) = scale * (q_i . k_j) for the 4 rows of one Q panel (Dh, 4) and keys [0, nk8) of the
+// The score epilogue of one block, in place on its stored scores (rows kTileStride apart from s, tile keys
+// [jb, jb + 8)): softcap c*log2(e) * tanh(x), then ALiBi and bias. On the stored block (in L1) rather
+// than on registers, so that its code exists once instead of once per accumulator: with 6-row blocks
+// that was 2 kB more wasm, and mha-relaxed-threads.wasm over its 40 kB gzip budget. Softcap: logits far
+// below the cap (the common case: Gemma 2 caps at 50 and 30) leave every |x| below 0.625, where tanh is
+// its polynomial alone: one test per block skips the exp2 and the division of the other branch (bert
+// with softcap 30: 1.39x the plain call's time with both branches, 1.12x with the test).
+inline void score_epilogue_block(float* s, int32_t jb, const ScoreEpilogue& ep) {
+  if (ep.softcap) {
+    const simd::TanhConstants& k = *ep.tanh;
+    VecF largest(0.0f);
+    MHA_TAIL_LOOP
+    for (int32_t r = 0; r < kMr; ++r) {
+      const VecF x0 = VecF::load_aligned(s + r * kTileStride), x1 = VecF::load_aligned(s + r * kTileStride + kLanes);
+      largest = simd::pseudo_max(largest, simd::pseudo_max(xsimd::abs(x0), xsimd::abs(x1)));
+    }
+    // A NaN lane may pass or fail the test: both branches keep it (and its row is redone by the reference).
+    if (xsimd::all(largest < k.small)) {
+      const VecF cap(ep.softcap_scale);
+      MHA_TAIL_LOOP
+      for (int32_t r = 0; r < kMr; ++r) {
+        float* row = s + r * kTileStride;
+        (simd::tanh_small(VecF::load_aligned(row), k) * cap).store_aligned(row);
+        (simd::tanh_small(VecF::load_aligned(row + kLanes), k) * cap).store_aligned(row + kLanes);
+      }
+    } else {
+      softcap_block_full(s, ep);
+    }
+  }
+  if (!ep.alibi && ep.bias_rows[0] == nullptr) return;
+  MHA_TAIL_LOOP
+  for (int32_t r = 0; r < kMr; ++r) {
+    float* row = s + r * kTileStride;
+    score_epilogue(VecF::load_aligned(row), r, jb, ep).store_aligned(row);
+    score_epilogue(VecF::load_aligned(row + kLanes), r, jb + kLanes, ep).store_aligned(row + kLanes);
+  }
+}
+
+// One micro-kernel block on registers: kMr rows x 8 keys (QK^T) or 8 output lanes (PV), 2 vectors a row.
+using Block = VecF[kMr][2];
+
+// a[r] += p[r * kStride] * (x0, x1) for the block's rows.
+template <int32_t kStride>
+inline void madd_rows(const float* p, VecF x0, VecF x1, Block& a) {
+  VecF b[kMr];
+  MHA_EACH_ROW
+  for (int32_t r = 0; r < kMr; ++r) b[r] = VecF(p[r * kStride]);
+  MHA_EACH_ROW
+  for (int32_t r = 0; r < kMr; ++r) {
+    a[r][0] = madd(b[r], x0, a[r][0]);
+    a[r][1] = madd(b[r], x1, a[r][1]);
+  }
+}
+
+// x[0] = x[0] op x[1] op ... op x[n-1] as a balanced tree ((x0 op x1) op (x2 op x3)) op ...: n - 1
+// operations, log2(n) deep.
+template <int32_t n, class Op>
+inline VecF tree_reduce(VecF (&x)[n], Op op) {
+  MHA_EACH_ROW
+  for (int32_t width = 1; width < n; width *= 2) {
+    MHA_EACH_ROW
+    for (int32_t r = 0; r + width < n; r += 2 * width) x[r] = op(x[r], x[r + width]);
+  }
+  return x[0];
+}
+
+// row_max[r] = the largest lane of maxima[r], for the kMr rows. 4 rows: two rounds of shuffles and maxima
+// over the 4 rows at once; other counts row by row.
+inline void store_row_maxima(const VecF (&maxima)[kMr], float* row_max) {
+  if constexpr (kMr == kLanes) {
+    const VecF m01 = simd::pseudo_max(xsimd::zip_lo(maxima[0], maxima[1]), xsimd::zip_hi(maxima[0], maxima[1]));  // rows 0 1 0 1
+    const VecF m23 = simd::pseudo_max(xsimd::zip_lo(maxima[2], maxima[3]), xsimd::zip_hi(maxima[2], maxima[3]));  // rows 2 3 2 3
+    simd::pseudo_max(zip_lo_pairs(m01, m23), zip_hi_pairs(m01, m23)).store_aligned(row_max);
+  } else {
+    MHA_EACH_ROW
+    for (int32_t r = 0; r < kMr; ++r) {
+      alignas(16) float lanes[kLanes];
+      maxima[r].store_aligned(lanes);
+      row_max[r] = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+    }
+  }
+}
+
+// s[i][jb..jb+8) = scale * (q_i . k_j) for the kMr rows of one Q panel (Dh, kMr) and keys [0, nk8) of the
 // K^T tile (Dh, kTileStride), then (kEpilogue) the score epilogue. Returns true when some scaled
 // q.k is +-inf or NaN (q.k overflowed float32, or an input is not finite): checked here, on registers,
 // at 9 operations per 32 scores instead of a pass over each row (a sum of finite scores that overflows
 // only costs a needless, exact, recomputation). The check comes before the epilogue, whose -inf from a
 // bias hides a key legitimately.
-// With row_max, also row_max[0..4) = each row's largest score (the caller asks only when no key of the
-// tile is hidden or padding): 8 maxima per 32 scores here, where a pass over the stored rows was 3% of
-// long2k's time (measured with it: long2k, bert-b8 and cross 2-5% faster).
-// 8 accumulators + 2 key vectors + 4 broadcasts + 1 product temporary = 15 of the 16 xmm registers (V8
-// keeps the 16th as scratch): the largest block that does not spill without FMA.
+// With row_max, also row_max[0..kMr) = each row's largest score (the caller asks only when no key of the
+// tile is hidden or padding): 2 maxima per row and 8 keys here, where a pass over the stored rows was 3%
+// of long2k's time (measured with it: long2k, bert-b8 and cross 2-5% faster).
+// Registers: see kMr.
 template <bool kEpilogue>
 MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t nk8, const ScoreEpilogue& ep,
                               float* s, float* row_max) {
   const VecF vscale(ep.scale);
   VecF nonfinite(0.0f);  // stays 0 unless a score is not finite (0 * inf = NaN)
-  VecF max0(kNegInf), max1(kNegInf), max2(kNegInf), max3(kNegInf);  // lane-wise maxima of the 4 rows
+  VecF maxima[kMr];      // lane-wise maxima of the rows
+  MHA_EACH_ROW
+  for (int32_t r = 0; r < kMr; ++r) maxima[r] = VecF(kNegInf);
   for (int32_t jb = 0; jb < nk8; jb += kNr) {
-    VecF a00(0.0f), a01(0.0f), a10(0.0f), a11(0.0f), a20(0.0f), a21(0.0f), a30(0.0f), a31(0.0f);
+    Block a;
+    MHA_EACH_ROW
+    for (int32_t r = 0; r < kMr; ++r) a[r][0] = a[r][1] = VecF(0.0f);
     const float* qp = qpanel;
     const float* kp = kt + jb * dh;  // the panel of keys [jb, jb + 8)
-    auto step = [&](const float* qd, const float* kd) {
-      const VecF k0 = VecF::load_aligned(kd);
-      const VecF k1 = VecF::load_aligned(kd + kLanes);
-      const VecF b0(qd[0]), b1(qd[1]), b2(qd[2]), b3(qd[3]);
-      a00 = madd(b0, k0, a00);
-      a01 = madd(b0, k1, a01);
-      a10 = madd(b1, k0, a10);
-      a11 = madd(b1, k1, a11);
-      a20 = madd(b2, k0, a20);
-      a21 = madd(b2, k1, a21);
-      a30 = madd(b3, k0, a30);
-      a31 = madd(b3, k1, a31);
-    };
     // Not unrolled: LLVM would hoist the second step's loads above the first step's arithmetic, and
     // the extra live vectors spill in V8 (measured: slower).
-    for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kNr) step(qp, kp);
-    a00 *= vscale, a01 *= vscale, a10 *= vscale, a11 *= vscale;
-    a20 *= vscale, a21 *= vscale, a30 *= vscale, a31 *= vscale;
-    nonfinite = madd(((a00 + a01) + (a10 + a11)) + ((a20 + a21) + (a30 + a31)), VecF(0.0f), nonfinite);
+    for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kNr) {
+      const VecF k0 = VecF::load_aligned(kp);
+      const VecF k1 = VecF::load_aligned(kp + kLanes);
+      madd_rows<1>(qp, k0, k1, a);
+    }
+    VecF row_sums[kMr];
+    MHA_EACH_ROW
+    for (int32_t r = 0; r < kMr; ++r) {
+      a[r][0] *= vscale, a[r][1] *= vscale;
+      row_sums[r] = a[r][0] + a[r][1];
+    }
+    nonfinite = madd(tree_reduce(row_sums, [](VecF x, VecF y) { return x + y; }), VecF(0.0f), nonfinite);
+    MHA_EACH_ROW
+    for (int32_t r = 0; r < kMr; ++r) {
+      a[r][0].store_aligned(s + r * kTileStride + jb);
+      a[r][1].store_aligned(s + r * kTileStride + jb + kLanes);
+    }
     if constexpr (kEpilogue) {
-      if (ep.softcap) softcap_block(a00, a01, a10, a11, a20, a21, a30, a31, ep);
-      a00 = score_epilogue(a00, 0, jb, ep), a01 = score_epilogue(a01, 0, jb + kLanes, ep);
-      a10 = score_epilogue(a10, 1, jb, ep), a11 = score_epilogue(a11, 1, jb + kLanes, ep);
-      a20 = score_epilogue(a20, 2, jb, ep), a21 = score_epilogue(a21, 2, jb + kLanes, ep);
-      a30 = score_epilogue(a30, 3, jb, ep), a31 = score_epilogue(a31, 3, jb + kLanes, ep);
+      score_epilogue_block(s + jb, jb, ep);
+      MHA_EACH_ROW
+      for (int32_t r = 0; r < kMr && row_max != nullptr; ++r) {
+        a[r][0] = VecF::load_aligned(s + r * kTileStride + jb);
+        a[r][1] = VecF::load_aligned(s + r * kTileStride + jb + kLanes);
+      }
     }
-    a00.store_aligned(s + jb);
-    a01.store_aligned(s + jb + kLanes);
-    a10.store_aligned(s + kTileStride + jb);
-    a11.store_aligned(s + kTileStride + jb + kLanes);
-    a20.store_aligned(s + 2 * kTileStride + jb);
-    a21.store_aligned(s + 2 * kTileStride + jb + kLanes);
-    a30.store_aligned(s + 3 * kTileStride + jb);
-    a31.store_aligned(s + 3 * kTileStride + jb + kLanes);
     if (row_max != nullptr) {
-      max0 = simd::pseudo_max(max0, simd::pseudo_max(a00, a01));
-      max1 = simd::pseudo_max(max1, simd::pseudo_max(a10, a11));
-      max2 = simd::pseudo_max(max2, simd::pseudo_max(a20, a21));
-      max3 = simd::pseudo_max(max3, simd::pseudo_max(a30, a31));
+      MHA_EACH_ROW
+      for (int32_t r = 0; r < kMr; ++r) maxima[r] = simd::pseudo_max(maxima[r], simd::pseudo_max(a[r][0], a[r][1]));
     }
   }
-  if (row_max != nullptr) {
-    // row_max[i] = max of the lanes of max_i: two rounds of shuffles and maxima over the 4 rows at once.
-    const VecF m01 = simd::pseudo_max(xsimd::zip_lo(max0, max1), xsimd::zip_hi(max0, max1));  // rows 0 1 0 1
-    const VecF m23 = simd::pseudo_max(xsimd::zip_lo(max2, max3), xsimd::zip_hi(max2, max3));  // rows 2 3 2 3
-    simd::pseudo_max(zip_lo_pairs(m01, m23), zip_hi_pairs(m01, m23)).store_aligned(row_max);
-  }
+  if (row_max != nullptr) store_row_maxima(maxima, row_max);
   return xsimd::hadd(nonfinite) != 0.0f;
 }
 
-// o[0..4)[0..dh8) = o * alpha + p[0..4)[0..nk) @ v[0..nk): 4 rows x 8 output lanes per pass over the
-// key tile; p rows are kTileStride apart, packed v and o rows dh8 apart. The rescale by alpha is folded
-// into loading the accumulators.
+// o[0..kMr)[0..dh8) = o * alpha + p[0..kMr)[0..nk) @ v[0..nk): kMr rows x 8 output lanes per pass over
+// the key tile; p rows are kTileStride apart, packed v and o rows dh8 apart. The rescale by alpha is
+// folded into loading the accumulators.
 MHA_PHASE inline void pv_tile(const float* p, const float* v, int32_t dh8, int32_t nk, const float* alpha, float* o) {
-  const VecF al0(alpha[0]), al1(alpha[1]), al2(alpha[2]), al3(alpha[3]);
-  float* o0 = o;
-  float* o1 = o + dh8;
-  float* o2 = o + 2 * dh8;
-  float* o3 = o + 3 * dh8;
+  VecF al[kMr];
+  MHA_EACH_ROW
+  for (int32_t r = 0; r < kMr; ++r) al[r] = VecF(alpha[r]);
   for (int32_t d = 0; d < dh8; d += kNr) {
-    VecF a00 = VecF::load_aligned(o0 + d) * al0, a01 = VecF::load_aligned(o0 + d + kLanes) * al0;
-    VecF a10 = VecF::load_aligned(o1 + d) * al1, a11 = VecF::load_aligned(o1 + d + kLanes) * al1;
-    VecF a20 = VecF::load_aligned(o2 + d) * al2, a21 = VecF::load_aligned(o2 + d + kLanes) * al2;
-    VecF a30 = VecF::load_aligned(o3 + d) * al3, a31 = VecF::load_aligned(o3 + d + kLanes) * al3;
+    Block a;
+    MHA_EACH_ROW
+    for (int32_t r = 0; r < kMr; ++r) {
+      a[r][0] = VecF::load_aligned(o + r * dh8 + d) * al[r];
+      a[r][1] = VecF::load_aligned(o + r * dh8 + d + kLanes) * al[r];
+    }
     const float* vp = v + d * nk;  // the panel of lanes [d, d + 8)
     const float* pp = p;
-    auto step = [&](const float* pj, const float* vj) {
-      const VecF v0 = VecF::load_aligned(vj);
-      const VecF v1 = VecF::load_aligned(vj + kLanes);
-      const VecF b0(pj[0]), b1(pj[kTileStride]), b2(pj[2 * kTileStride]), b3(pj[3 * kTileStride]);
-      a00 = madd(b0, v0, a00);
-      a01 = madd(b0, v1, a01);
-      a10 = madd(b1, v0, a10);
-      a11 = madd(b1, v1, a11);
-      a20 = madd(b2, v0, a20);
-      a21 = madd(b2, v1, a21);
-      a30 = madd(b3, v0, a30);
-      a31 = madd(b3, v1, a31);
-    };
-    for (int32_t j = 0; j < nk; ++j, ++pp, vp += kNr) step(pp, vp);
-    a00.store_aligned(o0 + d);
-    a01.store_aligned(o0 + d + kLanes);
-    a10.store_aligned(o1 + d);
-    a11.store_aligned(o1 + d + kLanes);
-    a20.store_aligned(o2 + d);
-    a21.store_aligned(o2 + d + kLanes);
-    a30.store_aligned(o3 + d);
-    a31.store_aligned(o3 + d + kLanes);
+    for (int32_t j = 0; j < nk; ++j, ++pp, vp += kNr) {
+      const VecF v0 = VecF::load_aligned(vp);
+      const VecF v1 = VecF::load_aligned(vp + kLanes);
+      madd_rows<kTileStride>(pp, v0, v1, a);
+    }
+    MHA_EACH_ROW
+    for (int32_t r = 0; r < kMr; ++r) {
+      a[r][0].store_aligned(o + r * dh8 + d);
+      a[r][1].store_aligned(o + r * dh8 + d + kLanes);
+    }
   }
 }
 
