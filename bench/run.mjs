@@ -221,7 +221,7 @@ async function main() {
   const measureCeilingChild = async (when) => {
     const c = await runChild({ impl: 'ceiling' }, 60);
     ceilings.push({ when, ...c });
-    console.error(`ceiling (${when}): ${c.gflops?.toFixed(1) ?? 'failed'} GFLOP/s (12 f32x4 mul+add chains, one core)` +
+    console.error(`ceiling (${when}): ${c.gflops?.toFixed(1) ?? 'failed'} GFLOP/s (f32x4 mul+add on one core: ${c.form ?? '?'})` +
       (c.fma ? `, relaxed_madd ${c.fma.gflops.toFixed(1)} GFLOP/s (${c.fma.ratioFma.toFixed(2)}x)` : ', relaxed_madd: not enabled in this engine') +
       (c.bandwidth ? `, streaming read ${c.bandwidth.gbps.toFixed(1)} GB/s on 1 thread, ${c.bandwidthAllThreads?.gbps.toFixed(1)} GB/s on ${c.bandwidthAllThreads?.threads}` : ''));
   };

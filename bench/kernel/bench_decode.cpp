@@ -5,7 +5,8 @@
 //   build/native/bench/bench_decode [rounds] [prefill]
 //
 // Per round, interleaved: the streaming-read bandwidth (a SIMD sum over 256 MiB, 8x this machine's L3) on
-// 1 and 2 threads, the mul+add ceiling (12 independent f32x4 x = x * m + c chains) on 1 and 2 threads,
+// 1 and 2 threads, the mul+add ceiling (the faster of 12 f32x4 chains x = x * m + c and 8 x = x * m beside
+// 8 y = y + c) on 1 and 2 threads,
 // and ONE decode step of every row (shape x dtype x threads). A row's step therefore finds its cache
 // evicted by the other rows (hundreds of MiB streamed in between), as a real model's layers would.
 // A step appends one token at length T and is undone by an O(1) truncate, so every step reads T + 1 keys.
@@ -111,13 +112,15 @@ MHA_BENCH_NOINLINE double bandwidth_pass(const int32_t* data, int threads, mha::
 
 struct MulAddJob {
   int64_t iterations;
+  float multiplier;  // 0.9999 (dependent chains) or 1 (split chains); from memory, so LLVM cannot fold x * 1
   float results[4];
 };
 
-MHA_BENCH_NOINLINE void mul_add_part(void* ctx, int64_t index, int) {
+// 12 chains x = x * m + c: a multiply feeding an add, as in a micro-kernel's step.
+MHA_BENCH_NOINLINE void mul_add_dependent_part(void* ctx, int64_t index, int) {
   auto* job = static_cast<MulAddJob*>(ctx);
   using VecF = xsimd::batch<float>;
-  const VecF m(0.9999f), c(1e-4f);
+  const VecF m(job->multiplier), c(1e-4f);
   VecF x[12];
   for (int i = 0; i < 12; ++i) x[i] = VecF(1.0f + i / 64.0f + index);
   for (int64_t it = 0; it < job->iterations; ++it)
@@ -127,18 +130,49 @@ MHA_BENCH_NOINLINE void mul_add_part(void* ctx, int64_t index, int) {
   job->results[index] = xsimd::hadd(sum);
 }
 
-// GFLOP/s (a mul and an add count 2 per lane) of `threads` independent chains of work.
-MHA_BENCH_NOINLINE double mul_add_pass(int threads, mha::ThreadPool* pool, float* sink) {
-  MulAddJob job{4000000, {0, 0, 0, 0}};
-  const double t0 = now_ms();
-  if (threads == 1) {
-    mul_add_part(&job, 0, 0);
-  } else {
-    pool->parallel_for(threads, &mul_add_part, &job);
+// 8 chains x = x * m beside 8 chains y = y + c, which no latency bounds (bench/lib/ceiling.mjs: where adds
+// issue on more ports than multiplies, the dependent chains are latency-bound).
+MHA_BENCH_NOINLINE void mul_add_split_part(void* ctx, int64_t index, int) {
+  auto* job = static_cast<MulAddJob*>(ctx);
+  using VecF = xsimd::batch<float>;
+  const VecF m(job->multiplier), c(1e-4f);
+  VecF x[8], y[8];
+  for (int i = 0; i < 8; ++i) x[i] = y[i] = VecF(1.0f + i / 64.0f + index);
+#pragma clang loop unroll_count(4)  // as bench/lib/ceiling.mjs: the loop's own instructions out of the way
+  for (int64_t it = 0; it < job->iterations; ++it) {
+    for (int i = 0; i < 8; ++i) {
+      x[i] = x[i] * m;
+      y[i] = y[i] + c;
+    }
   }
-  const double ms = now_ms() - t0;
-  *sink += job.results[0] + job.results[1];
-  return double(job.iterations) * 12 * 4 * 2 * threads / (ms * 1e6);
+  VecF sum(0.0f);
+  for (int i = 0; i < 8; ++i) sum += x[i] + y[i];
+  job->results[index] = xsimd::hadd(sum);
+}
+
+// GFLOP/s (a mul and an add count 2 per lane) of `threads` independent copies of the faster of the two
+// loops above.
+MHA_BENCH_NOINLINE double mul_add_pass(int threads, mha::ThreadPool* pool, float* sink) {
+  struct Form {
+    void (*part)(void*, int64_t, int);
+    float multiplier;
+    double flops_per_iteration;  // per thread
+  };
+  const Form forms[2] = {{&mul_add_dependent_part, 0.9999f, 12 * 4 * 2}, {&mul_add_split_part, 1.0f, 16 * 4}};
+  double best = 0.0;
+  for (const Form& form : forms) {
+    MulAddJob job{4000000, form.multiplier, {0, 0, 0, 0}};
+    const double t0 = now_ms();
+    if (threads == 1) {
+      form.part(&job, 0, 0);
+    } else {
+      pool->parallel_for(threads, form.part, &job);
+    }
+    const double ms = now_ms() - t0;
+    *sink += job.results[0] + job.results[1];
+    best = std::max(best, double(job.iterations) * form.flops_per_iteration * threads / (ms * 1e6));
+  }
+  return best;
 }
 
 // ---- Decode rows
