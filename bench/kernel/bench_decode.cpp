@@ -131,7 +131,8 @@ MHA_BENCH_NOINLINE void mul_add_dependent_part(void* ctx, int64_t index, int) {
 }
 
 // 8 chains x = x * m beside 8 chains y = y + c, which no latency bounds (bench/lib/ceiling.mjs: where adds
-// issue on more ports than multiplies, the dependent chains are latency-bound).
+// issue on more ports than multiplies, the dependent chains are latency-bound). The fastest of ceiling.mjs's
+// loops in Node; its other two only matter in Chromium.
 MHA_BENCH_NOINLINE void mul_add_split_part(void* ctx, int64_t index, int) {
   auto* job = static_cast<MulAddJob*>(ctx);
   using VecF = xsimd::batch<float>;

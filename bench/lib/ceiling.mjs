@@ -1,12 +1,14 @@
 // Single-core WASM SIMD ceilings: hand-assembled modules whose hot loops run independent f32x4 chains, no
 // loads or stores, 8 FLOPs per multiply-add. Three forms:
-//   mul+add       f32x4.mul then f32x4.add (SIMD128 has no fused multiply-add): prefill's limit today. Two
-//                 loops, the faster of which counts: 12 chains x_i = x_i * m + c (a multiply feeding an
-//                 add, as in a micro-kernel's step), and 8 chains x_i = x_i * m beside 8 chains
-//                 y_i = y_i + c, which no latency bounds. On the AMD EPYC VM of earlier runs the two came
-//                 out alike; on a Xeon whose adds issue on 3 ports and multiplies on 2, the 12 dependent
-//                 chains were latency-bound (31.0 GFLOP/s in Node) where the split loop gave 33.8, and the
-//                 simd128 micro-kernels ran at 112 % of the 12 chains' figure.
+//   mul+add       f32x4.mul then f32x4.add (SIMD128 has no fused multiply-add): prefill's limit today. Four
+//                 loops, the fastest of which counts: 12 or 14 chains x_i = x_i * m + c (a multiply feeding
+//                 an add, as in a micro-kernel's step), and 7 or 8 chains x_i = x_i * m beside as many
+//                 chains y_i = y_i + c, which no latency bounds. On the AMD EPYC VM of earlier runs 12
+//                 chains were the peak; on a Xeon whose adds issue on 3 ports and multiplies on 2 they were
+//                 latency-bound, and the simd128 micro-kernels ran at 112 % of them. There (GFLOP/s):
+//                   Node 20       12: 31.0  14: 32.6  7 + 7: 31.6  8 + 8: 33.8   micro-kernels 34.0
+//                   Chromium 156  12: 30.6  14: 32.2  7 + 7: 32.4  8 + 8: 24.6 (spills)   34.0-34.2
+//                 so in Chromium the ceiling stays about 5 % under what its micro-kernels reach.
 //   relaxed_madd  12 chains of one f32x4.relaxed_madd per step (Relaxed SIMD): the limit of an FMA build,
 //                 measured only where the engine validates the opcode (8 chains: 40.4, 10-14: 45.4 there).
 // The bytes are emitted here directly (no build step). Isomorphic: no imports.
@@ -46,17 +48,17 @@ const F32X4_ADD = [SIMD, ...uleb(228)];
 const F32X4_MUL = [SIMD, ...uleb(230)];
 const F32X4_RELAXED_MADD = [SIMD, ...uleb(261)]; // relaxed_madd(a, b, c) = a * b + c, fused or not
 
-/** Chains per form: multiply-add chains, or (split) multiply chains beside as many add chains. */
-const SPLIT_CHAINS = 8;
+/** The mul+add loops: `chains` multiply-add chains, or (split) `chains` multiply chains beside as many add chains. */
+const MUL_ADD_FORMS = [{ chains: 12 }, { chains: 14 }, { chains: 7, split: true }, { chains: 8, split: true }];
 
 /**
  * Bytes of the module: export `run(iterations: i32) -> f32`.
- * @param {{fma?: boolean, split?: boolean}} [o] fma: one relaxed_madd per step instead of mul + add;
- *   split: SPLIT_CHAINS chains x = x * m beside SPLIT_CHAINS chains y = y + c (m = 1: no denormals)
+ * @param {{fma?: boolean, chains?: number, split?: boolean}} [o] fma: one relaxed_madd per step instead of
+ *   mul + add; split: `chains` chains x = x * m beside `chains` chains y = y + c (m = 1: no denormals)
  */
-export function ceilingModuleBytes({ fma = false, split = false } = {}) {
+export function ceilingModuleBytes({ fma = false, chains: perForm = CHAINS, split = false } = {}) {
   // Locals: 0 = iterations (param), then the chains, then m and c.
-  const chains = split ? 2 * SPLIT_CHAINS : CHAINS;
+  const chains = split ? 2 * perForm : perForm;
   const M = chains + 1, C = chains + 2;
   const body = [];
   body.push(F32_CONST, ...f32bytes(split ? 1 : 0.9999), ...F32X4_SPLAT, LOCAL_SET, M);
@@ -65,13 +67,13 @@ export function ceilingModuleBytes({ fma = false, split = false } = {}) {
   body.push(LOOP, BLOCKTYPE_EMPTY);
   for (let u = 0; u < UNROLL; u++) {
     if (split) {
-      for (let i = 1; i <= SPLIT_CHAINS; i++) {
+      for (let i = 1; i <= perForm; i++) {
         body.push(LOCAL_GET, i, LOCAL_GET, M, ...F32X4_MUL, LOCAL_SET, i);
-        body.push(LOCAL_GET, SPLIT_CHAINS + i, LOCAL_GET, C, ...F32X4_ADD, LOCAL_SET, SPLIT_CHAINS + i);
+        body.push(LOCAL_GET, perForm + i, LOCAL_GET, C, ...F32X4_ADD, LOCAL_SET, perForm + i);
       }
       continue;
     }
-    for (let i = 1; i <= CHAINS; i++) {
+    for (let i = 1; i <= chains; i++) {
       if (fma) body.push(LOCAL_GET, i, LOCAL_GET, M, LOCAL_GET, C, ...F32X4_RELAXED_MADD, LOCAL_SET, i);
       else body.push(LOCAL_GET, i, LOCAL_GET, M, ...F32X4_MUL, LOCAL_GET, C, ...F32X4_ADD, LOCAL_SET, i);
     }
@@ -93,9 +95,8 @@ export function ceilingModuleBytes({ fma = false, split = false } = {}) {
   ]);
 }
 
-/** FLOPs of run(iterations): 8 per multiply-add, or per multiply and add of the split form. */
+/** FLOPs of run(iterations) of the 12-chain modules: 8 per multiply-add (per multiply and add when split). */
 export const flopsPerIteration = CHAINS * UNROLL * 8;
-const splitFlopsPerIteration = SPLIT_CHAINS * UNROLL * 8;
 
 /** True when this engine compiles the relaxed_madd twin (Relaxed SIMD enabled). */
 export function hasRelaxedSimd() {
@@ -130,15 +131,18 @@ function timeForm(bytes, flops, targetMs, trials) {
 
 /**
  * Measures peak GFLOP/s: calibrates a call to ~targetMs, then takes the best of `trials` calls (mul+add:
- * of each of its two loops in turn, and the faster loop counts; `form` names it). Synchronous;
+ * of each of its loops in turn, and the fastest loop counts; `form` names it). Synchronous;
  * returns { gflops, samples, iterations, ... }. With fma: the relaxed_madd twin (the caller checks
  * hasRelaxedSimd() first: the module does not compile without the feature).
  */
 export function measureCeiling({ targetMs = 100, trials = 15, fma = false } = {}) {
   const forms = fma
     ? [{ form: '12 relaxed_madd chains', bytes: ceilingModuleBytes({ fma }), flops: flopsPerIteration }]
-    : [{ form: '12 mul+add chains', bytes: ceilingModuleBytes(), flops: flopsPerIteration },
-      { form: `${SPLIT_CHAINS} mul + ${SPLIT_CHAINS} add chains`, bytes: ceilingModuleBytes({ split: true }), flops: splitFlopsPerIteration }];
+    : MUL_ADD_FORMS.map(({ chains, split = false }) => ({
+      form: split ? `${chains} mul + ${chains} add chains` : `${chains} mul+add chains`,
+      bytes: ceilingModuleBytes({ chains, split }),
+      flops: chains * UNROLL * 8,
+    }));
   const timed = forms.map((f) => ({ ...f, ...timeForm(f.bytes, f.flops, targetMs, trials) }));
   const best = (t) => Math.max(...t.samples);
   const winner = timed.reduce((a, b) => (best(b) > best(a) ? b : a));

@@ -58,7 +58,7 @@ export function markdown(run) {
   }
   lines.push('');
   const ceilRuns = ceiling?.runs ? ` (runs: ${ceiling.runs.map((c) => `${c.when} ${fmt(c.gflops, 1)}`).join(', ')})` : '';
-  lines.push(`Ceiling (f32x4 mul+add on one core, the faster of 12 dependent mul+add chains and 8 mul beside 8 add chains${ceiling?.form ? `; here ${ceiling.form}` : ''}): **${fmt(ceil, 1)} GFLOP/s**, best call of the best run${ceilRuns}.`);
+  lines.push(`Ceiling (f32x4 mul+add on one core, the fastest of 4 loops of independent chains${ceiling?.form ? `; here ${ceiling.form}` : ''}): **${fmt(ceil, 1)} GFLOP/s**, best call of the best run${ceilRuns}.`);
   if (ceiling?.fma) lines.push(`FMA ceiling (12 chains of f32x4.relaxed_madd): **${fmt(ceiling.fma.gflops, 1)} GFLOP/s**, ${fmt(ceiling.fma.ratioFma)}x mul+add in the same rounds.`);
   else if (ceiling) lines.push('FMA ceiling: this engine does not enable Relaxed SIMD (Node 20 needs --experimental-wasm-relaxed-simd).');
   if (ceiling?.bandwidth) {
