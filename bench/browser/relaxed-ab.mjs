@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Relaxed SIMD against SIMD128 in one Chromium page, interleaved: `node bench/browser/relaxed-ab.mjs
+// Relaxed SIMD against SIMD128 in one Chromium page (or --engine firefox), interleaved: `node bench/browser/relaxed-ab.mjs
 // [--shapes bert,long2k] [--rounds 6] [--ort] [--heap] [--out]`. Per round and shape, each build (createMHA() =
 // relaxed-simd, createMHA({ simd: 'fixed' }) = simd, and with --ort onnxruntime-web's standard-op graph on
 // 1 thread; with --heap each build again on heap tensors, which copies nothing in or out: the part of the
@@ -24,7 +24,8 @@ const withOrt = args.includes('--ort');
 const withHeap = args.includes('--heap');
 const withOut = args.includes('--out');
 
-await withBenchPage(async (page, browser) => {
+const engine = option(args, '--engine', 'chromium');
+await withBenchPage(async (page, browserName) => {
   const models = {};
   if (withOrt) {
     const { standardOpsModel } = await import('../lib/onnx-models.mjs');
@@ -106,7 +107,7 @@ await withBenchPage(async (page, browser) => {
     }
     return out;
   }, { shapes, rounds, models, withHeap, withOut });
-  console.log(JSON.stringify({ browser: `Chromium ${browser.version()}`, rounds, ...result }));
+  console.log(JSON.stringify({ browser: browserName, rounds, ...result }));
   const perRoundText = (r, pair) => {
     const x = r.perRound[pair];
     return x ? `; per round ${x.median.toFixed(3)}x [${x.q1.toFixed(3)}, ${x.q3.toFixed(3)}]` : '';
@@ -130,4 +131,4 @@ await withBenchPage(async (page, browser) => {
     console.log(`ceilings (median of ${rounds}): mul+add ${c['mul+add'].toFixed(1)}, relaxed_madd ${c.relaxed_madd.toFixed(1)} GFLOP/s: ` +
       `${(c.relaxed_madd / c['mul+add']).toFixed(3)}x`);
   }
-});
+}, { engine });

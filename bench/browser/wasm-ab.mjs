@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Old against new in one Chromium page: `node bench/browser/wasm-ab.mjs [--shapes bert] [--rounds 16]
+// Old against new in one Chromium page (or --engine firefox): `node bench/browser/wasm-ab.mjs [--engine firefox] [--shapes bert] [--rounds 16]
 // [--out] label=path.wasm ... [a/b ...]`. Each label is an instance created with `createMHA({ wasmBinary })`
 // from that file (paths relative to the repository root; a relaxed file takes its own glue, as the loader
 // does), so two builds of the same kind (e.g. a saved copy of dist/mha-relaxed.wasm and the rebuilt one)
@@ -18,7 +18,8 @@ const builds = Object.fromEntries(args.filter((a) => /^[\w-]+=/.test(a)).map((a)
 const pairs = args.filter((a) => /^[\w-]+\/[\w-]+$/.test(a)).map((a) => a.split('/'));
 if (Object.keys(builds).length < 2) throw new Error('give at least two label=path.wasm arguments');
 
-await withBenchPage(async (page, browser) => {
+const engine = option(args, '--engine', 'chromium');
+await withBenchPage(async (page, browserName) => {
   const result = await page.evaluate(async ({ builds, shapes, rounds, useOut }) => {
     const { createMHA } = await import('/dist/index.js');
     const { shapeByName } = await import('/bench/lib/shapes.mjs');
@@ -61,7 +62,7 @@ await withBenchPage(async (page, browser) => {
   }, { builds, shapes, rounds, useOut });
   const sorted = (xs) => [...xs].sort((a, b) => a - b);
   const at = (xs, f) => sorted(xs)[Math.floor((xs.length - 1) * f)];
-  console.log(`Chromium ${browser.version()}: ${Object.entries(result.builds).map(([l, b]) => `${l} = ${builds[l]} (${b})`).join(', ')}`);
+  console.log(`${browserName}: ${Object.entries(result.builds).map(([l, b]) => `${l} = ${builds[l]} (${b})`).join(', ')}`);
   for (const [name, r] of Object.entries(result.shapes)) {
     console.log(`${name} (${rounds} rounds x ${r.calls} calls${useOut ? ', out reused' : ''}): ` +
       Object.entries(r.times).map(([l, ts]) => `${l} median ${at(ts, 0.5).toFixed(3)} ms, 10th percentile ${at(ts, 0.1).toFixed(3)} ms`).join('; '));
@@ -71,4 +72,4 @@ await withBenchPage(async (page, browser) => {
         `median ${at(ratios, 0.5).toFixed(3)}, quartiles ${at(ratios, 0.25).toFixed(3)}-${at(ratios, 0.75).toFixed(3)}, range ${at(ratios, 0).toFixed(3)}-${at(ratios, 1).toFixed(3)}`);
     }
   }
-});
+}, { engine });

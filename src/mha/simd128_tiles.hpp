@@ -42,6 +42,13 @@ static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane ve
 // variant takes 6 rows: 12 accumulators + 2 key (or value) vectors + 1 broadcast = 15 of the 16 xmm
 // registers (V8 keeps the 16th as scratch). Without FMA each step also needs a product temporary, and
 // 4 rows are the largest block that does not spill.
+// That fits only where the engine keeps the wasm's order, each row's broadcast just before its two
+// multiply-adds: Chromium 156 (Turboshaft) does. Node 20's TurboFan loads all 6 broadcasts first and
+// spills 4 accumulators (perf); Firefox 153 is slower with them too (not profiled). Against 4 rows, same machine: Chromium long2k
+// 1.07x, bert 1.02x (with the 6-row Q transpose); Firefox 0.92x on both; Node 20 (relaxed only behind
+// --experimental-wasm-relaxed-simd) 0.77x. 5 rows (10 accumulators, scalar Q packing): Chromium long2k
+// 1.03x and bert 0.94x, Firefox 1.03x and 0.91x. The issue's targets are Chromium's, and most users'
+// browser; Firefox's relaxed build stays 1.26-1.34x its SIMD128 build.
 #if MHA_VARIANT_RELAXED
 constexpr int32_t kMr = 6;
 #else
