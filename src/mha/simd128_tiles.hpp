@@ -44,11 +44,11 @@ static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane ve
 // 4 rows are the largest block that does not spill.
 // That fits only where the engine keeps the wasm's order, each row's broadcast just before its two
 // multiply-adds: Chromium 156 (Turboshaft) does. Node 20's TurboFan loads all 6 broadcasts first and
-// spills 4 accumulators (perf); Firefox 153 is slower with them too (not profiled). Against 4 rows, same machine: Chromium long2k
-// 1.07x, bert 1.02x (with the 6-row Q transpose); Firefox 0.92x on both; Node 20 (relaxed only behind
-// --experimental-wasm-relaxed-simd) 0.77x. 5 rows (10 accumulators, scalar Q packing): Chromium long2k
-// 1.03x and bert 0.94x, Firefox 1.03x and 0.91x. The issue's targets are Chromium's, and most users'
-// browser; Firefox's relaxed build stays 1.26-1.34x its SIMD128 build.
+// spills 4 accumulators (perf); Firefox 153 is slower with them too (not profiled). Against 4 rows,
+// same machine: Chromium long2k 1.07x, bert 1.02x (with the 6-row Q transpose); Firefox 0.92x on both;
+// Node 20 (relaxed only behind --experimental-wasm-relaxed-simd) 0.77x. 5 rows (10 accumulators, scalar
+// Q packing): Chromium long2k 1.03x and bert 0.94x, Firefox 1.03x and 0.91x. The issue's targets are
+// Chromium's, as are most users' browsers; Firefox's relaxed build stays 1.26-1.34x its SIMD128 build.
 #if MHA_VARIANT_RELAXED
 constexpr int32_t kMr = 6;
 #else
@@ -422,10 +422,12 @@ MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, 
     }
     if constexpr (kEpilogue) {
       score_epilogue_block(s + jb, jb, ep);
-      MHA_EACH_ROW
-      for (int32_t r = 0; r < kMr && row_max != nullptr; ++r) {
-        a[r][0] = VecF::load_aligned(s + r * kTileStride + jb);
-        a[r][1] = VecF::load_aligned(s + r * kTileStride + jb + kLanes);
+      if (row_max != nullptr) {  // the maxima are of the final scores
+        MHA_EACH_ROW
+        for (int32_t r = 0; r < kMr; ++r) {
+          a[r][0] = VecF::load_aligned(s + r * kTileStride + jb);
+          a[r][1] = VecF::load_aligned(s + r * kTileStride + jb + kLanes);
+        }
       }
     }
     if (row_max != nullptr) {
