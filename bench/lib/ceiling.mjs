@@ -50,26 +50,28 @@ const F32X4_RELAXED_MADD = [SIMD, ...uleb(261)]; // relaxed_madd(a, b, c) = a * 
 
 /** The mul+add loops: `chains` multiply-add chains, or (split) `chains` multiply chains beside as many add chains. */
 const MUL_ADD_FORMS = [{ chains: 12 }, { chains: 14 }, { chains: 7, split: true }, { chains: 8, split: true }];
+/** The relaxed_madd loop. */
+const FMA_FORMS = [{ chains: CHAINS, fma: true }];
 
 /**
  * Bytes of the module: export `run(iterations: i32) -> f32`.
  * @param {{fma?: boolean, chains?: number, split?: boolean}} [o] fma: one relaxed_madd per step instead of
  *   mul + add; split: `chains` chains x = x * m beside `chains` chains y = y + c (m = 1: no denormals)
  */
-export function ceilingModuleBytes({ fma = false, chains: perForm = CHAINS, split = false } = {}) {
-  // Locals: 0 = iterations (param), then the chains, then m and c.
-  const chains = split ? 2 * perForm : perForm;
-  const M = chains + 1, C = chains + 2;
+export function ceilingModuleBytes({ fma = false, chains = CHAINS, split = false } = {}) {
+  // Locals: 0 = iterations (param), then the chain values, then m and c.
+  const values = split ? 2 * chains : chains;
+  const M = values + 1, C = values + 2;
   const body = [];
   body.push(F32_CONST, ...f32bytes(split ? 1 : 0.9999), ...F32X4_SPLAT, LOCAL_SET, M);
   body.push(F32_CONST, ...f32bytes(1e-4), ...F32X4_SPLAT, LOCAL_SET, C);
-  for (let i = 1; i <= chains; i++) body.push(F32_CONST, ...f32bytes(1 + i / 64), ...F32X4_SPLAT, LOCAL_SET, i);
+  for (let i = 1; i <= values; i++) body.push(F32_CONST, ...f32bytes(1 + i / 64), ...F32X4_SPLAT, LOCAL_SET, i);
   body.push(LOOP, BLOCKTYPE_EMPTY);
   for (let u = 0; u < UNROLL; u++) {
     if (split) {
-      for (let i = 1; i <= perForm; i++) {
+      for (let i = 1; i <= chains; i++) {
         body.push(LOCAL_GET, i, LOCAL_GET, M, ...F32X4_MUL, LOCAL_SET, i);
-        body.push(LOCAL_GET, perForm + i, LOCAL_GET, C, ...F32X4_ADD, LOCAL_SET, perForm + i);
+        body.push(LOCAL_GET, chains + i, LOCAL_GET, C, ...F32X4_ADD, LOCAL_SET, chains + i);
       }
       continue;
     }
@@ -82,9 +84,9 @@ export function ceilingModuleBytes({ fma = false, chains: perForm = CHAINS, spli
   body.push(LOCAL_GET, 0, I32_CONST, 1, I32_SUB, LOCAL_TEE, 0, BR_IF, 0, END);
   // Result: sum of lane 0 of every chain (keeps all chains live).
   body.push(F32_CONST, ...f32bytes(0));
-  for (let i = 1; i <= chains; i++) body.push(LOCAL_GET, i, ...F32X4_EXTRACT_LANE, 0, F32_ADD);
+  for (let i = 1; i <= values; i++) body.push(LOCAL_GET, i, ...F32X4_EXTRACT_LANE, 0, F32_ADD);
   body.push(END);
-  const locals = vec([[...uleb(chains + 2), V128]]);
+  const locals = vec([[...uleb(values + 2), V128]]);
   const func = [...locals, ...body];
   return new Uint8Array([
     0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
@@ -94,9 +96,6 @@ export function ceilingModuleBytes({ fma = false, chains: perForm = CHAINS, spli
     ...section(10, vec([[...uleb(func.length), ...func]])),
   ]);
 }
-
-/** FLOPs of run(iterations) of the 12-chain modules: 8 per multiply-add (per multiply and add when split). */
-export const flopsPerIteration = CHAINS * UNROLL * 8;
 
 /** True when this engine compiles the relaxed_madd twin (Relaxed SIMD enabled). */
 export function hasRelaxedSimd() {
@@ -136,13 +135,12 @@ function timeForm(bytes, flops, targetMs, trials) {
  * hasRelaxedSimd() first: the module does not compile without the feature).
  */
 export function measureCeiling({ targetMs = 100, trials = 15, fma = false } = {}) {
-  const forms = fma
-    ? [{ form: '12 relaxed_madd chains', bytes: ceilingModuleBytes({ fma }), flops: flopsPerIteration }]
-    : MUL_ADD_FORMS.map(({ chains, split = false }) => ({
-      form: split ? `${chains} mul + ${chains} add chains` : `${chains} mul+add chains`,
-      bytes: ceilingModuleBytes({ chains, split }),
-      flops: chains * UNROLL * 8,
-    }));
+  // FLOPs of run(iterations): 8 per multiply-add of a step (per multiply and add when split).
+  const forms = (fma ? FMA_FORMS : MUL_ADD_FORMS).map((f) => ({
+    form: f.fma ? `${f.chains} relaxed_madd chains` : f.split ? `${f.chains} mul + ${f.chains} add chains` : `${f.chains} mul+add chains`,
+    bytes: ceilingModuleBytes(f),
+    flops: f.chains * UNROLL * 8,
+  }));
   const timed = forms.map((f) => ({ ...f, ...timeForm(f.bytes, f.flops, targetMs, trials) }));
   const best = (t) => Math.max(...t.samples);
   const winner = timed.reduce((a, b) => (best(b) > best(a) ? b : a));
