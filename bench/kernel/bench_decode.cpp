@@ -139,7 +139,9 @@ MHA_BENCH_NOINLINE void mul_add_split_part(void* ctx, int64_t index, int) {
   const VecF m(job->multiplier), c(1e-4f);
   VecF x[8], y[8];
   for (int i = 0; i < 8; ++i) x[i] = y[i] = VecF(1.0f + i / 64.0f + index);
-#pragma clang loop unroll_count(4)  // as bench/lib/ceiling.mjs: the loop's own instructions out of the way
+#ifdef __clang__  // unrolled 4x as bench/lib/ceiling.mjs is: the loop's own instructions out of the way
+#pragma clang loop unroll_count(4)
+#endif
   for (int64_t it = 0; it < job->iterations; ++it) {
     for (int i = 0; i < 8; ++i) {
       x[i] = x[i] * m;
