@@ -4,8 +4,8 @@
 // (simd::madd; CMakeLists.txt builds it with clang-19 and -mrelaxed-simd).
 //
 // One unit = (batch b, KV head g, query rows [q_begin, q_end)) of the G query heads that read g:
-//   1. pack the unit's Q rows of each head as panels of kMr rows (Dh, kMr) into aligned scratch (kMr: 4,
-//      or 6 in the relaxed variant; simd128_tiles.hpp says why);
+//   1. pack the unit's Q rows of each head as panels of kMr rows (Dh, kMr) into aligned scratch (kMr = 4:
+//      simd128_tiles.hpp says why);
 // then for each key tile of Bk keys that some row of the unit may see (the unit's key range), and each
 // block of Bq rows:
 //   2. classify the tile against the block's visible key ranges and the mask: skipped when every key is
@@ -40,10 +40,9 @@ namespace mha {
 namespace MHA_SIMD_VARIANT {
 namespace {
 
-// Bq: a multiple of kRowPad (each block's rows are whole panels and whole vectors of 4 rows). The relaxed
-// variant's 6-row panels take 60: against 72, in Chromium (wasm-ab.mjs, 10 rounds), bert and long2k
-// within 0.6 %, causal512 1.06x (72-row blocks straddle more of its 64-key diagonal tiles).
-constexpr int32_t kRowsPerBlock = kMr == 4 ? 64 : 60;
+// Bq: a multiple of kRowPad (each block's rows are whole panels and whole vectors of 4 rows). Measured
+// against 32 (0.96x) and 128 (Node 0.98-1.06x, Chromium 0.94-0.96x).
+constexpr int32_t kRowsPerBlock = 64;
 static_assert(kRowsPerBlock % kRowPad == 0, "a block holds whole panels");
 constexpr int32_t kMaxRowsPerUnit = 1024;   // a unit runs up to 16 blocks against each packed key tile
 constexpr int64_t kMinUnits = 8;            // keep enough units for the thread pool on small problems

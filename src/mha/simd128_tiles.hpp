@@ -35,25 +35,19 @@ using simd::VecI;
 constexpr int32_t kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
 static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
 
-// Query rows per micro-kernel (a Q panel). With FMA, a multiply-add is one instruction of 4 cycles
-// latency and the core starts 2 a cycle, so 8 accumulators (4 rows x 8 keys) are exactly enough to keep
-// it busy and any stall shows: 12 chains of relaxed_madd ran 1.12x as fast as 8 (Node 20, Xeon, 45.4
-// against 40.4 GFLOP/s), and the 4-row micro-kernels stayed at 86-89 % of the 12-chain ceiling. The relaxed
-// variant takes 6 rows: 12 accumulators + 2 key (or value) vectors + 1 broadcast = 15 of the 16 xmm
-// registers (V8 keeps the 16th as scratch). Without FMA each step also needs a product temporary, and
-// 4 rows are the largest block that does not spill.
-// That fits only where the engine keeps the wasm's order, each row's broadcast just before its two
-// multiply-adds: Chromium 156 (Turboshaft) does. Node 20's TurboFan loads all 6 broadcasts first and
-// spills 4 accumulators (perf); Firefox 153 is slower with them too (not profiled). Against 4 rows,
-// same machine: Chromium long2k 1.07x, bert 1.02x (with the 6-row Q transpose); Firefox 0.92x on both;
-// Node 20 (relaxed only behind --experimental-wasm-relaxed-simd) 0.77x. 5 rows (10 accumulators, scalar
-// Q packing): Chromium long2k 1.03x and bert 0.94x, Firefox 1.03x and 0.91x. The targets are
-// Chromium's, as are most users' browsers; Firefox's relaxed build stays 1.26-1.34x its SIMD128 build.
-#if MHA_VARIANT_RELAXED
-constexpr int32_t kMr = 6;
-#else
+// Query rows per micro-kernel (a Q panel): 4 rows x 8 keys, 8 accumulators, in both variants. Without
+// FMA each step also needs a product temporary, and 4 rows are the largest block that does not spill.
+// With FMA (a multiply-add of 4 cycles' latency, 2 started a cycle on the Xeon measured) 8 chains are just
+// enough, and 12 chains of relaxed_madd ran 1.12x as fast as 8 there (Node 20, 45.4 against 40.4
+// GFLOP/s), so the relaxed variant took 6 rows (12 accumulators + 2 key vectors + 1 broadcast = 15 of
+// the 16 xmm registers) for a while. That fits only where the engine keeps the wasm's order, each row's
+// broadcast just before its two multiply-adds. Chromium 156 (Turboshaft) does; Node 20's TurboFan loads
+// all 6 broadcasts first and spills 4 accumulators (perf), and Firefox 153 slows down too. 6 rows against
+// 4, wasm-ab.mjs and Node A/B, relaxed build, long2k / bert (time ratio, 4 rows = 1):
+//   Xeon:     Chromium 0.93 / 0.96, Firefox 1.09 / 1.10, Node 20 1.30 / 1.32;
+//   EPYC (Zen 4): Chromium 0.97-1.00 / 1.00, Firefox 1.37 / 1.40, Node 20 1.92 / 1.84.
+// 5 rows (Xeon): Chromium 0.97 / 1.06, Firefox 0.97 / 1.10. So 4 rows everywhere.
 constexpr int32_t kMr = 4;
-#endif
 // Query rows are padded to whole panels and to whole vectors of 4 rows (the online softmax updates the
 // running maxima of 4 rows a vector): to a multiple of both.
 constexpr int32_t kRowPad = std::lcm(kMr, kLanes);
@@ -135,51 +129,14 @@ inline void transpose_4_rows(const float* r0, int64_t row_stride, int32_t dh, fl
   }
 }
 
-// Rows r..r+5 (row_stride apart, Dh each) -> one 6-row panel, dst[d * 6 + i] = row i [d]: per 4 elements,
-// rows 0-3 through a 4x4 transpose (4 unaligned stores) and rows 4 and 5 as interleaved pairs (4 64-bit
-// stores); a Dh % 4 tail goes scalar. Against element by element (bert packs 128 rows x 64 per head for
-// only 128 keys): bert 1.02x, long2k and bert-b8 1.01x in Chromium (wasm-ab.mjs, 12 rounds).
-inline void transpose_6_rows(const float* r0, int64_t row_stride, int32_t dh, float* dst) {
-  const float* r[6] = {r0, r0 + row_stride, r0 + 2 * row_stride, r0 + 3 * row_stride, r0 + 4 * row_stride, r0 + 5 * row_stride};
-  const int32_t dh4 = dh - dh % kLanes;
-  for (int32_t d = 0; d < dh4; d += kLanes) {
-    VecF x0 = VecF::load_unaligned(r[0] + d), x1 = VecF::load_unaligned(r[1] + d);
-    VecF x2 = VecF::load_unaligned(r[2] + d), x3 = VecF::load_unaligned(r[3] + d);
-    transpose_4x4(x0, x1, x2, x3);
-    const VecF x4 = VecF::load_unaligned(r[4] + d), x5 = VecF::load_unaligned(r[5] + d);
-    const VecF pairs01 = xsimd::zip_lo(x4, x5);  // rows 4 5 of elements d, d + 1
-    const VecF pairs23 = xsimd::zip_hi(x4, x5);  // rows 4 5 of elements d + 2, d + 3
-    float* out = dst + d * 6;
-    x0.store_unaligned(out);
-    _mm_storel_pi(reinterpret_cast<__m64*>(out + 4), pairs01.data);
-    x1.store_unaligned(out + 6);
-    _mm_storeh_pi(reinterpret_cast<__m64*>(out + 10), pairs01.data);
-    x2.store_unaligned(out + 12);
-    _mm_storel_pi(reinterpret_cast<__m64*>(out + 16), pairs23.data);
-    x3.store_unaligned(out + 18);
-    _mm_storeh_pi(reinterpret_cast<__m64*>(out + 22), pairs23.data);
-  }
-  MHA_TAIL_LOOP
-  for (int32_t d = dh4; d < dh; ++d) {
-    MHA_TAIL_LOOP
-    for (int32_t i = 0; i < 6; ++i) dst[d * 6 + i] = r[i][d];
-  }
-}
-
 // Query rows [0, rows) (row_stride apart) -> panels of kMr rows, qp[(r/kMr)*Dh*kMr + d*kMr + r%kMr]; rows
 // [rows, round_up(rows, kRowPad)) are zero (their results are discarded). Whole panels go through
 // transposes, a last partial panel element by element.
 MHA_PHASE inline void pack_q_panels(const float* q, int64_t row_stride, int32_t rows, int32_t dh, float* qp) {
-  static_assert(kMr == 4 || kMr == 6, "a transpose for each panel height");
+  static_assert(kMr == kLanes, "whole panels are 4x4 transposes");
   const int32_t padded_rows = round_up(rows, kRowPad);
   const int32_t whole = rows - rows % kMr;  // rows in whole panels
-  for (int32_t r = 0; r < whole; r += kMr) {
-    if constexpr (kMr == kLanes) {
-      transpose_4_rows<kMr>(q + r * row_stride, row_stride, dh, qp + r * dh);
-    } else {
-      transpose_6_rows(q + r * row_stride, row_stride, dh, qp + r * dh);
-    }
-  }
+  for (int32_t r = 0; r < whole; r += kMr) transpose_4_rows<kMr>(q + r * row_stride, row_stride, dh, qp + r * dh);
   for (int32_t r = whole; r < padded_rows; ++r) {
     float* panel = qp + (r / kMr) * dh * kMr + r % kMr;
     if (r < rows) {
@@ -296,11 +253,12 @@ inline VecF score_epilogue(VecF x, int32_t row, int32_t key, const ScoreEpilogue
 
 // The score epilogue of one block, in place on its stored scores (rows kTileStride apart from s, tile keys
 // [jb, jb + 8)): softcap c*log2(e) * tanh(x), then ALiBi and bias. On the stored block (in L1) rather
-// than on registers, so that its code exists once instead of once per accumulator: with 6-row blocks
-// that was 2 kB more wasm, and mha-relaxed-threads.wasm over its 40 kB gzip budget. Softcap: logits far
-// below the cap (the common case: Gemma 2 caps at 50 and 30) leave every |x| below 0.625, where tanh is
-// its polynomial alone: one test per block skips the exp2 and the division of the other branch (bert
-// with softcap 30: 1.39x the plain call's time with both branches, 1.12x with the test).
+// than on registers, so that its code exists once instead of once per accumulator: with the 6-row blocks
+// the relaxed build once had, that was 2 kB more wasm, and mha-relaxed-threads.wasm over its 40 kB gzip
+// budget. Softcap: logits far below the cap (the common case: Gemma 2 caps at 50 and 30) leave every |x|
+// below 0.625, where tanh is its polynomial alone: one test per block skips the exp2 and the division of
+// the other branch (bert with softcap 30: 1.39x the plain call's time with both branches, 1.12x with the
+// test).
 inline void score_epilogue_block(float* s, int32_t jb, const ScoreEpilogue& ep) {
   if (ep.softcap) {
     const simd::TanhConstants& k = *ep.tanh;
