@@ -52,7 +52,6 @@ constexpr int64_t kParallelMergeFloats = int64_t{1} << 18;
 // A prefill of at least this many tokens into an empty cache runs the tiled kernel.
 constexpr int32_t kTiledPrefillMinTokens = 16;
 
-constexpr int64_t round_up16(int64_t x) { return (x + 15) / 16 * 16; }
 
 // The tiled kernel reads K and V as (T, Dh) rows through strides; the cache's K is in panels of K^T
 // (kv_cache.hpp), so the tiled kernel serves only a prefill into an empty cache, where the keys it must
@@ -269,7 +268,7 @@ void plan_row_blocks(const DecodeJob& job, int32_t rows_total, std::vector<Decod
       rb.first_block = rb.keys.first / kDecodeKeysPerBlock;
       rb.blocks = rb.keys.last / kDecodeKeysPerBlock - rb.first_block + 1;
     }
-    rb.item_floats = static_cast<int32_t>(round_up16(2 * kDecodeMaxRowsPerItem + int64_t{rb.rows} * job.dh8));
+    rb.item_floats = static_cast<int32_t>(whole_lines_of_floats(size_t{2} * kDecodeMaxRowsPerItem + size_t(rb.rows) * job.dh8));
     row_blocks.push_back(rb);
   }
 }

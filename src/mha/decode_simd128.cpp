@@ -26,6 +26,7 @@
 #include "mha/f16.hpp"
 #include "mha/simd_exp.hpp"
 #include "mha/simd_tanh.hpp"
+#include "mha/workspace.hpp"
 
 #ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
 #define MHA_PHASE __attribute__((noinline))
@@ -53,8 +54,6 @@ constexpr int32_t kS = kDecodeKeysPerBlock;  // row stride of the scores (a cons
 constexpr int32_t kChunk = 4;                // rows per micro-kernel call
 constexpr int32_t kMaxChunks = kDecodeMaxRowsPerItem / kChunk;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // 64-byte multiples of floats
 
 #ifdef MHA_DECODE_PHASE_MASK
 int decode_phase_mask = 15;  // 1 pack q, 2 scores, 4 softmax, 8 values
@@ -111,17 +110,12 @@ struct Layout {
 Layout make_layout(int32_t dh) {
   const size_t dh8 = static_cast<size_t>(round_up_to(dh, 8));
   Layout lay;
-  size_t at = 0;
-  auto take = [&at](size_t floats) {
-    const size_t here = at;
-    at += round_up16(floats);
-    return here;
-  };
-  lay.q = take(size_t(kMaxChunks) * dh * kChunk);  // q chunks as panels (Dh, 4)
-  lay.s = take(size_t(kDecodeMaxRowsPerItem) * kS);  // scores, then weights (rows, kS)
-  lay.k_stage = take(size_t(kP) * dh8);              // one widened K panel (Dh, P) (decode_grouped.hpp: or V tile)
-  lay.v_stage = take(size_t(kP) * dh8);              // one widened V tile (P, Dh8) (decode_grouped.hpp: or K panel)
-  lay.total = at;
+  ScratchCursor cursor;
+  lay.q = cursor.take(size_t(kMaxChunks) * dh * kChunk);    // q chunks as panels (Dh, 4)
+  lay.s = cursor.take(size_t(kDecodeMaxRowsPerItem) * kS);  // scores, then weights (rows, kS)
+  lay.k_stage = cursor.take(size_t(kP) * dh8);              // one widened K panel (Dh, P) (decode_grouped.hpp: or V tile)
+  lay.v_stage = cursor.take(size_t(kP) * dh8);              // one widened V tile (P, Dh8) (decode_grouped.hpp: or K panel)
+  lay.total = cursor.at;
   return lay;
 }
 

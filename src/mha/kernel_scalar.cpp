@@ -22,6 +22,7 @@
 
 #include "mha/kernel.hpp"
 #include "mha/reference.hpp"
+#include "mha/workspace.hpp"
 
 namespace mha {
 namespace scalar {
@@ -37,8 +38,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kExpUnderflow = -87.3f;
 inline float exp_flushed(float x) { return x < kExpUnderflow ? 0.0f : std::exp(x); }
 
-constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // keeps every buffer 64-byte aligned
-
 KernelPlan plan(const AttentionArgs& args) {
   const AttentionShape& shape = args.shape;
   KernelPlan p;
@@ -51,18 +50,13 @@ KernelPlan plan(const AttentionArgs& args) {
   count_units(shape, p);
   const size_t rows = size_t(p.heads_per_kv_head) * p.rows_per_unit;
   ScratchLayout& lay = p.scratch;
-  size_t at = 0;
-  auto take = [&at](size_t floats) {
-    const size_t here = at;
-    at += round_up16(floats);
-    return here;
-  };
-  lay.scores = take(kKeysPerTile);                   // one row's scores of one tile (Bk)
-  lay.out_acc = take(rows * size_t(p.head_dim));     // (G*R, Dh)
-  lay.row_max = take(rows);                          // (G*R)
-  lay.row_sum = take(rows);                          // (G*R)
-  lay.reference = take(2 * size_t(p.head_dim));     // Dh doubles
-  lay.total = at;
+  ScratchCursor cursor;
+  lay.scores = cursor.take(kKeysPerTile);                // one row's scores of one tile (Bk)
+  lay.out_acc = cursor.take(rows * size_t(p.head_dim));  // (G*R, Dh)
+  lay.row_max = cursor.take(rows);                       // (G*R)
+  lay.row_sum = cursor.take(rows);                       // (G*R)
+  lay.reference = cursor.take(2 * size_t(p.head_dim));   // Dh doubles
+  lay.total = cursor.at;
   return p;
 }
 

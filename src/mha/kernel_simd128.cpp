@@ -35,6 +35,7 @@
 #include "mha/kernel.hpp"
 #include "mha/reference.hpp"
 #include "mha/simd128_tiles.hpp"
+#include "mha/workspace.hpp"
 
 namespace mha {
 namespace MHA_SIMD_VARIANT {
@@ -51,7 +52,6 @@ constexpr int32_t kKeysPerTile = kTileStride;  // Bk (measured: 128 halves per-t
 // hidden and computed in full, waste less.
 constexpr int32_t kRangedKeysPerTile = 64;
 constexpr float kLn2 = 0.693147180559945309f;
-constexpr size_t round_up16(size_t x) { return (x + 15) / 16 * 16; }  // 64-byte multiples of floats
 
 // Query rows of each head per unit, for units of `heads_per_kv_head` heads.
 int32_t rows_per_unit(const AttentionShape& shape, int32_t padded_head_dim, int32_t heads_per_kv_head) {
@@ -85,22 +85,17 @@ KernelPlan plan(const AttentionArgs& args) {
   const size_t dh = static_cast<size_t>(p.head_dim), dh8 = static_cast<size_t>(p.padded_head_dim);
   const size_t unit_rows = size_t(p.heads_per_kv_head) * round_up(p.rows_per_unit, kRowPad);  // G * padded rows
   ScratchLayout& lay = p.scratch;
-  size_t at = 0;
-  auto take = [&at](size_t floats) {
-    const size_t here = at;
-    at += round_up16(floats);
-    return here;
-  };
-  lay.q_panels = take(unit_rows * dh);                         // (G * padded rows / kMr) panels (Dh, kMr), unscaled
-  lay.k_tile = take(dh * kTileStride);                         // K^T (Dh, kTileStride)
-  lay.v_tile = take(size_t(p.keys_per_tile) * dh8);            // V (Bk, Dh8)
-  lay.scores = take(size_t(p.rows_per_block) * kTileStride);   // one block's scores (Bq, kTileStride)
-  lay.out_acc = take(unit_rows * dh8);                         // O (G * padded rows, Dh8)
-  lay.row_max = take(unit_rows);
-  lay.row_sum = take(unit_rows);
-  lay.rescale = take(unit_rows);
-  lay.reference = take(2 * dh);                                // Dh doubles
-  lay.total = at;
+  ScratchCursor cursor;
+  lay.q_panels = cursor.take(unit_rows * dh);                        // (G * padded rows / kMr) panels (Dh, kMr), unscaled
+  lay.k_tile = cursor.take(dh * kTileStride);                        // K^T (Dh, kTileStride)
+  lay.v_tile = cursor.take(size_t(p.keys_per_tile) * dh8);           // V (Bk, Dh8)
+  lay.scores = cursor.take(size_t(p.rows_per_block) * kTileStride);  // one block's scores (Bq, kTileStride)
+  lay.out_acc = cursor.take(unit_rows * dh8);                        // O (G * padded rows, Dh8)
+  lay.row_max = cursor.take(unit_rows);
+  lay.row_sum = cursor.take(unit_rows);
+  lay.rescale = cursor.take(unit_rows);
+  lay.reference = cursor.take(2 * dh);                               // Dh doubles
+  lay.total = cursor.at;
   return p;
 }
 

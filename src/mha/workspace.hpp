@@ -43,4 +43,19 @@ class Workspace {
   size_t capacity_ = 0;
 };
 
+// Floats rounded up to whole 64-byte lines (16 floats): buffers laid out back to back from a Workspace's
+// 64-byte aligned start each stay 64-byte aligned.
+constexpr size_t whole_lines_of_floats(size_t floats) { return (floats + 15) / 16 * 16; }
+
+// Lays a kernel's scratch buffers out back to back: take(floats) is the next buffer's offset in floats,
+// `at` the floats taken so far (the Workspace size to reserve).
+struct ScratchCursor {
+  size_t at = 0;
+  size_t take(size_t floats) {
+    const size_t here = at;
+    at += whole_lines_of_floats(floats);
+    return here;
+  }
+};
+
 }  // namespace mha
