@@ -4,7 +4,7 @@
 //   node --no-experimental-fetch build/wasm/bench/bench_decode.js [rounds] [phases|split|softcap|ab [shape]|prefill]
 //   build/native/bench/bench_decode [rounds] [prefill]
 //
-// Per round, interleaved: the streaming-read bandwidth (a SIMD sum over 256 MiB, 8x this machine's L3) on
+// Per round, interleaved: the streaming-read bandwidth (a SIMD sum over 256 MiB, 8x a 32 MiB L3) on
 // 1 and 2 threads, the mul+add ceiling (the faster of 12 f32x4 chains x = x * m + c and 8 x = x * m beside
 // 8 y = y + c) on 1 and 2 threads,
 // and ONE decode step of every row (shape x dtype x threads). A row's step therefore finds its cache

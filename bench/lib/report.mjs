@@ -21,6 +21,13 @@ const COLORS = { 'mha-wasm': '#d62728', 'mha-wasm-relaxed': '#e377c2', 'mha-wasm
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
 const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
 const fmtMB = (b) => (b ? (b / 2 ** 20).toFixed(0) : '—');
+/** The bandwidth buffer against the last-level cache: a streaming read from DRAM needs it far larger. */
+function bufferAgainstCache(bufferBytes, cacheBytes) {
+  if (!cacheBytes) return 'this machine\'s last-level cache size unknown';
+  const times = bufferBytes / cacheBytes;
+  const cache = `this machine's ${fmtMB(cacheBytes)} MiB last-level cache`;
+  return times >= 4 ? `${fmt(times, 0)}x ${cache}` : `**only ${fmt(times, 1)}x ${cache}: part of it may be read from cache**`;
+}
 
 export function statusText(r) {
   if (r.status === 'ok') return r.extrapolated ? `ok, extrapolated ${r.extrapolated.rows}/${r.extrapolated.totalRows} rows` : r.singleCall ? 'ok, first call only' : 'ok';
@@ -62,7 +69,7 @@ export function markdown(run) {
   if (ceiling?.fma) lines.push(`FMA ceiling (12 chains of f32x4.relaxed_madd): **${fmt(ceiling.fma.gflops, 1)} GFLOP/s**, ${fmt(ceiling.fma.ratioFma)}x mul+add in the same rounds.`);
   else if (ceiling) lines.push('FMA ceiling: this engine does not enable Relaxed SIMD (Node 20 needs --experimental-wasm-relaxed-simd).');
   if (ceiling?.bandwidth) {
-    lines.push(`Memory bandwidth (streaming v128 reads over ${fmtMB(ceiling.bandwidth.bufferBytes)} MB, 8x the 32 MiB L3 of the machines this was tuned on): **${fmt(ceiling.bandwidth.gbps, 1)} GB/s** on one thread` +
+    lines.push(`Memory bandwidth (streaming v128 reads over ${fmtMB(ceiling.bandwidth.bufferBytes)} MB, ${bufferAgainstCache(ceiling.bandwidth.bufferBytes, env.lastLevelCacheBytes)}): **${fmt(ceiling.bandwidth.gbps, 1)} GB/s** on one thread` +
       (ceiling.bandwidthAllThreads ? `, **${fmt(ceiling.bandwidthAllThreads.gbps, 1)} GB/s** on ${ceiling.bandwidthAllThreads.threads} threads together.` : '.'));
   }
   lines.push('FLOPs per call = 4·B·H·S·T·Dh (masked positions included). Times are end to end: Float32Array in, Float32Array out; ' +
