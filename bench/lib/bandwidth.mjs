@@ -18,7 +18,10 @@ const I32X4_EXTRACT_LANE = [SIMD, ...uleb(27)];
 const ACCUMULATORS = 8;
 export const BYTES_PER_ITERATION = ACCUMULATORS * 16;
 const PAGE = 65536;
-/** Default buffer: 256 MiB, 8x a 32 MiB L3, so every pass comes from DRAM there (the report states the ratio to the machine's own last-level cache). */
+/**
+ * Default buffer: 256 MiB, 8x a 32 MiB L3, so every pass comes from DRAM there (the report states its ratio
+ * to the last-level cache of the machine at hand).
+ */
 export const DEFAULT_BUFFER_BYTES = 256 * 2 ** 20;
 
 /**
