@@ -183,7 +183,9 @@ constexpr int groups_for_rows() {
 // faster; f16 1.01x (its passes are bound by the widening's instructions, not by memory). Touching the
 // next block's K panels during PV as well: 0.82x (f32), 0.91x (f16). With F16PairLoader (session 4,
 // 600 rounds in 3 runs): f16 without the touches 0.91-0.95x; touching K 2 panels ahead as well 0.91-0.92x;
-// 2 panel rows per loop iteration 0.94-0.98x (f32 0.91-0.95x).
+// 2 panel rows per loop iteration 0.94-0.98x (f32 0.91-0.95x). The previous block's PV stepped inside
+// this K pass (2 steps of 2 keys x 8 lanes per panel row, from L2), so that it overlaps the stream: f32
+// 0.71x (EPYC, 30 rounds, machine loaded; not profiled).
 // The touches are scalar loads into touched (a general register: the xmm registers hold the sums).
 template <class Ld>
 inline void qk_row_touching(const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld,
