@@ -318,21 +318,13 @@ inline VecF tree_reduce(VecF (&x)[n], Op op) {
   return x[0];
 }
 
-// row_max[r] = the largest lane of maxima[r], for the kMr rows. 4 rows: two rounds of shuffles and maxima
-// over the 4 rows at once; other counts row by row.
+// row_max[r] = the largest lane of maxima[r], for the kMr = 4 rows: two rounds of shuffles and maxima over
+// the 4 rows at once.
 inline void store_row_maxima(const VecF (&maxima)[kMr], float* row_max) {
-  if constexpr (kMr == kLanes) {
-    const VecF m01 = simd::pseudo_max(xsimd::zip_lo(maxima[0], maxima[1]), xsimd::zip_hi(maxima[0], maxima[1]));  // rows 0 1 0 1
-    const VecF m23 = simd::pseudo_max(xsimd::zip_lo(maxima[2], maxima[3]), xsimd::zip_hi(maxima[2], maxima[3]));  // rows 2 3 2 3
-    simd::pseudo_max(zip_lo_pairs(m01, m23), zip_hi_pairs(m01, m23)).store_aligned(row_max);
-  } else {
-    MHA_EACH_ROW
-    for (int32_t r = 0; r < kMr; ++r) {
-      alignas(16) float lanes[kLanes];
-      maxima[r].store_aligned(lanes);
-      row_max[r] = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
-    }
-  }
+  static_assert(kMr == kLanes, "the rows' maxima are one vector");
+  const VecF m01 = simd::pseudo_max(xsimd::zip_lo(maxima[0], maxima[1]), xsimd::zip_hi(maxima[0], maxima[1]));  // rows 0 1 0 1
+  const VecF m23 = simd::pseudo_max(xsimd::zip_lo(maxima[2], maxima[3]), xsimd::zip_hi(maxima[2], maxima[3]));  // rows 2 3 2 3
+  simd::pseudo_max(zip_lo_pairs(m01, m23), zip_hi_pairs(m01, m23)).store_aligned(row_max);
 }
 
 // s[i][jb..jb+8) = scale * (q_i . k_j) for the kMr rows of one Q panel (Dh, kMr) and keys [0, nk8) of the
