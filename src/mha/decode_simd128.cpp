@@ -9,11 +9,11 @@
 //   4. o (rows, Dh8) = p V, 32 keys at a time, a micro-kernel of R rows x 8L lanes (R = 1: 32 lanes).
 // The softmax of a block is two-pass (its scores fit in scratch), so no running rescale; blocks are
 // merged by the driver.
-// Rows of 2 or more read each K panel (and from 3 rows each V tile) once, in address order, into an L1
-// scratch tile, copied or widened from halves, which every chunk then reads (a tile, never a copy of the
-// cache); see run_f16 for why and for the direct float16 paths (halves widened in registers with 5
-// integer operations per 8, f16.hpp). float32 items of 3 or 4 rows take run_grouped
-// (decode_grouped.hpp): the same phases, with each tile's copy pipelined into the previous tile's compute.
+// float32 items of 3 or more rows first read the whole block into L2 (touch_block), and then every chunk
+// reads the cache directly (run). Other items of 2 or more rows read each K panel (float16 of 3 or more
+// rows: each V tile) once, in address order, into an L1 scratch tile, copied or widened from halves,
+// which every chunk then reads (a tile, never a copy of the cache); see run_f16 for why and for the
+// direct float16 paths (halves widened in registers with 5 integer operations per 8, f16.hpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -113,8 +113,8 @@ Layout make_layout(int32_t dh) {
   ScratchCursor cursor;
   lay.q = cursor.take(size_t(kMaxChunks) * dh * kChunk);    // q chunks as panels (Dh, 4)
   lay.s = cursor.take(size_t(kDecodeMaxRowsPerItem) * kS);  // scores, then weights (rows, kS)
-  lay.k_stage = cursor.take(size_t(kP) * dh8);              // one widened K panel (Dh, P) (decode_grouped.hpp: or V tile)
-  lay.v_stage = cursor.take(size_t(kP) * dh8);              // one widened V tile (P, Dh8) (decode_grouped.hpp: or K panel)
+  lay.k_stage = cursor.take(size_t(kP) * dh8);              // one widened K panel (Dh, P)
+  lay.v_stage = cursor.take(size_t(kP) * dh8);              // one widened V tile (P, Dh8)
   lay.total = cursor.at;
   return lay;
 }
@@ -339,6 +339,22 @@ bool q_foldable(const DecodeBlock& blk) {
   return true;
 }
 
+// Before phase 2 of a compute-bound item (run): one load of every 64-byte line of the block's K panels
+// and V rows, in address order, into `touched` (kept by the caller). The lines are then in L2 when the
+// micro-kernels read them. A loop of nothing but loads keeps many more misses in flight than micro-kernels
+// that need one new line every few steps of arithmetic (wasm has no prefetch, and the out-of-order
+// window covers only a few steps), so the block streams in at close to the memory's speed instead of
+// at the pace of those steps.
+MHA_PHASE void touch_block(const DecodeBlock& blk, int32_t base, int32_t& touched) {
+  const int32_t panels = (blk.key_end - base + kP - 1) / kP;
+  const auto* keys = static_cast<const char*>(blk.key_panels) + int64_t{base} * blk.head_dim * sizeof(float);
+  const auto* values = static_cast<const char*>(blk.value_rows) + int64_t{blk.key_begin} * blk.dh8 * sizeof(float);
+  const int64_t key_bytes = int64_t{panels} * kP * blk.head_dim * sizeof(float);
+  const int64_t value_bytes = int64_t{blk.key_end - blk.key_begin} * blk.dh8 * sizeof(float);
+  for (int64_t at = 0; at < key_bytes; at += 64) touched |= *reinterpret_cast<const int32_t*>(keys + at);
+  for (int64_t at = 0; at < value_bytes; at += 64) touched |= *reinterpret_cast<const int32_t*>(values + at);
+}
+
 // Phase 2: s[r * kS + j - base] = q_r . k_j for the panels covering [base, key_end), base = the panel
 // start at or before key_begin.
 // stage: read each panel once into k_stage (ld must then give true values) and run every chunk on that.
@@ -467,14 +483,20 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
 
 // The four phases with the loaders of scores (KLd) and values (VLd). stage_k / stage_v: each K panel /
 // V tile is first read once, in address order, into an L1 scratch tile (copied, or widened from halves),
-// and the micro-kernels run on that; without it they read the cache directly.
+// and the micro-kernels run on that; without it they read the cache directly. touch: float32 only, the
+// block is first read into L2 (touch_block; timed with the scores by the phases harness).
 template <class KLd, class VLd>
-void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage_v, bool fold_q, float p_scale) {
+void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage_v, bool fold_q, float p_scale, bool touch = false) {
   const Layout lay = make_layout(blk.head_dim);
   const int32_t base = blk.key_begin / kP * kP;
   const KLd kld;
   const VLd vld;
   if (MHA_RUN_PHASE(1)) pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
+  if (MHA_RUN_PHASE(2) && touch) {
+    int32_t touched = 0;
+    touch_block(blk, base, touched);
+    *reinterpret_cast<int32_t*>(scratch + lay.k_stage) = touched;  // keeps the loads
+  }
   if (MHA_RUN_PHASE(2)) block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage_k);
   if (MHA_RUN_PHASE(4)) {
     block_softmax(blk, base, p_scale, scratch + lay.s);
@@ -487,8 +509,6 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
     std::fill(blk.o, blk.o + int64_t{blk.rows} * blk.dh8, 0.0f);
   }
 }
-
-#include "mha/decode_grouped.hpp"  // run_grouped: items of 3 or more rows
 
 // Staging: a chunk of 2 or more rows reads a panel in 2 to 4 strided sweeps (8 or 16 keys per pass) and
 // a V tile in one sweep per 8 lanes; straight from memory, each sweep starts with a run of misses (the
@@ -521,10 +541,18 @@ void run_f16(const DecodeBlock& blk, float* scratch) {
 
 size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 
+// float32 items of 3 or more rows (G >= 3 heads per KV head, or several queries) are compute-bound: at
+// most 4 chunks of rows per K panel and V tile read from memory. Read into L2 first (touch_block), their
+// panels and tiles are read directly by every chunk, unstaged: once in L2, a staged copy cost more than
+// the strided sweeps it saved. Interleaved A/B in wasm against the staged tiles, whose copies were
+// pipelined into the previous tile's micro-kernels (EPYC Zen 4, 1 thread, 30-40 rounds): decode-gqa-4k
+// f32 1.20-1.28x median per round, decode-mqa-8k f32 1.13x, decode-b4 f32 1.10-1.15x. The same touch
+// before the float16 paths: gqa-4k 0.98x, b4 0.87x (their passes are bound by the widening's
+// instructions); touching each panel and tile just before its micro-kernels instead of the whole
+// block: no better (gqa-4k f32 1.29x, f16 0.95x).
 void run(const DecodeBlock& blk, float* scratch) {
-  // run_grouped for one chunk (G = 3, 4): the MQA step (4 chunks, compute-bound) measured 0.97-0.99x with it.
-  if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2 && blk.rows <= kChunk) return run_grouped<F32Loader>(blk, scratch);
-  if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, blk.rows > 2, false, 1.0f);
+  if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2) return run_phases<F32Loader, F32Loader>(blk, scratch, false, false, false, 1.0f, true);
+  if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, false, false, 1.0f);
   run_f16(blk, scratch);
 }
 
