@@ -344,15 +344,27 @@ bool q_foldable(const DecodeBlock& blk) {
 // micro-kernels read them. A loop of nothing but loads keeps many more misses in flight than micro-kernels
 // that need one new line every few steps of arithmetic (wasm has no prefetch, and the out-of-order
 // window covers only a few steps), so the block streams in at close to the memory's speed instead of
-// at the pace of those steps.
+// at the pace of those steps. K and V are read side by side, 4 lines of each per iteration: against
+// one after the other, interleaved A/B (40 rounds, 3 runs): decode-gqa-4k f32 1.06-1.10x, decode-b4
+// 1.06-1.13x, decode-mqa-8k 1.01-1.04x; 4 streams (each half of K and of V) gained nothing more.
+inline void touch_lines(const char* lines, int64_t from, int64_t to, int32_t& touched) {
+  for (int64_t at = from; at < to; at += 64) touched |= *reinterpret_cast<const int32_t*>(lines + at);
+}
+
 MHA_PHASE void touch_block(const DecodeBlock& blk, int32_t base, int32_t& touched) {
+  constexpr int64_t kStep = 4 * 64;
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
   const auto* keys = static_cast<const char*>(blk.key_panels) + int64_t{base} * blk.head_dim * sizeof(float);
   const auto* values = static_cast<const char*>(blk.value_rows) + int64_t{blk.key_begin} * blk.dh8 * sizeof(float);
   const int64_t key_bytes = int64_t{panels} * kP * blk.head_dim * sizeof(float);
   const int64_t value_bytes = int64_t{blk.key_end - blk.key_begin} * blk.dh8 * sizeof(float);
-  for (int64_t at = 0; at < key_bytes; at += 64) touched |= *reinterpret_cast<const int32_t*>(keys + at);
-  for (int64_t at = 0; at < value_bytes; at += 64) touched |= *reinterpret_cast<const int32_t*>(values + at);
+  const int64_t both = std::min(key_bytes, value_bytes) / kStep * kStep;
+  for (int64_t at = 0; at < both; at += kStep) {
+    touch_lines(keys, at, at + kStep, touched);
+    touch_lines(values, at, at + kStep, touched);
+  }
+  touch_lines(keys, both, key_bytes, touched);
+  touch_lines(values, both, value_bytes, touched);
 }
 
 // Phase 2: s[r * kS + j - base] = q_r . k_j for the panels covering [base, key_end), base = the panel
