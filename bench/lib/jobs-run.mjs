@@ -3,11 +3,12 @@
 // the rounds, with the reason), times them in alternating rounds (bench/lib/interleave.mjs) and reports
 // every contestant's per-round times and the job's per-round ratios. Node only.
 import { readFileSync } from 'node:fs';
-import { makeInputs } from './prng.mjs';
+import { makeInputs, shapeWithInputs } from './prng.mjs';
 import { attentionRows, sampleRows, compareRows } from './reference.mjs';
 import { shapeByName, flopsOf } from './shapes.mjs';
 import { interleave, roundRatio, spread } from './interleave.mjs';
 import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
+import { evictionBytes } from './env.mjs';
 import { jobByName, decodeShapeByName, decodeBytes, decodeFlops, LOOP,
   MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, ORT_GQA, PLAIN_JS } from './jobs.mjs';
 import { IMPLS } from '../impls/index.mjs';
@@ -18,8 +19,6 @@ const now = () => performance.now();
 const range = (n) => Int32Array.from({ length: n }, (_, i) => i);
 /** Stateless contestants check this many query rows (spread evenly, first and last included). */
 const CHECK_ROWS = 16;
-/** The decode steps' cache eviction: a streaming read of 2x the 32 MiB L3 of the machines this was tuned on. */
-const EVICT_BYTES = 64 * 2 ** 20;
 
 function checkSummary(got, want, rows, D) {
   const c = compareRows(got, want, rows, D);
@@ -85,9 +84,7 @@ export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () =>
 async function* statelessContestants(job, { seed, onPhase, disposers }) {
   for (const { name, impl, shape: shapeName } of job.contestants) {
     onPhase(`setup ${name}`);
-    let shape = shapeByName(shapeName);
-    const inputs = makeInputs(shape, seed);
-    if (inputs.bias) shape = { ...shape, bias: inputs.bias };
+    const { shape, inputs } = shapeWithInputs(shapeByName(shapeName), seed);
     const { q, k, v } = inputs;
     const rows = sampleRows(shape, CHECK_ROWS);
     const want = attentionRows(q, k, v, shape, rows, new Float64Array(rows.length * shape.D), true);
@@ -112,9 +109,9 @@ async function* statelessContestants(job, { seed, onPhase, disposers }) {
 
 // ---- issue #14: decode steps
 
-/** An untimed streaming read over EVICT_BYTES, run before every timed step so each step reads its K/V from DRAM. */
+/** An untimed streaming read over evictionBytes(), run before every timed step so each step reads its K/V from DRAM. */
 function evictor() {
-  const { memory, pages } = touchedMemory(EVICT_BYTES);
+  const { memory, pages } = touchedMemory(evictionBytes());
   const read = bandwidthReader(memory, pages);
   const end = pages * 65536;
   const sink = new Int32Array(1);

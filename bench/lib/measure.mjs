@@ -1,7 +1,7 @@
 // One (implementation, shape) measurement: seeded inputs, plain-JS reference rows, load, first call,
 // correctness check of that first output (before any timing), then warm-up and adaptive repeats.
 // Isomorphic (Node child process and Chromium page).
-import { makeInputs, DEFAULT_SEED } from './prng.mjs';
+import { shapeWithInputs, DEFAULT_SEED } from './prng.mjs';
 import { attentionRows, sampleRows, compareRows } from './reference.mjs';
 import { flopsOf } from './shapes.mjs';
 
@@ -47,10 +47,9 @@ export async function measure({ impl, load, shape, seed = DEFAULT_SEED, budgetMs
   };
 
   phase('inputs');
-  const inputs = makeInputs(shape, seed);
+  let inputs;
+  ({ shape, inputs } = shapeWithInputs(shape, seed));
   const { q, k, v } = inputs;
-  // The bias of a shape with a biasShape is part of the shape every implementation and the reference see.
-  if (inputs.bias) shape = { ...shape, bias: inputs.bias };
 
   // plain-js on big shapes: time an evenly spread subset of query rows and extrapolate.
   let timedRows = null;

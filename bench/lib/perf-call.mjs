@@ -5,14 +5,11 @@
 import fs from 'node:fs';
 import { create } from '../impls/mha-wasm.mjs';
 import { flopsOf, shapeByName } from './shapes.mjs';
-import { makeInputs } from './prng.mjs';
+import { shapeWithInputs } from './prng.mjs';
 
 const [wasm, shapeName, callsText] = process.argv.slice(2);
 const calls = Number(callsText);
-let shape = shapeByName(shapeName);
-const inputs = makeInputs(shape);
-// A bias shape's bias comes with its seeded inputs (as in measure.mjs).
-if (inputs.bias) shape = { ...shape, bias: inputs.bias };
+const { shape, inputs } = shapeWithInputs(shapeByName(shapeName));
 const row = await create(shape, { heapTensors: true, inputs, wasmBinary: new Uint8Array(fs.readFileSync(wasm)) });
 const { q, k, v } = inputs;
 row.run(q, k, v);

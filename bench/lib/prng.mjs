@@ -72,3 +72,12 @@ export function makeInputs(shape, seed = DEFAULT_SEED) {
   const bias = shape.biasShape ? randomNormal(shape.biasShape.reduce((a, b) => a * b, 1), mulberry32(seed ^ 0x62)) : undefined;
   return bias ? { q, k, v, bias } : { q, k, v };
 }
+
+/**
+ * makeInputs, and the shape as every implementation and the reference see it: a shape with a biasShape
+ * carries its drawn bias as shape.bias.
+ */
+export function shapeWithInputs(shape, seed = DEFAULT_SEED) {
+  const inputs = makeInputs(shape, seed);
+  return { shape: inputs.bias ? { ...shape, bias: inputs.bias } : shape, inputs };
+}
