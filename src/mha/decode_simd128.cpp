@@ -560,8 +560,9 @@ size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 // pipelined into the previous tile's micro-kernels (EPYC Zen 4, 1 thread, 30-40 rounds): decode-gqa-4k
 // f32 1.20-1.28x median per round, decode-mqa-8k f32 1.13x, decode-b4 f32 1.10-1.15x. The same touch
 // before the float16 paths: gqa-4k 0.98x, b4 0.87x (their passes are bound by the widening's
-// instructions); touching each panel and tile just before its micro-kernels instead of the whole
-// block: no better (gqa-4k f32 1.29x, f16 0.95x).
+// instructions), and touching only a float16 block's V rows before they are widened: 0.88-1.03x.
+// Touching each panel and tile just before its micro-kernels instead of the whole block: no better
+// (gqa-4k f32 1.29x, f16 0.95x); touching them again, from L2 into L1, after the block: 0.96-1.00x.
 void run(const DecodeBlock& blk, float* scratch) {
   if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2) return run_phases<F32Loader, F32Loader>(blk, scratch, false, false, false, 1.0f, true);
   if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, false, false, 1.0f);
