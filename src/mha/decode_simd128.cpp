@@ -524,7 +524,8 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
 
 // Staging: a chunk of 2 or more rows reads a panel in 2 to 4 strided sweeps (8 or 16 keys per pass) and
 // a V tile in one sweep per 8 lanes; straight from memory, each sweep starts with a run of misses (the
-// rows of decode-gqa-4k ran at 4 GB/s and 8 GFLOP/s, neither bound). One row (the memory-bound MHA
+// rows of decode-gqa-4k ran at 4 GB/s and 8 GFLOP/s, neither bound; float32 items of 3 or more rows now
+// read the block into L2 first instead, see run). One row (the memory-bound MHA
 // step) reads whole panel rows per step, and 1- or 2-row chunks read value rows whole (pv_rows): those
 // read the cache directly. float16 read directly is widened in registers, its 2^112 folded into q (when
 // |q| <= kMaxFoldableQ) and into the stored weights. float16 with 3 or more rows and such q: a single
@@ -553,10 +554,11 @@ void run_f16(const DecodeBlock& blk, float* scratch) {
 
 size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 
-// float32 items of 3 or more rows (G >= 3 heads per KV head, or several queries) are compute-bound: at
-// most 4 chunks of rows per K panel and V tile read from memory. Read into L2 first (touch_block), their
-// panels and tiles are read directly by every chunk, unstaged: once in L2, a staged copy cost more than
-// the strided sweeps it saved. Interleaved A/B in wasm against the staged tiles, whose copies were
+// float32 items of 3 or more rows (G >= 3 heads per KV head, or several queries) are about balanced or
+// compute-bound: 4 * rows flops per 8 bytes of K and V, 1.5 flops a byte or more, against a mul+add
+// ceiling over the streaming bandwidth of 49 / 28 = 1.75 on a Zen 4 EPYC. Read into L2 first
+// (touch_block), their panels and tiles are read directly by every chunk, unstaged: once in L2, a staged
+// copy cost more than the strided sweeps it saved. Interleaved A/B in wasm against the staged tiles, whose copies were
 // pipelined into the previous tile's micro-kernels (EPYC Zen 4, 1 thread, 30-40 rounds): decode-gqa-4k
 // f32 1.20-1.28x median per round, decode-mqa-8k f32 1.13x, decode-b4 f32 1.10-1.15x. The same touch
 // before the float16 paths: gqa-4k 0.98x, b4 0.87x (their passes are bound by the widening's
