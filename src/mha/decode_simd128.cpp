@@ -535,7 +535,9 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
 // The loaders skip the widening's inf/NaN fix-up: blocks over such halves take the scalar kernel (below).
 // One row reads both K and V through F16PairLoader (even/odd halves, no interleaves): interleaved A/B in
 // wasm against load8, decode-mha-8k, 1 thread, loaded machine: 1.14x median of 40 rounds, 1.06x and 1.07x
-// of 300 (76%, 84% of them faster); f32 unchanged (1.00-1.01x).
+// of 300 (76%, 84% of them faster); f32 unchanged (1.00-1.01x). Staged V tiles of 3 or more rows widened
+// through F16PairLoader too (o put back in lane order once, at the end of the block): 0.98x on
+// decode-gqa-4k, decode-mqa-8k and decode-b4 f16 (40 rounds each).
 // Two cold cases go to the scalar kernel, so that every SIMD module carries only the loaders above
 // (issue #15's package size: 4 kB gzipped for the inf/NaN variants, 2 kB for the unscaled one): blocks
 // over inf/NaN halves (a float16 cache holds them only after a non-finite k/v or one past 65504), and q
