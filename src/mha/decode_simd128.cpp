@@ -340,9 +340,9 @@ bool q_foldable(const DecodeBlock& blk) {
 }
 
 // Before phase 2 of a compute-bound item (run): one load of every 64-byte line of the block's K panels
-// and V rows, in address order, into `touched` (kept by the caller). The lines are then in L2 when the
-// micro-kernels read them. A loop of nothing but loads keeps many more misses in flight than micro-kernels
-// that need one new line every few steps of arithmetic (wasm has no prefetch, and the out-of-order
+// and V rows (Elem: the cache's element), in address order, OR-ed into the value returned (kept by the
+// caller). The lines are then in L2 when the micro-kernels read them. A loop of nothing but loads keeps
+// many more misses in flight than micro-kernels that need one new line every few steps of arithmetic (wasm has no prefetch, and the out-of-order
 // window covers only a few steps), so the block streams in at close to the memory's speed instead of
 // at the pace of those steps. K and V are read side by side, 4 lines of each per iteration: against
 // one after the other, interleaved A/B (40 rounds, 3 runs): decode-gqa-4k f32 1.06-1.10x, decode-b4
@@ -351,13 +351,15 @@ inline void touch_lines(const char* lines, int64_t from, int64_t to, int32_t& to
   for (int64_t at = from; at < to; at += 64) touched |= *reinterpret_cast<const int32_t*>(lines + at);
 }
 
-MHA_PHASE void touch_block(const DecodeBlock& blk, int32_t base, int32_t& touched) {
+template <class Elem>
+MHA_PHASE int32_t touch_block(const DecodeBlock& blk, int32_t base) {
   constexpr int64_t kStep = 4 * 64;
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
-  const auto* keys = static_cast<const char*>(blk.key_panels) + int64_t{base} * blk.head_dim * sizeof(float);
-  const auto* values = static_cast<const char*>(blk.value_rows) + int64_t{blk.key_begin} * blk.dh8 * sizeof(float);
-  const int64_t key_bytes = int64_t{panels} * kP * blk.head_dim * sizeof(float);
-  const int64_t value_bytes = int64_t{blk.key_end - blk.key_begin} * blk.dh8 * sizeof(float);
+  const auto* keys = static_cast<const char*>(blk.key_panels) + int64_t{base} * blk.head_dim * sizeof(Elem);
+  const auto* values = static_cast<const char*>(blk.value_rows) + int64_t{blk.key_begin} * blk.dh8 * sizeof(Elem);
+  const int64_t key_bytes = int64_t{panels} * kP * blk.head_dim * sizeof(Elem);
+  const int64_t value_bytes = int64_t{blk.key_end - blk.key_begin} * blk.dh8 * sizeof(Elem);
+  int32_t touched = 0;
   const int64_t both = std::min(key_bytes, value_bytes) / kStep * kStep;
   for (int64_t at = 0; at < both; at += kStep) {
     touch_lines(keys, at, at + kStep, touched);
@@ -365,6 +367,7 @@ MHA_PHASE void touch_block(const DecodeBlock& blk, int32_t base, int32_t& touche
   }
   touch_lines(keys, both, key_bytes, touched);
   touch_lines(values, both, value_bytes, touched);
+  return touched;
 }
 
 // Phase 2: s[r * kS + j - base] = q_r . k_j for the panels covering [base, key_end), base = the panel
@@ -495,8 +498,8 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
 
 // The four phases with the loaders of scores (KLd) and values (VLd). stage_k / stage_v: each K panel /
 // V tile is first read once, in address order, into an L1 scratch tile (copied, or widened from halves),
-// and the micro-kernels run on that; without it they read the cache directly. touch: float32 only, the
-// block is first read into L2 (touch_block; timed with the scores by the phases harness).
+// and the micro-kernels run on that; without it they read the cache directly. touch: the block is first
+// read into L2 (touch_block; timed with the scores by the phases harness).
 template <class KLd, class VLd>
 void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage_v, bool fold_q, float p_scale, bool touch = false) {
   const Layout lay = make_layout(blk.head_dim);
@@ -504,10 +507,8 @@ void run_phases(const DecodeBlock& blk, float* scratch, bool stage_k, bool stage
   const KLd kld;
   const VLd vld;
   if (MHA_RUN_PHASE(1)) pack_q(blk, fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
-  if (MHA_RUN_PHASE(2) && touch) {
-    int32_t touched = 0;
-    touch_block(blk, base, touched);
-    *reinterpret_cast<int32_t*>(scratch + lay.k_stage) = touched;  // keeps the loads
+  if (MHA_RUN_PHASE(2) && touch) {  // the stored value keeps the loads
+    *reinterpret_cast<int32_t*>(scratch + lay.k_stage) = touch_block<typename KLd::Elem>(blk, base);
   }
   if (MHA_RUN_PHASE(2)) block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, stage_k);
   if (MHA_RUN_PHASE(4)) {
