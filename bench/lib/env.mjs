@@ -61,16 +61,6 @@ export function lastLevelCacheBytes() {
   return best?.bytes;
 }
 
-/**
- * The decode steps' cache eviction (jobs-run.mjs), in bytes: a streaming read of twice this machine's
- * last-level cache, at least 64 MiB (where sysfs does not say) and at most 512 MiB (a 2-core VM may be
- * shown a whole host's L3; reading more per step would stretch the decode jobs past their budget).
- */
-export function evictionBytes() {
-  const llc = lastLevelCacheBytes() ?? 0;
-  return Math.min(512 * 2 ** 20, Math.max(64 * 2 ** 20, 2 * llc));
-}
-
 /** 1/5/15-minute load averages: how busy the (shared) machine was. */
 export function loadAverage() {
   return os.loadavg().map((x) => +x.toFixed(2));

@@ -8,8 +8,8 @@ import { attentionRows, sampleRows, compareRows } from './reference.mjs';
 import { shapeByName, flopsOf } from './shapes.mjs';
 import { interleave, roundRatio, spread } from './interleave.mjs';
 import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
-import { evictionBytes } from './env.mjs';
-import { jobByName, decodeShapeByName, decodeBytes, decodeFlops, LOOP,
+import { lastLevelCacheBytes } from './env.mjs';
+import { jobByName, decodeShapeByName, decodeBytes, decodeFlops, evictionBytes, LOOP,
   MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, ORT_GQA, PLAIN_JS } from './jobs.mjs';
 import { IMPLS } from '../impls/index.mjs';
 import { roundToFloat16, sliceRows } from '../../tests/js/helpers.mjs';
@@ -109,9 +109,9 @@ async function* statelessContestants(job, { seed, onPhase, disposers }) {
 
 // ---- issue #14: decode steps
 
-/** An untimed streaming read over evictionBytes(), run before every timed step so each step reads its K/V from DRAM. */
+/** An untimed streaming read over evictionBytes() of this machine's last-level cache, run before every timed step so each step reads its K/V from DRAM. */
 function evictor() {
-  const { memory, pages } = touchedMemory(evictionBytes());
+  const { memory, pages } = touchedMemory(evictionBytes(lastLevelCacheBytes()));
   const read = bandwidthReader(memory, pages);
   const end = pages * 65536;
   const sink = new Int32Array(1);

@@ -24,6 +24,15 @@ export const decodeFlops = (s) => 4 * s.B * s.H * s.T * s.Dh;
 /** The generation loop's dims (decode-gqa-4k's heads) and lengths. */
 export const LOOP = { B: 1, H: 32, Hkv: 8, Dh: 128, prefill: 512, steps: 256 };
 
+/**
+ * The decode steps' cache eviction, in bytes, for a last-level cache of `cacheBytes` (env.mjs; undefined
+ * where sysfs does not say): a streaming read of twice it, at least 64 MiB and at most 512 MiB (a 2-core
+ * VM may be shown a whole host's L3; reading more per step would stretch the decode jobs past their
+ * budget). The job (jobs-run.mjs) and its report (report-jobs.mjs, from the run's recorded cache size)
+ * both derive it here.
+ */
+export const evictionBytes = (cacheBytes) => Math.min(512 * 2 ** 20, Math.max(64 * 2 ** 20, 2 * (cacheBytes ?? 0)));
+
 /** Every decode step's target: its share of the roofline max(K/V bytes / bandwidth, FLOPs / mul+add ceiling). */
 export const ROOFLINE_TARGET = 0.7;
 

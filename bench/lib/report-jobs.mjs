@@ -1,7 +1,6 @@
 // Markdown sections of the interleaved jobs (bench/lib/jobs.mjs): every ratio with its median and range
 // over rounds and its target, the decode steps against their roofline, the generation loop.
-import { decodeShapeByName, meets, ROOFLINE_TARGET, LOOP, ORT_GQA, PLAIN_JS } from './jobs.mjs';
-import { evictionBytes } from './env.mjs';
+import { decodeShapeByName, evictionBytes, meets, ROOFLINE_TARGET, LOOP, ORT_GQA, PLAIN_JS } from './jobs.mjs';
 
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
 const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
@@ -67,7 +66,7 @@ export function jobSections(run) {
     lines.push('## Decode steps (KV cache, one new token per step)', '');
     lines.push(`A cache of capacity T is filled once to T − 1 tokens; each timed step appends one token through \`cache.attend\` and ` +
       '`truncate(T − 1)` undoes it, so every step attends over T keys. Before every timed step an untimed streaming read of ' +
-      `${evictionBytes() / 2 ** 20} MiB (twice the last-level cache, 64-512 MiB) evicts ` +
+      `${evictionBytes(run.env?.lastLevelCacheBytes) / 2 ** 20} MiB (twice the last-level cache, 64-512 MiB) evicts ` +
       'the last-level cache, so each step reads its K and V from memory, as the layers of a model would. ORT: `com.microsoft.GroupQueryAttention` ' +
       'with past_key/past_value (B, Hkv, T − 1, Dh) fed at every step, 1 thread, its output and present K/V (B, Hkv, T, Dh) read back. ' +
       'Plain JS: bench/lib/reference.mjs over an f32 cache (B, T, Hkv·Dh), the append included.', '');
