@@ -14,12 +14,11 @@ declare -A NEEDS=(
   [cmake]=cmake
   [ninja]=ninja-build
   [clang++]=clang
-  [clang-19]=clang-19  # the Relaxed SIMD kernel (Emscripten's clang 14 emits the proposal's old opcodes)
-  [wasm-ld-19]=lld-19
-  [/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.asan-x86_64.a]=libclang-rt-14-dev
-  # clang-19 + lld-19 emit the final relaxed-SIMD opcodes (clang-14 emits the old prototype ones)
+  # clang-19 + lld-19 build the Relaxed SIMD kernel: Emscripten's clang 14 emits the proposal's old
+  # prototype opcodes, which no engine accepts any more
   [clang-19]=clang-19
   [wasm-ld-19]=lld-19
+  [/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.asan-x86_64.a]=libclang-rt-14-dev
   # the other browser engines of tests/browser (tests/browser/engines.mjs) and the JavaScriptCore shell
   [/usr/bin/firefox-esr]=firefox-esr
   [/usr/bin/WebKitWebDriver]=webkit2gtk-driver

@@ -296,6 +296,47 @@ inline void pv_chunk(int32_t rows, const float* p, const typename Ld::Elem* v, i
   }
 }
 
+int32_t chunk_rows(const DecodeBlock& blk, int32_t chunk) { return std::min(kChunk, blk.rows - chunk * kChunk); }
+int32_t chunk_count(const DecodeBlock& blk) { return (blk.rows + kChunk - 1) / kChunk; }
+
+// Items of several chunks, all of 4 rows (MQA, G = 8 or 16, or G = 4 with several queries): the 8-key
+// (8-lane) column strips of a panel (tile) in the outer loop and the chunks in the inner one, so that a
+// strip comes from L2 once and every chunk then finds it in L1. Chunk by chunk, each chunk swept the whole
+// panel (tile: 16 kB at Dh 128) again, and beside the scores and o it did not stay in L1. Interleaved A/B
+// in wasm against chunk by chunk (bench_decode.js ab, 1 thread, 40-60 rounds, 3 runs, median per round):
+// decode-mqa-8k f32 1.04-1.11x, f16 (staged tiles) 1.02-1.05x; items of one chunk are unchanged.
+inline bool whole_chunks(int32_t rows) { return rows > kChunk && rows % kChunk == 0; }
+
+// s (rows, kS) = q . k for the 32 keys of one panel (Dh, kP) and every chunk of the item.
+template <class Ld>
+inline void qk_chunks(const DecodeBlock& blk, const float* qp, const typename Ld::Elem* panel, float* s_panel, const Ld& ld) {
+  const int32_t dh = blk.head_dim;
+  const int32_t chunks = chunk_count(blk);
+  if (whole_chunks(blk.rows)) {
+    for (int32_t g = 0; g < kP; g += 8) {
+      for (int32_t c = 0; c < chunks; ++c) qk_micro<kChunk, 1>(qp + c * dh * kChunk, panel + g, dh, s_panel + c * kChunk * kS + g, ld);
+    }
+    return;
+  }
+  for (int32_t c = 0; c < chunks; ++c)
+    qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, panel, dh, s_panel + c * kChunk * kS, ld);
+}
+
+// o (rows, Dh8) += p v over the nk keys of one tile (nk, Dh8) for every chunk of the item.
+template <class Ld>
+inline void pv_chunks(const DecodeBlock& blk, const float* p, const typename Ld::Elem* v, int32_t nk, const Ld& ld) {
+  const int32_t dh8 = blk.dh8;
+  const int32_t chunks = chunk_count(blk);
+  if (whole_chunks(blk.rows)) {
+    for (int32_t lane = 0; lane < dh8; lane += 8) {
+      for (int32_t c = 0; c < chunks; ++c) pv_micro<kChunk, 1>(p + c * kChunk * kS, v + lane, dh8, nk, blk.o + c * kChunk * dh8 + lane, ld);
+    }
+    return;
+  }
+  for (int32_t c = 0; c < chunks; ++c)
+    pv_chunk(chunk_rows(blk, c), p + c * kChunk * kS, v, dh8, nk, blk.o + c * kChunk * dh8, ld);
+}
+
 // count rows of 8-element groups (row_stride elements apart, `groups` per row) widened into floats.
 template <class Ld>
 void widen_rows(const typename Ld::Elem* src, int32_t rows, int32_t row_stride, int32_t groups, float* dst, const Ld& ld) {
@@ -311,9 +352,6 @@ void widen_rows(const typename Ld::Elem* src, int32_t rows, int32_t row_stride, 
 
 // ---------------------------------------------------------------------------------------------------
 // Phases
-
-int32_t chunk_rows(const DecodeBlock& blk, int32_t chunk) { return std::min(kChunk, blk.rows - chunk * kChunk); }
-int32_t chunk_count(const DecodeBlock& blk) { return (blk.rows + kChunk - 1) / kChunk; }
 
 // Phase 1: qp[c * Dh * 4 + d * 4 + r % 4] = q_scale * q of row r = 4c + r % 4 (q_scale is 1, or 2^112
 // for |q| <= kMaxFoldableQ: exact).
@@ -379,7 +417,6 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
   using Elem = typename Ld::Elem;
   const int32_t dh = blk.head_dim;
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
-  const int32_t chunks = chunk_count(blk);
   const Elem* panel = static_cast<const Elem*>(blk.key_panels) + int64_t{base / kP} * dh * kP;
   // Scaled halves never score one row (run_f16 gives it F16PairLoader): no such copy of the loop.
   constexpr bool kOneRow = !std::is_same<Ld, F16Loader<false, true>>::value;
@@ -399,11 +436,9 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
       float* s_panel = s + pi * kP;
       if (stage) {
         widen_rows(panel, dh, kP, kP / 8, k_stage, ld);
-        for (int32_t c = 0; c < chunks; ++c)
-          qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, k_stage, dh, s_panel + c * kChunk * kS, widened);
+        qk_chunks(blk, qp, k_stage, s_panel, widened);
       } else {
-        for (int32_t c = 0; c < chunks; ++c)
-          qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, panel, dh, s_panel + c * kChunk * kS, ld);
+        qk_chunks(blk, qp, panel, s_panel, ld);
       }
     }
   }
@@ -466,7 +501,6 @@ template <class Ld>
 MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v_stage, const Ld& ld, bool stage) {
   using Elem = typename Ld::Elem;
   const int32_t dh8 = blk.dh8;
-  const int32_t chunks = chunk_count(blk);
   std::fill(blk.o, blk.o + int64_t{blk.rows} * dh8, 0.0f);
   // One row (run_f16), read directly: all keys in one sweep, then lane order. Tried against this
   // (interleaved A/B, decode-mha-8k f16, 600 rounds in 3 runs): 8 keys per pv_keys 0.94-0.96x; 32 lanes in
@@ -486,11 +520,9 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
     const float* p = s + (t0 - base);
     if (stage) {
       widen_rows(v, nk, dh8, dh8 / 8, v_stage, ld);
-      for (int32_t c = 0; c < chunks; ++c)
-        pv_chunk(chunk_rows(blk, c), p + c * kChunk * kS, v_stage, dh8, nk, blk.o + c * kChunk * dh8, widened);
+      pv_chunks(blk, p, v_stage, nk, widened);
     } else {
-      for (int32_t c = 0; c < chunks; ++c)
-        pv_chunk(chunk_rows(blk, c), p + c * kChunk * kS, v, dh8, nk, blk.o + c * kChunk * dh8, ld);
+      pv_chunks(blk, p, v, nk, ld);
     }
     t0 = t1;
   }
@@ -568,6 +600,10 @@ size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 // instructions), and touching only a float16 block's V rows before they are widened: 0.88-1.03x.
 // Touching each panel and tile just before its micro-kernels instead of the whole block: no better
 // (gqa-4k f32 1.29x, f16 0.95x); touching them again, from L2 into L1, after the block: 0.96-1.00x.
+// Reading ahead inside the micro-kernels instead, so that the stream overlaps the arithmetic (only the
+// block's first K panel touched first; then the first chunk's 4 QK^T calls of each panel read one line a
+// step, as many lines as the next K panel and the panel's V tile hold): gqa-4k f32 0.92-0.93x, b4
+// 0.88-0.91x, mqa-8k 0.96-0.99x (40 rounds, 2 runs each; Zen 4 EPYC).
 void run(const DecodeBlock& blk, float* scratch) {
   if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2) return run_phases<F32Loader, F32Loader>(blk, scratch, false, false, false, 1.0f, true);
   if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, false, false, 1.0f);
