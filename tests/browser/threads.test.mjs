@@ -43,8 +43,9 @@ const NO_SHARED_MEMORY = /^mha-wasm: (\d+) threads requested, running single-thr
 function runInPage(page, optionsList, shape) {
   return page.evaluate(async ([optionsList, shape]) => {
     const { createMHA } = await import('/dist/index.js');
-    let seed = 12345;
-    const random = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 4294967296) - 0.5;
+    const { mulberry32 } = await import('/bench/lib/prng.mjs');
+    const uniform = mulberry32(12345);
+    const random = () => uniform() - 0.5;
     const { batch: B, seqLen: S, kvSeqLen: T, dModel: D } = shape;
     const q = Float32Array.from({ length: B * S * D }, random);
     const k = Float32Array.from({ length: B * T * D }, random);
