@@ -2,8 +2,9 @@
 // decode_kernel.hpp, the rows of one (batch item, KV head) against one block of at most 256 keys, in
 // four phases:
 //   1. pack q: rows in chunks of 4, each chunk a panel (Dh, 4) so one step broadcasts 4 adjacent floats;
-//   2. scores (rows, keys) = q . k, panel by panel (32 keys of K^T, kv_cache.hpp), each panel used by every
-//      row chunk while it is in L1: a micro-kernel of R rows x 8P keys, R*2P accumulators (R = 1: 32 keys);
+//   2. scores (rows, keys) = q . k, panel by panel (32 keys of K^T, kv_cache.hpp), each panel (or 8-key
+//      strip of it, qk_chunks) used by every row chunk while it is in L1: a micro-kernel of R rows x 8P
+//      keys, R*2P accumulators (R = 1: 32 keys);
 //   3. per row: log2-unit scores (scale, softcap with simd_tanh.hpp, ALiBi), hidden keys -inf, max m,
 //      p = 2^(s - m), sum l;
 //   4. o (rows, Dh8) = p V, 32 keys at a time, a micro-kernel of R rows x 8L lanes (R = 1: 32 lanes).
@@ -603,7 +604,8 @@ size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
 // Reading ahead inside the micro-kernels instead, so that the stream overlaps the arithmetic (only the
 // block's first K panel touched first; then the first chunk's 4 QK^T calls of each panel read one line a
 // step, as many lines as the next K panel and the panel's V tile hold): gqa-4k f32 0.92-0.93x, b4
-// 0.88-0.91x, mqa-8k 0.96-0.99x (40 rounds, 2 runs each; Zen 4 EPYC).
+// 0.88-0.91x (40 rounds, 2 runs each; Zen 4 EPYC), mqa-8k 0.96-0.99x against the kernel before the
+// chunk-strip order (qk_chunks), which alone had given it 1.04-1.11x.
 void run(const DecodeBlock& blk, float* scratch) {
   if (blk.dtype == CacheDType::kFloat32 && blk.rows > 2) return run_phases<F32Loader, F32Loader>(blk, scratch, false, false, false, 1.0f, true);
   if (blk.dtype == CacheDType::kFloat32) return run_phases<F32Loader, F32Loader>(blk, scratch, blk.rows > 1, false, false, 1.0f);
