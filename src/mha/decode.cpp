@@ -70,6 +70,7 @@ struct DecodeJob {
   DecodeScratch* scratch = nullptr;
   int32_t group = 0;           // G = H / Hkv
   int32_t head_dim = 0, dh8 = 0;
+  int32_t keys_per_block = 0;  // decode_keys_per_block(dh8)
   int32_t length = 0;          // keys [0, length)
   int32_t first_position = 0;  // of query 0
   const DecodeRowBlock* row_blocks = nullptr;  // the wave's row blocks
@@ -149,8 +150,8 @@ void run_item(void* ctx, int64_t index, int worker) {
   blk.visible = visible;
   blk.position = position;
   blk.alibi = slopes != nullptr ? alibi : nullptr;
-  blk.key_begin = std::max(block * kDecodeKeysPerBlock, rb.keys.first);
-  blk.key_end = std::min((block + 1) * kDecodeKeysPerBlock, rb.keys.last + 1);
+  blk.key_begin = std::max(block * job.keys_per_block, rb.keys.first);
+  blk.key_end = std::min((block + 1) * job.keys_per_block, rb.keys.last + 1);
   blk.specials = f16 && job.cache->special_from() < blk.key_end;
   blk.score_scale = job.score_scale;
   blk.softcap_in = job.softcap_in;
@@ -265,8 +266,8 @@ void plan_row_blocks(const DecodeJob& job, int32_t rows_total, std::vector<Decod
     const KeySpan last = row_keys(job, (begin + rb.rows - 1) / job.group);
     rb.keys = KeySpan{first.first, last.last};
     if (rb.keys.first <= rb.keys.last) {
-      rb.first_block = rb.keys.first / kDecodeKeysPerBlock;
-      rb.blocks = rb.keys.last / kDecodeKeysPerBlock - rb.first_block + 1;
+      rb.first_block = rb.keys.first / job.keys_per_block;
+      rb.blocks = rb.keys.last / job.keys_per_block - rb.first_block + 1;
     }
     rb.item_floats = static_cast<int32_t>(whole_lines_of_floats(size_t{2} * kDecodeMaxRowsPerItem + size_t(rb.rows) * job.dh8));
     row_blocks.push_back(rb);
@@ -325,6 +326,7 @@ DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, int32_t fi
   job.group = args.options.num_heads / cache.config().num_kv_heads;
   job.head_dim = cache.config().head_dim;
   job.dh8 = round_up_to(job.head_dim, 8);
+  job.keys_per_block = decode_keys_per_block(job.dh8);
   job.length = length;
   job.first_position = first_position;
   const CacheAttendOptions& o = args.options;

@@ -6,7 +6,7 @@
 //    for any call. It is built for few new queries (n = 1..8): for each batch item b and KV head g, the
 //    G = H / Hkv query heads that share g, times the n queries, are the rows of one micro-kernel call,
 //    so every K/V element is read once per group and not once per query head. The visible keys are cut
-//    into blocks of kDecodeKeysPerBlock keys at fixed positions (flash-decoding: split-K); each work item
+//    into blocks of decode_keys_per_block(Dh8) keys at fixed positions (flash-decoding: split-K); each work item
 //    (b, g, row block, key block) keeps its own max and sum, and the blocks are merged exactly with
 //    their log-sum-exp. The split depends on positions only, never on the thread count, so the result
 //    is bit-identical for every thread count.

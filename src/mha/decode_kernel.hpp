@@ -10,9 +10,17 @@
 
 namespace mha {
 
-constexpr int32_t kDecodeKeysPerBlock = 256;  // split-K block, a multiple of kKeysPerPanel
+// Split-K blocks: decode_keys_per_block(Dh8) keys at fixed positions (multiples of it). 512 keys while a
+// block's float32 keys and values take at most 512 kB (Dh8 <= 128), so that the grouped path's read of a
+// whole block into L2 (decode_simd128.cpp, touch_block) fits a 1 MB L2 twice; 256 above. Every item pays
+// a stream restart and a merge, so fewer, longer blocks are faster where they fit. Against 256 keys for
+// every Dh (bench_decode.js ab, 1 thread, the two builds alternating, 10 pairs of 30-round runs, median
+// of the pairs' ratios; Zen 4 EPYC): decode-mha-8k f32 1.04x, f16 1.10x; decode-gqa-4k 1.03x (f32),
+// 1.04x (f16); decode-b4 1.03x, 1.06x; decode-mqa-8k 0.99x, 0.99x. 1024 keys (Dh 64) gave no more.
+constexpr int32_t kDecodeMaxKeysPerBlock = 512;
+constexpr int32_t decode_keys_per_block(int32_t dh8) { return dh8 <= 128 ? 512 : 256; }
 constexpr int32_t kDecodeMaxRowsPerItem = 32;  // query rows (G heads x n queries) of one work item
-static_assert(kDecodeKeysPerBlock % kKeysPerPanel == 0, "blocks start on panel boundaries");
+static_assert(256 % kKeysPerPanel == 0 && kDecodeMaxKeysPerBlock % kKeysPerPanel == 0, "blocks start on panel boundaries");
 
 // Rows are r = query * G + head-in-group (decode.cpp); everything per row is given explicitly here.
 struct DecodeBlock {
@@ -32,7 +40,8 @@ struct DecodeBlock {
   const float* alibi = nullptr;            // slope * log2(e) of row r's head, or nullptr
 
   // Keys of the block, inside the union of the rows' visible keys; key_begin is at or after the start of
-  // the block (a multiple of kDecodeKeysPerBlock), key_end - 1 before its end.
+  // the block (a multiple of decode_keys_per_block), key_end - 1 before its end: at most
+  // kDecodeMaxKeysPerBlock keys from the panel start at or before key_begin.
   int32_t key_begin = 0;
   int32_t key_end = 0;
 

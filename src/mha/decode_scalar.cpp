@@ -29,7 +29,7 @@ inline float stored_value(const DecodeBlock& blk, int32_t j, int32_t d) {
   return f16::decode(static_cast<const uint16_t*>(blk.value_rows)[row + d]);
 }
 
-size_t scratch_floats(int32_t head_dim) { return static_cast<size_t>(kDecodeKeysPerBlock); }
+size_t scratch_floats(int32_t head_dim) { return static_cast<size_t>(kDecodeMaxKeysPerBlock); }
 
 void run(const DecodeBlock& blk, float* scratch) {
   float* p = scratch;  // scores, then weights, of keys [key_begin, key_end) for one row

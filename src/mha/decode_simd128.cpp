@@ -1,5 +1,5 @@
 // The SIMD decode kernel (xsimd; WebAssembly SIMD128 when compiled with Emscripten): one work item of
-// decode_kernel.hpp, the rows of one (batch item, KV head) against one block of at most 256 keys, in
+// decode_kernel.hpp, the rows of one (batch item, KV head) against one block of at most 512 keys, in
 // four phases:
 //   1. pack q: rows in chunks of 4, each chunk a panel (Dh, 4) so one step broadcasts 4 adjacent floats;
 //   2. scores (rows, keys) = q . k, panel by panel (32 keys of K^T, kv_cache.hpp), each panel (or 8-key
@@ -51,7 +51,7 @@ using simd::VecI;
 constexpr int32_t kLanes = 4;
 static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
 constexpr int32_t kP = kKeysPerPanel;        // keys per K panel, and per PV tile
-constexpr int32_t kS = kDecodeKeysPerBlock;  // row stride of the scores (a constant: immediate offsets)
+constexpr int32_t kS = kDecodeMaxKeysPerBlock;  // row stride of the scores (a constant: immediate offsets)
 constexpr int32_t kChunk = 4;                // rows per micro-kernel call
 constexpr int32_t kMaxChunks = kDecodeMaxRowsPerItem / kChunk;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();

@@ -204,13 +204,14 @@ TEST_CASE("decode: every kernel equals the reference for MHA, GQA and MQA, f32 a
   const std::vector<CacheCase> shapes = {
       make_case(1, 4, 4, 8, {9, 1, 1, 1}),
       make_case(2, 4, 2, 16, {6, 1, 1, 3, 1}),
-      make_case(1, 8, 1, 64, {300, 1, 1, 2}),     // MQA, past a 256-key block
+      make_case(1, 8, 1, 64, {600, 1, 1, 2}),     // MQA, past a 512-key block
       make_case(2, 6, 3, 5, {33, 1, 7, 1}),       // Dh not a multiple of 4
       make_case(1, 32, 1, 8, {40, 3, 1}),         // 32 heads share one KV head: 96 rows, 3 row blocks
       make_case(3, 2, 1, 1, {1, 1, 1, 70, 1}),    // Dh = 1, a one-token prefill
-      make_case(1, 3, 3, 40, {520, 1, 8}),        // three key blocks
+      make_case(1, 3, 3, 40, {1040, 1, 8}),       // three key blocks
       make_case(2, 12, 4, 24, {17, 2, 5, 1, 1}),  // G = 3
-      make_case(1, 2, 2, 64, {257, 1, 2}),        // MHA Dh = 64 rows past a block, odd tiles (f32: 2 keys a step)
+      make_case(1, 2, 2, 64, {513, 1, 2}),        // MHA Dh = 64 rows past a block, odd tiles (f32: 2 keys a step)
+      make_case(1, 4, 2, 136, {300, 1, 2}),       // Dh8 > 128: 256-key blocks, past one
   };
   uint32_t seed = 100;
   for (CacheCase c : shapes) {
