@@ -308,16 +308,29 @@ int32_t chunk_count(const DecodeBlock& blk) { return (blk.rows + kChunk - 1) / k
 // decode-mqa-8k f32 1.04-1.11x, f16 (staged tiles) 1.02-1.05x; items of one chunk are unchanged.
 inline bool whole_chunks(int32_t rows) { return rows > kChunk && rows % kChunk == 0; }
 
+// The whole-chunk loops on float32 panels and tiles (the cache's, or staged ones widened from halves):
+// out of line, so that the module holds one copy of each (inlined at every call site and for every
+// loader, they added 1.2-1.5 kB zlib to each SIMD module; issue #15's size budget).
+__attribute__((noinline)) void qk_whole_chunks(int32_t chunks, const float* qp, const float* panel, int32_t dh, float* s_panel) {
+  const F32Loader ld;
+  for (int32_t g = 0; g < kP; g += 8) {
+    for (int32_t c = 0; c < chunks; ++c) qk_micro<kChunk, 1>(qp + c * dh * kChunk, panel + g, dh, s_panel + c * kChunk * kS + g, ld);
+  }
+}
+__attribute__((noinline)) void pv_whole_chunks(int32_t chunks, const float* p, const float* v, int32_t dh8, int32_t nk, float* o) {
+  const F32Loader ld;
+  for (int32_t lane = 0; lane < dh8; lane += 8) {
+    for (int32_t c = 0; c < chunks; ++c) pv_micro<kChunk, 1>(p + c * kChunk * kS, v + lane, dh8, nk, o + c * kChunk * dh8 + lane, ld);
+  }
+}
+
 // s (rows, kS) = q . k for the 32 keys of one panel (Dh, kP) and every chunk of the item.
 template <class Ld>
 inline void qk_chunks(const DecodeBlock& blk, const float* qp, const typename Ld::Elem* panel, float* s_panel, const Ld& ld) {
   const int32_t dh = blk.head_dim;
   const int32_t chunks = chunk_count(blk);
-  if (whole_chunks(blk.rows)) {
-    for (int32_t g = 0; g < kP; g += 8) {
-      for (int32_t c = 0; c < chunks; ++c) qk_micro<kChunk, 1>(qp + c * dh * kChunk, panel + g, dh, s_panel + c * kChunk * kS + g, ld);
-    }
-    return;
+  if constexpr (std::is_same<Ld, F32Loader>::value) {
+    if (whole_chunks(blk.rows)) return qk_whole_chunks(chunks, qp, panel, dh, s_panel);
   }
   for (int32_t c = 0; c < chunks; ++c)
     qk_chunk(chunk_rows(blk, c), qp + c * dh * kChunk, panel, dh, s_panel + c * kChunk * kS, ld);
@@ -328,11 +341,8 @@ template <class Ld>
 inline void pv_chunks(const DecodeBlock& blk, const float* p, const typename Ld::Elem* v, int32_t nk, const Ld& ld) {
   const int32_t dh8 = blk.dh8;
   const int32_t chunks = chunk_count(blk);
-  if (whole_chunks(blk.rows)) {
-    for (int32_t lane = 0; lane < dh8; lane += 8) {
-      for (int32_t c = 0; c < chunks; ++c) pv_micro<kChunk, 1>(p + c * kChunk * kS, v + lane, dh8, nk, blk.o + c * kChunk * dh8 + lane, ld);
-    }
-    return;
+  if constexpr (std::is_same<Ld, F32Loader>::value) {
+    if (whole_chunks(blk.rows)) return pv_whole_chunks(chunks, p, v, dh8, nk, blk.o);
   }
   for (int32_t c = 0; c < chunks; ++c)
     pv_chunk(chunk_rows(blk, c), p + c * kChunk * kS, v, dh8, nk, blk.o + c * kChunk * dh8, ld);
