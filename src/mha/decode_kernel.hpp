@@ -20,9 +20,10 @@ namespace mha {
 // 512): decode-b4 and decode-mha-8k f32 no faster, decode-mha-8k f16 1.05x; not taken, since it halves
 // again the split-K work of a short cache (one KV head, 1k tokens: a single block).
 constexpr int32_t kDecodeMaxKeysPerBlock = 512;
-constexpr int32_t decode_keys_per_block(int32_t dh8) { return dh8 <= 128 ? 512 : 256; }
+constexpr int32_t kDecodeMinKeysPerBlock = kDecodeMaxKeysPerBlock / 2;
+constexpr int32_t decode_keys_per_block(int32_t dh8) { return dh8 <= 128 ? kDecodeMaxKeysPerBlock : kDecodeMinKeysPerBlock; }
 constexpr int32_t kDecodeMaxRowsPerItem = 32;  // query rows (G heads x n queries) of one work item
-static_assert(256 % kKeysPerPanel == 0 && kDecodeMaxKeysPerBlock % kKeysPerPanel == 0, "blocks start on panel boundaries");
+static_assert(kDecodeMinKeysPerBlock % kKeysPerPanel == 0, "blocks start on panel boundaries");
 
 // Rows are r = query * G + head-in-group (decode.cpp); everything per row is given explicitly here.
 struct DecodeBlock {

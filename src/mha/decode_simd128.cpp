@@ -50,9 +50,9 @@ using simd::VecF;
 using simd::VecI;
 constexpr int32_t kLanes = 4;
 static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
-constexpr int32_t kP = kKeysPerPanel;        // keys per K panel, and per PV tile
+constexpr int32_t kP = kKeysPerPanel;           // keys per K panel, and per PV tile
 constexpr int32_t kS = kDecodeMaxKeysPerBlock;  // row stride of the scores (a constant: immediate offsets)
-constexpr int32_t kChunk = 4;                // rows per micro-kernel call
+constexpr int32_t kChunk = 4;                   // rows per micro-kernel call
 constexpr int32_t kMaxChunks = kDecodeMaxRowsPerItem / kChunk;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
