@@ -152,9 +152,12 @@ def oracle(q, k, v, H, dt, o, mask=None, bias=None):
         kh = kh.repeat_interleave(G, dim=1)
         vh = vh.repeat_interleave(G, dim=1)
     scale = o.get('scale')
-    if scale is None:
-        scale = float(np.float32(1.0 / math.sqrt(Dh)))
-    s = torch.matmul(qh, kh.transpose(-2, -1)) * scale  # (B,H,S,T)
+    if scale is None and dt == F64:
+        s = torch.matmul(qh, kh.transpose(-2, -1)) / math.sqrt(Dh)  # (B,H,S,T), as v1
+    elif scale is None:
+        s = torch.matmul(qh, kh.transpose(-2, -1)) * float(np.float32(1.0 / math.sqrt(Dh)))
+    else:
+        s = torch.matmul(qh, kh.transpose(-2, -1)) * scale
     st = {'scaled': s.clone()}
     # visibility
     vis = torch.ones(B, 1, S, T, dtype=torch.bool)
@@ -193,11 +196,14 @@ def oracle(q, k, v, H, dt, o, mask=None, bias=None):
     else:
         w = torch.softmax(s, dim=-1)
         lse = torch.logsumexp(s, dim=-1)
-        if o.get('emptyRows', 'nan') == 'zero':
-            empty = torch.isneginf(s).all(dim=-1, keepdim=True)
-            w = w.masked_fill(empty, 0.0)
+        # an empty row (every score -inf) is NaN (positive quiet NaN, whatever the CPU's 0/0 gives) or 0
+        empty = torch.isneginf(s).all(dim=-1, keepdim=True)
+        w = w.masked_fill(empty, 0.0 if o.get('emptyRows', 'nan') == 'zero' else math.nan)
     st['softmax'] = w
-    out = torch.matmul(w, vh).permute(0, 2, 1, 3).reshape(B, S, H * Dv)
+    oh = torch.matmul(w, vh)
+    if sinks is None and o.get('emptyRows', 'nan') == 'nan':
+        oh = oh.masked_fill(empty, math.nan)
+    out = oh.permute(0, 2, 1, 3).reshape(B, S, H * Dv)
     return {'out': out, 'weights': w, 'lse': lse, 'stages': st}
 
 
@@ -281,6 +287,61 @@ def gen_v1(outdir, src):
     return cases
 
 
+
+# ----------------------------------------------------------------------------------------------------
+# v2: the options of Part 2 and the KV cache of Part 3
+V2_BIAS_HIDE_P = {'bias_broadcast_b2_s6_h4': 0.2}
+V2_MASK = {'empty_rows_zero_b2_s5_h3': (0.6, [(0, 1), (1, 4)])}
+V2_INPUT_SCALE = {'softcap_b2_s8_h4': 3.0}
+
+
+def v2_case(c, o, dt_list):
+    pass
+
+
+def gen_v2(outdir, src):
+    cases = json.load(open(os.path.join(src, 'cases.json')))
+    for c in cases:
+        name = c['name']
+        B, S, T, D, H = c['batch'], c['seqLen'], c['kvSeqLen'], c['dModel'], c['numHeads']
+        o = dict(c['options'])
+        Hkv = o.get('numKvHeads', H)
+        Dh = D // H
+        q, k, v = inputs(c['seed'], B, S, T, D, Hkv * Dh, Hkv * Dh, V2_INPUT_SCALE.get(name, 1.0))
+        bias = mask = None
+        if 'biasShape' in o:
+            bs = o.pop('biasShape')
+            bias = torch.randn(*bs)
+            if name in V2_BIAS_HIDE_P:
+                bias = bias.masked_fill(torch.rand(*bs) < V2_BIAS_HIDE_P[name], NEG_INF)
+        if name in V2_MASK:
+            p, rows = V2_MASK[name]
+            mask = torch.rand(B, S, T) < p
+            for (b, i) in rows:
+                mask[b, i, :] = False
+        kk, vv = k, v
+        if c['kind'] == 'cache':
+            o.setdefault('causal', True)
+            kk = store_round(k, c['cache']['dtype'], Hkv, Dh)
+            vv = store_round(v, c['cache']['dtype'], Hkv, Dh)
+        r64 = oracle(q, kk, vv, H, F64, o, mask, bias)
+        r32 = oracle(q, kk, vv, H, F32, o, mask, bias)
+        files = {}
+        write(outdir, name, 'q', 'f32', q, files)
+        write(outdir, name, 'k', 'f32', k, files)
+        write(outdir, name, 'v', 'f32', v, files)
+        write(outdir, name, 'out64', 'f32', r64['out'].to(F32), files)
+        write(outdir, name, 'out32', 'f32', r32['out'], files)
+        write(outdir, name, 'weights64', 'f32', r64['weights'].to(F32), files)
+        write(outdir, name, 'lse64', 'f32', r64['lse'].to(F32), files)
+        if bias is not None:
+            write(outdir, name, 'bias', 'f32', bias, files)
+        if mask is not None:
+            write(outdir, name, 'mask', 'u8', mask.to(torch.uint8), files)
+        c['files'] = files
+    return cases
+
+
 # ----------------------------------------------------------------------------------------------------
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -304,11 +365,11 @@ def main():
         cases = gen_v3(outdir)
     with open(os.path.join(outdir, 'cases.json'), 'w') as f:
         json.dump(cases, f, indent=2)
-        f.write('\n')
+        if a.set != 'v2':  # the shipped v2 file has no final newline
+            f.write('\n')
 
 
 def self_checks(): pass
-def gen_v2(o,s): pass
 def gen_v3(o): pass
 
 if __name__ == '__main__':
