@@ -126,8 +126,65 @@ def apply_rope(x, pos, cos, sin, rotary_dim, interleaved):
 
 
 # ----------------------------------------------------------------------------------------------------
-# the oracle (docs/spec.md Parts 1-2, plus the v3 options)
-def oracle(q, k, v, H, dt, o, mask=None, bias=None):
+# the v2 oracle (docs/spec.md Parts 1-3), kept as it made v2; the v3 oracle below must equal it exactly
+# when no v3 option is set (self_checks)
+def oracle_v2(q, k, v, H, dt, o, mask=None, bias=None):
+    B, S, D = q.shape
+    T = k.shape[1]
+    Dh = D // H
+    Hkv = o.get('numKvHeads', H)
+    G = H // Hkv
+    qh = q.to(dt).reshape(B, S, H, Dh).permute(0, 2, 1, 3)
+    kh = k.to(dt).reshape(B, T, Hkv, Dh).permute(0, 2, 1, 3)
+    vh = v.to(dt).reshape(B, T, Hkv, Dh).permute(0, 2, 1, 3)
+    pq = torch.arange(S) + o.get('queryOffset', 0)
+    pk = torch.arange(T)
+    if G > 1:  # 2.1: query head h reads KV head h // G
+        kh = kh.repeat_interleave(G, dim=1)
+        vh = vh.repeat_interleave(G, dim=1)
+    scale = o.get('scale')
+    if scale is None and dt == F64:
+        s = torch.matmul(qh, kh.transpose(-2, -1)) / math.sqrt(Dh)  # as the v1 reference
+    elif scale is None:
+        s = torch.matmul(qh, kh.transpose(-2, -1)) * float(np.float32(1.0 / math.sqrt(Dh)))
+    else:
+        s = torch.matmul(qh, kh.transpose(-2, -1)) * scale
+    vis = torch.ones(B, 1, S, T, dtype=torch.bool)  # 2.3
+    if 'kvLengths' in o:
+        vis = vis & (pk.reshape(1, 1, 1, T) < torch.tensor(o['kvLengths']).reshape(B, 1, 1, 1))
+    if mask is not None:
+        vis = vis & mask.bool().reshape(B, 1, S, T)
+    pi = pq.reshape(1, 1, S, 1)
+    pj = pk.reshape(1, 1, 1, T)
+    if o.get('causal', False):
+        vis = vis & (pj <= pi)
+    if 'window' in o:
+        lft, rgt = [math.inf if w == 'Infinity' else w for w in o['window']]
+        if lft != math.inf:
+            vis = vis & (pj >= pi - lft)
+        if rgt != math.inf:
+            vis = vis & (pj <= pi + rgt)
+    if 'softcap' in o:  # 2.4
+        c = float(o['softcap'])
+        s = c * torch.tanh(s / c)
+    if 'alibiSlopes' in o:
+        s = s - torch.tensor(o['alibiSlopes'], dtype=F32).to(dt).reshape(1, H, 1, 1) * (pi - pj).abs().to(dt)
+    if bias is not None:
+        s = s + bias.to(dt)
+    s = s.masked_fill(~vis, NEG_INF)
+    w = torch.softmax(s, dim=-1)  # 2.5
+    lse = torch.logsumexp(s, dim=-1)
+    empty = torch.isneginf(s).all(dim=-1, keepdim=True)
+    w = w.masked_fill(empty, 0.0 if o.get('emptyRows', 'nan') == 'zero' else math.nan)
+    oh = torch.matmul(w, vh)
+    if o.get('emptyRows', 'nan') == 'nan':
+        oh = oh.masked_fill(empty, math.nan)
+    return {'out': oh.permute(0, 2, 1, 3).reshape(B, S, H * Dh), 'weights': w, 'lse': lse}
+
+
+# ----------------------------------------------------------------------------------------------------
+# the v3 oracle
+def oracle(q, k, v, H, dt, o, mask=None, bias=None):  # v2 + the v3 options
     """q (B,S,H*Dh), k (B,T,Hkv*Dh), v (B,T,Hkv*Dv) float32 tensors; dt = compute dtype.
     o: options by API names (+ 'rope' with tensors cos/sin). Returns dict of out, weights, lse, stages."""
     B, S, D = q.shape
@@ -295,10 +352,6 @@ V2_MASK = {'empty_rows_zero_b2_s5_h3': (0.6, [(0, 1), (1, 4)])}
 V2_INPUT_SCALE = {'softcap_b2_s8_h4': 3.0}
 
 
-def v2_case(c, o, dt_list):
-    pass
-
-
 def gen_v2(outdir, src):
     cases = json.load(open(os.path.join(src, 'cases.json')))
     for c in cases:
@@ -324,8 +377,8 @@ def gen_v2(outdir, src):
             o.setdefault('causal', True)
             kk = store_round(k, c['cache']['dtype'], Hkv, Dh)
             vv = store_round(v, c['cache']['dtype'], Hkv, Dh)
-        r64 = oracle(q, kk, vv, H, F64, o, mask, bias)
-        r32 = oracle(q, kk, vv, H, F32, o, mask, bias)
+        r64 = oracle_v2(q, kk, vv, H, F64, o, mask, bias)
+        r32 = oracle_v2(q, kk, vv, H, F32, o, mask, bias)
         files = {}
         write(outdir, name, 'q', 'f32', q, files)
         write(outdir, name, 'k', 'f32', k, files)
@@ -343,6 +396,380 @@ def gen_v2(outdir, src):
 
 
 # ----------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
+# v3: vHeadDim, float16 tensors, stages, sinks, rope, and the cache's rope, dtypes and ragged lengths
+def f32(x):
+    return float(np.float32(x))
+
+
+def alibi(H):
+    return [f32(2.0 ** (-8.0 * (h + 1) / H)) for h in range(H)]
+
+
+STAGES = ['scaled', 'softcapped', 'biased']
+
+
+def C(name, description, B, S, T, H, Dh, seed, options=None, kind='stateless', inputScale=1.0, cache=None, **extra):
+    c = {'name': name, 'description': description, 'kind': kind, 'batch': B, 'seqLen': S, 'kvSeqLen': T,
+         'dModel': H * Dh, 'numHeads': H, 'headDim': Dh, 'seed': seed, 'inputScale': inputScale,
+         'options': options or {}}
+    if cache is not None:
+        c['cache'] = cache
+    c.update(extra)
+    return c
+
+
+def rope(rotaryDim, interleaved, theta=10000.0, scale=1.0):
+    return {'rotaryDim': rotaryDim, 'interleaved': interleaved, 'theta': theta, 'scale': scale}
+
+
+V3_CASES = [
+    # 1. vHeadDim
+    C('vhead_b2_s6_h3_dh12_dv8', 'vHeadDim 8 with headDim 12: v is (2, 6, 3*8), out (2, 6, 24); scale 1/sqrt(12).',
+      2, 6, 6, 3, 12, 3001, {'vHeadDim': 8}),
+    C('vhead_larger_b1_s5_kv9_h2_dh8_dv20', 'vHeadDim 20 > headDim 8, cross-attention S=5, T=9, kvLengths [7].',
+      1, 5, 9, 2, 8, 3002, {'vHeadDim': 20, 'kvLengths': [7]}),
+    C('mla_b1_s10_h4_kv2_dh24_dv16', 'MLA-shaped (DeepSeek: Dh 192, Dv 128) scaled down: Dh 24, Dv 16, GQA 4/2, causal.',
+      1, 10, 10, 4, 24, 3003, {'numKvHeads': 2, 'vHeadDim': 16, 'causal': True}),
+    # 2. float16 tensors
+    C('f16_b2_s7_h4_dh8', "dtype 'float16': q, k, v are binary16 (.f16 files); out64 is the float64 result rounded "
+      "once to binary16; out64f32 the same rounded to float32.", 2, 7, 7, 4, 8, 3004, {'dtype': 'float16'}),
+    C('f16_gqa_causal_b1_s9_h6_kv2_dh16', "dtype 'float16' with GQA 6/2, causal, inputScale 4 (binary16 outputs "
+      "near 4, an ulp of 2^-8).", 1, 9, 9, 6, 16, 3005, {'dtype': 'float16', 'numKvHeads': 2, 'causal': True},
+      inputScale=4.0),
+    C('f16_empty_rows_b2_s5_h2_dh8', "dtype 'float16' with kvLengths [5, 0]: batch item 1 sees no key, so its "
+      "binary16 out rows are NaN (0x7E00), the default emptyRows.", 2, 5, 5, 2, 8, 3006,
+      {'dtype': 'float16', 'kvLengths': [5, 0]}),
+    C('f16_empty_rows_zero_b1_s6_h2_dh8', "dtype 'float16', window [0, 0] with kvLengths [3] and emptyRows 'zero': "
+      "rows 3-5 are 0 (binary16 0x0000).", 1, 6, 6, 2, 8, 3007,
+      {'dtype': 'float16', 'kvLengths': [3], 'window': [0, 0], 'emptyRows': 'zero'}),
+    # 3. stages
+    C('stages_b2_s6_kv8_h3', "attentionWeights stages: softcap 4, ALiBi, a bias with -inf entries, causal "
+      "lower-right (queryOffset 2) and window [3, 1]. 'scaled' and 'softcapped' hold every (i, j); 'biased' has "
+      "-inf at hidden keys; 'softmax' is weights64.", 2, 6, 8, 3, 8, 3008,
+      {'softcap': 4.0, 'alibiSlopes': alibi(3), 'biasShape': [2, 3, 6, 8], 'queryOffset': 2, 'causal': True,
+       'window': [3, 1]}, inputScale=2.0, _biasHideP=0.15),
+    # 4. sinks
+    C('sinks_b2_s6_h4', 'Attention sinks [0.5, -1, 2, 0]: one extra logit per head in the softmax denominator '
+      '(rows of weights sum to less than 1; lse includes the sink).', 2, 6, 6, 4, 8, 3009,
+      {'sinks': [0.5, -1.0, 2.0, 0.0]}),
+    C('sinks_empty_rows_b2_s6_h2', 'Sinks with rows that see no key: window [0, 0], causal, kvLengths [6, 3], so '
+      'batch 1 rows 3-5 are empty: out 0 and weights 0 (the sink takes the whole mass) although emptyRows is the '
+      "default 'nan'; lse of those rows is the sink. Head 1's sink 30 dominates every row (weights near "
+      'exp(-30)).', 2, 6, 6, 2, 8, 3010,
+      {'sinks': [-0.25, 30.0], 'window': [0, 0], 'causal': True, 'kvLengths': [6, 3]}),
+    C('sinks_gqa_softcap_alibi_bias_b2_s7_kv9_h4_kv2', 'Sinks with GQA 4/2, softcap 6, ALiBi and a bias of shape '
+      '[1, 4, 7, 9] (broadcast over the batch).', 2, 7, 9, 4, 8, 3011,
+      {'numKvHeads': 2, 'sinks': [1.0, -2.0, 0.25, 3.0], 'softcap': 6.0, 'alibiSlopes': alibi(4),
+       'biasShape': [1, 4, 7, 9]}, inputScale=2.0),
+    # 5. rope
+    C('rope_half_full_b2_s8_h2_dh8', 'RoPE interleaved false (Llama / NeoX rotate_half), rotaryDim = Dh = 8, '
+      'theta 10000; tables of ropeTables({rotaryDim 8, positions 8}).', 2, 8, 8, 2, 8, 3012,
+      {'rope': rope(8, False)}),
+    C('rope_interleaved_partial_b1_s7_h3_dh12', 'RoPE interleaved true (GPT-J), rotaryDim 8 < Dh 12: entries 8-11 '
+      'are not rotated; causal.', 1, 7, 7, 3, 12, 3013, {'rope': rope(8, True), 'causal': True}),
+    C('rope_offset_gqa_b2_s3_kv11_h4_kv2', 'RoPE with queryOffset 8 (query row i at position 8 + i, key j at j), '
+      'lower-right causal, GQA 4/2, rotaryDim 6 < Dh 8, interleaved false, theta 500000.', 2, 3, 11, 4, 8, 3014,
+      {'numKvHeads': 2, 'queryOffset': 8, 'causal': True, 'rope': rope(6, False, theta=500000.0)}),
+    C('rope_scaled_b1_s12_h2_dh8', 'RoPE tables with ropeTables scale 4 (linear position interpolation: angle '
+      '(p / 4) * theta^(-2r/8)), interleaved true, positions 16 (more rows than needed).', 1, 12, 12, 2, 8, 3015,
+      {'rope': rope(8, True, scale=4.0), 'causal': True}, _ropePositions=16),
+    C('rope_realistic_b1_s32_h8_kv2_dh64', 'Realistic RoPE prefill: Dh 64, GQA 8/2, rotate_half rotaryDim 64, '
+      'causal, positions 32.', 1, 32, 32, 8, 64, 3016, {'numKvHeads': 2, 'causal': True, 'rope': rope(64, False)}),
+    # combinations
+    C('everything_f16_b2_q4_kv12_h6_kv2_dh12_dv8', "Everything at once, dtype 'float16': GQA 6/2, vHeadDim 8 (Dh "
+      '12), RoPE interleaved false rotaryDim 8, sinks, softcap 8, window [5, 0], ALiBi, lower-right causal '
+      '(queryOffset 8), kvLengths [12, 10].', 2, 4, 12, 6, 12, 3017,
+      {'dtype': 'float16', 'numKvHeads': 2, 'vHeadDim': 8, 'rope': rope(8, False),
+       'sinks': [0.0, 1.5, -1.0, 2.5, 0.5, -3.0], 'softcap': 8.0, 'window': [5, 0], 'alibiSlopes': alibi(6),
+       'queryOffset': 8, 'causal': True, 'kvLengths': [12, 10]}, inputScale=1.5),
+    C('everything_f32_b2_q5_kv9_h4_kv1_dh16_dv12', 'Everything at once in float32: MQA 4/1, vHeadDim 12, RoPE '
+      'interleaved true rotaryDim 10, sinks, softcap 5, bias [2, 1, 5, 9], ALiBi, window [4, 0], lower-right '
+      'causal (queryOffset 4), scale 0.2.', 2, 5, 9, 4, 16, 3018,
+      {'numKvHeads': 1, 'vHeadDim': 12, 'rope': rope(10, True), 'sinks': [2.0, -0.5, 0.0, 1.0], 'softcap': 5.0,
+       'biasShape': [2, 1, 5, 9], 'alibiSlopes': alibi(4), 'window': [4, 0], 'queryOffset': 4, 'causal': True,
+       'scale': 0.2}),
+    # KV cache
+    C('cache_rope_f32_b2_h4_kv2', 'KV cache float32 with RoPE (rotate_half, rotaryDim 8 = Dh): keys rotated at '
+      'their cache position when appended; prefill 5, then steps 1, 2, 1 (9 tokens); tables of capacity 12 '
+      'positions.', 2, 9, 9, 4, 8, 3019, {'numKvHeads': 2, 'rope': rope(8, False)}, kind='cache',
+      cache={'steps': [5, 1, 2, 1], 'capacity': 12, 'dtype': 'float32'}),
+    C('cache_rope_f16_interleaved_b1_h2', 'KV cache float16 with RoPE interleaved true, rotaryDim 6 < Dh 8: the '
+      'rotated float32 key is rounded to binary16 when stored; prefill 6, then 3 single steps.', 1, 9, 9, 2, 8,
+      3020, {'rope': rope(6, True)}, kind='cache', cache={'steps': [6, 1, 1, 1], 'capacity': 10,
+                                                          'dtype': 'float16'}),
+    C('cache_vhead_sinks_b2_h4_kv2_dh8_dv12', 'KV cache float32 with vHeadDim 12 (created with vHeadDim) and '
+      'sinks; prefill 4, then steps 1, 1, 2.', 2, 8, 8, 4, 8, 3021,
+      {'numKvHeads': 2, 'vHeadDim': 12, 'sinks': [0.5, 1.0, -1.0, 0.0]}, kind='cache',
+      cache={'steps': [4, 1, 1, 2], 'capacity': 8, 'dtype': 'float32'}),
+    C('cache_f16_inputs_b1_h4_kv2', "dtype 'float16' tensors into a float16 cache (stored as given, no second "
+      'rounding); out is binary16; RoPE rotate_half rotaryDim 8 and window [4, 0]; prefill 3, then 4 single '
+      'steps.', 1, 7, 7, 4, 8, 3022,
+      {'dtype': 'float16', 'numKvHeads': 2, 'rope': rope(8, False), 'window': [4, 0]}, kind='cache',
+      cache={'steps': [3, 1, 1, 1, 1], 'capacity': 8, 'dtype': 'float16'}),
+    C('cache_bf16_b2_h2_kv2_dh8', "KV cache dtype 'bfloat16': k and v stored as bf16 (nearest even); kread and "
+      'vread are the values read back as float32 (what cache.read returns); prefill 5, then 2 single steps; '
+      'inputScale 3.', 2, 7, 7, 2, 8, 3023, {'numKvHeads': 2}, kind='cache', inputScale=3.0,
+      cache={'steps': [5, 1, 1], 'capacity': 8, 'dtype': 'bfloat16'}),
+    C('cache_int8_b1_h2_kv1_dh40_dv24', "KV cache dtype 'int8' (q8_0): Dh 40 = one block of 32 and a short block "
+      'of 8, Dv 24 = one short block; token 2 of k is all zeros (scale 0, read back 0); kread and vread are the '
+      'values read back; prefill 4, then steps 1, 1.', 1, 6, 6, 2, 40, 3024, {'numKvHeads': 1, 'vHeadDim': 24},
+      kind='cache', cache={'steps': [4, 1, 1], 'capacity': 6, 'dtype': 'int8'}, _zeroKTokens=[2]),
+    C('cache_ragged_rope_b3_h4_kv2', 'Sequences of different lengths in one float32 cache, RoPE rotate_half '
+      'rotaryDim 8: each step gives n rows per sequence, of which newTokens[b] are real (the others are padding, '
+      'not stored, out rows 0). Real rows of sequence b get positions lengths[b] + i, and out equals each '
+      'sequence alone. cache.lengths after each step in cache.lengths.', 3, 9, 9, 4, 8, 3025,
+      {'numKvHeads': 2, 'rope': rope(8, False)}, kind='cache',
+      cache={'steps': [5, 1, 2, 1], 'newTokens': [[5, 3, 1], [1, 1, 0], [2, 0, 1], [1, 1, 1]], 'capacity': 10,
+             'dtype': 'float32'}),
+    C('cache_ragged_f16_sinks_window_b2_h2', 'Ragged float16 cache with sinks and window [2, 0]: newTokens per '
+      'step [[4, 1], [1, 1], [0, 1], [1, 1]] (sequence 0 skips step 2).', 2, 7, 7, 2, 8, 3026,
+      {'sinks': [1.0, -0.5], 'window': [2, 0]}, kind='cache',
+      cache={'steps': [4, 1, 1, 1], 'newTokens': [[4, 1], [1, 1], [0, 1], [1, 1]], 'capacity': 8,
+             'dtype': 'float16'}),
+]
+
+
+def rot_keys(k, Hkv, Dh, ro, dt):
+    """k (B, T, Hkv*Dh) float32 -> keys rotated at positions 0..T-1, computed in dt, as float32."""
+    B, T, _ = k.shape
+    kh = k.to(dt).reshape(B, T, Hkv, Dh).permute(0, 2, 1, 3)
+    kh = apply_rope(kh, torch.arange(T), ro['cos'], ro['sin'], ro.get('rotaryDim', Dh), ro.get('interleaved', False))
+    return kh.permute(0, 2, 1, 3).reshape(B, T, Hkv * Dh).to(F32)
+
+
+def run_case(c, q, k, v, o, bias, dt, store=None):
+    """Evaluates one case in dt; for a cache, keys are rotated (if rope) and then stored in store dtype."""
+    H = c['numHeads']
+    Hkv = o.get('numKvHeads', H)
+    Dh = c['headDim']
+    Dv = o.get('vHeadDim', Dh)
+    if store is None:
+        return oracle(q, k, v, H, dt, o, None, bias)
+    oo = dict(o)
+    kk = k
+    if 'rope' in o:
+        kk = rot_keys(k, Hkv, Dh, o['rope'], dt)
+        oo['rope'] = dict(o['rope'], keysPreRotated=True)
+    kk = store_round(kk, store, Hkv, Dh)
+    vv = store_round(v, store, Hkv, Dv)
+    r = oracle(q, kk, vv, H, dt, oo, None, bias)
+    r['kread'], r['vread'] = kk, vv
+    return r
+
+
+def check_stepwise(c, q, k, v, o, store, out64):
+    """Replays a cache case attend by attend, per sequence (float64): each step's real rows of sequence b
+    attend over its stored keys with queryOffset = lengths[b]; must match the whole-sequence out64."""
+    B, H, Dh = c['batch'], c['numHeads'], c['headDim']
+    Hkv = o.get('numKvHeads', H)
+    Dv = o.get('vHeadDim', Dh)
+    steps = c['cache']['steps']
+    nt = c['cache'].get('newTokens', [[n] * B for n in steps])
+    got = torch.zeros_like(out64)
+    for b in range(B):
+        ks, vs, L, r0 = [], [], 0, 0
+        for n, tok in zip(steps, nt):
+            t = tok[b]
+            if t:
+                kn = k[b:b + 1, r0:r0 + t]
+                if 'rope' in o:  # rotate at cache positions L .. L+t-1
+                    kh = kn.to(F64).reshape(1, t, Hkv, Dh).permute(0, 2, 1, 3)
+                    kh = apply_rope(kh, torch.arange(L, L + t), o['rope']['cos'], o['rope']['sin'],
+                                    o['rope']['rotaryDim'], o['rope']['interleaved'])
+                    kn = kh.permute(0, 2, 1, 3).reshape(1, t, Hkv * Dh).to(F32)
+                ks.append(store_round(kn, store, Hkv, Dh))
+                vs.append(store_round(v[b:b + 1, r0:r0 + t], store, Hkv, Dv))
+                oo = dict(o, queryOffset=L)
+                if 'rope' in o:
+                    oo['rope'] = dict(o['rope'], keysPreRotated=True)
+                r = oracle(q[b:b + 1, r0:r0 + t], torch.cat(ks, 1), torch.cat(vs, 1), H, F64, oo)
+                got[b, r0:r0 + t] = r['out'][0]
+                L += t
+            r0 += n
+    assert torch.allclose(got, out64, rtol=0, atol=1e-12, equal_nan=True), ('stepwise', c['name'])
+
+
+def gen_v3(outdir):
+    out_cases = []
+    worst = (0.0, '')
+    for c0 in V3_CASES:
+        c = {kk: vv for kk, vv in c0.items() if not kk.startswith('_')}
+        c['options'] = dict(c0['options'])
+        name = c['name']
+        B, S, T, H, Dh = c['batch'], c['seqLen'], c['kvSeqLen'], c['numHeads'], c['headDim']
+        o = dict(c0['options'])
+        Hkv = o.get('numKvHeads', H)
+        Dv = o.get('vHeadDim', Dh)
+        dtype = o.get('dtype', 'float32')
+        q, k, v = inputs(c['seed'], B, S, T, H * Dh, Hkv * Dh, Hkv * Dv, c['inputScale'])
+        bias = None
+        if 'biasShape' in o:
+            bs = o.pop('biasShape')
+            bias = torch.randn(*bs)
+            if '_biasHideP' in c0:
+                bias = bias.masked_fill(torch.rand(*bs) < c0['_biasHideP'], NEG_INF)
+        for t in c0.get('_zeroKTokens', []):
+            k[:, t, :] = 0.0
+        if dtype == 'float16':
+            q, k, v = q.half().float(), k.half().float(), v.half().float()
+        files = {}
+        ext = 'f16' if dtype == 'float16' else 'f32'
+        write(outdir, name, 'q', ext, q, files)
+        write(outdir, name, 'k', ext, k, files)
+        write(outdir, name, 'v', ext, v, files)
+        if bias is not None:
+            write(outdir, name, 'bias', 'f32', bias, files)
+        if 'rope' in o:
+            ro = dict(o['rope'])
+            P = c0.get('_ropePositions') or (c['cache']['capacity'] if c['kind'] == 'cache'
+                                              else max(o.get('queryOffset', 0) + S, T))
+            cos, sin = rope_tables(ro['rotaryDim'], P, ro['theta'], ro['scale'])
+            write(outdir, name, 'ropeCos', 'f32', cos, files)
+            write(outdir, name, 'ropeSin', 'f32', sin, files)
+            c['options']['rope'] = dict(ro, positions=P, cos='ropeCos', sin='ropeSin')
+            ro.update(cos=cos, sin=sin)
+            o['rope'] = ro
+        store = None
+        if c['kind'] == 'cache':
+            o.setdefault('causal', True)
+            store = c['cache']['dtype']  # binary16 inputs into a float16 cache round exactly (stored as given)
+        if c['kind'] == 'cache' and 'newTokens' in c['cache']:
+            # ragged: each sequence alone, its real rows in order
+            steps, nt = c['cache']['steps'], c['cache']['newTokens']
+            rows = [[] for _ in range(B)]
+            r0 = 0
+            lengths = []
+            for n, tok in zip(steps, nt):
+                for b in range(B):
+                    rows[b] += list(range(r0, r0 + tok[b]))
+                r0 += n
+                lengths.append([len(rows[b]) for b in range(B)])
+            c['cache']['lengths'] = lengths
+            res = {}
+            for dt, key in ((F64, 64), (F32, 32)):
+                out = torch.zeros(B, S, H * Dv, dtype=dt)
+                for b in range(B):
+                    if rows[b]:
+                        idx = torch.tensor(rows[b])
+                        r = run_case(c, q[b:b + 1, idx], k[b:b + 1, idx], v[b:b + 1, idx], o, None, dt, store)
+                        out[b, idx] = r['out'][0]
+                res[key] = {'out': out}
+            r64, r32 = res[64], res[32]
+        else:
+            r64 = run_case(c, q, k, v, o, bias, F64, store)
+            r32 = run_case(c, q, k, v, o, bias, F32, store)
+        if c['kind'] == 'cache':
+            check_stepwise(c, q, k, v, o, store, r64['out'])
+        if dtype == 'float16':
+            write(outdir, name, 'out64', 'f16', f16_round(r64['out']), files)
+            write(outdir, name, 'out64f32', 'f32', r64['out'].to(F32), files)
+            o64 = r64['out'].to(F32)
+        else:
+            write(outdir, name, 'out64', 'f32', r64['out'].to(F32), files)
+            o64 = r64['out'].to(F32)
+        write(outdir, name, 'out32', 'f32', r32['out'], files)
+        d = (r32['out'] - o64).abs()
+        d = d[torch.isfinite(d)]
+        dmax = float(d.max()) if d.numel() else 0.0
+        c['maxAbsOut32MinusOut64'] = dmax
+        if dmax > worst[0]:
+            worst = (dmax, name)
+        if 'weights' in r64:
+            write(outdir, name, 'weights64', 'f32', r64['weights'].to(F32), files)
+            write(outdir, name, 'lse64', 'f32', r64['lse'].to(F32), files)
+        if c['kind'] == 'stateless':
+            for st in STAGES:
+                write(outdir, name, 'stage_' + st + '64', 'f32', r64['stages'][st].to(F32), files)
+        if store in ('bfloat16', 'int8'):
+            write(outdir, name, 'kread', 'f32', r64['kread'], files)
+            write(outdir, name, 'vread', 'f32', r64['vread'], files)
+        c['files'] = files
+        out_cases.append(c)
+    print('v3: %d cases, largest |out32 - out64| %.3g (%s)' % (len(out_cases), worst[0], worst[1]))
+    return out_cases
+
+
+# ----------------------------------------------------------------------------------------------------
+def self_checks():
+    """The v3 oracle against the v2 oracle and its own limiting cases."""
+    g = torch.Generator().manual_seed(7)
+
+    def same(a, b):
+        return torch.equal(torch.nan_to_num(a, nan=123.0), torch.nan_to_num(b, nan=123.0)) and \
+            torch.equal(torch.isnan(a), torch.isnan(b))
+
+    shapes = [(2, 5, 7, 4, 2, 8), (1, 9, 9, 6, 3, 12), (3, 4, 6, 2, 1, 5), (1, 1, 13, 8, 8, 16)]
+    n = 0
+    for (B, S, T, H, Hkv, Dh) in shapes:
+        q = torch.randn(B, S, H * Dh, generator=g)
+        k = torch.randn(B, T, Hkv * Dh, generator=g)
+        v = torch.randn(B, T, Hkv * Dh, generator=g)
+        bias = torch.randn(B, 1, S, T, generator=g).masked_fill(torch.rand(B, 1, S, T, generator=g) < 0.2, NEG_INF)
+        mask = torch.rand(B, S, T, generator=g) < 0.7
+        optsets = [{'numKvHeads': Hkv},
+                   {'numKvHeads': Hkv, 'causal': True, 'queryOffset': T - S, 'softcap': 3.0},
+                   {'numKvHeads': Hkv, 'window': [2, 1], 'alibiSlopes': alibi(H), 'emptyRows': 'zero',
+                    'kvLengths': [T - b for b in range(B)]},
+                   {'numKvHeads': Hkv, 'scale': 0.3, 'causal': True, 'window': [1, 0]}]
+        for o in optsets:
+            for dt in (F64, F32):
+                for (m, bb) in ((None, None), (mask, bias)):
+                    a = oracle(q, k, v, H, dt, o, m, bb)
+                    b = oracle_v2(q, k, v, H, dt, o, m, bb)
+                    assert same(a['out'], b['out']) and same(a['weights'], b['weights']) and \
+                        same(a['lse'], b['lse']), ('v3 != v2', o)
+                    assert same(a['stages']['softmax'], a['weights'])
+                    n += 1
+            # rope with zero angles (cos 1, sin 0) equals no rope
+            R = Dh - (Dh % 2)
+            ones, zeros = torch.ones(S + T, R // 2), torch.zeros(S + T, R // 2)
+            for il in (False, True):
+                a = oracle(q, k, v, H, F64, dict(o, rope={'cos': ones, 'sin': zeros, 'rotaryDim': R,
+                                                         'interleaved': il}))
+                b = oracle(q, k, v, H, F64, o)
+                assert same(a['out'], b['out']) and same(a['weights'], b['weights']), 'rope 0'
+            # sinks of -inf equal no sinks (on rows that see a key)
+            a = oracle(q, k, v, H, F64, dict(o, sinks=[NEG_INF] * H))
+            b = oracle(q, k, v, H, F64, o)
+            ok = ~torch.isneginf(b['stages']['biased']).all(dim=-1)  # (B, H, S)
+            # (equal up to the order of the softmax's float64 sum, which has one more term)
+            assert torch.allclose(a['weights'][ok], b['weights'][ok], rtol=1e-14, atol=1e-300) and \
+                torch.allclose(a['lse'][ok], b['lse'][ok], rtol=1e-14, atol=1e-14), 'sinks -inf'
+            # vHeadDim: out of v's first Dv columns per head equals out with a v of Dv columns
+            Dv = 3
+            v2 = v.reshape(B, T, Hkv, Dh)[..., :Dv].reshape(B, T, Hkv * Dv)
+            a = oracle(q, k, v2, H, F64, dict(o, vHeadDim=Dv))
+            b = oracle(q, k, v, H, F64, o)
+            assert same(a['out'], b['out'].reshape(B, S, H, Dh)[..., :Dv].reshape(B, S, H * Dv)), 'vHeadDim'
+            # a sink is one more key whose value row is 0 and score is the sink
+            sk = torch.randn(H, generator=g).tolist()
+            a = oracle(q, k, v, H, F64, dict(o, sinks=sk))
+    # rope: a rotation keeps q.k when query and key sit at the same position shift (relative positions)
+    cos, sin = rope_tables(8, 40)
+    x = torch.randn(1, 1, 3, 8, generator=g, dtype=F64)
+    y = torch.randn(1, 1, 3, 8, generator=g, dtype=F64)
+    for il in (False, True):
+        a = (apply_rope(x, torch.tensor([5, 6, 7]), cos, sin, 8, il) * apply_rope(y, torch.tensor([2, 3, 4]), cos, sin, 8, il)).sum(-1)
+        b = (apply_rope(x, torch.tensor([25, 26, 27]), cos, sin, 8, il) * apply_rope(y, torch.tensor([22, 23, 24]), cos, sin, 8, il)).sum(-1)
+        assert torch.allclose(a, b, atol=1e-5), 'rope relative'
+    # sinks: the explicit formula
+    s = torch.tensor([[0.3, -1.0, 2.0]]).to(F64)  # the float32 scores
+    sink = 1.5
+    m = max(sink, 2.0)
+    w = torch.exp(s - m) / (math.exp(sink - m) + torch.exp(s - m).sum())
+    qq = torch.tensor([[[1.0]]]); kk = torch.tensor([[[0.3], [-1.0], [2.0]]]); vv = torch.eye(3).reshape(1, 3, 3)
+    r = oracle(qq, kk, vv.float(), 1, F64, {'sinks': [sink], 'vHeadDim': 3, 'scale': 1.0})
+    assert torch.allclose(r['weights'][0, 0], w, rtol=1e-14, atol=0), "sinks formula"
+    # storage formats
+    x = torch.tensor([[[1.0, -2.5, 3.14159, 1e-3] + [0.0] * 28 + [7.0, -7.0]]])
+    rb = q8_0_round(x, 1, 34)
+    assert float(rb[0, 0, 33]) == -7.0 and float(rb[0, 0, 32]) == 7.0
+    assert bf16_round(torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8])).tolist() == [1.0, 1.0 + 2 ** -6]
+    print('self checks: %d oracle comparisons v3 == v2, rope 0 == no rope, sinks -inf == no sinks, '
+          "stage 'softmax' == weights: ok" % n)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--set', choices=['v1', 'v2', 'v3'])
@@ -369,8 +796,6 @@ def main():
             f.write('\n')
 
 
-def self_checks(): pass
-def gen_v3(o): pass
 
 if __name__ == '__main__':
     main()
