@@ -691,6 +691,67 @@ def gen_v3(outdir):
 
 
 # ----------------------------------------------------------------------------------------------------
+def naive(q, k, v, H, o, bias=None):
+    """Scalar float64 loops straight from the formulas (for self_checks): out, weights, lse as nested lists."""
+    B, S, D = q.shape
+    T = k.shape[1]
+    Dh = D // H
+    Hkv = o.get('numKvHeads', H)
+    Dv = o.get('vHeadDim', Dh)
+    q, k, v = q.double().tolist(), k.double().tolist(), v.double().tolist()
+    ro = o.get('rope')
+    off = o.get('queryOffset', 0)
+    scale = o.get('scale', 1.0 / math.sqrt(Dh))
+
+    def rot(x, p):
+        x = list(x)
+        if ro is None:
+            return x
+        R = ro['rotaryDim']
+        y = list(x)
+        for r in range(R // 2):
+            c, s = float(ro['cos'][p, r]), float(ro['sin'][p, r])
+            i, j = (2 * r, 2 * r + 1) if ro['interleaved'] else (r, r + R // 2)
+            y[i], y[j] = x[i] * c - x[j] * s, x[j] * c + x[i] * s
+        return y
+    out = [[[0.0] * (H * Dv) for _ in range(S)] for _ in range(B)]
+    W = [[[[0.0] * T for _ in range(S)] for _ in range(H)] for _ in range(B)]
+    L = [[[0.0] * S for _ in range(H)] for _ in range(B)]
+    for b in range(B):
+        for h in range(H):
+            g = h // (H // Hkv)
+            for i in range(S):
+                p = off + i
+                qi = rot(q[b][i][h * Dh:(h + 1) * Dh], p)
+                sc = []
+                for j in range(T):
+                    vis = j < o.get('kvLengths', [T] * B)[b]
+                    if o.get('causal') and j > p:
+                        vis = False
+                    if 'window' in o and not (p - o['window'][0] <= j <= p + o['window'][1]):
+                        vis = False
+                    kj = rot(k[b][j][g * Dh:(g + 1) * Dh], j)
+                    s = scale * sum(a * c for a, c in zip(qi, kj))
+                    if 'softcap' in o:
+                        s = o['softcap'] * math.tanh(s / o['softcap'])
+                    if 'alibiSlopes' in o:
+                        s -= o['alibiSlopes'][h] * abs(p - j)
+                    if bias is not None:
+                        bb = bias[b % bias.shape[0], h % bias.shape[1], i, j].item()
+                        s += bb
+                    sc.append(s if vis else NEG_INF)
+                terms = [x for x in sc if x != NEG_INF]
+                sink = o['sinks'][h] if 'sinks' in o else None
+                m = max(terms + ([sink] if sink is not None else []))
+                den = sum(math.exp(x - m) for x in terms) + (math.exp(sink - m) if sink is not None else 0.0)
+                L[b][h][i] = m + math.log(den)
+                for j in range(T):
+                    W[b][h][i][j] = math.exp(sc[j] - m) / den if sc[j] != NEG_INF else 0.0
+                for e in range(Dv):
+                    out[b][i][h * Dv + e] = sum(W[b][h][i][j] * v[b][j][g * Dv + e] for j in range(T))
+    return torch.tensor(out, dtype=F64), torch.tensor(W, dtype=F64), torch.tensor(L, dtype=F64)
+
+
 def self_checks():
     """The v3 oracle against the v2 oracle and its own limiting cases."""
     g = torch.Generator().manual_seed(7)
@@ -745,6 +806,22 @@ def self_checks():
             # a sink is one more key whose value row is 0 and score is the sink
             sk = torch.randn(H, generator=g).tolist()
             a = oracle(q, k, v, H, F64, dict(o, sinks=sk))
+    # the oracle against scalar loops written from the formulas, every option at once (no empty rows)
+    for (B, S, T, H, Hkv, Dh, Dv, R, il) in [(2, 4, 9, 4, 2, 8, 5, 6, False), (1, 3, 7, 3, 1, 6, 9, 6, True)]:
+        q = torch.randn(B, S, H * Dh, generator=g)
+        k = torch.randn(B, T, Hkv * Dh, generator=g)
+        v = torch.randn(B, T, Hkv * Dv, generator=g)
+        bias = torch.randn(1, H, S, T, generator=g)
+        cos, sin = rope_tables(R, T + S, 100.0, 2.0)
+        o = {'numKvHeads': Hkv, 'vHeadDim': Dv, 'queryOffset': T - S, 'causal': True, 'window': [4, 0],
+             'kvLengths': [T - b for b in range(B)], 'softcap': 4.0, 'alibiSlopes': alibi(H),
+             'sinks': [0.5 * h - 1 for h in range(H)], 'scale': 0.4,
+             'rope': {'cos': cos, 'sin': sin, 'rotaryDim': R, 'interleaved': il}}
+        a = oracle(q, k, v, H, F64, o, None, bias)
+        no, nw, nl = naive(q, k, v, H, o, bias)
+        assert torch.allclose(a['out'], no, rtol=1e-12, atol=1e-13), 'naive out'
+        assert torch.allclose(a['weights'], nw, rtol=1e-12, atol=1e-13), 'naive weights'
+        assert torch.allclose(a['lse'], nl, rtol=1e-12, atol=1e-13), 'naive lse'
     # rope: a rotation keeps q.k when query and key sit at the same position shift (relative positions)
     cos, sin = rope_tables(8, 40)
     x = torch.randn(1, 1, 3, 8, generator=g, dtype=F64)
@@ -767,7 +844,7 @@ def self_checks():
     assert float(rb[0, 0, 33]) == -7.0 and float(rb[0, 0, 32]) == 7.0
     assert bf16_round(torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8])).tolist() == [1.0, 1.0 + 2 ** -6]
     print('self checks: %d oracle comparisons v3 == v2, rope 0 == no rope, sinks -inf == no sinks, '
-          "stage 'softmax' == weights: ok" % n)
+          "stage 'softmax' == weights, oracle == scalar loops: ok" % n)
 
 
 def main():
