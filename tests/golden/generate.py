@@ -40,7 +40,6 @@ import argparse
 import json
 import math
 import os
-import sys
 
 import numpy as np
 import torch
@@ -838,6 +837,17 @@ def self_checks():
     qq = torch.tensor([[[1.0]]]); kk = torch.tensor([[[0.3], [-1.0], [2.0]]]); vv = torch.eye(3).reshape(1, 3, 3)
     r = oracle(qq, kk, vv.float(), 1, F64, {'sinks': [sink], 'vHeadDim': 3, 'scale': 1.0})
     assert torch.allclose(r['weights'][0, 0], w, rtol=1e-14, atol=0), "sinks formula"
+    # with no option, the v2 oracle in float64 is the v1 reference (NaN bit patterns aside)
+    q = torch.randn(2, 5, 12, generator=g)
+    k = torch.randn(2, 7, 12, generator=g)
+    v = torch.randn(2, 7, 12, generator=g)
+    mask = torch.rand(2, 5, 7, generator=g) < 0.5
+    for m in (None, mask):
+        a, w = mha_v1(q, k, v, 3, m, F64)
+        b = oracle_v2(q, k, v, 3, F64, {}, m)
+        assert same(a, b['out']) and same(w, b['weights']), 'v2 == v1'
+    # binary16 out64 is rounded once from float64 (a float32 step would round this tie to even, down)
+    assert float(f16_round(torch.tensor([1 + 2 ** -11 + 2 ** -40], dtype=F64))[0]) == 1 + 2 ** -10
     # storage formats
     x = torch.tensor([[[1.0, -2.5, 3.14159, 1e-3] + [0.0] * 28 + [7.0, -7.0]]])
     rb = q8_0_round(x, 1, 34)
