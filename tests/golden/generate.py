@@ -27,8 +27,9 @@ run in float32 gives out32. Semantics of the v3 options, in this file's own word
   angle in float64, rounded to float32. Pairs (x[r], x[r + rotaryDim/2]) (interleaved false) or
   (x[2r], x[2r+1]) (true) become (a c - b s, b c + a s); entries >= rotaryDim unchanged. Query row i is
   rotated at position queryOffset + i, key row j at position j; values are not rotated.
-- KV cache: keys are rotated once when appended, at their cache position, and stored rotated. The cache
-  dtype rounds what is stored: float16 (binary16, nearest even), bfloat16 (upper 16 bits of the float32
+- KV cache: keys are rotated once when appended, at their cache position, and stored rotated (here: rotated
+  in float64, rounded to float32, then to the cache dtype; binary16 inputs into a float16 cache without rope
+  are stored as given, which that rounding leaves exact). The cache dtype rounds what is stored: float16 (binary16, nearest even), bfloat16 (upper 16 bits of the float32
   after rounding to nearest even), int8 (q8_0: blocks of 32 along the head dim of each token's KV head
   row, scale = float32(amax) / 127 in float32, q = x / scale in float32 rounded half to even, clamped to
   [-127, 127], read back as float32 q * scale). The result is the attention over the read-back values.
