@@ -23,8 +23,8 @@ run in float32 gives out32. Semantics of the v3 options, in this file's own word
 - sinks (H finite numbers): one extra logit per query head in the softmax denominator, with no value row.
   A row with no visible key then has out 0 and weights 0; lse includes the sink.
 - rope {cos, sin, rotaryDim, interleaved}: tables (P, rotaryDim/2) float32, angle(p, r) =
-  (p / scale) * theta^(-2r/rotaryDim) in float64, rounded to float32, then cos and sin of that float32
-  angle in float64, rounded to float32. Pairs (x[r], x[r + rotaryDim/2]) (interleaved false) or
+  (p / scale) * theta^(-2r/rotaryDim), cos and sin computed in float64 and rounded to float32 (what
+  ropeTables returns). Pairs (x[r], x[r + rotaryDim/2]) (interleaved false) or
   (x[2r], x[2r+1]) (true) become (a c - b s, b c + a s); entries >= rotaryDim unchanged. Query row i is
   rotated at position queryOffset + i, key row j at position j; values are not rotated.
 - KV cache: keys are rotated once when appended, at their cache position, and stored rotated (here: rotated
@@ -101,7 +101,7 @@ def rope_tables(rotary_dim, positions, theta=10000.0, scale=1.0):
     p = torch.arange(positions, dtype=F64).unsqueeze(1)
     r = torch.arange(rotary_dim // 2, dtype=F64).unsqueeze(0)
     inv = torch.pow(torch.tensor(float(theta), dtype=F64), -2.0 * r / rotary_dim)
-    ang = ((p / float(scale)) * inv).to(F32).to(F64)
+    ang = (p / float(scale)) * inv
     return torch.cos(ang).to(F32), torch.sin(ang).to(F32)
 
 
