@@ -29,6 +29,12 @@ const char* status_name(Status status) {
     case Status::kCacheBadLength: return "truncate length outside [0, length]";
     case Status::kCacheHeadsMismatch: return "num_heads is not a multiple of the cache's num_kv_heads";
     case Status::kCacheBadOption: return "bad KV cache option";
+    case Status::kBadVHeadDim: return "bad v_head_dim";
+    case Status::kBadSinks: return "sink not finite";
+    case Status::kBadRotaryDim: return "bad rope tables or rotary_dim";
+    case Status::kRopePosition: return "position past the rope tables";
+    case Status::kBadStage: return "bad score stage";
+    case Status::kNotInKernels: return "option computed by the reference only";
   }
   return "unknown status";
 }
@@ -58,6 +64,12 @@ const char* status_message(Status status) {
     case Status::kCacheBadLength: return "truncate(n) needs an integer n in [0, length]";
     case Status::kCacheHeadsMismatch: return "numHeads must be a positive multiple of the cache's numKvHeads";
     case Status::kCacheBadOption: return "a KV cache option is out of range (window, softcap, alibiSlopes or dtype)";
+    case Status::kBadVHeadDim: return "vHeadDim must be a positive integer";
+    case Status::kBadSinks: return "every sinks entry must be finite";
+    case Status::kBadRotaryDim: return "rope needs cos and sin tables and an even rotaryDim in [2, headDim]";
+    case Status::kRopePosition: return "a query or key position is not below the rope tables' row count";
+    case Status::kBadStage: return "stage must be 'scaled', 'softcapped', 'biased' or 'softmax'";
+    case Status::kNotInKernels: return "vHeadDim other than headDim, sinks and rope are not in this build's kernels yet";
   }
   return nullptr;
 }
@@ -69,12 +81,14 @@ Status validate_shape(const AttentionShape& shape, ScoreTensor scores) {
   }
   if (shape.d_model % shape.num_heads != 0) return Status::kHeadsDoNotDivide;
   if (shape.num_kv_heads < 0 || shape.num_heads % shape.kv_heads() != 0) return Status::kKvHeadsDoNotDivide;
+  if (shape.v_head_dim < 0) return Status::kBadVHeadDim;
   // Each factor is < 2^31, so a product of two fits int64; check step by step so that a product of
   // three or four cannot overflow int64 before it is compared.
   auto fits = [](int64_t a, int64_t b) { return a < kMaxElements && b < kMaxElements && a * b < kMaxElements; };
   const int64_t bs = int64_t{shape.batch} * shape.seq_len;
   const int64_t bt = int64_t{shape.batch} * shape.kv_seq_len;
   if (!fits(bs, shape.d_model) || !fits(bt, shape.kv_d_model())) return Status::kTooLarge;
+  if (!fits(bt, shape.v_d_model()) || !fits(bs, shape.out_d_model())) return Status::kTooLarge;
   if (scores != ScoreTensor::kNone && !fits(bs, shape.kv_seq_len)) return Status::kTooLarge;
   if (scores == ScoreTensor::kWeights && !fits(bs * shape.kv_seq_len, shape.num_heads)) return Status::kTooLarge;
   return Status::kOk;
@@ -111,6 +125,26 @@ Status validate_options(const AttentionArgs& args) {
       if (!std::isfinite(args.alibi_slopes[h])) return Status::kBadAlibiSlope;
     }
   }
+  if (args.sinks != nullptr) {
+    for (int32_t h = 0; h < shape.num_heads; ++h) {
+      if (!std::isfinite(args.sinks[h])) return Status::kBadSinks;
+    }
+  }
+  return validate_rope(args);
+}
+
+// Every row that rotates must have a table row: queries up to query_offset + S - 1, keys up to T - 1.
+Status validate_rope(const AttentionArgs& args) {
+  const RotaryTables& rope = args.rope;
+  if (!rope.enabled() && rope.sin == nullptr) return Status::kOk;
+  const int32_t dh = args.shape.head_dim();
+  if (rope.cos == nullptr || rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 ||
+      rope.rotary_dim > dh || rope.positions < 0) {
+    return Status::kBadRotaryDim;
+  }
+  if (int64_t{rope.positions} * (rope.rotary_dim / 2) >= kMaxElements) return Status::kTooLarge;
+  const int64_t last_query = int64_t{args.query_offset} + args.shape.seq_len - 1;
+  if (last_query >= rope.positions || args.shape.kv_seq_len > rope.positions) return Status::kRopePosition;
   return Status::kOk;
 }
 

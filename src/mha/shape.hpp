@@ -3,7 +3,8 @@
 // Letters used in every shape comment of this project, outermost first, row-major:
 //   B  batch            S  query sequence length     T  key/value sequence length
 //   H  number of heads  Hkv key/value heads          Dh head dimension (D / H)
-//   D  model dimension (d_model = H * Dh; k and v rows are Hkv * Dh)
+//   Dv value head dimension (v_head_dim; Dh unless set)
+//   D  model dimension (d_model = H * Dh; k rows are Hkv * Dh, v rows Hkv * Dv, out rows H * Dv)
 #pragma once
 
 #include <cstddef>
@@ -37,7 +38,15 @@ enum class Status : int32_t {
   kCacheBadLength = 19,      // truncate to a length outside [0, length]
   kCacheHeadsMismatch = 20,  // num_heads is not a positive multiple of the cache's num_kv_heads
   kCacheBadOption = 21,      // window bound < -1, softcap not finite or < 0, a non-finite ALiBi slope, bad dtype
+  // The v0.3 options (docs/spec.md Part 4).
+  kBadVHeadDim = 22,         // v_head_dim < 0
+  kBadSinks = 23,            // a sink is NaN or infinite
+  kBadRotaryDim = 24,        // rotary_dim odd, < 2 or > Dh, or rope tables missing
+  kRopePosition = 25,        // a query or key position is not below the rope tables' rows
+  kBadStage = 26,            // attention_weights: no such score stage
+  kNotInKernels = 27,        // an option only the reference computes so far (Dv != Dh, sinks, rope)
 };
+constexpr Status kLastStatus = Status::kNotInKernels;  // every number in [0, kLastStatus] is a Status
 
 const char* status_name(Status status);
 
@@ -56,10 +65,14 @@ struct AttentionShape {
   int32_t d_model = 0;       // D = H * Dh
   int32_t num_heads = 0;     // H
   int32_t num_kv_heads = 0;  // Hkv, a divisor of H; 0 = H (multi-head attention)
+  int32_t v_head_dim = 0;    // Dv; 0 = Dh
 
   int32_t head_dim() const { return num_heads > 0 ? d_model / num_heads : 0; }
+  int32_t value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim(); }       // Dv
   int32_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
-  int64_t kv_d_model() const { return int64_t{kv_heads()} * head_dim(); }          // Hkv * Dh: a k/v row
+  int64_t kv_d_model() const { return int64_t{kv_heads()} * head_dim(); }          // Hkv * Dh: a k row
+  int64_t v_d_model() const { return int64_t{kv_heads()} * value_dim(); }          // Hkv * Dv: a v row
+  int64_t out_d_model() const { return int64_t{num_heads} * value_dim(); }         // H * Dv: an out row
   int64_t q_elements() const { return int64_t{batch} * seq_len * d_model; }      // (B, S, D)
   int64_t kv_elements() const { return int64_t{batch} * kv_seq_len * kv_d_model(); }  // (B, T, Hkv*Dh)
   int64_t mask_elements() const { return int64_t{batch} * seq_len * kv_seq_len; }  // (B, S, T)
@@ -101,13 +114,27 @@ struct BiasView {
   int64_t head_stride = 0;
 };
 
+// Rotary position embedding tables (docs/spec.md 4.5): row p of cos and sin holds position p's
+// rotary_dim / 2 factors. A head vector x at position p has its pairs (a, b) = (x[r], x[r + rotary_dim/2])
+// (interleaved: (x[2r], x[2r + 1])) turned into (a*c - b*s, b*c + a*s), c = cos[p, r], s = sin[p, r];
+// entries from rotary_dim on stay. q rows rotate at their position p_i, k rows at j; v never rotates.
+struct RotaryTables {
+  const float* cos = nullptr;  // (positions, rotary_dim / 2); nullptr = no rope
+  const float* sin = nullptr;  // (positions, rotary_dim / 2)
+  int32_t positions = 0;       // P
+  int32_t rotary_dim = 0;      // even, in [2, Dh]
+  bool interleaved = false;
+
+  bool enabled() const { return cos != nullptr; }
+};
+
 // What a row with no visible key (or only -inf scores) yields: NaN (PyTorch <= 2.4) or 0 (SDPA >= 2.5).
 enum class EmptyRows : int32_t { kNaN = 0, kZero = 1 };
 
 // Everything one attention call needs. Semantics: docs/spec.md, and src/mha/reference.hpp follows it:
 //   for each b, h: out[b, i, h*Dh:(h+1)*Dh] = softmax_j(score(b, h, i, j), visible keys) @ v_g
 // with g = h / (H / Hkv) (grouped-query attention reads KV head g by stride, never copied),
-// q (B,S,D), k (B,T,Hkv*Dh), v (B,T,Hkv*Dh), out (B,S,D).
+// q (B,S,D), k (B,T,Hkv*Dh), v (B,T,Hkv*Dv), out (B,S,H*Dv) (Dv = Dh unless shape.v_head_dim says).
 // Visibility (src/mha/visibility.hpp): key j is visible to query i of batch b iff j < kv_lengths[b],
 //   mask[b, i, j] != 0, (causal) j <= p_i and (window) p_i - window_left <= j <= p_i + window_right, where
 //   p_i = query_offset + i is the query's position (key j has position j).
@@ -115,7 +142,8 @@ enum class EmptyRows : int32_t { kNaN = 0, kZero = 1 };
 //   - slope[h] * |p_i - j|; bias: + bias[b, h, i, j] (-inf hides the key).
 // A query row with no visible key (or only -inf scores) is NaN or 0 in all its outputs (empty_rows); a
 // NaN score makes its row NaN. lse, optional: (B, H, S) log-sum-exp of each row's scores, -inf for an
-// empty row.
+// empty row. With rope, q and k are rotated by position before the dot product; with sinks, sink[h] is
+// one more logit of every row of head h that has no value (the row then never is empty: out 0).
 struct AttentionArgs {
   AttentionShape shape;
   TensorView<const float> q, k, v;
@@ -132,6 +160,11 @@ struct AttentionArgs {
   BiasView bias;
   EmptyRows empty_rows = EmptyRows::kNaN;
   float* lse = nullptr;                 // (B, H, S) output, natural log; nullptr = not wanted
+  const float* sinks = nullptr;         // (H) finite logits without a value row; nullptr = none
+  RotaryTables rope;
+
+  // The v0.3 options that only the reference computes so far (kernels refuse them: kNotInKernels).
+  bool needs_reference() const { return shape.value_dim() != shape.head_dim() || sinks != nullptr || rope.enabled(); }
 
   // Whether the visible keys of a row depend on the row (causal or a bounded window).
   bool ranged() const { return causal || window_left >= 0 || window_right >= 0; }
@@ -144,5 +177,17 @@ Status validate_args(const AttentionArgs& args);
 
 // The option checks of validate_args alone (no shape or data pointers): what attention_weights shares.
 Status validate_options(const AttentionArgs& args);
+
+// The rope checks of validate_options: tables present, rotary_dim even in [2, Dh], every query and key
+// position (query_offset + S - 1 and T - 1) below the tables' row count.
+Status validate_rope(const AttentionArgs& args);
+
+// Which (B, H, S, T) matrix attention_weights returns (docs/spec.md 4.3; ONNX qk_matmul_output_mode 0-3).
+enum class ScoreStage : int32_t {
+  kScaled = 0,      // scale * q.k for every (i, j)
+  kSoftcapped = 1,  // after softcap, for every (i, j)
+  kBiased = 2,      // after ALiBi and bias; -inf where a key is hidden
+  kSoftmax = 3,     // the weights
+};
 
 }  // namespace mha
