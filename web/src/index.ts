@@ -17,4 +17,6 @@ export type {
   CreateOptions, MHAInfo, BuildName, HeadShape, AttentionWeightsOptions, AttentionOptions, HeapTensor, MHA,
   KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions,
 } from './types.js';
+export type { RopeTables, RopeTablesOptions } from './rope.js';
 export { createMHA, version } from './create.js';
+export { ropeTables } from './rope.js';
