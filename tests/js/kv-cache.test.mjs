@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
 import { bitsEqual, checkOut, expectError, fullGc, goldenV2Dir, heapCopy, loadGoldenCases, mulberry32, randomNormal, readGolden,
   roundToFloat16, sliceRows } from './helpers.mjs';
-import { runCacheCase } from '../browser/golden-runner.mjs';
+import { runCacheCase } from '../../scripts/lib/golden-runner.mjs';
 
 const cases = loadGoldenCases(goldenV2Dir).filter((c) => c.kind === 'cache');
 
