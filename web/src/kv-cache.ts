@@ -227,8 +227,8 @@ export class WasmKVCache implements KVCache {
   }
 
   #checkLive(fn: string): void {
-    if (this.#id === 0) throw new Error(`${fn}: the KVCache was freed (by ${this.#freedBy}); create a new one with createKVCache`);
-    if (!this.#host.caches.has(this)) throw new Error(`${fn}: the KVCache does not belong to a live instance`);
+    if (this.#id === 0) throw new TypeError(`${fn}: the KVCache was freed (by ${this.#freedBy}); create a new one with createKVCache`);
+    if (!this.#host.caches.has(this)) throw new TypeError(`${fn}: the KVCache does not belong to a live instance`);
   }
 
 }
