@@ -202,6 +202,25 @@ function recordEvents(page, { warningType }) {
   return { problems, warnings };
 }
 
+/**
+ * A Playwright (Chromium) or Puppeteer (Firefox) page of `context` as the engine layer's page, once it has
+ * loaded `url`: both drivers report problems as events. `waitFor(fn, arg, timeout)` is the driver's
+ * waitForFunction (their argument orders differ).
+ */
+async function openEventPage(page, context, url, { warningType, waitFor }) {
+  const seen = recordEvents(page, { warningType });
+  await page.goto(url);
+  return {
+    native: page,
+    url: () => page.url(),
+    evaluate: (fn, arg) => page.evaluate(fn, arg),
+    waitFor: (fn, arg, { timeout = 30_000 } = {}) => waitFor(fn, arg, timeout).then(() => {}),
+    problems: async () => [...seen.problems],
+    warnings: async () => [...seen.warnings],
+    close: () => context.close(),
+  };
+}
+
 async function launchChromiumEngine() {
   const browser = await withTimeout(launchChromium(), LAUNCH_TIMEOUT_MS, 'launching Chromium');
   return {
@@ -209,17 +228,8 @@ async function launchChromiumEngine() {
     async open(url, { viewport = { width: 1280, height: 800 } } = {}) {
       const context = await browser.newContext({ viewport });
       const page = await context.newPage();
-      const seen = recordEvents(page, { warningType: 'warning' });
-      await page.goto(url);
-      return {
-        native: page,
-        url: () => page.url(),
-        evaluate: (fn, arg) => page.evaluate(fn, arg),
-        waitFor: (fn, arg, { timeout = 30_000 } = {}) => page.waitForFunction(fn, arg, { timeout }).then(() => {}),
-        problems: async () => [...seen.problems],
-        warnings: async () => [...seen.warnings],
-        close: () => context.close(),
-      };
+      return openEventPage(page, context, url, { warningType: 'warning',
+        waitFor: (fn, arg, timeout) => page.waitForFunction(fn, arg, { timeout }) });
     },
     close: () => browser.close(),
   };
@@ -261,17 +271,8 @@ async function launchFirefoxEngine({ evaluateTimeoutMs }) {
       const page = await context.newPage();
       page.setDefaultTimeout(evaluateTimeoutMs);
       await page.setViewport(viewport);
-      const seen = recordEvents(page, { warningType: 'warn' });
-      await page.goto(url);
-      return {
-        native: page,
-        url: () => page.url(),
-        evaluate: (fn, arg) => page.evaluate(fn, arg),
-        waitFor: (fn, arg, { timeout = 30_000 } = {}) => page.waitForFunction(fn, { timeout, polling: 100 }, arg).then(() => {}),
-        problems: async () => [...seen.problems],
-        warnings: async () => [...seen.warnings],
-        close: () => context.close(),
-      };
+      return openEventPage(page, context, url, { warningType: 'warn',
+        waitFor: (fn, arg, timeout) => page.waitForFunction(fn, { timeout, polling: 100 }, arg) });
     },
     async close() {
       await withTimeout(browser.close(), 10_000, 'closing Firefox', () => browser.process()?.kill('SIGKILL')).catch(() => {});
