@@ -6,8 +6,8 @@
 // Columns: out err/tol (max |out - out64| over max(1e-5·max(1, max|out64|), 2·max|out32 - out64|)),
 // weights max |w - w64| (limit 1e-5), lse worst |lse - lse64| / (1e-5·max(1, |lse64|)) (limit 1).
 import { createMHA } from '../dist/index.js';
-import { checkLse, checkOut, checkWeights, goldenDir, goldenOptions, goldenV2Dir, loadGoldenCases,
-  readGolden } from '../tests/js/helpers.mjs';
+import { checkLse, checkOut, checkWeights } from '../scripts/lib/golden-runner.mjs';
+import { goldenDir, goldenOptions, goldenV2Dir, loadGoldenCases, readGolden } from '../scripts/lib/golden.mjs';
 
 const withRelaxed = process.argv.includes('--relaxed');
 const BUILDS = [['simd', { simd: 'fixed' }], ['baseline', { simd: false }], ['simd-threads', { simd: 'fixed', threads: 2 }]];

@@ -7,7 +7,7 @@
 // without it the "before" rows run this build's too.
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { mulberry32, randomNormal } from './lib/prng.mjs';
+import { mulberry32, randomNormal } from '../scripts/lib/prng.mjs';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const [roundsArg, beforeArg] = process.argv.slice(2);
 const afterDir = path.join(here, '../dist');

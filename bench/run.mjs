@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { SHAPES, V1_SHAPES, shapeByName, describeShape, flopsOf } from './lib/shapes.mjs';
 import { JOBS, JOB_NAMES, GROUPS } from './lib/jobs.mjs';
 import { IMPL_NAMES, IMPLS, supports } from './impls/index.mjs';
-import { DEFAULT_SEED } from './lib/prng.mjs';
+import { DEFAULT_SEED } from '../scripts/lib/prng.mjs';
 import { markdown, svg, speedups, statusText, IMPL_LABELS } from './lib/report.mjs';
 import { environment, loadAverage } from './lib/env.mjs';
 

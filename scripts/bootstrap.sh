@@ -19,7 +19,7 @@ declare -A NEEDS=(
   [clang-19]=clang-19
   [wasm-ld-19]=lld-19
   [/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.asan-x86_64.a]=libclang-rt-14-dev
-  # the other browser engines of tests/browser (tests/browser/engines.mjs) and the JavaScriptCore shell
+  # the other browser engines of tests/browser (scripts/lib/engines.mjs) and the JavaScriptCore shell
   [/usr/bin/firefox-esr]=firefox-esr
   [/usr/bin/WebKitWebDriver]=webkit2gtk-driver
   [/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser]=libwebkit2gtk-4.1-0

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <type_traits>
 
+#include "call_abi.hpp"
 #include "mha/decode.hpp"
 #include "mha/kernel.hpp"
 #include "mha/heads.hpp"
@@ -36,100 +36,15 @@ std::unique_ptr<mha::ParallelAttention> g_parallel;
 mha::KVCacheRegistry g_caches;
 mha::DecodeScratch g_decode;
 
-// One mha_kv_cache_attend call, written by web/src into the instance's scratch arena. Every field is 4
-// bytes (wasm32); the offsets reach TS through kvCacheAttendCallLayout() (offsetof), never hand-copied.
-struct CacheAttendCallAbi {
-  uint32_t cache;                     // id from mha_kv_cache_create
-  uint32_t q, k, v, out;              // heap addresses: q, out (B, n, H*Dh), k, v (B, n, Hkv*Dh); dense float32
-  uint32_t alibi_slopes;              // 0 = none; float32 (H)
-  int32_t new_tokens;                 // n >= 1
-  int32_t num_heads;                  // H, a multiple of the cache's Hkv
-  int32_t causal;                     // 0 / 1 (the API's default is 1)
-  int32_t window_left, window_right;  // -1 = Infinity
-  int32_t empty_rows;                 // 0 = 'nan', 1 = 'zero'
-  float scale;                        // resolved by the caller (1/sqrt(Dh) default)
-  float softcap;                      // 0 = none
-};
-
 template <typename T>
 T* at(uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
-// One attention call as web/src writes it into the instance's staging arena (every field 4 bytes, wasm32);
-// the exports below read it, so a new option adds a field instead of changing every call site. The
-// "none" value of each optional field is what a v1 call writes.
-struct AttentionCallAbi {
-  uint32_t q, k, v, out;       // heap addresses; attention_weights: `out` is the (B, H, S, T) weights
-  uint32_t mask;               // 0 = none; uint8 (B, S, T), nonzero = may attend
-  uint32_t bias;               // 0 = none; float32 [bias_batch, bias_heads, S, T]
-  uint32_t kv_lengths;         // 0 = none; int32 (B)
-  uint32_t alibi_slopes;       // 0 = none; float32 (H)
-  uint32_t lse;                // 0 = none; float32 (B, H, S) output (attention only)
-  int32_t batch, seq_len, kv_seq_len, d_model, num_heads, num_kv_heads;  // B, S, T, D, H, Hkv (none: Hkv = H)
-  int32_t query_offset;        // >= 0
-  int32_t causal;              // 0 / 1
-  int32_t window_left, window_right;  // -1 = unbounded (Infinity)
-  int32_t bias_batch, bias_heads;     // 1 or B, 1 or H (the broadcast dims of biasShape); ignored without a bias (the TS layer writes 1)
-  int32_t empty_rows;          // 0 = 'nan', 1 = 'zero'
-  float scale;                 // resolved by the caller (1/sqrt(Dh) default)
-  float softcap;               // 0 = none
-};
-
-// The field offsets reach web/src through attentionCallLayout(), so TypeScript writes fields by name and no
-// offset is copied by hand; it refuses a module whose fields are not the ones it writes.
-struct AbiField {
-  const char* name;
-  size_t offset;
-};
-constexpr AbiField kAttentionCallFields[] = {
-    {"q", offsetof(AttentionCallAbi, q)},
-    {"k", offsetof(AttentionCallAbi, k)},
-    {"v", offsetof(AttentionCallAbi, v)},
-    {"out", offsetof(AttentionCallAbi, out)},
-    {"mask", offsetof(AttentionCallAbi, mask)},
-    {"bias", offsetof(AttentionCallAbi, bias)},
-    {"kv_lengths", offsetof(AttentionCallAbi, kv_lengths)},
-    {"alibi_slopes", offsetof(AttentionCallAbi, alibi_slopes)},
-    {"lse", offsetof(AttentionCallAbi, lse)},
-    {"batch", offsetof(AttentionCallAbi, batch)},
-    {"seq_len", offsetof(AttentionCallAbi, seq_len)},
-    {"kv_seq_len", offsetof(AttentionCallAbi, kv_seq_len)},
-    {"d_model", offsetof(AttentionCallAbi, d_model)},
-    {"num_heads", offsetof(AttentionCallAbi, num_heads)},
-    {"num_kv_heads", offsetof(AttentionCallAbi, num_kv_heads)},
-    {"query_offset", offsetof(AttentionCallAbi, query_offset)},
-    {"causal", offsetof(AttentionCallAbi, causal)},
-    {"window_left", offsetof(AttentionCallAbi, window_left)},
-    {"window_right", offsetof(AttentionCallAbi, window_right)},
-    {"bias_batch", offsetof(AttentionCallAbi, bias_batch)},
-    {"bias_heads", offsetof(AttentionCallAbi, bias_heads)},
-    {"empty_rows", offsetof(AttentionCallAbi, empty_rows)},
-    {"scale", offsetof(AttentionCallAbi, scale)},
-    {"softcap", offsetof(AttentionCallAbi, softcap)},
-};
-static_assert(std::is_standard_layout_v<AttentionCallAbi>, "offsetof needs a standard-layout struct");
-constexpr AbiField kCacheAttendCallFields[] = {
-    {"cache", offsetof(CacheAttendCallAbi, cache)},
-    {"q", offsetof(CacheAttendCallAbi, q)},
-    {"k", offsetof(CacheAttendCallAbi, k)},
-    {"v", offsetof(CacheAttendCallAbi, v)},
-    {"out", offsetof(CacheAttendCallAbi, out)},
-    {"alibi_slopes", offsetof(CacheAttendCallAbi, alibi_slopes)},
-    {"new_tokens", offsetof(CacheAttendCallAbi, new_tokens)},
-    {"num_heads", offsetof(CacheAttendCallAbi, num_heads)},
-    {"causal", offsetof(CacheAttendCallAbi, causal)},
-    {"window_left", offsetof(CacheAttendCallAbi, window_left)},
-    {"window_right", offsetof(CacheAttendCallAbi, window_right)},
-    {"empty_rows", offsetof(CacheAttendCallAbi, empty_rows)},
-    {"scale", offsetof(CacheAttendCallAbi, scale)},
-    {"softcap", offsetof(CacheAttendCallAbi, softcap)},
-};
-static_assert(std::is_standard_layout_v<CacheAttendCallAbi>, "offsetof needs a standard-layout struct");
-static_assert(sizeof(kCacheAttendCallFields) / sizeof(AbiField) * 4 == sizeof(CacheAttendCallAbi),
-              "every 4-byte field of CacheAttendCallAbi is listed in kCacheAttendCallFields");
-static_assert(sizeof(kAttentionCallFields) / sizeof(AbiField) * 4 == sizeof(AttentionCallAbi),
-              "every 4-byte field of AttentionCallAbi is listed in kAttentionCallFields");
+// The call structs (AttentionCallAbi, CacheAttendCallAbi) and their field tables (kAttentionCallFields,
+// kCacheAttendCallFields) come from one list each in call_abi.hpp; the field offsets reach web/src through
+// attentionCallLayout() and kvCacheAttendCallLayout(), so TypeScript writes fields by name and no offset is
+// copied by hand; it refuses a module whose fields are not the ones it writes.
 
 // What the core's AttentionArgs cannot express about a call: the bias's broadcast dims must be 1 or B and
 // 1 or H (they become zero strides), empty_rows 0 or 1, and attention_weights has no lse output (an option

@@ -1,7 +1,7 @@
 // The page the in-page A/B tools run in (relaxed-ab.mjs, wasm-ab.mjs): an engine of the browser tests
-// layer (tests/browser/engines.mjs: Debian's Chromium by default, or with --engine Firefox ESR or WebKitGTK)
+// layer (scripts/lib/engines.mjs: Debian's Chromium by default, or with --engine Firefox ESR or WebKitGTK)
 // on bench/browser/index.html served by the test server, closed again afterwards.
-import { launchEngine, startTestServer } from '../../tests/browser/engines.mjs';
+import { launchEngine, startTestServer } from '../../scripts/lib/engines.mjs';
 
 /** `--name value` of a command line, or `fallback`. */
 export function option(args, name, fallback) {

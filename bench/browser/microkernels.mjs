@@ -6,8 +6,8 @@
 // page of its own (a second Emscripten glue evaluated in the same page ends it).
 //   cmake --build build/wasm --target mha_microkernel_timing mha_microkernel_timing_relaxed
 //   node bench/browser/microkernels.mjs [--rounds 3]
-import { launchChromium } from '../../tests/browser/chromium.mjs';
-import { startTestServer } from '../../tests/browser/engines.mjs';
+import { launchChromium } from '../../scripts/lib/chromium.mjs';
+import { startTestServer } from '../../scripts/lib/engines.mjs';
 import { option } from './bench-page.mjs';
 
 const args = process.argv.slice(2);

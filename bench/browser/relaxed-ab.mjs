@@ -34,7 +34,7 @@ await withBenchPage(async (page, browserName) => {
   const result = await page.evaluate(async ({ shapes, rounds, models, withHeap, withOut }) => {
     const { createMHA } = await import('/dist/index.js');
     const { shapeByName, flopsOf } = await import('/bench/lib/shapes.mjs');
-    const { makeInputs } = await import('/bench/lib/prng.mjs');
+    const { makeInputs } = await import('/scripts/lib/prng.mjs');
     const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
     const p10 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 10)];
     const impls = { relaxed: await createMHA(), fixed: await createMHA({ simd: 'fixed' }) };

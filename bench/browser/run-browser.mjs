@@ -1,14 +1,14 @@
 // `node bench/run.mjs --browser [engine,...]`: the same measurements in a browser: headless Chromium (the
 // default, playwright-core, /usr/bin/chromium), headless Firefox ESR (puppeteer-core) or WebKitGTK's
 // MiniBrowser on a private Xvfb (selenium-webdriver), or several of them row by row, launched through the browser tests' engine layer
-// (tests/browser/engines.mjs). The repo is served on 127.0.0.1 by that layer's test server (scripts/serve.mjs
+// (scripts/lib/engines.mjs). The repo is served on 127.0.0.1 by that layer's test server (scripts/serve.mjs
 // with COOP/COEP: cross-origin isolated, 5 us timers, SharedArrayBuffer where the engine gives it). Each
 // (implementation, shape) row gets a fresh page (a fresh browser context on Chromium and Firefox), so a
 // renderer crash or OOM costs only that row.
 import { shapeByName, describeShape, flopsOf } from '../lib/shapes.mjs';
 import { loadAverage } from '../lib/env.mjs';
 import { IMPLS, supports } from '../impls/index.mjs';
-import { ENGINES, launchEngine, startTestServer } from '../../tests/browser/engines.mjs';
+import { ENGINES, launchEngine, startTestServer } from '../../scripts/lib/engines.mjs';
 
 /** The engines `--browser` accepts: those of the browser tests. */
 export const BROWSER_ENGINES = Object.keys(ENGINES);

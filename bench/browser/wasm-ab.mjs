@@ -23,7 +23,7 @@ await withBenchPage(async (page, browserName) => {
   const result = await page.evaluate(async ({ builds, shapes, rounds, useOut }) => {
     const { createMHA } = await import('/dist/index.js');
     const { shapeByName } = await import('/bench/lib/shapes.mjs');
-    const { makeInputs } = await import('/bench/lib/prng.mjs');
+    const { makeInputs } = await import('/scripts/lib/prng.mjs');
     const impls = {};
     for (const [label, path] of Object.entries(builds)) {
       impls[label] = await createMHA({ wasmBinary: new Uint8Array(await (await fetch(`/${path}`)).arrayBuffer()) });

@@ -1,7 +1,7 @@
-// Plain-JS implementation (bench/lib/reference.mjs): straightforward loops, float64 accumulators.
+// Plain-JS implementation (scripts/lib/reference.mjs): straightforward loops, float64 accumulators.
 // On shapes too large for a full call inside the time budget, only `rows` (an evenly spread subset
 // of query rows) are computed and the time is extrapolated by (B*S)/rows.length by the caller.
-import { attentionRows } from '../lib/reference.mjs';
+import { attentionRows } from '../../scripts/lib/reference.mjs';
 
 export function create(shape, { rows } = {}) {
   const all = Int32Array.from({ length: shape.B * shape.S }, (_, r) => r);

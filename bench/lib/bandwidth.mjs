@@ -4,7 +4,7 @@
 // is bound by the loads, not by the adds), 128 bytes per iteration. The bytes are emitted here (no build
 // step). measureBandwidth runs on the calling thread; bench/lib/bandwidth-threads.mjs (Node) runs one
 // stream per worker over its own slice of one shared memory.
-import { uleb, str, section, vec } from './ceiling.mjs';
+import { uleb, str, section, vec } from './wasm-bytes.mjs';
 
 const I32 = 0x7f, V128 = 0x7b;
 const LOCAL_GET = 0x20, LOCAL_SET = 0x21, LOCAL_TEE = 0x22;

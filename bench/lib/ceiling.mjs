@@ -11,30 +11,17 @@
 //                 so in Chromium the ceiling stays about 5 % under what its micro-kernels reach.
 //   relaxed_madd  12 chains of one f32x4.relaxed_madd per step (Relaxed SIMD): the limit of an FMA build,
 //                 measured only where the engine validates the opcode (8 chains: 40.4, 10-14: 45.4 there).
-// The bytes are emitted here directly (no build step). Isomorphic: no imports.
+// The bytes are emitted here directly (no build step; the encoding helpers are wasm-bytes.mjs'). Isomorphic:
+// its only imports are wasm-bytes.mjs and bandwidth.mjs.
+import { measureBandwidth } from './bandwidth.mjs';
+import { uleb, str, section, vec } from './wasm-bytes.mjs';
 
 const CHAINS = 12;
 const UNROLL = 4; // steps per loop iteration, to keep loop overhead negligible
 
-/** Unsigned LEB128, and the module-building helpers below: shared with bandwidth.mjs. */
-export function uleb(n) {
-  const out = [];
-  do {
-    let byte = n & 0x7f;
-    n >>>= 7;
-    if (n !== 0) byte |= 0x80;
-    out.push(byte);
-  } while (n !== 0);
-  return out;
-}
-
 function f32bytes(x) {
   return [...new Uint8Array(new Float32Array([x]).buffer)];
 }
-
-export const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(0))];
-export const section = (id, body) => [id, ...uleb(body.length), ...body];
-export const vec = (items) => [...uleb(items.length), ...items.flat()];
 
 // Opcodes.
 const I32 = 0x7f, F32 = 0x7d, V128 = 0x7b;
@@ -166,7 +153,6 @@ export function measureCeiling({ targetMs = 100, trials = 15, fma = false } = {}
  * `rounds` measurements; `ratioFma` is fma / mul+add of the same round, median over rounds.
  */
 export async function measureCeilings({ rounds = 3, bandwidth = true } = {}) {
-  const { measureBandwidth } = await import('./bandwidth.mjs');
   const fmaAvailable = hasRelaxedSimd();
   const mulAdd = [], fma = [], bw = [];
   for (let r = 0; r < rounds; r++) {

@@ -3,8 +3,8 @@
 // the rounds, with the reason), times them in alternating rounds (bench/lib/interleave.mjs) and reports
 // every contestant's per-round times and the job's per-round ratios. Node only.
 import { readFileSync } from 'node:fs';
-import { makeInputs, shapeWithInputs } from './prng.mjs';
-import { attentionRows, sampleRows, compareRows } from './reference.mjs';
+import { makeInputs, shapeWithInputs } from '../../scripts/lib/prng.mjs';
+import { attentionRows, sampleRows, compareRows } from '../../scripts/lib/reference.mjs';
 import { shapeByName, flopsOf } from './shapes.mjs';
 import { interleave, roundRatio, spread } from './interleave.mjs';
 import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
@@ -12,7 +12,8 @@ import { lastLevelCacheBytes } from './env.mjs';
 import { jobByName, decodeShapeByName, decodeBytes, decodeFlops, evictionBytes, LOOP,
   MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, ORT_GQA, PLAIN_JS } from './jobs.mjs';
 import { IMPLS } from '../impls/index.mjs';
-import { roundToFloat16, sliceRows } from '../../tests/js/helpers.mjs';
+import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
+import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 
 const distUrl = new URL('../../dist/index.js', import.meta.url).href;
 const now = () => performance.now();
@@ -230,7 +231,7 @@ function plainJsStep(s, inputs) {
   const vCache = inputs.v.slice();
   const out = new Float32Array(B * s.H * Dh);
   return {
-    info: { accumulate: 'float64', reference: 'bench/lib/reference.mjs' },
+    info: { accumulate: 'float64', reference: 'scripts/lib/reference.mjs' },
     run() {
       for (let b = 0; b < B; b++) {
         kCache.set(inputs.kNew.subarray(b * kvD, (b + 1) * kvD), (b * T + T - 1) * kvD);

@@ -1,8 +1,8 @@
 // One (implementation, shape) measurement: seeded inputs, plain-JS reference rows, load, first call,
 // correctness check of that first output (before any timing), then warm-up and adaptive repeats.
 // Isomorphic (Node child process and Chromium page).
-import { shapeWithInputs, DEFAULT_SEED } from './prng.mjs';
-import { attentionRows, sampleRows, compareRows } from './reference.mjs';
+import { shapeWithInputs, DEFAULT_SEED } from '../../scripts/lib/prng.mjs';
+import { attentionRows, sampleRows, compareRows } from '../../scripts/lib/reference.mjs';
 import { flopsOf } from './shapes.mjs';
 
 /** Full-output check against plain JS when the reference costs at most this many FLOPs. */

@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import { create } from '../impls/mha-wasm.mjs';
 import { flopsOf, shapeByName } from './shapes.mjs';
-import { shapeWithInputs } from './prng.mjs';
+import { shapeWithInputs } from '../../scripts/lib/prng.mjs';
 
 const [wasm, shapeName, callsText] = process.argv.slice(2);
 const calls = Number(callsText);

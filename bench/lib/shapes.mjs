@@ -1,6 +1,6 @@
 // Benchmark shapes. B batch, S query rows, T key/value rows, D model size, H heads (Dh = D / H), and the
-// options of docs/spec.md Part 2 by their reference names (bench/lib/reference.mjs): Hkv, window, softcap,
-// alibiSlopes, biasShape (the bias itself is drawn with the inputs, bench/lib/prng.mjs).
+// options of docs/spec.md Part 2 by their reference names (scripts/lib/reference.mjs): Hkv, window, softcap,
+// alibiSlopes, biasShape (the bias itself is drawn with the inputs, scripts/lib/prng.mjs).
 
 /** ALiBi slopes of the paper (Press et al.) for H heads, a power of two: 2^(-8(h+1)/H). */
 export function alibiSlopes(H) {

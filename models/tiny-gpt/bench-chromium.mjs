@@ -4,7 +4,7 @@
 //
 //   node models/tiny-gpt/bench-chromium.mjs [--rounds 9] [--tokens 200]
 import { parseArgs } from 'node:util';
-import { launchChromium } from '../../tests/browser/chromium.mjs';
+import { launchChromium } from '../../scripts/lib/chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
 
 const { values } = parseArgs({ options: { rounds: { type: 'string', default: '9' }, tokens: { type: 'string', default: '200' } } });

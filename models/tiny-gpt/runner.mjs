@@ -1,12 +1,12 @@
 // tiny-gpt runner: loads config.json + model.safetensors and runs the decoder of issue 17 in plain JS, with
 // attention delegated to a pluggable backend (attention-backends.mjs, on mha-wasm). Plain ESM whose only
-// import is the project's seeded PRNG (bench/lib/prng.mjs, itself import-free), so the same file runs in
+// import is the project's seeded PRNG (scripts/lib/prng.mjs, itself import-free), so the same file runs in
 // Node, in a page and in a Worker.
 //
 // Shapes, with the letters of docs/spec.md (batch B is always 1 here): S new tokens of one forward call
 // (n in the code), T tokens held, D = d_model, H query heads, Hkv KV heads, Dh = D / H; F = d_ff,
 // V = vocab_size.
-import { mulberry32 } from '../../bench/lib/prng.mjs';
+import { mulberry32 } from '../../scripts/lib/prng.mjs';
 
 // ---------------------------------------------------------------------------------------------------
 // Loading

@@ -1,5 +1,5 @@
 // The demo page (web/demo/), served the way `npm start` serves it (scripts/serve.mjs, repository root),
-// driven in headless Chromium; at the end, the same page on the other engines of tests/browser/engines.mjs
+// driven in headless Chromium; at the end, the same page on the other engines of scripts/lib/engines.mjs
 // (Firefox, WebKit): it draws its heatmaps and finishes its checks with no console errors. Assumes dist/
 // is built (npm test builds first).
 //
@@ -8,8 +8,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { canvasStats, chromiumAndServer } from './chromium.mjs';
-import { forEachEngine, startTestServer } from './engines.mjs';
+import { startTestServer } from '../../scripts/lib/engines.mjs';
+import { canvasStats, chromiumAndServer, forEachEngine } from './suites.mjs';
 
 const RESULTS = fileURLToPath(new URL('../../test-results/', import.meta.url));
 

@@ -1,4 +1,4 @@
-// The engine layer itself (tests/browser/engines.mjs): nothing a launch starts (the browser and its
+// The engine layer itself (scripts/lib/engines.mjs): nothing a launch starts (the browser and its
 // processes; for WebKit also Xvfb and WebKitWebDriver; Firefox's profile copy) outlives the Node process
 // that launched it, even when that process is killed with SIGKILL, and WebKit's close() ends all of it. The launches run in a
 // child process (tests/browser/fixtures/launch-and-wait.mjs) whose descendants are read from /proc.
@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { selectedEngines } from './engines.mjs';
+import { selectedEngines } from '../../scripts/lib/engines.mjs';
 
 const FIXTURE = fileURLToPath(new URL('fixtures/launch-and-wait.mjs', import.meta.url));
 

@@ -1,13 +1,14 @@
-// The PyTorch golden sets in the page, on every engine of tests/browser/engines.mjs, with createMHA's
+// The PyTorch golden sets in the page, on every engine of scripts/lib/engines.mjs, with createMHA's
 // choice of build (relaxed-simd where the engine has Relaxed SIMD), plain SIMD128 (`simd: 'fixed'`) and
-// the baseline forced by `simd: false`. The page runs tests/browser/golden-runner.mjs over the files it
+// the baseline forced by `simd: false`. The page runs scripts/lib/golden-runner.mjs over the files it
 // fetches from the test server; the sets are GOLDEN_SETS (v1, and v2 with its KV-cache cases). Where the
 // engine has threads, the KV-cache cases also run on 1, 2 and 3 threads with the same bits.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { forEachEngine, startTestServer } from './engines.mjs';
-import { GOLDEN_SETS } from './golden-runner.mjs';
+import { startTestServer } from '../../scripts/lib/engines.mjs';
+import { forEachEngine } from './suites.mjs';
+import { GOLDEN_SETS } from '../../scripts/lib/golden-runner.mjs';
 import { repoRoot } from '../js/helpers.mjs';
 
 let server;
@@ -34,7 +35,7 @@ forEachEngine((engine) => {
       const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
       const r = await page.evaluate(async () => {
         const { createMHA } = await import('/dist/index.js');
-        const { fetchReader, runGoldenCase } = await import('/tests/browser/golden-runner.mjs');
+        const { fetchReader, runGoldenCase } = await import('/scripts/lib/golden-runner.mjs');
         const read = fetchReader('v2');
         const cases = JSON.parse(new TextDecoder().decode(await read('cases.json'))).filter((c) => c.kind === 'cache');
         const rows = [];
@@ -67,7 +68,7 @@ forEachEngine((engine) => {
         const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
         const r = await page.evaluate(async ({ set, options }) => {
           const { createMHA } = await import('/dist/index.js');
-          const { fetchReader, runGoldenSet } = await import('/tests/browser/golden-runner.mjs');
+          const { fetchReader, runGoldenSet } = await import('/scripts/lib/golden-runner.mjs');
           const read = fetchReader(set);
           const cases = JSON.parse(new TextDecoder().decode(await read('cases.json')));
           const mha = await createMHA(options);

@@ -1,12 +1,13 @@
 // The Relaxed SIMD builds in Chromium (which has Relaxed SIMD since 114): createMHA() selects relaxed-simd,
 // and relaxed-simd-threads for threads on a cross-origin isolated page; both run the golden v1 set (out and
 // weights) within the golden tolerance and the spec example; simd: 'fixed' gives the SIMD128 build.
-// Written against tests/browser/chromium.mjs: the engine layer of the engines branch (which would run it
-// on Firefox and WebKit-with-flags too, from its capability table's relaxedSimd) is not merged yet.
+// Written against Chromium alone (chromiumAndServer, tests/browser/suites.mjs): the engine layer
+// (scripts/lib/engines.mjs) would run it on Firefox and WebKit-with-flags too, from its capability
+// table's relaxedSimd; that is not done yet.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { chromiumAndServer } from './chromium.mjs';
+import { chromiumAndServer } from './suites.mjs';
 import { checkOut, checkWeights, expectedLastRow, goldenDir, loadGoldenCases, readGolden } from '../js/helpers.mjs';
 
 const harness = chromiumAndServer({ before, after });

@@ -1,4 +1,4 @@
-// Browser smoke test, on every engine of tests/browser/engines.mjs: the engine has what the capability
+// Browser smoke test, on every engine of scripts/lib/engines.mjs: the engine has what the capability
 // table says, a page computes the spec's example, the README's browser example shows its last row, and
 // the loader's errors (a 404, an HTML page where the .wasm should be, a foreign module, a version mismatch)
 // each name what was fetched and what was expected, after which the defaults still load. The loader cases
@@ -7,7 +7,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { forEachEngine, startTestServer, RELAXED_SIMD_PROBE } from './engines.mjs';
+import { startTestServer, RELAXED_SIMD_PROBE } from '../../scripts/lib/engines.mjs';
+import { forEachEngine } from './suites.mjs';
 import { loadGoldenCases, readGolden, compare, expectedLastRow, repoRoot } from '../js/helpers.mjs';
 
 const { version } = JSON.parse(readFileSync(`${repoRoot}/package.json`, 'utf8'));

@@ -1,4 +1,4 @@
-// The threaded build on every engine of tests/browser/engines.mjs. With cross-origin isolation (COOP/COEP)
+// The threaded build on every engine of scripts/lib/engines.mjs. With cross-origin isolation (COOP/COEP)
 // an engine that gives isolated pages SharedArrayBuffer runs 2 and 3 threads on the simd-threads build
 // with the single-threaded build's bits; one that does not (WebKitGTK without JSC_useSharedArrayBuffer=1)
 // runs the documented fallback: 1 thread, the same bits, one console warning saying why. Without the
@@ -6,7 +6,8 @@
 // makes the request fall back at once; dispose() terminates the workers.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { forEachEngine, startTestServer } from './engines.mjs';
+import { startTestServer } from '../../scripts/lib/engines.mjs';
+import { forEachEngine } from './suites.mjs';
 
 let isolated;
 let plain;
@@ -43,7 +44,7 @@ const NO_SHARED_MEMORY = /^mha-wasm: (\d+) threads requested, running single-thr
 function runInPage(page, optionsList, shape) {
   return page.evaluate(async ([optionsList, shape]) => {
     const { createMHA } = await import('/dist/index.js');
-    const { mulberry32 } = await import('/bench/lib/prng.mjs');
+    const { mulberry32 } = await import('/scripts/lib/prng.mjs');
     const uniform = mulberry32(12345);
     const random = () => uniform() - 0.5;
     const { batch: B, seqLen: S, kvSeqLen: T, dModel: D } = shape;

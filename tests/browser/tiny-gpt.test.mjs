@@ -13,7 +13,7 @@ import { createMHA } from '../../dist/index.js';
 import { generate } from '../../models/tiny-gpt/runner.mjs';
 import { kvCacheBackend } from '../../models/tiny-gpt/attention-backends.mjs';
 import { readTinyGPT } from '../../models/tiny-gpt/load-node.mjs';
-import { canvasStats, chromiumAndServer } from './chromium.mjs';
+import { canvasStats, chromiumAndServer } from './suites.mjs';
 
 const RESULTS = fileURLToPath(new URL('../../test-results/', import.meta.url));
 

@@ -23,7 +23,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launchChromium } from '../browser/chromium.mjs';
+import { launchChromium } from '../../scripts/lib/chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
 import { repoRoot, sh, installPackedTarball, specGolden, openResources, computeInPage, assertGoldenOutput, bundleWithEsbuild } from './harness.mjs';
 

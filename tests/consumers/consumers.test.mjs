@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import zlib from 'node:zlib';
-import { launchChromium } from '../browser/chromium.mjs';
+import { launchChromium } from '../../scripts/lib/chromium.mjs';
 import { bundleWithEsbuild } from './harness.mjs';
 import { goldenDir } from '../js/helpers.mjs';
 import { serve } from '../../scripts/serve.mjs';

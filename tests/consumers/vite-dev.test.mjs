@@ -18,7 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createServer, build, preview, createLogger } from 'vite';
-import { launchChromium } from '../browser/chromium.mjs';
+import { launchChromium } from '../../scripts/lib/chromium.mjs';
 import { expectedLastRow } from '../js/helpers.mjs';
 import { repoRoot, installPackedTarball, specGolden, openResources, computeInPage, assertGoldenOutput } from './harness.mjs';
 

@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { attention } from '../../bench/lib/reference.mjs';
+import { attention } from '../../scripts/lib/reference.mjs';
 import { bitsEqual, checkLse, checkOut, checkWeights, goldenOptions, goldenV2Dir, heapCopy, loadGoldenCases, mulberry32,
   randomNormal, readGolden, referenceAll } from './helpers.mjs';
 

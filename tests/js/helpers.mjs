@@ -1,53 +1,20 @@
-// Shared by the JS tests (and the browser and consumer suites): the golden reader and its tolerance rule,
-// and the project's one seeded PRNG and one float64 reference (bench/lib/prng.mjs, bench/lib/reference.mjs),
-// adapted to the API's option names.
+// Shared by the JS tests (and the browser and consumer suites): the golden reader and its tolerance rule
+// (scripts/lib/golden.mjs, scripts/lib/golden-runner.mjs), and the project's one seeded PRNG and one
+// float64 reference (scripts/lib/prng.mjs, scripts/lib/reference.mjs), adapted to the API's option names.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import fs from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { mulberry32, normalSampler, randomNormal } from '../../bench/lib/prng.mjs';
-import { attention } from '../../bench/lib/reference.mjs';
-import { checkLse, checkOut, checkWeights, compare, sliceRows } from '../browser/golden-runner.mjs';
+import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
+import { goldenDir, goldenOptions, goldenV2Dir, loadGoldenCases, readGolden, repoRoot } from '../../scripts/lib/golden.mjs';
+import { checkLse, checkOut, checkWeights, compare, sliceRows } from '../../scripts/lib/golden-runner.mjs';
+import { mulberry32, normalSampler, randomNormal } from '../../scripts/lib/prng.mjs';
+import { attention } from '../../scripts/lib/reference.mjs';
 
-// The tolerance rules live in the golden runner (pure ECMAScript, also run by the pages and jsc).
-export { checkLse, checkOut, checkWeights, compare, mulberry32, normalSampler, randomNormal, sliceRows };
-
-export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-// The PyTorch golden vectors are test fixtures of this repository (tests/golden/README.md).
-export const goldenDir = process.env.MHA_GOLDEN_DIR ?? path.join(repoRoot, 'tests/golden/v1');
-export const goldenV2Dir = path.join(repoRoot, 'tests/golden/v2');
-
-/** The cases of a golden set (`cases.json`); readGolden finds each case's files in its set's folder. */
-export function loadGoldenCases(dir = goldenDir) {
-  const cases = JSON.parse(fs.readFileSync(path.join(dir, 'cases.json'), 'utf8'));
-  // Not enumerable: a case stays the plain data of cases.json (JSON.stringify, deepEqual).
-  for (const c of cases) Object.defineProperty(c, 'dir', { value: dir });
-  return cases;
-}
-
-/** Reads a golden file as the typed array its role implies (mask: Uint8Array, others: Float32Array). */
-export function readGolden(c, role) {
-  const file = c.files[role];
-  if (file === undefined) throw new Error(`golden case ${c.name} has no ${role} file`);
-  const bytes = fs.readFileSync(path.join(c.dir ?? goldenDir, file));
-  const copy = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
-  return role === 'mask' ? new Uint8Array(copy) : new Float32Array(copy);
-}
-
-/**
- * A v2 case's options by their API names (cases.json writes Infinity in a window as "Infinity"), with its
- * bias read from its file; plus its dims.
- */
-export function goldenOptions(c) {
-  const options = { batch: c.batch, seqLen: c.seqLen, kvSeqLen: c.kvSeqLen, dModel: c.dModel, numHeads: c.numHeads, ...c.options };
-  if (options.window) options.window = options.window.map((w) => (w === 'Infinity' ? Infinity : w));
-  if (c.files.mask) options.mask = readGolden(c, 'mask');
-  if (c.files.bias) options.bias = readGolden(c, 'bias');
-  return options;
-}
+// The tolerance rules live in the golden runner (pure ECMAScript, also run by the pages and jsc); the
+// golden reader, the float16 rounding, the PRNG and the reference in scripts/lib/ too (the bench uses them).
+export { checkLse, checkOut, checkWeights, compare, goldenDir, goldenOptions, goldenV2Dir, loadGoldenCases, mulberry32,
+  normalSampler, randomNormal, readGolden, repoRoot, roundToFloat16, sliceRows };
 
 /** True when two typed arrays hold the same bytes. */
 export function bitsEqual(a, b) {
@@ -137,7 +104,7 @@ function referenceShape(o) {
 }
 
 /**
- * The spec, independently, in float64 JS (bench/lib/reference.mjs), called with the API's options:
+ * The spec, independently, in float64 JS (scripts/lib/reference.mjs), called with the API's options:
  * q (B,S,D), k and v (B,T,Hkv·Dh) -> out (B,S,D).
  */
 export function referenceMHA(q, k, v, options) {
@@ -170,23 +137,3 @@ export function loadSpecExample() {
   const [q, k, v, out64] = ['q', 'k', 'v', 'out64'].map((role) => readGolden(example, role));
   return { q, k, v, out64, shape: { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 } };
 }
-
-/**
- * x rounded to IEEE binary16 (nearest, ties to even; overflow to ±Infinity), returned as a number: what a
- * float16 KV cache stores (docs/spec.md Part 3). Exact: float64 scaling by powers of two loses nothing.
- */
-export function roundToFloat16(x) {
-  if (!Number.isFinite(x) || x === 0) return x;
-  const a = Math.abs(x);
-  let e = Math.floor(Math.log2(a));
-  if (2 ** e > a) e -= 1;
-  if (2 ** (e + 1) <= a) e += 1;
-  const quantum = 2 ** (Math.max(e, -14) - 10);  // below 2^-14 the subnormals' fixed 2^-24
-  const y = a / quantum;
-  const floor = Math.floor(y);
-  const rest = y - floor;
-  const units = rest > 0.5 || (rest === 0.5 && floor % 2 === 1) ? floor + 1 : floor;
-  const rounded = units * quantum;
-  return Math.sign(x) * (rounded > 65504 ? Infinity : rounded);
-}
-

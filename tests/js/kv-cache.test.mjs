@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
 import { bitsEqual, checkOut, expectError, fullGc, goldenV2Dir, heapCopy, loadGoldenCases, mulberry32, randomNormal, readGolden,
   roundToFloat16, sliceRows } from './helpers.mjs';
-import { runCacheCase } from '../browser/golden-runner.mjs';
+import { runCacheCase } from '../../scripts/lib/golden-runner.mjs';
 
 const cases = loadGoldenCases(goldenV2Dir).filter((c) => c.kind === 'cache');
 
@@ -182,8 +182,8 @@ test('errors: each bad input gets a precise error and changes nothing', async ()
 
     cache.free();
     cache.free();  // again: nothing
-    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }), Error, ['KVCache.attend', 'freed (by free())']);
-    expectError(() => cache.truncate(0), Error, ['KVCache.truncate', 'freed']);
+    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }), TypeError, ['KVCache.attend', 'freed (by free())']);
+    expectError(() => cache.truncate(0), TypeError, ['KVCache.truncate', 'freed']);
 
     // Another instance's heap tensor is refused; a disposed instance's cache is freed.
     const other = await createMHA();
@@ -193,7 +193,7 @@ test('errors: each bad input gets a precise error and changes nothing', async ()
     assert.equal(c2.length, 0);
     const c3 = other.createKVCache(dims);
     other.dispose();
-    expectError(() => c3.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }), Error, ['freed (by dispose())']);
+    expectError(() => c3.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }), TypeError, ['freed (by dispose())']);
     c2.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 });  // this instance's cache still works
     assert.equal(c2.length, 1);
     // out: a Float32Array is filled and returned; a HeapTensor out that is q is refused.

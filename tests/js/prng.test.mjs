@@ -1,4 +1,4 @@
-// The project's one seeded PRNG (bench/lib/prng.mjs) pinned to the sequences its users were built on: the
+// The project's one seeded PRNG (scripts/lib/prng.mjs) pinned to the sequences its users were built on: the
 // tiny-gpt runner's sampling draws mulberry32 uniforms, the bench and tests fillNormal's normals, and the
 // demo's seeded pictures normalSampler's. The expected values were printed by the copies these replaced
 // (runner.mjs seededRandom, web/demo/model.js rng + gaussian at 7bedca1), so a change of a single bit fails.

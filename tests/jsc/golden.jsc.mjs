@@ -68,7 +68,7 @@ try {
   const build = globalThis.arguments[0];
   if (build !== 'simd' && build !== 'baseline') throw new Error(`expected the build (simd or baseline) after --, got ${build}`);
   const { createMHA } = await import('../../dist/index.js');
-  const { GOLDEN_SETS, runGoldenSet } = await import('../browser/golden-runner.mjs');
+  const { GOLDEN_SETS, runGoldenSet } = await import('../../scripts/lib/golden-runner.mjs');
   const wasmBinary = readFile(build === 'simd' ? 'dist/mha.wasm' : 'dist/mha-baseline.wasm', 'binary');
   const mha = await createMHA(build === 'simd' ? { wasmBinary } : { wasmBinary, simd: false });
   for (const set of GOLDEN_SETS) {

@@ -1,12 +1,12 @@
 // The JavaScriptCore shell (/usr/bin/jsc, Debian's libjavascriptcoregtk-4.0-bin): the SIMD and baseline
-// builds run the golden sets (tests/browser/golden-runner.mjs) through createMHA({ wasmBinary }) in
+// builds run the golden sets (scripts/lib/golden-runner.mjs) through createMHA({ wasmBinary }) in
 // WebKit's JavaScript engine without a browser around it. jsc exits 0 even when the promise it waits on
 // never settles, so a run passes only when its last line is "done".
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { GOLDEN_SETS } from '../browser/golden-runner.mjs';
+import { GOLDEN_SETS } from '../../scripts/lib/golden-runner.mjs';
 import { repoRoot } from '../js/helpers.mjs';
 
 const JSC = '/usr/bin/jsc';

@@ -1,7 +1,7 @@
 // Pure data helpers of the demo, shared by the page (main.js, settings.js, heatmaps.js, split-merge.js) and the
 // timing worker (worker.js). No DOM access here. Shapes use the project's letters, outermost first, row-major:
 //   B batch, S queries, T keys/values (T = S in this demo), H heads, Dh = D / H, D model size.
-import { mulberry32, normalSampler } from '../../bench/lib/prng.mjs';
+import { mulberry32, normalSampler } from '../../scripts/lib/prng.mjs';
 
 /** Limits of the demo's controls: attention heatmaps and a plain-JS peer must stay interactive. */
 export const LIMITS = Object.freeze({
@@ -14,7 +14,7 @@ export const LIMITS = Object.freeze({
 });
 
 // ---------------------------------------------------------------------------------------------
-// Deterministic hashing (the randomness is the project's PRNG, bench/lib/prng.mjs).
+// Deterministic hashing (the randomness is the project's PRNG, scripts/lib/prng.mjs).
 
 /** FNV-1a 32-bit hash of a string, mixed with a seed. */
 export function hash(text, seed = 0) {

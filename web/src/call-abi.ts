@@ -1,59 +1,53 @@
-// The attention call ABI: one AttentionCallAbi struct (src/bindings.cpp) per kernel call, written here into
-// a slot of the staging arena and read by the direct exports _mha_attention / _mha_attention_weights. The
-// struct's field offsets come from the module (attentionCallLayout, built with offsetof): fields are
-// written by name, and no offset is copied by hand. Writing is plain stores into the heap views, so a call
-// costs no allocation and no Embind conversion.
+// The call ABI: one AttentionCallAbi struct (src/call_abi.hpp) per kernel call, written here into a slot of
+// the staging arena and read by the direct exports _mha_attention / _mha_attention_weights, and the layout
+// of CacheAttendCallAbi (written by kv-cache.ts). Both structs' fields come from one list each in the
+// header, which also gives abi-fields.generated.ts (scripts/gen-abi.mjs); the field offsets come from the
+// module (attentionCallLayout, kvCacheAttendCallLayout, built with offsetof): fields are written by name,
+// and no offset is copied by hand. Writing is plain stores into the heap views, so a call costs no
+// allocation and no Embind conversion.
+import { attentionCallSlots, cacheAttendCallSlots } from './abi-fields.generated.js';
 import type { AttentionCall } from './attention-options.js';
 import type { MhaWasmModule } from './mha.js';
 
-/**
- * The 4-byte slot (byte offset / 4) of each field this script writes, by the field's name in
- * src/bindings.cpp, from the module's byte offsets; and the struct's size in bytes. Every field is 4 bytes
- * (uint32 addresses, int32 dims and flags, float32 scale and softcap). One object literal, so the layout
- * has a fixed shape with in-object properties: the writers below read it on every call (an object filled
- * by computed keys would fall back to a slow dictionary after 16 properties).
- */
-function slotsOf(offsets: Record<string, number>) {
-  const slot = (name: string): number => (offsets[name] ?? NaN) / 4;
-  return {
-    q: slot('q'), k: slot('k'), v: slot('v'), out: slot('out'), mask: slot('mask'), bias: slot('bias'),
-    kv_lengths: slot('kv_lengths'), alibi_slopes: slot('alibi_slopes'), lse: slot('lse'), batch: slot('batch'),
-    seq_len: slot('seq_len'), kv_seq_len: slot('kv_seq_len'), d_model: slot('d_model'), num_heads: slot('num_heads'),
-    num_kv_heads: slot('num_kv_heads'), query_offset: slot('query_offset'), causal: slot('causal'),
-    window_left: slot('window_left'), window_right: slot('window_right'), bias_batch: slot('bias_batch'),
-    bias_heads: slot('bias_heads'), empty_rows: slot('empty_rows'), scale: slot('scale'), softcap: slot('softcap'),
-    bytes: offsets.size ?? NaN,
-  };
-}
-
-export type CallLayout = Readonly<ReturnType<typeof slotsOf>>;
+export type CallLayout = Readonly<ReturnType<typeof attentionCallSlots>>;
+export type CacheCallLayout = Readonly<ReturnType<typeof cacheAttendCallSlots>>;
 
 /**
- * Reads the module's layout of AttentionCallAbi. Returns what does not match when the module's fields are
- * not exactly the ones this script writes, each 4-byte aligned, distinct and within the struct (then no
- * field could be left unwritten, or written over another).
+ * The slots of a call struct from the module's `offsets` (`what` names the struct), or what does not
+ * match when the module's fields are not exactly the ones this script writes, each 4-byte aligned,
+ * distinct and within the struct (then no field could be left unwritten, or written over another).
  */
-export function readCallLayout(wasm: MhaWasmModule): CallLayout | string {
-  const offsets = wasm.attentionCallLayout();
+function readLayout<L extends { readonly bytes: number }>(what: string, offsets: Record<string, number>,
+  slotsOf: (offsets: Readonly<Record<string, number>>) => L): L | string {
   const layout = slotsOf(offsets);
   const written = Object.keys(layout).filter((name) => name !== 'bytes');
   const names = Object.keys(offsets).filter((name) => name !== 'size');
   const unknown = names.filter((name) => !written.includes(name));
   const missing = written.filter((name) => !names.includes(name));
   if (unknown.length > 0 || missing.length > 0) {
-    return `its attention call struct has the fields ${names.join(', ')}` +
+    return `its ${what} has the fields ${names.join(', ')}` +
       `${missing.length > 0 ? `, without ${missing.join(', ')}` : ''}${unknown.length > 0 ? `, with ${unknown.join(', ')}` : ''}`;
   }
-  if (layout.bytes !== written.length * 4) return `its attention call struct is ${layout.bytes} bytes, expected ${written.length * 4}`;
+  if (layout.bytes !== written.length * 4) return `its ${what} is ${layout.bytes} bytes, expected ${written.length * 4}`;
   const slots = new Set<number>();
   for (const name of written) {
-    const slot = layout[name as keyof CallLayout];
+    const slot = (layout as unknown as Record<string, number>)[name]!;
     if (!Number.isInteger(slot) || slot < 0 || slot >= written.length || slots.has(slot)) {
-      return `its attention call struct has field ${name} at byte offset ${offsets[name]}`;
+      return `its ${what} has field ${name} at byte offset ${offsets[name]}`;
     }
     slots.add(slot);
   }
   return layout;
+}
+
+/** The module's layout of AttentionCallAbi, or what does not match (readLayout). */
+export function readCallLayout(wasm: MhaWasmModule): CallLayout | string {
+  return readLayout('attention call struct', wasm.attentionCallLayout(), attentionCallSlots);
+}
+
+/** The module's layout of CacheAttendCallAbi, or what does not match (readLayout). */
+export function readCacheCallLayout(wasm: MhaWasmModule): CacheCallLayout | string {
+  return readLayout('KV cache call struct', wasm.kvCacheAttendCallLayout(), cacheAttendCallSlots);
 }
 
 /**

@@ -3,15 +3,15 @@
 // call struct (call-abi.ts), makes one direct wasm call and copies the result out.
 import { checkAttentionCall } from './attention-options.js';
 import type { AttentionCall, TensorCheck } from './attention-options.js';
-import { writeCallOperands, writeCallOptions } from './call-abi.js';
-import type { CallLayout } from './call-abi.js';
+import { readCacheCallLayout, writeCallOperands, writeCallOptions } from './call-abi.js';
+import type { CacheCallLayout, CallLayout } from './call-abi.js';
 import { checkArrayOnly, checkOperand, checkStillUsable, MallocedTensor } from './heap-tensor.js';
 import type { MhaWasmModule } from './mha.js';
 import { align16, AttentionStaging, byteOffsetOf, copyIn, copyOut, layout, MALLOC_SLACK_FOR_16, place, StagingArena,
   totalBytes, unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
-import { checkCacheOptions, createCache, readCacheCallLayout, WasmKVCache } from './kv-cache.js';
-import type { CacheCallLayout, CacheHost } from './kv-cache.js';
+import { checkCacheOptions, createCache, WasmKVCache } from './kv-cache.js';
+import type { CacheHost } from './kv-cache.js';
 import { checkStatus } from './status.js';
 import type { AttentionOptions, AttentionWeightsOptions, BuildName, HeadShape, HeapTensor, KVCache, KVCacheOptions, MHA,
   MHAInfo } from './types.js';
@@ -170,7 +170,7 @@ export class WasmMHA implements MHA, CacheHost {
 
     const plan = this.staging;
     plan.plan(wasm, call, outIn, lseIn);
-    const { group, kIsQ, vIsK, vIsQ, biasSliced } = plan;
+    const { group, biasSliced } = plan;
     // A split call on a pool is pipelined (pipelinedGroups): a single thread would only reorder its copies.
     const pipelined = group < d.batch && this.currentInfo.threads > 1;
     const sets = pipelined ? 2 : 1;
@@ -197,41 +197,24 @@ export class WasmMHA implements MHA, CacheHost {
     if (model.alibiSlopes) wasm.HEAPF32.set(model.alibiSlopes, alibiSlopesAt >>> 2);
     const wholeBias = biasIn === undefined || biasSliced ? 0 : place(wasm.HEAPF32, biasIn, biasOffset, 0, biasPer, plan.biasAt(0));
     writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? alibiSlopesAt : 0);
+    const staged: StagedCall = {
+      qIn, kIn, vIn, outIn, lseIn, mask, biasIn, target, qOffset, kOffset, vOffset, outOffset, maskOffset, biasOffset,
+      lseOffset, qPer, kvPer, maskPer, lsePer, biasPer, qLength, lseLength, wholeBias, kvLengths: model.kvLengths !== undefined,
+    };
     if (pipelined) {
-      this.pipelinedGroups(fn, {
-        qIn, kIn, vIn, outIn, lseIn, mask, biasIn, target, qOffset, kOffset, vOffset, outOffset, maskOffset, biasOffset,
-        lseOffset, qPer, kvPer, maskPer, lsePer, biasPer, qLength, lseLength, wholeBias, kvLengths: model.kvLengths !== undefined,
-      }, d.batch, callAt);
-      return target ?? (outValue as MallocedTensor).data;
-    }
-    // One group's staging at a time: the single-threaded loop as it was before the pipeline (what
-    // stageGroup and copyGroupOut do for a pipelined call, inline), so 1-thread calls run the same code.
-    const qAt = plan.qAt(0), kAt = plan.kAt(0), vAt = plan.vAt(0), outAt = plan.outAt(0), maskAt = plan.maskAt(0);
-    const biasAt = plan.biasAt(0), lseAt = plan.lseAt(0);
-    for (let b0 = 0; b0 < d.batch; b0 += group) {
-      const items = Math.min(group, d.batch - b0);
-      const heap = wasm.HEAPF32;
-      const qAddress = place(heap, qIn, qOffset, b0 * qPer, items * qPer, qAt);
-      const kAddress = kIsQ ? qAddress : place(heap, kIn, kOffset, b0 * kvPer, items * kvPer, kAt);
-      const vAddress = vIsK ? kAddress : vIsQ ? qAddress : place(heap, vIn, vOffset, b0 * kvPer, items * kvPer, vAt);
-      if (mask) copyIn(wasm.HEAPU8, mask, maskOffset, b0 * maskPer, items * maskPer, maskAt);
-      const biasAddress = biasSliced ? place(heap, biasIn!, biasOffset, b0 * biasPer, items * biasPer, biasAt) : wholeBias;
-      writeCallOperands(wasm, this.callLayout, callAt, qAddress, kAddress, vAddress,
-        typeof outIn === 'number' ? outIn + b0 * qPer * 4 : outAt, mask ? maskAt : 0, biasAddress,
-        biasSliced ? items : 1, model.kvLengths ? kvLengthsAt + b0 * 4 : 0,
-        lseIn === undefined ? 0 : typeof lseIn === 'number' ? lseIn + b0 * lsePer * 4 : lseAt, items);
-      checkStatus(wasm, fn, wasm._mha_attention(callAt));
-      // The kernel's scratch may have grown memory: fresh views to copy out.
-      if (lseIn instanceof Float32Array) copyResult(wasm.HEAPF32, lseIn, lseLength, lseOffset, lseAt, b0 * lsePer, items * lsePer);
-      if (target === undefined) continue;
-      if (target.length !== qLength) {
-        // `out` is a view of this heap that the call's malloc detached (see copyIn; such a call is never
-        // split): write the same elements and hand back a view of them in the current memory.
-        copyResult(wasm.HEAPF32, target, qLength, outOffset, outAt, 0, qLength);
-        return new Float32Array(wasm.HEAPF32.buffer, outOffset, qLength);
+      this.pipelinedGroups(fn, staged, d.batch, callAt);
+    } else {
+      // One group at a time, all in staging set 0: the same staging and copies as the pipeline's.
+      for (let b0 = 0; b0 < d.batch; b0 += group) {
+        const items = Math.min(group, d.batch - b0);
+        stageGroup(wasm, this.callLayout, callAt, plan, staged, b0, items, 0);
+        checkStatus(wasm, fn, wasm._mha_attention(callAt));
+        copyGroupOut(wasm, plan, staged, b0, items, 0);
       }
-      copyResult(wasm.HEAPF32, target, qLength, outOffset, outAt, b0 * qPer, items * qPer);
     }
+    // `out` was a view of this heap that the call's malloc detached (see copyIn; such a call is never split):
+    // copyGroupOut wrote the same elements; hand back a view of them in the current memory.
+    if (target !== undefined && target.length !== qLength) return new Float32Array(wasm.HEAPF32.buffer, outOffset, qLength);
     return target ?? (outValue as MallocedTensor).data;
   }
 

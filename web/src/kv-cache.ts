@@ -1,9 +1,10 @@
-// The KV cache (docs/spec.md Part 3): createKVCache's checks, the layout of the CacheAttendCallAbi struct
-// (src/bindings.cpp; offsets by field name from kvCacheAttendCallLayout, never copied by hand) and the
-// KVCache objects. The keys and values live on the instance's heap, owned by the C++ registry
-// (src/mha/kv_cache.hpp); an attend call stages q, k, v and out through the instance's StagingArena like
-// the stateless call, writes the struct, and makes one direct wasm call.
+// The KV cache (docs/spec.md Part 3): createKVCache's checks and the KVCache objects, which write the
+// CacheAttendCallAbi struct (src/call_abi.hpp; its layout is read by call-abi.ts, offsets by field name
+// from kvCacheAttendCallLayout, never copied by hand). The keys and values live on the instance's heap,
+// owned by the C++ registry (src/mha/kv_cache.hpp); an attend call stages q, k, v and out through the
+// instance's StagingArena like the stateless call, writes the struct, and makes one direct wasm call.
 import { checkAlibiSlopes, checkEmptyRows, checkScale, checkSoftcap, checkWindow } from './attention-options.js';
+import type { CacheCallLayout } from './call-abi.js';
 import { describe } from './describe.js';
 import { checkOperand, checkStillUsable } from './heap-tensor.js';
 import type { MhaWasmModule } from './mha.js';
@@ -14,42 +15,6 @@ import { checkDim, checkOptionsObject } from './validate.js';
 
 export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype'] as const;
 const ATTEND_KEYS = ['numHeads', 'causal', 'window', 'softcap', 'alibiSlopes', 'scale', 'emptyRows', 'out'] as const;
-
-/** The 4-byte slot of each CacheAttendCallAbi field, by its name in src/bindings.cpp, and the struct's size. */
-function slotsOf(offsets: Record<string, number>) {
-  const slot = (name: string): number => (offsets[name] ?? NaN) / 4;
-  return {
-    cache: slot('cache'), q: slot('q'), k: slot('k'), v: slot('v'), out: slot('out'), alibi_slopes: slot('alibi_slopes'),
-    new_tokens: slot('new_tokens'), num_heads: slot('num_heads'), causal: slot('causal'), window_left: slot('window_left'),
-    window_right: slot('window_right'), empty_rows: slot('empty_rows'), scale: slot('scale'), softcap: slot('softcap'),
-    bytes: offsets.size ?? NaN,
-  };
-}
-export type CacheCallLayout = Readonly<ReturnType<typeof slotsOf>>;
-
-/**
- * The module's layout of CacheAttendCallAbi, or what does not match when its fields are not exactly the
- * ones written here, each a distinct 4-byte slot inside the struct.
- */
-export function readCacheCallLayout(wasm: MhaWasmModule): CacheCallLayout | string {
-  const offsets = wasm.kvCacheAttendCallLayout();
-  const slots = slotsOf(offsets);
-  const written = Object.keys(slots).filter((name) => name !== 'bytes');
-  const names = Object.keys(offsets).filter((name) => name !== 'size');
-  if (names.length !== written.length || written.some((name) => !names.includes(name))) {
-    return `its KV cache call struct has the fields ${names.join(', ')}, expected ${written.join(', ')}`;
-  }
-  if (slots.bytes !== written.length * 4) return `its KV cache call struct is ${slots.bytes} bytes, expected ${written.length * 4}`;
-  const seen = new Set<number>();
-  for (const name of written) {
-    const slot = slots[name as keyof CacheCallLayout];
-    if (!Number.isInteger(slot) || slot < 0 || slot >= written.length || seen.has(slot)) {
-      return `its KV cache call struct has field ${name} at byte ${offsets[name]}`;
-    }
-    seen.add(slot);
-  }
-  return slots;
-}
 
 /** What a cache needs of its instance: the module, the staging arena, the call layout and its registry. */
 export interface CacheHost {
@@ -262,8 +227,8 @@ export class WasmKVCache implements KVCache {
   }
 
   #checkLive(fn: string): void {
-    if (this.#id === 0) throw new Error(`${fn}: the KVCache was freed (by ${this.#freedBy}); create a new one with createKVCache`);
-    if (!this.#host.caches.has(this)) throw new Error(`${fn}: the KVCache does not belong to a live instance`);
+    if (this.#id === 0) throw new TypeError(`${fn}: the KVCache was freed (by ${this.#freedBy}); create a new one with createKVCache`);
+    if (!this.#host.caches.has(this)) throw new TypeError(`${fn}: the KVCache does not belong to a live instance`);
   }
 
 }

@@ -255,10 +255,10 @@ export interface KVCache {
    * @param v - (batch, n, numKvHeads * headDim)
    * @param options - numHeads and the options of {@link KVCacheAttendOptions}
    * @returns Float32Array (batch, n, numHeads * headDim): `options.out` (a HeapTensor's `data`), else a new array
-   * @throws TypeError when an argument has the wrong type, or a HeapTensor was freed or is another instance's
+   * @throws TypeError when an argument has the wrong type, or a HeapTensor was freed or is another instance's,
+   *   or when the cache was freed (by `free()` or its instance's `dispose()`)
    * @throws RangeError when a length or option is wrong, numHeads is not a multiple of numKvHeads, or the
    *   tokens would pass `capacity` (then nothing is stored)
-   * @throws Error when the cache was freed (by `free()` or its instance's `dispose()`)
    * @example
    * ```ts
    * const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 64, capacity: 1024 });
@@ -271,10 +271,10 @@ export interface KVCache {
   /**
    * Keeps the first n tokens (rollback for speculative decoding or beam search), in O(1).
    * @param n - an integer in [0, length]; 0 resets the cache
-   * @throws TypeError / RangeError for another n; Error when the cache was freed
+   * @throws TypeError / RangeError for another n; TypeError when the cache was freed
    */
   truncate(n: number): void;
-  /** Releases the cache's memory. Calling it again does nothing; any other use then throws an Error. */
+  /** Releases the cache's memory. Calling it again does nothing; any other use then throws a TypeError. */
   free(): void;
 }
 
@@ -393,7 +393,7 @@ export interface MHA {
   memoryStats(): { wasmMemoryBytes: number; heapBytesInUse: number };
   /**
    * Frees this instance's staging buffers and scratch memory, frees every {@link HeapTensor} it
-   * allocated (using one afterwards throws a TypeError) and every {@link KVCache} (an Error afterwards), and ends its worker pool (threaded build:
+   * allocated (using one afterwards throws a TypeError) and every {@link KVCache} (a TypeError afterwards), and ends its worker pool (threaded build:
    * the workers are terminated, so Node can exit). The instance stays usable: later calls allocate
    * again and run on the calling thread. The WebAssembly.Memory itself cannot shrink; drop the
    * instance to release it.

@@ -17,14 +17,16 @@
 // Firefox report all of these as events. Every problem is one string in one format on every engine:
 //   `console.error: <text>`, `pageerror: <message>`, `HTTP <status>: <url>`, `request failed: <url>: <why>`.
 // A missing /favicon.ico (Firefox and WebKit ask for one) is not a problem.
-import { after, before, describe } from 'node:test';
+//
+// Shared by the browser suites (tests/browser/, whose node:test wrapper forEachEngine is in
+// tests/browser/suites.mjs) and the browser bench (bench/browser/); it imports neither.
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createHandler, ISOLATION_HEADERS, REPO_ROOT } from '../../scripts/serve.mjs';
+import { createHandler, ISOLATION_HEADERS, REPO_ROOT } from '../serve.mjs';
 import { launchChromium } from './chromium.mjs';
 
 /**
@@ -63,7 +65,7 @@ const FIREFOX = '/usr/bin/firefox-esr';
 const WEBKIT_DRIVER = '/usr/bin/WebKitWebDriver';
 const MINIBROWSER = '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser';
 /** Longest wait for a browser to start, a display to come up or a WebDriver session to open. */
-const LAUNCH_TIMEOUT_MS = 60_000;
+export const LAUNCH_TIMEOUT_MS = 60_000;
 /** Longest a function run in the page may take (a golden case, a threads start-up). */
 export const EVALUATE_TIMEOUT_MS = 120_000;
 
@@ -71,7 +73,7 @@ export const EVALUATE_TIMEOUT_MS = 120_000;
 // The test server: scripts/serve.mjs's handler, plus the page hooks and a log of failed responses.
 
 /** Records console.error, console.warn, uncaught errors and unhandled rejections into __mhaTestLog. */
-const PAGE_HOOKS = `<script>/* mha-wasm test hooks (tests/browser/engines.mjs) */(() => {
+const PAGE_HOOKS = `<script>/* mha-wasm test hooks (scripts/lib/engines.mjs) */(() => {
   const log = { problems: [], warnings: [] };
   Object.defineProperty(globalThis, '__mhaTestLog', { value: log });
   const text = (args) => args.map((a) => (typeof a === 'string' ? a : a instanceof Error ? a.message : String(a))).join(' ');
@@ -200,6 +202,25 @@ function recordEvents(page, { warningType }) {
   return { problems, warnings };
 }
 
+/**
+ * A Playwright (Chromium) or Puppeteer (Firefox) page of `context` as the engine layer's page, once it has
+ * loaded `url`: both drivers report problems as events. `waitFor(fn, arg, timeout)` is the driver's
+ * waitForFunction (their argument orders differ).
+ */
+async function openEventPage(page, context, url, { warningType, waitFor }) {
+  const seen = recordEvents(page, { warningType });
+  await page.goto(url);
+  return {
+    native: page,
+    url: () => page.url(),
+    evaluate: (fn, arg) => page.evaluate(fn, arg),
+    waitFor: (fn, arg, { timeout = 30_000 } = {}) => waitFor(fn, arg, timeout).then(() => {}),
+    problems: async () => [...seen.problems],
+    warnings: async () => [...seen.warnings],
+    close: () => context.close(),
+  };
+}
+
 async function launchChromiumEngine() {
   const browser = await withTimeout(launchChromium(), LAUNCH_TIMEOUT_MS, 'launching Chromium');
   return {
@@ -207,17 +228,8 @@ async function launchChromiumEngine() {
     async open(url, { viewport = { width: 1280, height: 800 } } = {}) {
       const context = await browser.newContext({ viewport });
       const page = await context.newPage();
-      const seen = recordEvents(page, { warningType: 'warning' });
-      await page.goto(url);
-      return {
-        native: page,
-        url: () => page.url(),
-        evaluate: (fn, arg) => page.evaluate(fn, arg),
-        waitFor: (fn, arg, { timeout = 30_000 } = {}) => page.waitForFunction(fn, arg, { timeout }).then(() => {}),
-        problems: async () => [...seen.problems],
-        warnings: async () => [...seen.warnings],
-        close: () => context.close(),
-      };
+      return openEventPage(page, context, url, { warningType: 'warning',
+        waitFor: (fn, arg, timeout) => page.waitForFunction(fn, arg, { timeout }) });
     },
     close: () => browser.close(),
   };
@@ -259,17 +271,8 @@ async function launchFirefoxEngine({ evaluateTimeoutMs }) {
       const page = await context.newPage();
       page.setDefaultTimeout(evaluateTimeoutMs);
       await page.setViewport(viewport);
-      const seen = recordEvents(page, { warningType: 'warn' });
-      await page.goto(url);
-      return {
-        native: page,
-        url: () => page.url(),
-        evaluate: (fn, arg) => page.evaluate(fn, arg),
-        waitFor: (fn, arg, { timeout = 30_000 } = {}) => page.waitForFunction(fn, { timeout, polling: 100 }, arg).then(() => {}),
-        problems: async () => [...seen.problems],
-        warnings: async () => [...seen.warnings],
-        close: () => context.close(),
-      };
+      return openEventPage(page, context, url, { warningType: 'warn',
+        waitFor: (fn, arg, timeout) => page.waitForFunction(fn, { timeout, polling: 100 }, arg) });
     },
     async close() {
       await withTimeout(browser.close(), 10_000, 'closing Firefox', () => browser.process()?.kill('SIGKILL')).catch(() => {});
@@ -443,22 +446,4 @@ export async function launchEngine(name, { evaluateTimeoutMs = EVALUATE_TIMEOUT_
     : name === 'firefox' ? await launchFirefoxEngine({ evaluateTimeoutMs })
       : await launchWebKitEngine(caps.env, { evaluateTimeoutMs });
   return { name, caps, ...launched };
-}
-
-/**
- * Declares the suite's tests once per selected engine, in a describe block named after the engine that
- * launches the browser once before its tests and closes it after them. `body(engine)` gets the object
- * that the launch fills in: `name` and `caps` are there at once (tests may branch on them), `version`,
- * `open` and `close` from the launch on. `except` names engines to leave out (a suite that has its own
- * Chromium tests).
- */
-export function forEachEngine(body, { except = [] } = {}) {
-  for (const name of selectedEngines().filter((n) => !except.includes(n))) {
-    describe(name, () => {
-      const engine = { name, caps: ENGINES[name] };
-      before(async () => { Object.assign(engine, await launchEngine(name)); }, { timeout: 3 * LAUNCH_TIMEOUT_MS });
-      after(() => engine.close?.());
-      body(engine);
-    });
-  }
 }

@@ -1,8 +1,8 @@
 // The one seeded PRNG of the project: mulberry32 uniforms -> Box-Muller standard normals. Tests (through
 // tests/js/helpers.mjs), the bench, the tiny-gpt runner's sampling (models/tiny-gpt/runner.mjs) and the demo
 // page's seeded data (web/demo/model.js) all draw from here, so a seed means the same sequence everywhere.
-// It lives under bench/ because the bench had it first; the page and the Workers load it from the served
-// repository root like any other file. Isomorphic (Node, pages, Workers): no imports.
+// It lives in scripts/lib/, the room of the code that runtime, tests and bench share; the page and the
+// Workers load it from the served repository root like any other file. Isomorphic (Node, pages, Workers): no imports.
 
 /** mulberry32: a 32-bit state PRNG returning uniforms in [0, 1), so failures can be replayed from the seed. */
 export function mulberry32(seed) {
