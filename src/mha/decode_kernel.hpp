@@ -69,13 +69,9 @@ struct DecodeKernel {
   void (*run)(const DecodeBlock& block, float* scratch);
 };
 
+// The SIMD kernels hand their cold float16 blocks to this one (decode_path.hpp, DecodeLoader::kScalarKernel).
 namespace scalar {
-extern const DecodeKernel kDecodeKernel;
+extern const DecodeKernel kDecodeKernel;  // decode_scalar.cpp
 }
-#if MHA_DECODE_SIMD128
-namespace simd128 {
-extern const DecodeKernel kDecodeKernel;
-}
-#endif
 
 }  // namespace mha

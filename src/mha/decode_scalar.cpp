@@ -9,12 +9,11 @@
 #include "mha/decode.hpp"
 #include "mha/decode_kernel.hpp"
 #include "mha/f16.hpp"
+#include "mha/numeric.hpp"
 
 namespace mha {
 namespace scalar {
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Element d of key j / value j of the head, as stored (kv_cache.hpp layout).
 inline float stored_key(const DecodeBlock& blk, int32_t j, int32_t d) {

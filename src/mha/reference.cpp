@@ -3,12 +3,12 @@
 #include <cmath>
 #include <limits>
 
+#include "mha/numeric.hpp"
 #include "mha/workspace.hpp"
 
 namespace mha {
 namespace {
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // The score of a visible key j, in double (docs/spec.md 2.4): s = scale * (q . k_j), then softcap
@@ -58,7 +58,7 @@ void reference_attention_row(const ReferenceRow& row, double* acc, float* out_ro
   const int32_t kv_seq_len = row.visibility.kv_seq_len;
   // The row max over the visible keys. std::fmax ignores NaN, so a NaN score cannot hide the max; it
   // still poisons the sum below.
-  double row_max = kNegInf;
+  double row_max = kNegInfDouble;
   bool has_nan = false;
   for_each_visible_key(row, [&](int32_t j) {
     const double s = score(row, j);
@@ -68,7 +68,7 @@ void reference_attention_row(const ReferenceRow& row, double* acc, float* out_ro
 
   // An empty row: no visible key, or only -inf scores (a -inf bias hides a key as the mask does). Its
   // softmax is 0/0 in PyTorch: NaN (emptyRows 'nan'), or 0 with 'zero'. A NaN score is no empty row.
-  if (row_max == kNegInf && !has_nan) {
+  if (row_max == kNegInfDouble && !has_nan) {
     const float fill = row.empty_rows == EmptyRows::kZero ? 0.0f : std::numeric_limits<float>::quiet_NaN();
     if (out_row != nullptr) {
       for (int32_t d = 0; d < head_dim; ++d) out_row[d] = fill;
@@ -89,7 +89,7 @@ void reference_attention_row(const ReferenceRow& row, double* acc, float* out_ro
   }
   for_each_visible_key(row, [&](int32_t j) {
     const double s = score(row, j);
-    if (s == kNegInf) return;
+    if (s == kNegInfDouble) return;
     const double weight = exp_without_table(s - row_max);
     sum += weight;
     if (out_row == nullptr) return;

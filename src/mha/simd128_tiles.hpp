@@ -16,6 +16,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "mha/numeric.hpp"
 #include "mha/simd_exp.hpp"
 #include "mha/simd_tanh.hpp"
 #include "mha/visibility.hpp"
@@ -56,10 +57,7 @@ constexpr int32_t kNr = 8;  // keys (QK^T) or output lanes (PV) per micro-kernel
 // so that the micro-kernels address their operands with immediate offsets (see the top of this file).
 constexpr int32_t kTileStride = 128;
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.44269504088896341f;
-
-constexpr int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
 // Before the scalar tail loops (Dh % 4 columns, padding keys, zero padding) and the score epilogue's row
 // loops: LLVM -O3 would vectorize and unroll each of them, with its runtime checks, into a kilobyte of
