@@ -130,14 +130,8 @@ constexpr int groups_for_rows() {
 // One row against the 32 keys of a panel (qk_micro<1, 4>), and after each panel row a touch of the
 // next 32 * sizeof(Elem) bytes of V from `touch` (clamped to touch_last): loads OR-ed into `touched`,
 // which the caller stores so that they stay (wasm has no prefetch). The V rows of the keys being scored
-// are then read from memory while the panel streams in, and the PV phase finds them in L2. Interleaved
-// A/B in wasm, decode-mha-8k, 1 thread, loaded machine: f32 1.11x median of 150 rounds, 73% of them
-// faster; f16 1.01x (its passes are bound by the widening's instructions, not by memory). Touching the
-// next block's K panels during PV as well: 0.82x (f32), 0.91x (f16). With F16PairLoader (session 4,
-// 600 rounds in 3 runs): f16 without the touches 0.91-0.95x; touching K 2 panels ahead as well 0.91-0.92x;
-// 2 panel rows per loop iteration 0.94-0.98x (f32 0.91-0.95x). The previous block's PV stepped inside
-// this K pass (2 steps of 2 keys x 8 lanes per panel row, from L2), so that it overlaps the stream: f32
-// 0.71x (EPYC, 30 rounds, machine loaded; not profiled).
+// are then read from memory while the panel streams in, and the PV phase finds them in L2: the one-row
+// step is memory-bound, and this keeps two streams in flight instead of one.
 // The touches are scalar loads into touched (a general register: the xmm registers hold the sums).
 template <class Ld>
 inline void qk_row_touching(const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld,
@@ -202,11 +196,8 @@ inline void pv_keys(const float* p, const typename Ld::Elem* v, int32_t dh8, flo
 // PV for 1 or 2 rows: 4 keys at a time (one float32 row: 2), every value row read whole and in address
 // order. With register accumulators for 32 lanes (pv_micro), a row of 64 floats or more is read in
 // separate strided sweeps of the tile, each starting with misses when the tile comes from memory.
-// Interleaved A/B in wasm on a loaded machine, decode-mha-8k f16: 5.0 ms (min of 40) against 8.7; f32
-// within the noise. One float32 row: 4 keys interleave 4 rows' cache lines (0, 4, 8, 12, 1, 5, ...) and
-// the tile streams slower than with 2 (0, 4, 1, 5, ...), though o is then loaded and stored twice as
-// often: interleaved A/B, decode-mha-8k f32, 2 keys against 4: 1.12x median of 150 rounds, 88% of them
-// faster (1 key: 1.11x; 8 keys: 0.86x, also with its sums paired; f16 with 2 or 1 keys: no gain).
+// One float32 row: 4 keys interleave 4 rows' cache lines (0, 4, 8, 12, 1, 5, ...) and the tile streams
+// slower than with 2 (0, 4, 1, 5, ...), which is worth loading and storing o twice as often.
 template <int R, class Ld>
 inline void pv_rows(const float* p, const typename Ld::Elem* v, int32_t dh8, int32_t nk, float* o, const Ld& ld) {
   int32_t j = 0;
@@ -254,9 +245,7 @@ int32_t chunk_count(const DecodeBlock& blk) { return (blk.rows + kChunk - 1) / k
 // Items of several chunks, all of 4 rows (MQA, G = 8 or 16, or G = 4 with several queries): the 8-key
 // (8-lane) column strips of a panel (tile) in the outer loop and the chunks in the inner one, so that a
 // strip comes from L2 once and every chunk then finds it in L1. Chunk by chunk, each chunk swept the whole
-// panel (tile: 16 kB at Dh 128) again, and beside the scores and o it did not stay in L1. Interleaved A/B
-// in wasm against chunk by chunk (bench_decode.js ab, 1 thread, 40-60 rounds, 3 runs, median per round):
-// decode-mqa-8k f32 1.04-1.11x, f16 (staged tiles) 1.02-1.05x; items of one chunk are unchanged.
+// panel (tile: 16 kB at Dh 128) again, and beside the scores and o it does not stay in L1.
 inline bool whole_chunks(int32_t rows) { return rows > kChunk && rows % kChunk == 0; }
 
 // The whole-chunk loops on float32 panels and tiles (the cache's, or staged ones widened from halves):
