@@ -98,7 +98,7 @@ template <class Elem>
 MHA_PHASE int32_t touch_block(const DecodeBlock& blk, int32_t base) {
   constexpr int64_t kStep = 4 * 64;
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
-  const auto* keys = static_cast<const char*>(blk.key_panels) + int64_t{base} * blk.head_dim * sizeof(Elem);
+  const auto* keys = static_cast<const char*>(blk.key_panels) + key_panel_offset(base, 0, blk.head_dim) * int64_t{sizeof(Elem)};  // base: a panel start
   const auto* values = static_cast<const char*>(blk.value_rows) + int64_t{blk.key_begin} * blk.dh8 * sizeof(Elem);
   const int64_t key_bytes = int64_t{panels} * kP * blk.head_dim * sizeof(Elem);
   const int64_t value_bytes = int64_t{blk.key_end - blk.key_begin} * blk.dh8 * sizeof(Elem);
@@ -122,7 +122,7 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
   using Elem = typename Ld::Elem;
   const int32_t dh = blk.head_dim;
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
-  const Elem* panel = static_cast<const Elem*>(blk.key_panels) + int64_t{base / kP} * dh * kP;
+  const Elem* panel = static_cast<const Elem*>(blk.key_panels) + key_panel_offset(base, 0, dh);  // base: a panel start
   // Scaled halves never score one row (choose_decode_path gives it F16PairLoader): no such copy of the loop.
   constexpr bool kOneRow = !std::is_same<Ld, F16Loader<false, true>>::value;
   if (kOneRow && blk.rows == 1 && !stage) {  // the memory-bound one-row step: touch V ahead (qk_row_touching)

@@ -104,10 +104,10 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
   return Status::kOk;
 }
 
-// Key j of a head sits in panel j / P at column j % P; a value row is Dh8 elements.
+// Key j of a head sits in panel j / P at column j % P (key_panel_offset); a value row is Dh8 elements.
 template <typename E>
 E* KVCache::key_column(int32_t b, int32_t g, int32_t position) {
-  return static_cast<E*>(keys_) + (head_index(b, g) * panels_ + position / kKeysPerPanel) * panel_elements() + position % kKeysPerPanel;
+  return static_cast<E*>(keys_) + head_index(b, g) * panels_ * panel_elements() + key_panel_offset(position, 0, config_.head_dim);
 }
 template <typename E>
 E* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
@@ -239,11 +239,9 @@ Status KVCache::truncate(int32_t length) {
 }
 
 float KVCache::key(int32_t b, int32_t g, int32_t j, int32_t d) const {
-  const int64_t panel = head_index(b, g) * panels_ + j / kKeysPerPanel;
-  const int32_t column = j % kKeysPerPanel;
-  const int64_t at = panel * panel_elements() + int64_t{d} * kKeysPerPanel;
-  if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(keys_)[at + column];
-  return f16::decode(static_cast<const uint16_t*>(keys_)[at + column]);
+  const int64_t at = head_index(b, g) * panels_ * panel_elements() + key_panel_offset(j, d, config_.head_dim);
+  if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(keys_)[at];
+  return f16::decode(static_cast<const uint16_t*>(keys_)[at]);
 }
 
 float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {

@@ -46,6 +46,11 @@ struct KVCacheConfig {
 };
 
 constexpr int32_t kKeysPerPanel = 32;
+// Where element d of key j sits among one KV head's key panels (from its panel 0): panel j / P, panel
+// row d, column j % P. The one formula of the layout above, for the cache and the decode kernels.
+constexpr int64_t key_panel_offset(int32_t j, int32_t d, int32_t head_dim) {
+  return int64_t{j / kKeysPerPanel} * head_dim * kKeysPerPanel + int64_t{d} * kKeysPerPanel + j % kKeysPerPanel;
+}
 // A wasm32 heap holds at most 2 GiB (the module's MAXIMUM_MEMORY); natively the same bound keeps the
 // behaviour of both builds alike.
 constexpr int64_t kMaxCacheBytes = int64_t{1} << 31;
