@@ -38,6 +38,7 @@
 
 #include "mha/kernel.hpp"
 #include "mha/decode.hpp"
+#include "mha/decode_kernel.hpp"
 #include "mha/kv_cache.hpp"
 #include "mha/parallel.hpp"
 

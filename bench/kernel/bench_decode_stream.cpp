@@ -18,6 +18,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "mha/decode.hpp"
+#include "mha/decode_kernel.hpp"
 #include "mha/kv_cache.hpp"
 
 #include "mha/test_seam.hpp"  // decode_phase_mask
