@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mha/kernel.hpp"  // VariantList
 #include "mha/kv_cache.hpp"
 #include "mha/parallel.hpp"
 #include "mha/shape.hpp"
@@ -68,12 +69,7 @@ struct CacheAttendOptions {
 // listed in kernel_table.cpp, best first, like the tiled kernel's: simd128 when the core is built with
 // SIMD, scalar always.
 struct DecodeKernel;
-struct DecodeKernelList {
-  const DecodeKernel* const* items;
-  size_t count;
-  const DecodeKernel* const* begin() const { return items; }
-  const DecodeKernel* const* end() const { return items + count; }
-};
+using DecodeKernelList = VariantList<DecodeKernel>;
 DecodeKernelList decode_kernel_variants();
 const DecodeKernel& default_decode_kernel();  // the first of decode_kernel_variants()
 const char* decode_kernel_name(const DecodeKernel& kernel);

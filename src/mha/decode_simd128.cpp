@@ -173,7 +173,7 @@ float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, i
     VecF x = VecF::load_aligned(row + j) * scale;
     if (alibi) x -= slope * xsimd::abs(xsimd::to_float(vposition - lane));
     const auto hidden = (lane < vfirst) | (lane > vlast);
-    x = xsimd::select(xsimd::batch_bool<float>(_mm_castsi128_ps(hidden.data)), VecF(kNegInf), x);
+    x = xsimd::select(xsimd::bool_cast(hidden), VecF(kNegInf), x);
     x.store_aligned(row + j);
     vmax = simd::pseudo_max(vmax, x);
   }

@@ -56,10 +56,9 @@ struct F16PairLoader {
   VecI keep_sign_and_magnitude = VecI(static_cast<int32_t>(0x8fffe000u));
   F16PairLoader() { mha::simd::pin_in_register(keep_sign_and_magnitude); }
   void load8(const uint16_t* p, VecF& even, VecF& odd) const {
-    const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i keep = keep_sign_and_magnitude.data;
-    even = VecF(_mm_castsi128_ps(_mm_and_si128(_mm_srai_epi32(_mm_slli_epi32(x, 16), 3), keep)));
-    odd = VecF(_mm_castsi128_ps(_mm_and_si128(_mm_srai_epi32(x, 3), keep)));
+    const VecI x = VecI::load_aligned(reinterpret_cast<const int32_t*>(p));
+    even = xsimd::bitwise_cast<VecF>(((x << 16) >> 3) & keep_sign_and_magnitude);  // arithmetic shifts
+    odd = xsimd::bitwise_cast<VecF>((x >> 3) & keep_sign_and_magnitude);
   }
 };
 template <class Ld>
@@ -67,8 +66,8 @@ constexpr bool kPairs = std::is_same<Ld, F16PairLoader>::value;
 
 // Elements 0, 2, 4, 6 in even and 1, 3, 5, 7 in odd -> 0..3 at dst, 4..7 at dst + 4.
 inline void store_pairs(VecF even, VecF odd, float* dst) {
-  VecF(_mm_unpacklo_ps(even.data, odd.data)).store_aligned(dst);
-  VecF(_mm_unpackhi_ps(even.data, odd.data)).store_aligned(dst + kLanes);
+  xsimd::zip_lo(even, odd).store_aligned(dst);
+  xsimd::zip_hi(even, odd).store_aligned(dst + kLanes);
 }
 
 // ---------------------------------------------------------------------------------------------------

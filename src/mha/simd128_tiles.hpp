@@ -19,6 +19,7 @@
 #include "mha/numeric.hpp"
 #include "mha/simd_exp.hpp"
 #include "mha/simd_tanh.hpp"
+#include "mha/simd_transpose.hpp"
 #include "mha/visibility.hpp"
 
 #ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
@@ -31,6 +32,9 @@ namespace mha {
 namespace MHA_SIMD_VARIANT {
 
 using simd::madd;
+using simd::transpose_4x4;
+using simd::zip_hi_pairs;
+using simd::zip_lo_pairs;
 using simd::VecF;
 using simd::VecI;
 constexpr int32_t kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
@@ -70,28 +74,6 @@ constexpr float kLog2e = 1.44269504088896341f;
 
 // ---------------------------------------------------------------------------------------------------
 // Packing
-
-// [a0 a1 b0 b1] and [a2 a3 b2 b3]: xsimd's zips of the vectors seen as 2 doubles (SSE's movelh/movehl).
-inline VecF zip_lo_pairs(VecF a, VecF b) {
-  using VecD = xsimd::batch<double>;
-  return xsimd::bitwise_cast<VecF>(xsimd::zip_lo(xsimd::bitwise_cast<VecD>(a), xsimd::bitwise_cast<VecD>(b)));
-}
-inline VecF zip_hi_pairs(VecF a, VecF b) {
-  using VecD = xsimd::batch<double>;
-  return xsimd::bitwise_cast<VecF>(xsimd::zip_hi(xsimd::bitwise_cast<VecD>(a), xsimd::bitwise_cast<VecD>(b)));
-}
-
-// 4x4 transpose in registers: rows x0..x3 in, columns out (the 8 shuffles of _MM_TRANSPOSE4_PS).
-inline void transpose_4x4(VecF& x0, VecF& x1, VecF& x2, VecF& x3) {
-  const VecF t0 = xsimd::zip_lo(x0, x1);  // x00 x10 x01 x11
-  const VecF t1 = xsimd::zip_lo(x2, x3);  // x20 x30 x21 x31
-  const VecF t2 = xsimd::zip_hi(x0, x1);  // x02 x12 x03 x13
-  const VecF t3 = xsimd::zip_hi(x2, x3);  // x22 x32 x23 x33
-  x0 = zip_lo_pairs(t0, t1);
-  x1 = zip_hi_pairs(t0, t1);
-  x2 = zip_lo_pairs(t2, t3);
-  x3 = zip_hi_pairs(t2, t3);
-}
 
 // Rows r..r+3 (row_stride apart, Dh each) -> dst (Dh, 4 adjacent floats, kDstStride apart): dst[d *
 // kDstStride + i] = row i [d]. 4x4 blocks are transposed in registers (4 unaligned row loads, 8 shuffles,
