@@ -37,9 +37,13 @@ struct DecodePath {
   bool touch_block = false;
 };
 
+// The path of one block through a SIMD decode kernel (decode_simd128.cpp), which runs exactly it; the
+// same function in each SIMD variant's namespace.
 namespace simd128 {
-// The path of one block through the simd128 decode kernel (decode_simd128.cpp), which runs exactly it.
 DecodePath choose_decode_path(const DecodeBlock& block);
 }  // namespace simd128
+namespace relaxed {
+DecodePath choose_decode_path(const DecodeBlock& block);
+}  // namespace relaxed
 
 }  // namespace mha

@@ -18,6 +18,7 @@ namespace mha {
 namespace MHA_SIMD_VARIANT {
 namespace {  // one translation unit per variant includes this
 
+using simd::madd;  // mul + add; one relaxed_madd in the relaxed variant
 using simd::VecF;
 using simd::VecI;
 constexpr int32_t kLanes = 4;
@@ -89,8 +90,8 @@ inline void qk_micro(const float* qpanel, const typename Ld::Elem* panel, int32_
       VecF k0, k1;
       ld.load8(panel + 8 * p, k0, k1);
       for (int r = 0; r < R; ++r) {
-        acc[r][2 * p] += b[r] * k0;
-        acc[r][2 * p + 1] += b[r] * k1;
+        acc[r][2 * p] = madd(b[r], k0, acc[r][2 * p]);
+        acc[r][2 * p + 1] = madd(b[r], k1, acc[r][2 * p + 1]);
       }
     }
   }
@@ -111,8 +112,8 @@ inline void pv_micro(const float* p, const typename Ld::Elem* v, int32_t dh8, in
       VecF v0, v1;
       ld.load8(v + 8 * l, v0, v1);
       for (int r = 0; r < R; ++r) {
-        acc[r][2 * l] += b[r] * v0;
-        acc[r][2 * l + 1] += b[r] * v1;
+        acc[r][2 * l] = madd(b[r], v0, acc[r][2 * l]);
+        acc[r][2 * l + 1] = madd(b[r], v1, acc[r][2 * l + 1]);
       }
     }
   }
@@ -143,8 +144,8 @@ inline void qk_row_touching(const float* qpanel, const typename Ld::Elem* panel,
     for (int p = 0; p < 4; ++p) {
       VecF k0, k1;
       ld.load8(panel + 8 * p, k0, k1);
-      acc[2 * p] += b * k0;
-      acc[2 * p + 1] += b * k1;
+      acc[2 * p] = madd(b, k0, acc[2 * p]);
+      acc[2 * p + 1] = madd(b, k1, acc[2 * p + 1]);
     }
     for (int32_t t = 0; t < kTouchBytes; t += 64) touched |= *reinterpret_cast<const int32_t*>(std::min(touch + t, touch_last));
   }
@@ -181,8 +182,8 @@ inline void pv_keys(const float* p, const typename Ld::Elem* v, int32_t dh8, flo
       VecF v0, v1;
       ld.load8(v + k * dh8 + c, v0, v1);
       for (int r = 0; r < R; ++r) {
-        acc[r][0] += b[r][k] * v0;
-        acc[r][1] += b[r][k] * v1;
+        acc[r][0] = madd(b[r][k], v0, acc[r][0]);
+        acc[r][1] = madd(b[r][k], v1, acc[r][1]);
       }
     }
     for (int r = 0; r < R; ++r) {

@@ -13,6 +13,11 @@ namespace relaxed {
 extern const KernelVariant kKernel;  // kernel_simd128.cpp compiled with MHA_VARIANT_RELAXED (Relaxed SIMD)
 }
 #endif
+#ifdef MHA_DECODE_RELAXED
+namespace relaxed {
+extern const DecodeKernel kDecodeKernel;  // decode_simd128.cpp compiled with MHA_VARIANT_RELAXED (decode_relaxed.cpp)
+}
+#endif
 #ifdef MHA_KERNEL_SIMD128
 namespace simd128 {
 extern const KernelVariant kKernel;  // kernel_simd128.cpp
@@ -43,9 +48,12 @@ const KernelVariant* const kVariants[] = {
 #endif
 };
 
-// The relaxed variant has no decode kernel of its own (its builds run simd128's); the scalar decode
-// kernel is in every core, since the SIMD ones hand it their cold float16 blocks (decode_path.hpp).
+// The scalar decode kernel is in every core: the SIMD ones hand it their cold float16 blocks
+// (decode_path.hpp).
 const DecodeKernel* const kDecodeVariants[] = {
+#ifdef MHA_DECODE_RELAXED
+    &relaxed::kDecodeKernel,
+#endif
 #ifdef MHA_DECODE_SIMD128
     &simd128::kDecodeKernel,
 #endif

@@ -23,6 +23,7 @@
 #include "mha/decode.hpp"
 #include "mha/decode_path.hpp"
 #include "mha/f16.hpp"
+#include "mha/kernel.hpp"
 #include "mha/kv_cache.hpp"
 #include "mha/parallel.hpp"
 #include "mha/reference.hpp"
@@ -701,4 +702,13 @@ TEST_CASE("decode: the simd128 kernel's path of a block follows its dtype, rows,
   specials.rows = 4;
   specials.q_rows = q_rows.data();
   REQUIRE(mha::simd128::choose_decode_path(specials).loader == DecodeLoader::kScalarKernel);
+}
+
+TEST_CASE("decode: every tiled kernel variant of the build has its decode kernel, in the same order", "[decode]") {
+  std::vector<std::string> tiled, decode;
+  for (const mha::KernelVariant* kernel : mha::kernel_variants()) tiled.push_back(kernel->name);
+  for (const mha::DecodeKernel* kernel : mha::decode_kernel_variants()) decode.push_back(mha::decode_kernel_name(*kernel));
+  INFO("tiled " << tiled.size() << ", decode " << decode.size());
+  REQUIRE(decode == tiled);  // kernel_table.cpp lists both per variant (the test cores have scalar too)
+  REQUIRE(std::string(mha::decode_kernel_name(mha::default_decode_kernel())) == mha::default_kernel().name);
 }
