@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The QK^T and PV micro-kernels of both SIMD variants (tests/cpp/timing/microkernel_timing.cpp, built as
+// The QK^T and PV micro-kernels of both SIMD variants (bench/kernel/microkernel_timing.cpp, built as
 // build/wasm/mha_microkernel_timing{,_relaxed}.cjs) in Chromium, beside the ceiling micro-benchmarks of
 // bench/lib/ceiling.mjs (mul+add, and its relaxed_madd twin where that module has it), alternating for
 // `--rounds` rounds; prints each figure's best over the rounds and the ratios. Each harness runs in a

@@ -15,7 +15,7 @@
 // roofline max(K/V bytes / bandwidth, 4*B*H*T*Dh / mul+add ceiling) with that round's thread count's
 // median ceilings, and the step's share of it.
 // `phases`: instead, per shape and dtype (one thread; and two for decode-mqa-8k), the step with phases of
-// the simd128 decode kernel skipped in turn (bench-only copy of the kernel, MHA_DECODE_PHASE_MASK), down to
+// the simd128 decode kernel skipped in turn (the test seam's decode_phase_mask, src/mha/test_seam.hpp), down to
 // none: what is left then is the driver (plan, merge, threads).
 // `split`: instead, decode-mqa-8k on 2 threads, per step: items, keys and kernel time of each thread.
 // `softcap`: instead, each shape and dtype without and with softcap 30 (1 thread).
@@ -38,21 +38,13 @@
 
 #include "mha/kernel.hpp"
 #include "mha/decode.hpp"
+#include "mha/decode_kernel.hpp"
 #include "mha/kv_cache.hpp"
 #include "mha/parallel.hpp"
 
-// The simd128 decode kernel once more, in its own namespace, with phases that can be skipped (`phases`).
-#if MHA_F16_SIMD
-#define MHA_DECODE_PHASE_MASK 1
-#define simd128 simd128_phases
-#include "../../src/mha/decode_simd128.cpp"
-#undef simd128
-#endif
-#ifdef MHA_BENCH_OLD_DECODE  // a local A/B only: the decode kernel of another commit, as simd128_old
-#define simd128 simd128_old
-#include MHA_BENCH_OLD_DECODE
-#undef simd128
-#endif
+#include "mha/test_seam.hpp"  // decode_phase_mask (`phases`)
+
+static_assert(mha::test_seam::kEnabled, "the bench cores are built with the test seam (CMakeLists.txt)");
 
 namespace {
 
@@ -370,8 +362,7 @@ int phases_section(const Shape* shapes, size_t shape_count, int rounds) {
       const Shape& s = *row.shape;
       mha::KVCache& cache = *set.caches[row.cache];
       mha::CacheAttendArgs args = buffers.step(s);
-      args.kernel = &mha::simd128_phases::kDecodeKernel;
-      mha::simd128_phases::decode_phase_mask = row.variant->mask;
+      mha::test_seam::decode_phase_mask = row.variant->mask;
       const double t0 = now_ms();
       const mha::Status status = mha::cache_attend(cache, args, scratch, row.threads == 2 ? &parallel : nullptr, tiled);
       const double ms = now_ms() - t0;
@@ -379,6 +370,7 @@ int phases_section(const Shape* shapes, size_t shape_count, int rounds) {
       if (round >= 3) row.ms.push_back(ms);
     }
   }
+  mha::test_seam::decode_phase_mask = 15;  // every phase again
   std::printf("%d rounds, one decode step per row and round, phases of the simd128 decode kernel skipped\n\n", rounds);
   std::printf("%-14s %-4s %2s %-16s %8s %17s  %8s\n", "shape", "kv", "th", "phases", "ms", "[min - max]", "share");
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -394,8 +386,8 @@ int phases_section(const Shape* shapes, size_t shape_count, int rounds) {
 }
 
 // One step per row and round, 1 thread: no softcap, and softcap 30 (Gemma 2's attention cap) with the
-// build's decode kernel (and the kernel of MHA_BENCH_OLD_DECODE when given).
-// `ab` (a local A/B, with MHA_BENCH_OLD_DECODE): no softcap, the build's kernel against the old one.
+// build's decode kernel.
+// `ab`: no softcap only, the rows an A/B compares between two builds run alternately.
 int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab) {
   CacheSet set;
   if (!fill_caches(shapes, shape_count, set)) return 1;
@@ -410,9 +402,6 @@ int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab
     const float cap = ab ? 0.0f : 30.0f;
     rows.push_back(CapRow{c, 0.0f, &mha::default_decode_kernel(), {}});
     if (!ab) rows.push_back(CapRow{c, cap, &mha::default_decode_kernel(), {}});
-#ifdef MHA_BENCH_OLD_DECODE
-    rows.push_back(CapRow{c, cap, &mha::simd128_old::kDecodeKernel, {}});
-#endif
   }
   StepBuffers buffers(shapes, shape_count);
   mha::DecodeScratch scratch;

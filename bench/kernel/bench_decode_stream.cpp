@@ -18,12 +18,12 @@
 #include <xsimd/xsimd.hpp>
 
 #include "mha/decode.hpp"
+#include "mha/decode_kernel.hpp"
 #include "mha/kv_cache.hpp"
 
-#define MHA_DECODE_PHASE_MASK 1
-#define simd128 simd128_phases
-#include "../../src/mha/decode_simd128.cpp"
-#undef simd128
+#include "mha/test_seam.hpp"  // decode_phase_mask
+
+static_assert(mha::test_seam::kEnabled, "the bench cores are built with the test seam (CMakeLists.txt)");
 
 namespace {
 
@@ -86,7 +86,7 @@ NOINLINE void run(Kind kind, Setup& s) {
       }
     return;
   }
-  mha::simd128_phases::decode_phase_mask = kind == kKernelK ? 3 : kind == kKernelV ? 9 : 15;
+  mha::test_seam::decode_phase_mask = kind == kKernelK ? 3 : kind == kKernelV ? 9 : 15;
   mha::CacheAttendArgs args;
   args.new_tokens = 1;
   const int64_t width = int64_t{s.heads} * s.dh;
@@ -96,7 +96,7 @@ NOINLINE void run(Kind kind, Setup& s) {
   args.out = {out.data(), width, width};
   args.options.num_heads = s.heads;
   args.options.scale = mha::default_scale(s.dh);
-  args.kernel = &mha::simd128_phases::kDecodeKernel;
+  args.kernel = &mha::default_decode_kernel();  // simd128: the bench cores are SIMD cores
   if (mha::cache_attend(*s.cache, args, scratch, nullptr, tiled) != mha::Status::kOk || s.cache->truncate(s.length) != mha::Status::kOk)
     std::abort();
 }

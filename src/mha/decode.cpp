@@ -14,24 +14,14 @@
 
 #include "mha/kernel.hpp"
 #include "mha/decode_kernel.hpp"
+#include "mha/numeric.hpp"
 #include "mha/reference.hpp"  // exp_without_table
 
 namespace mha {
 
-const DecodeKernel& scalar_decode_kernel() { return scalar::kDecodeKernel; }
-
-const DecodeKernel* simd128_decode_kernel() {
-#if MHA_DECODE_SIMD128
-  return &simd128::kDecodeKernel;
-#else
-  return nullptr;
+#if MHA_TEST_SEAM
+int test_seam::decode_phase_mask = 15;
 #endif
-}
-
-const DecodeKernel& default_decode_kernel() {
-  const DecodeKernel* simd = simd128_decode_kernel();
-  return simd != nullptr ? *simd : scalar_decode_kernel();
-}
 
 const char* decode_kernel_name(const DecodeKernel& kernel) { return kernel.name; }
 
@@ -46,7 +36,6 @@ void DecodeScratch::release() {
 namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Merges of more partial results than this run on the pool.
 constexpr int64_t kParallelMergeFloats = int64_t{1} << 18;
 // A prefill of at least this many tokens into an empty cache runs the tiled kernel.
@@ -163,6 +152,11 @@ void run_item(void* ctx, int64_t index, int worker) {
   job.kernel->run(blk, job.scratch->workers[static_cast<size_t>(worker)].data());
 }
 
+// The test seam's count of the rows that took the exact path (test_seam.hpp).
+void count_exact_row(const DecodeJob& job) {
+  if (test_seam::kEnabled) job.scratch->counters.exact_rows.fetch_add(1, std::memory_order_relaxed);
+}
+
 // The exact path of one row: docs/spec.md 2.4 and 2.5 in double, over the keys the row sees, in the
 // reference's order of operations (reference.cpp), so that with plain options it gives the reference's
 // bits. Used for rows whose float32 result is not finite (non-finite inputs, float32 overflow, empty rows)
@@ -175,9 +169,8 @@ void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, fl
   const int64_t position = int64_t{job.first_position} + ri.query;
   const float* q = q_row(job, b, ri);
   const int32_t dh = job.head_dim;
-  constexpr double kNegInfD = -std::numeric_limits<double>::infinity();
   std::vector<double> scores(static_cast<size_t>(std::max(0, keys.last - keys.first + 1)));
-  double row_max = kNegInfD;
+  double row_max = kNegInfDouble;
   bool any_nan = false;
   for (int32_t j = keys.first; j <= keys.last; ++j) {
     double dot = 0.0;
@@ -189,7 +182,7 @@ void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, fl
     row_max = std::fmax(row_max, s);
     any_nan |= std::isnan(s);
   }
-  if (row_max == kNegInfD) {  // an empty row: no visible key, or every score -inf
+  if (row_max == kNegInfDouble) {  // an empty row: no visible key, or every score -inf
     const float fill = (o.empty_rows_zero && !any_nan) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
     for (int32_t d = 0; d < dh; ++d) out[d] = fill;
     return;
@@ -222,7 +215,7 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
     float* dst = out.data + b * out.batch_stride + ri.query * out.row_stride + int64_t{ri.head} * dh;
     if (job.exact_only || rb.blocks == 0) {
       exact_row(job, b, g, ri, dst);
-      job.scratch->exact_rows.fetch_add(1, std::memory_order_relaxed);
+      count_exact_row(job);
       continue;
     }
     float m = kNegInf;
@@ -246,7 +239,7 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
     }
     if (!finite) {
       exact_row(job, b, g, ri, dst);
-      job.scratch->exact_rows.fetch_add(1, std::memory_order_relaxed);
+      count_exact_row(job);
       continue;
     }
     std::copy(merged, merged + dh, dst);
@@ -275,10 +268,10 @@ void plan_row_blocks(const DecodeJob& job, int32_t rows_total, std::vector<Decod
 }
 
 // Scratch floats per worker: the kernel's (or the scalar kernel's, to which the SIMD kernel hands its
-// cold float16 blocks: decode_simd128.cpp run_f16), and a merged row.
+// cold float16 blocks: decode_path.hpp, DecodeLoader::kScalarKernel), and a merged row.
 size_t worker_floats(const DecodeKernel& kernel, int32_t head_dim) {
-  return std::max({kernel.scratch_floats(head_dim), scalar_decode_kernel().scratch_floats(head_dim),
-                   static_cast<size_t>(round_up_to(head_dim, 8))});
+  return std::max({kernel.scratch_floats(head_dim), scalar::kDecodeKernel.scratch_floats(head_dim),
+                   static_cast<size_t>(round_up(head_dim, 8))});
 }
 
 struct Wave {
@@ -325,7 +318,7 @@ DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, int32_t fi
   job.scratch = &scratch;
   job.group = args.options.num_heads / cache.config().num_kv_heads;
   job.head_dim = cache.config().head_dim;
-  job.dh8 = round_up_to(job.head_dim, 8);
+  job.dh8 = round_up(job.head_dim, 8);
   job.keys_per_block = decode_keys_per_block(job.dh8);
   job.length = length;
   job.first_position = first_position;
@@ -437,7 +430,7 @@ Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch&
   }
   const Status run = parallel != nullptr ? parallel->run(tiled) : attention(tiled, tiled_scratch);
   if (run != Status::kOk) return run;
-  ++scratch.tiled_prefills;
+  if (test_seam::kEnabled) ++scratch.counters.tiled_prefills;
   return cache.append(args.k, args.v, n);
 }
 

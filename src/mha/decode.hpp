@@ -16,14 +16,15 @@
 //    reads K as strided rows and the cache holds K^T panels (decode.cpp, tiled_prefill_applies).
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "mha/kernel.hpp"  // VariantList
 #include "mha/kv_cache.hpp"
 #include "mha/parallel.hpp"
 #include "mha/shape.hpp"
+#include "mha/test_seam.hpp"
 #include "mha/visibility.hpp"
 #include "mha/workspace.hpp"
 
@@ -64,12 +65,13 @@ struct CacheAttendOptions {
   bool empty_rows_zero = false;  // emptyRows: 'zero' (true) or 'nan'
 };
 
-// A decode kernel variant: the work of one item (decode_kernel.hpp). simd128 when the core is built
-// with SIMD, scalar always.
+// A decode kernel variant: the work of one item (decode_kernel.hpp). The variants of this build are
+// listed in kernel_table.cpp, best first, like the tiled kernel's: simd128 when the core is built with
+// SIMD, scalar always.
 struct DecodeKernel;
-const DecodeKernel& default_decode_kernel();
-const DecodeKernel& scalar_decode_kernel();
-const DecodeKernel* simd128_decode_kernel();  // nullptr in builds without SIMD
+using DecodeKernelList = VariantList<DecodeKernel>;
+DecodeKernelList decode_kernel_variants();
+const DecodeKernel& default_decode_kernel();  // the first of decode_kernel_variants()
 const char* decode_kernel_name(const DecodeKernel& kernel);
 
 // kDecodeKernel: never the tiled prefill; kExactRows: every row by the decode kernel's exact path (tests).
@@ -108,10 +110,7 @@ struct DecodeScratch {
   std::vector<DecodeRowBlock> row_blocks;
   // Partial results per wave; long prefills through the decode kernel run in several waves (tests lower it).
   int64_t max_partial_floats = int64_t{1} << 22;
-  // Rows that took the exact path so far (non-finite float32 results), for tests.
-  std::atomic<int64_t> exact_rows{0};
-  // Calls served by the tiled kernel so far, for tests.
-  int64_t tiled_prefills = 0;
+  test_seam::DecodeCounters counters;  // counted only in the tests' cores (test_seam.hpp)
   void release();
 };
 

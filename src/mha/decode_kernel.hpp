@@ -13,12 +13,8 @@ namespace mha {
 // Split-K blocks: decode_keys_per_block(Dh8) keys at fixed positions (multiples of it). 512 keys while a
 // block's float32 keys and values take at most 512 kB (Dh8 <= 128), so that the grouped path's read of a
 // whole block into L2 (decode_simd128.cpp, touch_block) fits a 1 MB L2 twice; 256 above. Every item pays
-// a stream restart and a merge, so fewer, longer blocks are faster where they fit. Against 256 keys for
-// every Dh (bench_decode.js ab, 1 thread, the two builds alternating, 10 pairs of 30-round runs, median
-// of the pairs' ratios; Zen 4 EPYC): decode-mha-8k f32 1.04x, f16 1.10x; decode-gqa-4k 1.03x (f32),
-// 1.04x (f16); decode-b4 1.03x, 1.06x; decode-mqa-8k 0.99x, 0.99x. 1024 keys at Dh 64 (3 pairs against
-// 512): decode-b4 and decode-mha-8k f32 no faster, decode-mha-8k f16 1.05x; not taken, since it halves
-// again the split-K work of a short cache (one KV head, 1k tokens: a single block).
+// a stream restart and a merge, so fewer, longer blocks are faster where they fit. Not longer still:
+// that would halve again the split-K work of a short cache (one KV head, 1k tokens: a single block).
 constexpr int32_t kDecodeMaxKeysPerBlock = 512;
 constexpr int32_t kDecodeMinKeysPerBlock = kDecodeMaxKeysPerBlock / 2;
 constexpr int32_t decode_keys_per_block(int32_t dh8) { return dh8 <= 128 ? kDecodeMaxKeysPerBlock : kDecodeMinKeysPerBlock; }
@@ -69,13 +65,9 @@ struct DecodeKernel {
   void (*run)(const DecodeBlock& block, float* scratch);
 };
 
+// The SIMD kernels hand their cold float16 blocks to this one (decode_path.hpp, DecodeLoader::kScalarKernel).
 namespace scalar {
-extern const DecodeKernel kDecodeKernel;
+extern const DecodeKernel kDecodeKernel;  // decode_scalar.cpp
 }
-#if MHA_DECODE_SIMD128
-namespace simd128 {
-extern const DecodeKernel kDecodeKernel;
-}
-#endif
 
 }  // namespace mha

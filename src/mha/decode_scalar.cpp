@@ -9,19 +9,17 @@
 #include "mha/decode.hpp"
 #include "mha/decode_kernel.hpp"
 #include "mha/f16.hpp"
+#include "mha/numeric.hpp"
 
 namespace mha {
 namespace scalar {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
 // Element d of key j / value j of the head, as stored (kv_cache.hpp layout).
 inline float stored_key(const DecodeBlock& blk, int32_t j, int32_t d) {
-  const int64_t at = int64_t{j / kKeysPerPanel} * blk.head_dim * kKeysPerPanel + int64_t{d} * kKeysPerPanel;
-  const int32_t column = j % kKeysPerPanel;
-  if (blk.dtype == CacheDType::kFloat32) return static_cast<const float*>(blk.key_panels)[at + column];
-  return f16::decode(static_cast<const uint16_t*>(blk.key_panels)[at + column]);
+  const int64_t at = key_panel_offset(j, d, blk.head_dim);
+  if (blk.dtype == CacheDType::kFloat32) return static_cast<const float*>(blk.key_panels)[at];
+  return f16::decode(static_cast<const uint16_t*>(blk.key_panels)[at]);
 }
 inline float stored_value(const DecodeBlock& blk, int32_t j, int32_t d) {
   const int64_t row = int64_t{j} * blk.dh8;

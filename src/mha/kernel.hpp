@@ -90,13 +90,16 @@ struct KernelVariant {
   void (*run_unit)(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit, float* scratch);
 };
 
-// The variants compiled into this build, best first (kernel_table.cpp).
-struct KernelList {
-  const KernelVariant* const* items;
+// The variants of one kind compiled into this build, best first (kernel_table.cpp): the tiled kernels
+// here, the decode kernels in decode.hpp.
+template <class Variant>
+struct VariantList {
+  const Variant* const* items;
   size_t count;
-  const KernelVariant* const* begin() const { return items; }
-  const KernelVariant* const* end() const { return items + count; }
+  const Variant* const* begin() const { return items; }
+  const Variant* const* end() const { return items + count; }
 };
+using KernelList = VariantList<KernelVariant>;
 KernelList kernel_variants();
 
 // The build's kernel: the first of kernel_variants().

@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "mha/kernel.hpp"
+#include "mha/numeric.hpp"
 #include "mha/reference.hpp"
 #include "mha/workspace.hpp"
 
@@ -30,7 +31,6 @@ namespace {
 
 constexpr int32_t kRowsPerUnit = 64;
 constexpr int32_t kKeysPerTile = 64;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // exp that flushes weights near FLT_MIN to +0 instead of a denormal, as the simd128 variant's exp2 does
 // (simd_exp.hpp: below 2^-126.5, about e^-87.7), so a weight that underflows is 0 in both variants (and

@@ -41,13 +41,13 @@ namespace mha {
 namespace MHA_SIMD_VARIANT {
 namespace {
 
-// Bq: a multiple of kRowPad (each block's rows are whole panels and whole vectors of 4 rows). Measured
-// against 32 (0.96x) and 128 (Node 0.98-1.06x, Chromium 0.94-0.96x).
+// Bq: a multiple of kRowPad (each block's rows are whole panels and whole vectors of 4 rows); 64 rows
+// balance the per-block overheads against the scores and O a block keeps in L1.
 constexpr int32_t kRowsPerBlock = 64;
 static_assert(kRowsPerBlock % kRowPad == 0, "a block holds whole panels");
 constexpr int32_t kMaxRowsPerUnit = 1024;   // a unit runs up to 16 blocks against each packed key tile
 constexpr int64_t kMinUnits = 8;            // keep enough units for the thread pool on small problems
-constexpr int32_t kKeysPerTile = kTileStride;  // Bk (measured: 128 halves per-tile overheads, +1-4% over 64)
+constexpr int32_t kKeysPerTile = kTileStride;  // Bk: 128 keys halve the per-tile overheads of 64
 // Bk when the visible keys depend on the row (causal, window): the diagonal and window-edge tiles, partly
 // hidden and computed in full, waste less.
 constexpr int32_t kRangedKeysPerTile = 64;
@@ -58,10 +58,9 @@ int32_t rows_per_unit(const AttentionShape& shape, int32_t padded_head_dim, int3
   const int32_t s4 = round_up(shape.seq_len, kRowPad);
   // The unit's Q panels and O accumulators stay within about 512 KiB: 1024 rows (over the unit's heads)
   // at Dh <= 64. Every unit packs K/V of all its tiles, strided reads from memory that is mostly not in
-  // cache (K/V packing was 18% of the time at 256 rows), so more rows per unit pay although Q and O then
-  // live in L2/L3: measured on (1,2048,2048,768,12), 256 -> 512 rows with Bk 128 +11%, 512 -> 1024 rows
-  // +6%, 2048 no better. A grouped-query unit shares the rows among its heads (each K/V tile it packs
-  // serves all of them), at least one block each.
+  // cache, so more rows per unit pay although Q and O then live in L2/L3, up to 1024 rows. A
+  // grouped-query unit shares the rows among its heads (each K/V tile it packs serves all of them), at
+  // least one block each.
   int32_t rows = std::max(kRowsPerBlock, std::min(kMaxRowsPerUnit, 65536 / padded_head_dim / kRowsPerBlock * kRowsPerBlock));
   rows = std::max(kRowsPerBlock, rows / heads_per_kv_head / kRowsPerBlock * kRowsPerBlock);
   rows = std::min(rows, round_up(s4, kRowsPerBlock));  // above that every choice is one unit per head
@@ -357,8 +356,8 @@ void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit&
   for (int32_t j0 = first_tile; j0 < unit_keys.end; j0 += plan.keys_per_tile) {
     const int32_t nk = std::min(plan.keys_per_tile, T - j0);
     bool packed = false;
-    // The unit's rows in blocks sharing this tile's packed K^T and V (V is packed once per tile; reading
-    // it in place, row stride D, measured slower: long2k 28.9 vs 29.4 GFLOP/s).
+    // The unit's rows in blocks sharing this tile's packed K^T and V (V is packed once per tile, so the
+    // PV micro-kernel reads whole aligned vectors at immediate offsets instead of rows D apart).
     for (int32_t b0 = 0; b0 < rows; b0 += plan.rows_per_block) {
       const int32_t brows = std::min(plan.rows_per_block, rows - b0);
       const int32_t i_begin = unit.q_begin + b0;

@@ -6,7 +6,7 @@
 #include <new>
 
 #if MHA_F16_SIMD
-#include <xmmintrin.h>  // _MM_TRANSPOSE4_PS (Emscripten maps SSE onto SIMD128)
+#include "mha/simd_transpose.hpp"
 #endif
 
 namespace mha {
@@ -104,10 +104,10 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
   return Status::kOk;
 }
 
-// Key j of a head sits in panel j / P at column j % P; a value row is Dh8 elements.
+// Key j of a head sits in panel j / P at column j % P (key_panel_offset); a value row is Dh8 elements.
 template <typename E>
 E* KVCache::key_column(int32_t b, int32_t g, int32_t position) {
-  return static_cast<E*>(keys_) + (head_index(b, g) * panels_ + position / kKeysPerPanel) * panel_elements() + position % kKeysPerPanel;
+  return static_cast<E*>(keys_) + head_index(b, g) * panels_ * panel_elements() + key_panel_offset(position, 0, config_.head_dim);
 }
 template <typename E>
 E* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
@@ -139,19 +139,20 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
   uint16_t* column16 = f16 ? key_column<uint16_t>(b, g, position) : nullptr;
   bool specials = false;
   for (int32_t d = 0; d < dh4; d += 4) {
-    __m128 t[2][4];  // [token half][element d + j]: tokens 4h .. 4h + 3
+    using simd::VecF;
+    VecF t[2][4];  // [token half][element d + j]: tokens 4h .. 4h + 3
     for (int h = 0; h < 2; ++h) {
       const float* r = k + 4 * h * row_stride + d;
-      t[h][0] = _mm_loadu_ps(r), t[h][1] = _mm_loadu_ps(r + row_stride);
-      t[h][2] = _mm_loadu_ps(r + 2 * row_stride), t[h][3] = _mm_loadu_ps(r + 3 * row_stride);
-      _MM_TRANSPOSE4_PS(t[h][0], t[h][1], t[h][2], t[h][3]);
+      t[h][0] = VecF::load_unaligned(r), t[h][1] = VecF::load_unaligned(r + row_stride);
+      t[h][2] = VecF::load_unaligned(r + 2 * row_stride), t[h][3] = VecF::load_unaligned(r + 3 * row_stride);
+      simd::transpose_4x4(t[h][0], t[h][1], t[h][2], t[h][3]);
     }
     for (int j = 0; j < 4; ++j) {
       if (f16) {
-        specials |= encode8(f16::simd::VecF(t[0][j]), f16::simd::VecF(t[1][j]), column16 + (d + j) * kKeysPerPanel);
+        specials |= encode8(t[0][j], t[1][j], column16 + (d + j) * kKeysPerPanel);
       } else {
-        _mm_store_ps(column32 + (d + j) * kKeysPerPanel, t[0][j]);
-        _mm_store_ps(column32 + (d + j) * kKeysPerPanel + 4, t[1][j]);
+        t[0][j].store_aligned(column32 + (d + j) * kKeysPerPanel);
+        t[1][j].store_aligned(column32 + (d + j) * kKeysPerPanel + 4);
       }
     }
   }
@@ -239,11 +240,9 @@ Status KVCache::truncate(int32_t length) {
 }
 
 float KVCache::key(int32_t b, int32_t g, int32_t j, int32_t d) const {
-  const int64_t panel = head_index(b, g) * panels_ + j / kKeysPerPanel;
-  const int32_t column = j % kKeysPerPanel;
-  const int64_t at = panel * panel_elements() + int64_t{d} * kKeysPerPanel;
-  if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(keys_)[at + column];
-  return f16::decode(static_cast<const uint16_t*>(keys_)[at + column]);
+  const int64_t at = head_index(b, g) * panels_ * panel_elements() + key_panel_offset(j, d, config_.head_dim);
+  if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(keys_)[at];
+  return f16::decode(static_cast<const uint16_t*>(keys_)[at]);
 }
 
 float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "mha/f16.hpp"
+#include "mha/numeric.hpp"
 #include "mha/shape.hpp"
 
 namespace mha {
@@ -45,13 +46,16 @@ struct KVCacheConfig {
 };
 
 constexpr int32_t kKeysPerPanel = 32;
+// Where element d of key j sits among one KV head's key panels (from its panel 0): panel j / P, panel
+// row d, column j % P. The one formula of the layout above, for the cache and the decode kernels.
+constexpr int64_t key_panel_offset(int32_t j, int32_t d, int32_t head_dim) {
+  return int64_t{j / kKeysPerPanel} * head_dim * kKeysPerPanel + int64_t{d} * kKeysPerPanel + j % kKeysPerPanel;
+}
 // A wasm32 heap holds at most 2 GiB (the module's MAXIMUM_MEMORY); natively the same bound keeps the
 // behaviour of both builds alike.
 constexpr int64_t kMaxCacheBytes = int64_t{1} << 31;
 // special_from() when the cache holds no inf or NaN half.
 constexpr int32_t kNoSpecialValues = INT32_MAX;
-
-inline int32_t round_up_to(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
 // Bytes of K and V storage of a config (exactly what create allocates), or -1 when a dim is not positive
 // or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
@@ -94,7 +98,7 @@ class KVCache {
     return static_cast<const E*>(values_) + head_index(b, g) * config_.capacity * value_row_elements();
   }
   int64_t panel_elements() const { return int64_t{config_.head_dim} * kKeysPerPanel; }  // (Dh, P)
-  int32_t value_row_elements() const { return round_up_to(config_.head_dim, 8); }       // Dh8
+  int32_t value_row_elements() const { return round_up(config_.head_dim, 8); }       // Dh8
 
   // Smallest position whose K or V holds an inf or NaN half (float16), or kNoSpecialValues. Conservative
   // after a truncate that keeps some of them.

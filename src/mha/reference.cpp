@@ -3,12 +3,12 @@
 #include <cmath>
 #include <limits>
 
+#include "mha/numeric.hpp"
 #include "mha/workspace.hpp"
 
 namespace mha {
 namespace {
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Entry d of head vector x rotated by the table row (c, s) (docs/spec.md 4.5), in double: the products
@@ -101,7 +101,7 @@ void reference_attention_row(const ReferenceRow& row, double* scratch, float* ou
   const double* rotated_q = rotate_query(row, scratch + value_dim);
   // The row max over the visible keys (and the sink). std::fmax ignores NaN, so a NaN score cannot hide
   // the max; it still poisons the sum below.
-  double row_max = kNegInf;
+  double row_max = kNegInfDouble;
   bool has_nan = false;
   for_each_visible_key(row, [&](int32_t j) {
     const double s = score(row, rotated_q, j);
@@ -112,7 +112,7 @@ void reference_attention_row(const ReferenceRow& row, double* scratch, float* ou
   // An empty row: no visible key, or only -inf scores (a -inf bias hides a key as the mask does). Its
   // softmax is 0/0 in PyTorch: NaN (emptyRows 'nan'), or 0 with 'zero'. A NaN score is no empty row.
   // With a sink the denominator is never 0: the sink takes the whole mass, and the output is 0.
-  if (row_max == kNegInf && !has_nan) {
+  if (row_max == kNegInfDouble && !has_nan) {
     const float fill = row.empty_rows == EmptyRows::kZero || row.has_sink ? 0.0f : std::numeric_limits<float>::quiet_NaN();
     if (out_row != nullptr) {
       for (int32_t d = 0; d < value_dim; ++d) out_row[d] = fill;
@@ -134,7 +134,7 @@ void reference_attention_row(const ReferenceRow& row, double* scratch, float* ou
   }
   for_each_visible_key(row, [&](int32_t j) {
     const double s = score(row, rotated_q, j);
-    if (s == kNegInf) return;
+    if (s == kNegInfDouble) return;
     const double weight = exp_without_table(s - row_max);
     sum += weight;
     if (out_row == nullptr) return;

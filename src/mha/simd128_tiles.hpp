@@ -16,8 +16,10 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "mha/numeric.hpp"
 #include "mha/simd_exp.hpp"
 #include "mha/simd_tanh.hpp"
+#include "mha/simd_transpose.hpp"
 #include "mha/visibility.hpp"
 
 #ifdef MHA_PROFILE_NOINLINE  // profiling builds only: keeps each phase a separate function for perf
@@ -30,6 +32,9 @@ namespace mha {
 namespace MHA_SIMD_VARIANT {
 
 using simd::madd;
+using simd::transpose_4x4;
+using simd::zip_hi_pairs;
+using simd::zip_lo_pairs;
 using simd::VecF;
 using simd::VecI;
 constexpr int32_t kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
@@ -37,16 +42,10 @@ static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane ve
 
 // Query rows per micro-kernel (a Q panel): 4 rows x 8 keys, 8 accumulators, in both variants. Without
 // FMA each step also needs a product temporary, and 4 rows are the largest block that does not spill.
-// With FMA (a multiply-add of 4 cycles' latency, 2 started a cycle on the Xeon measured) 8 chains are just
-// enough, and 12 chains of relaxed_madd ran 1.12x as fast as 8 there (Node 20, 45.4 against 40.4
-// GFLOP/s), so the relaxed variant took 6 rows (12 accumulators + 2 key vectors + 1 broadcast = 15 of
-// the 16 xmm registers) for a while. That fits only where the engine keeps the wasm's order, each row's
-// broadcast just before its two multiply-adds. Chromium 156 (Turboshaft) does; Node 20's TurboFan loads
-// all 6 broadcasts first and spills 4 accumulators (perf), and Firefox 153 slows down too. 6 rows against
-// 4, wasm-ab.mjs and Node A/B, relaxed build, long2k / bert (time ratio, 4 rows = 1):
-//   Xeon:     Chromium 0.93 / 0.96, Firefox 1.09 / 1.10, Node 20 1.30 / 1.32;
-//   EPYC (Zen 4): Chromium 0.97-1.00 / 1.00, Firefox 1.37 / 1.40, Node 20 1.92 / 1.84.
-// 5 rows (Xeon): Chromium 0.97 / 1.06, Firefox 0.97 / 1.10. So 4 rows everywhere.
+// With FMA (a multiply-add of 4 cycles' latency, 2 started a cycle) 8 chains are just enough; more rows
+// (6: 12 accumulators + 2 key vectors + 1 broadcast = 15 of the 16 xmm registers) fit only where the
+// engine keeps the wasm's order, each row's broadcast just before its two multiply-adds, and engines
+// that load all broadcasts first spill accumulators. So 4 rows in every variant and engine.
 constexpr int32_t kMr = 4;
 // Query rows are padded to whole panels and to whole vectors of 4 rows (the online softmax updates the
 // running maxima of 4 rows a vector): to a multiple of both.
@@ -56,10 +55,7 @@ constexpr int32_t kNr = 8;  // keys (QK^T) or output lanes (PV) per micro-kernel
 // so that the micro-kernels address their operands with immediate offsets (see the top of this file).
 constexpr int32_t kTileStride = 128;
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.44269504088896341f;
-
-constexpr int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
 // Before the scalar tail loops (Dh % 4 columns, padding keys, zero padding) and the score epilogue's row
 // loops: LLVM -O3 would vectorize and unroll each of them, with its runtime checks, into a kilobyte of
@@ -78,28 +74,6 @@ constexpr int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
 // ---------------------------------------------------------------------------------------------------
 // Packing
-
-// [a0 a1 b0 b1] and [a2 a3 b2 b3]: xsimd's zips of the vectors seen as 2 doubles (SSE's movelh/movehl).
-inline VecF zip_lo_pairs(VecF a, VecF b) {
-  using VecD = xsimd::batch<double>;
-  return xsimd::bitwise_cast<VecF>(xsimd::zip_lo(xsimd::bitwise_cast<VecD>(a), xsimd::bitwise_cast<VecD>(b)));
-}
-inline VecF zip_hi_pairs(VecF a, VecF b) {
-  using VecD = xsimd::batch<double>;
-  return xsimd::bitwise_cast<VecF>(xsimd::zip_hi(xsimd::bitwise_cast<VecD>(a), xsimd::bitwise_cast<VecD>(b)));
-}
-
-// 4x4 transpose in registers: rows x0..x3 in, columns out (the 8 shuffles of _MM_TRANSPOSE4_PS).
-inline void transpose_4x4(VecF& x0, VecF& x1, VecF& x2, VecF& x3) {
-  const VecF t0 = xsimd::zip_lo(x0, x1);  // x00 x10 x01 x11
-  const VecF t1 = xsimd::zip_lo(x2, x3);  // x20 x30 x21 x31
-  const VecF t2 = xsimd::zip_hi(x0, x1);  // x02 x12 x03 x13
-  const VecF t3 = xsimd::zip_hi(x2, x3);  // x22 x32 x23 x33
-  x0 = zip_lo_pairs(t0, t1);
-  x1 = zip_hi_pairs(t0, t1);
-  x2 = zip_lo_pairs(t2, t3);
-  x3 = zip_hi_pairs(t2, t3);
-}
 
 // Rows r..r+3 (row_stride apart, Dh each) -> dst (Dh, 4 adjacent floats, kDstStride apart): dst[d *
 // kDstStride + i] = row i [d]. 4x4 blocks are transposed in registers (4 unaligned row loads, 8 shuffles,
@@ -253,12 +227,10 @@ inline VecF score_epilogue(VecF x, int32_t row, int32_t key, const ScoreEpilogue
 
 // The score epilogue of one block, in place on its stored scores (rows kTileStride apart from s, tile keys
 // [jb, jb + 8)): softcap c*log2(e) * tanh(x), then ALiBi and bias. On the stored block (in L1) rather
-// than on registers, so that its code exists once instead of once per accumulator: with the 6-row blocks
-// the relaxed build once had, that was 2 kB more wasm, and mha-relaxed-threads.wasm over its 40 kB gzip
-// budget. Softcap: logits far below the cap (the common case: Gemma 2 caps at 50 and 30) leave every |x|
+// than on registers, so that its code exists once instead of once per accumulator (issue #15's size
+// budget). Softcap: logits far below the cap (the common case: Gemma 2 caps at 50 and 30) leave every |x|
 // below 0.625, where tanh is its polynomial alone: one test per block skips the exp2 and the division of
-// the other branch (bert with softcap 30: 1.39x the plain call's time with both branches, 1.12x with the
-// test).
+// the other branch.
 inline void score_epilogue_block(float* s, int32_t jb, const ScoreEpilogue& ep) {
   if (ep.softcap) {
     const simd::TanhConstants& k = *ep.tanh;
@@ -334,8 +306,8 @@ inline void store_row_maxima(const VecF (&maxima)[kMr], float* row_max) {
 // only costs a needless, exact, recomputation). The check comes before the epilogue, whose -inf from a
 // bias hides a key legitimately.
 // With row_max, also row_max[0..kMr) = each row's largest score (the caller asks only when no key of the
-// tile is hidden or padding): 2 maxima per row and 8 keys here, where a pass over the stored rows was 3%
-// of long2k's time (measured with it: long2k, bert-b8 and cross 2-5% faster).
+// tile is hidden or padding): 2 maxima per row and 8 keys here, on registers already loaded, instead of
+// a second pass over the stored rows.
 // Registers: see kMr.
 template <bool kEpilogue>
 MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, int32_t nk8, const ScoreEpilogue& ep,
@@ -352,7 +324,7 @@ MHA_PHASE inline bool qk_tile(const float* qpanel, int32_t dh, const float* kt, 
     const float* qp = qpanel;
     const float* kp = kt + jb * dh;  // the panel of keys [jb, jb + 8)
     // Not unrolled: LLVM would hoist the second step's loads above the first step's arithmetic, and
-    // the extra live vectors spill in V8 (measured: slower).
+    // the extra live vectors spill in V8.
     for (int32_t d = 0; d < dh; ++d, qp += kMr, kp += kNr) {
       const VecF k0 = VecF::load_aligned(kp);
       const VecF k1 = VecF::load_aligned(kp + kLanes);

@@ -21,11 +21,15 @@
 #include "golden.hpp"
 #include "heap_usage.hpp"
 #include "mha/decode.hpp"
+#include "mha/decode_path.hpp"
 #include "mha/f16.hpp"
+#include "mha/kernel.hpp"
 #include "mha/kv_cache.hpp"
 #include "mha/parallel.hpp"
 #include "mha/reference.hpp"
 #include "test_util.hpp"
+
+static_assert(mha::test_seam::kEnabled, "the test cores count the decode driver's paths (src/mha/test_seam.hpp)");
 
 namespace {
 
@@ -168,9 +172,8 @@ std::vector<float> reference_for(const CacheCase& c, const CacheData& data) {
 }
 
 std::vector<const mha::DecodeKernel*> kernels() {
-  std::vector<const mha::DecodeKernel*> all{&mha::scalar_decode_kernel()};
-  if (mha::simd128_decode_kernel() != nullptr) all.push_back(mha::simd128_decode_kernel());
-  return all;
+  // Every decode kernel variant compiled into this build (kernel_table.cpp), as the tiled ones are tested.
+  return std::vector<const mha::DecodeKernel*>(mha::decode_kernel_variants().begin(), mha::decode_kernel_variants().end());
 }
 
 // Checks every kernel variant against the reference on one case.
@@ -255,10 +258,10 @@ TEST_CASE("decode: a sliding window reads only the last W keys", "[decode]") {
       run.path = mha::CachePath::kDecodeKernel;  // the prefill too: it must take the exact path
       const auto out = run_cache(c, data, run);
       require_close(ref, out);
-      const int64_t prefill_exact = scratch.exact_rows.load();
+      const int64_t prefill_exact = scratch.counters.exact_rows.load();
       REQUIRE(prefill_exact > 0);  // the prefill did see the NaN keys
       // Rerun only the decode steps on the same cache contents: none of their rows may fall back.
-      scratch.exact_rows = 0;
+      scratch.counters.exact_rows = 0;
       std::unique_ptr<mha::KVCache> cache;
       REQUIRE(mha::KVCache::create(c.config(), cache) == Status::kOk);
       mha::Workspace tiled;
@@ -274,17 +277,17 @@ TEST_CASE("decode: a sliding window reads only the last W keys", "[decode]") {
         args.options = c.options();
         args.kernel = kernel;
         args.path = run.path;
-        const int64_t before = scratch.exact_rows.load();
+        const int64_t before = scratch.counters.exact_rows.load();
         REQUIRE(mha::cache_attend(*cache, args, scratch, nullptr, tiled) == Status::kOk);
         if (t0 >= 700) {
-          REQUIRE(scratch.exact_rows.load() == before);
+          REQUIRE(scratch.counters.exact_rows.load() == before);
           for (float x : step_out) REQUIRE(std::isfinite(x));
         }
       }
       // Without the window the same steps see the NaN keys: the check above can fail.
       c.window_left = -1;
       run_cache(c, data, run);
-      REQUIRE(scratch.exact_rows.load() > prefill_exact);
+      REQUIRE(scratch.counters.exact_rows.load() > prefill_exact);
       c.window_left = 99;
     }
   }
@@ -380,7 +383,7 @@ TEST_CASE("decode: a prefill into an empty cache takes the tiled kernel with GQA
     Runner run;
     run.scratch = &scratch;
     require_close(reference_for(c, data), run_cache(c, data, run));
-    REQUIRE(scratch.tiled_prefills == 1);
+    REQUIRE(scratch.counters.tiled_prefills == 1);
   }
   for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {  // softcap
     CacheCase c = make_case(1, 6, 3, 16, {48, 1}, dtype);
@@ -391,7 +394,7 @@ TEST_CASE("decode: a prefill into an empty cache takes the tiled kernel with GQA
     Runner run;
     run.scratch = &scratch;
     require_close(reference_for(c, data), run_cache(c, data, run));
-    REQUIRE(scratch.tiled_prefills == 1);
+    REQUIRE(scratch.counters.tiled_prefills == 1);
   }
   // A prefill into a non-empty cache and a short one stay on the decode kernel.
   const CacheCase c = make_case(1, 4, 2, 16, {8, 40});
@@ -400,7 +403,7 @@ TEST_CASE("decode: a prefill into an empty cache takes the tiled kernel with GQA
   run.scratch = &scratch;
   const CacheData data = case_data(c, 720);
   require_close(reference_for(c, data), run_cache(c, data, run));
-  REQUIRE(scratch.tiled_prefills == 0);
+  REQUIRE(scratch.counters.tiled_prefills == 0);
 }
 
 #ifndef __EMSCRIPTEN__  // the wasm test binary is single-threaded (see test_parallel.cpp)
@@ -641,4 +644,71 @@ TEST_CASE("decode: golden v2 cache cases through the C++ API, within the golden 
     ++run;
   }
   REQUIRE(run == 3);
+}
+
+TEST_CASE("decode: the simd128 kernel's path of a block follows its dtype, rows, q and halves", "[decode]") {
+  using mha::DecodeLoader;
+  const int32_t dh = 16;
+  std::vector<float> q_row(dh, 1.0f);
+  std::vector<const float*> q_rows(mha::kDecodeMaxRowsPerItem, q_row.data());
+  auto path_of = [&](CacheDType dtype, int32_t rows) {
+    mha::DecodeBlock blk;
+    blk.dtype = dtype;
+    blk.head_dim = dh;
+    blk.dh8 = dh;
+    blk.rows = rows;
+    blk.q_rows = q_rows.data();
+    return mha::simd128::choose_decode_path(blk);
+  };
+  struct Expected {
+    CacheDType dtype;
+    int32_t rows;
+    DecodeLoader loader;
+    bool stage_k, stage_v, touch_block;
+  };
+  const Expected expected[] = {
+      {CacheDType::kFloat32, 1, DecodeLoader::kFloat32, false, false, false},
+      {CacheDType::kFloat32, 2, DecodeLoader::kFloat32, true, false, false},
+      {CacheDType::kFloat32, 3, DecodeLoader::kFloat32, false, false, true},
+      {CacheDType::kFloat32, 32, DecodeLoader::kFloat32, false, false, true},
+      {CacheDType::kFloat16, 1, DecodeLoader::kFloat16Pairs, false, false, false},
+      {CacheDType::kFloat16, 2, DecodeLoader::kFloat16Scaled, true, false, false},
+      {CacheDType::kFloat16, 4, DecodeLoader::kFloat16Scaled, false, true, false},
+      {CacheDType::kFloat16, 8, DecodeLoader::kFloat16Scaled, true, true, false},
+  };
+  for (const Expected& e : expected) {
+    INFO((e.dtype == CacheDType::kFloat16 ? "f16 " : "f32 ") << e.rows << " rows");
+    const mha::DecodePath path = path_of(e.dtype, e.rows);
+    REQUIRE(path.loader == e.loader);
+    REQUIRE(path.stage_k == e.stage_k);
+    REQUIRE(path.stage_v == e.stage_v);
+    REQUIRE(path.touch_block == e.touch_block);
+    const bool f16 = e.dtype == CacheDType::kFloat16;
+    REQUIRE(path.fold_q == f16);  // float16 folds the widening's 2^112 into q and the weights
+    REQUIRE(path.p_scale == (f16 ? mha::f16::kWidenScale : 1.0f));
+  }
+  // The cold float16 blocks go to the scalar kernel: q too large to fold, or not finite.
+  for (float bad : {1e5f, kInf, kNaN}) {
+    q_row[3] = bad;
+    REQUIRE(path_of(CacheDType::kFloat16, 1).loader == DecodeLoader::kScalarKernel);
+    REQUIRE(path_of(CacheDType::kFloat32, 1).loader == DecodeLoader::kFloat32);  // float32 needs no fold
+  }
+  q_row[3] = 1.0f;
+  mha::DecodeBlock specials;
+  specials.dtype = CacheDType::kFloat16;
+  specials.specials = true;  // inf/NaN halves in the block
+  specials.head_dim = dh;
+  specials.dh8 = dh;
+  specials.rows = 4;
+  specials.q_rows = q_rows.data();
+  REQUIRE(mha::simd128::choose_decode_path(specials).loader == DecodeLoader::kScalarKernel);
+}
+
+TEST_CASE("decode: every tiled kernel variant of the build has its decode kernel, in the same order", "[decode]") {
+  std::vector<std::string> tiled, decode;
+  for (const mha::KernelVariant* kernel : mha::kernel_variants()) tiled.push_back(kernel->name);
+  for (const mha::DecodeKernel* kernel : mha::decode_kernel_variants()) decode.push_back(mha::decode_kernel_name(*kernel));
+  INFO("tiled " << tiled.size() << ", decode " << decode.size());
+  REQUIRE(decode == tiled);  // kernel_table.cpp lists both per variant (the test cores have scalar too)
+  REQUIRE(std::string(mha::decode_kernel_name(mha::default_decode_kernel())) == mha::default_kernel().name);
 }

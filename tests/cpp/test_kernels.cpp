@@ -54,10 +54,7 @@ TEST_CASE("kernels: q/k/v as slices of one packed (B, S, 3D) qkv buffer", "[kern
   const uint64_t seed = 77;
   INFO("seed " << seed);
   const mha::AttentionShape shape{2, 37, 37, 96, 3};
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> qkv(size_t(shape.batch) * shape.seq_len * 3 * shape.d_model + 1);
-  for (float& x : qkv) x = normal(rng);
+  const std::vector<float> qkv = mha_test::random_tensor(size_t(shape.batch) * shape.seq_len * 3 * shape.d_model + 1, seed);
   const float* base = qkv.data() + 1;  // misaligned as well
   const int64_t row = 3 * shape.d_model, batch = shape.seq_len * row;
   for (bool causal : {false, true}) {

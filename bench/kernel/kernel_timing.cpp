@@ -2,7 +2,7 @@
 // (single thread, the build's default kernel variant) on the benchmark shapes with seeded inputs, so two
 // builds of the core (before and after a kernel change) can be compared interleaved in one session:
 //
-//   tests/cpp/timing/compare.sh <old src dir> <new src dir> [rounds] [shapes]
+//   bench/kernel/compare.sh <old src dir> <new src dir> [rounds] [shapes]
 //
 // Output: one line per shape, `name ms gflops calls cpu_ms cpu_gflops`: medians over the calls in the
 // budget of the wall time and of the process's CPU time (on a machine shared with other jobs the CPU

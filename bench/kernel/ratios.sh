@@ -3,8 +3,8 @@
 # every pair, the two shapes alternating which goes first, and the report gives per pair the medians and
 # ranges over rounds of the CPU time per call and the ratio of the medians (second / first).
 #
-#   tests/cpp/timing/ratios.sh <harness .cjs|exe> <rounds> <budget ms> <first:second> [<first:second>...]
-#   e.g. tests/cpp/timing/ratios.sh build/wasm/mha_kernel_timing.cjs 6 1500 bert:bert-bias causal8k:window8k
+#   bench/kernel/ratios.sh <harness .cjs|exe> <rounds> <budget ms> <first:second> [<first:second>...]
+#   e.g. bench/kernel/ratios.sh build/wasm/mha_kernel_timing.cjs 6 1500 bert:bert-bias causal8k:window8k
 set -euo pipefail
 exe=$1 rounds=$2 budget=$3
 shift 3

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Interleaved timing of two kernel timing harnesses (tests/cpp/timing/kernel_timing.cpp built against two
+# Interleaved timing of two kernel timing harnesses (bench/kernel/kernel_timing.cpp built against two
 # versions of the core), for before/after comparisons on a shared, noisy machine: the runs alternate
 # A B B A A B ..., so a slow spell falls on both. Prints per shape the median and range over rounds of
 # each side's GFLOP/s and the ratio of the medians, by wall time and by CPU time.
 #
-#   tests/cpp/timing/compare.sh <harness A .cjs|exe> <harness B .cjs|exe> [rounds=6] [shapes] [budget ms=1000]
+#   bench/kernel/compare.sh <harness A .cjs|exe> <harness B .cjs|exe> [rounds=6] [shapes] [budget ms=1000]
 #
 # A harness for the core of another commit, without its CMake (wasm; from the repository root):
 #   git archive <commit> | tar -x -C build/base-src
 #   em++ -O3 -std=c++17 -msimd128 -msse4.2 -DNDEBUG -Ibuild/base-src/src -Ibuild/wasm/third_party_include \
-#     tests/cpp/timing/kernel_timing.cpp build/base-src/src/mha/<its core sources>.cpp \
+#     bench/kernel/kernel_timing.cpp build/base-src/src/mha/<its core sources>.cpp \
 #     -sENVIRONMENT=node -sALLOW_MEMORY_GROWTH=1 -sMAXIMUM_MEMORY=2GB -o build/timing/old.cjs
 # This core's harness: cmake --build build/wasm --target mha_kernel_timing (build/wasm/mha_kernel_timing.cjs).
 set -euo pipefail
