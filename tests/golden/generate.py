@@ -97,6 +97,36 @@ def store_round(x32, dtype, hkv, d):
     raise ValueError(dtype)
 
 
+def scaled_scores(qh, kh, o, Dh, dt):
+    """scale * q.k (B, H, S, T); the default scale divides by sqrt(Dh) in float64, as the v1 reference."""
+    scale = o.get('scale')
+    if scale is None and dt == F64:
+        return torch.matmul(qh, kh.transpose(-2, -1)) / math.sqrt(Dh)
+    if scale is None:
+        return torch.matmul(qh, kh.transpose(-2, -1)) * float(np.float32(1.0 / math.sqrt(Dh)))
+    return torch.matmul(qh, kh.transpose(-2, -1)) * scale
+
+
+def visible_keys(B, S, T, pq, pk, o, mask):
+    """(vis (B, 1, S, T) booleans, pi (1, 1, S, 1), pj (1, 1, 1, T)): which keys each query sees (2.3)."""
+    vis = torch.ones(B, 1, S, T, dtype=torch.bool)
+    if 'kvLengths' in o:
+        vis = vis & (pk.reshape(1, 1, 1, T) < torch.tensor(o['kvLengths']).reshape(B, 1, 1, 1))
+    if mask is not None:
+        vis = vis & mask.bool().reshape(B, 1, S, T)
+    pi = pq.reshape(1, 1, S, 1)
+    pj = pk.reshape(1, 1, 1, T)
+    if o.get('causal', False):
+        vis = vis & (pj <= pi)
+    if 'window' in o:
+        lft, rgt = [math.inf if (w == 'Infinity' or w is None) else w for w in o['window']]
+        if lft != math.inf:
+            vis = vis & (pj >= pi - lft)
+        if rgt != math.inf:
+            vis = vis & (pj <= pi + rgt)
+    return vis, pi, pj
+
+
 def rope_tables(rotary_dim, positions, theta=10000.0, scale=1.0):
     p = torch.arange(positions, dtype=F64).unsqueeze(1)
     r = torch.arange(rotary_dim // 2, dtype=F64).unsqueeze(0)
@@ -142,28 +172,8 @@ def oracle_v2(q, k, v, H, dt, o, mask=None, bias=None):
     if G > 1:  # 2.1: query head h reads KV head h // G
         kh = kh.repeat_interleave(G, dim=1)
         vh = vh.repeat_interleave(G, dim=1)
-    scale = o.get('scale')
-    if scale is None and dt == F64:
-        s = torch.matmul(qh, kh.transpose(-2, -1)) / math.sqrt(Dh)  # as the v1 reference
-    elif scale is None:
-        s = torch.matmul(qh, kh.transpose(-2, -1)) * float(np.float32(1.0 / math.sqrt(Dh)))
-    else:
-        s = torch.matmul(qh, kh.transpose(-2, -1)) * scale
-    vis = torch.ones(B, 1, S, T, dtype=torch.bool)  # 2.3
-    if 'kvLengths' in o:
-        vis = vis & (pk.reshape(1, 1, 1, T) < torch.tensor(o['kvLengths']).reshape(B, 1, 1, 1))
-    if mask is not None:
-        vis = vis & mask.bool().reshape(B, 1, S, T)
-    pi = pq.reshape(1, 1, S, 1)
-    pj = pk.reshape(1, 1, 1, T)
-    if o.get('causal', False):
-        vis = vis & (pj <= pi)
-    if 'window' in o:
-        lft, rgt = [math.inf if w == 'Infinity' else w for w in o['window']]
-        if lft != math.inf:
-            vis = vis & (pj >= pi - lft)
-        if rgt != math.inf:
-            vis = vis & (pj <= pi + rgt)
+    s = scaled_scores(qh, kh, o, Dh, dt)
+    vis, pi, pj = visible_keys(B, S, T, pq, pk, o, mask)  # 2.3
     if 'softcap' in o:  # 2.4
         c = float(o['softcap'])
         s = c * torch.tanh(s / c)
@@ -208,31 +218,9 @@ def oracle(q, k, v, H, dt, o, mask=None, bias=None):  # v2 + the v3 options
     if G > 1:
         kh = kh.repeat_interleave(G, dim=1)
         vh = vh.repeat_interleave(G, dim=1)
-    scale = o.get('scale')
-    if scale is None and dt == F64:
-        s = torch.matmul(qh, kh.transpose(-2, -1)) / math.sqrt(Dh)  # (B,H,S,T), as v1
-    elif scale is None:
-        s = torch.matmul(qh, kh.transpose(-2, -1)) * float(np.float32(1.0 / math.sqrt(Dh)))
-    else:
-        s = torch.matmul(qh, kh.transpose(-2, -1)) * scale
+    s = scaled_scores(qh, kh, o, Dh, dt)  # (B,H,S,T)
     st = {'scaled': s.clone()}
-    # visibility
-    vis = torch.ones(B, 1, S, T, dtype=torch.bool)
-    if 'kvLengths' in o:
-        kl = torch.tensor(o['kvLengths']).reshape(B, 1, 1, 1)
-        vis = vis & (pk.reshape(1, 1, 1, T) < kl)
-    if mask is not None:
-        vis = vis & mask.bool().reshape(B, 1, S, T)
-    pi = pq.reshape(1, 1, S, 1)
-    pj = pk.reshape(1, 1, 1, T)
-    if o.get('causal', False):
-        vis = vis & (pj <= pi)
-    if 'window' in o:
-        lft, rgt = [math.inf if (w == 'Infinity' or w is None) else w for w in o['window']]
-        if lft != math.inf:
-            vis = vis & (pj >= pi - lft)
-        if rgt != math.inf:
-            vis = vis & (pj <= pi + rgt)
+    vis, pi, pj = visible_keys(B, S, T, pq, pk, o, mask)
     if 'softcap' in o:
         c = float(o['softcap'])
         s = c * torch.tanh(s / c)
