@@ -292,3 +292,30 @@ test('vHeadDim: multiHeadAttention and the cache compute it or refuse it with th
   else cache.truncate(0);
   assert.ok(compare(attend({}), out64).maxError < 1e-5);
 });
+
+test('a getter that detaches the rope tables during validation is caught before the heap is touched', () => {
+  for (const fn of ['multiHeadAttention', 'attentionWeights']) {
+    const cos = new Float32Array(tables.cos);
+    const options = { ...shape, rope: { cos, sin: tables.sin } };
+    // out (multiHeadAttention) and stage (attentionWeights) are read after rope is checked.
+    Object.defineProperty(options, fn === 'multiHeadAttention' ? 'out' : 'stage', { enumerable: true, get: () => { structuredClone(cos.buffer, { transfer: [cos.buffer] }); return undefined; } });
+    expectError(() => (fn === 'multiHeadAttention' ? mha.multiHeadAttention(q, k, v, options) : mha.attentionWeights(q, k, options)), TypeError,
+      [`${fn}: rope: cos: the Float32Array's ArrayBuffer was detached during validation`]);
+  }
+  assert.ok(compare(attend({}), out64).maxError < 1e-5);
+});
+
+test('vHeadDim with heap tensors (q, k, v, out) gives the bits of the Float32Array call, or the same refusal', () => {
+  const v2 = randomNormal(60, mulberry32(8));
+  const arrays = unlessRefused(() => attend({ vHeadDim: 2 }, q, k, v2));
+  const [tq, tk, tv, tOut] = [heapCopy(mha, q), heapCopy(mha, k), heapCopy(mha, v2), mha.allocate(60)];
+  try {
+    const tensors = unlessRefused(() => mha.multiHeadAttention(tq, tk, tv, { ...shape, vHeadDim: 2, out: tOut }));
+    assert.equal(tensors === undefined, arrays === undefined);
+    if (arrays !== undefined) assert.ok(bitsEqual(tOut.toArray(), arrays));
+    expectError(() => mha.multiHeadAttention(tq, tk, tk, { ...shape, vHeadDim: 2, out: tOut }), RangeError,
+      ['multiHeadAttention: v: expected HeapTensor of length 60 (batch*kvSeqLen*numKvHeads*vHeadDim = 2*5*3*2), got length 120']);
+  } finally {
+    [tq, tk, tv, tOut].forEach((t) => t.free());
+  }
+});
