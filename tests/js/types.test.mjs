@@ -1,7 +1,7 @@
 // The shipped declarations (dist/index.d.ts) of the options of docs/spec.md Parts 2 and 4: a consumer using
 // every option compiles under tsc --strict, and each deliberate misuse is a type error on its own line.
-// multiHeadAttention and KVCache.attend have two overloads (float32, and dtype 'float16'): a misuse of them
-// is TS2769 (no overload matches).
+// multiHeadAttention and KVCache.attend are generic over their dtype: 'float16' makes q, k, v and the
+// result Float16Tensor, else Float32Array (or HeapTensor); a misspelt option is still a type error.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -46,16 +46,17 @@ export async function run(): Promise<void> {
 
 // [line, expected error code]: each line of BAD holds one misuse.
 const BAD_LINES = [
-  ["mha.multiHeadAttention(q, q, q, { ...shape, window: [1] });", 'TS2769'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, window: [1, 2, 3] });", 'TS2769'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, emptyRows: 'none' });", 'TS2769'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, kvLengths: new Float32Array(2) });", 'TS2769'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, biasShape: [1, 1, 5] });", 'TS2769'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, softcap: '30' });", 'TS2769'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, dtype: 'bfloat16' });", 'TS2769'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, rope: { cos: q } });", 'TS2769'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, stage: 'scaled' });", 'TS2769'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, window: [1] });", 'TS2322'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, window: [1, 2, 3] });", 'TS2322'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, emptyRows: 'none' });", 'TS2322'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, kvLengths: new Float32Array(2) });", 'TS2322'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, biasShape: [1, 1, 5] });", 'TS2322'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, softcap: '30' });", 'TS2322'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, dtype: 'bfloat16' });", 'TS2820'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, rope: { cos: q } });", 'TS2741'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, stage: 'scaled' });", 'TS2353'],
   ["const f32: Float32Array = mha.multiHeadAttention(new Uint16Array(120), new Uint16Array(120), new Uint16Array(120), { ...shape, dtype: 'float16' });", 'TS2'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, numKVHeads: 1 });", 'TS2561'],
   ["mha.attentionWeights(q, q, { ...shape, stage: 'weights' });", 'TS2322'],
   ["mha.attentionWeights(q, q, { ...shape, vHeadDim: 2 });", 'TS2353'],
   ["mha.attentionWeights(q, q, { ...shape, dtype: 'float16' });", 'TS2353'],

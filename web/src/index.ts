@@ -15,7 +15,8 @@
  */
 export type {
   CreateOptions, MHAInfo, BuildName, HeadShape, AttentionBaseOptions, AttentionWeightsOptions, AttentionOptions, HeapTensor, MHA,
-  KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions, Float16ArrayLike, Float16Tensor, RopeOptions, TensorDType,
+  KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions, Float16ArrayLike, Float16Tensor, RopeOptions, TensorDType, TensorIn,
+  TensorOut,
 } from './types.js';
 export type { RopeTables, RopeTablesOptions } from './rope.js';
 export { createMHA, version } from './create.js';

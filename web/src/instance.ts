@@ -17,7 +17,7 @@ import { checkCacheOptions, createCache, WasmKVCache } from './kv-cache.js';
 import type { CacheHost } from './kv-cache.js';
 import { checkStatus } from './status.js';
 import type { AttentionOptions, AttentionWeightsOptions, BuildName, Float16Tensor, HeadShape, HeapTensor, KVCache, KVCacheOptions,
-  MHA, MHAInfo } from './types.js';
+  MHA, MHAInfo, TensorDType, TensorIn, TensorOut } from './types.js';
 import { ATTENTION_KEYS, checkDim, checkDims, checkOptionsObject, HEAD_KEYS, MAX_ELEMENTS, outFormula, qFormula,
   WEIGHTS_KEYS } from './validate.js';
 
@@ -155,9 +155,8 @@ export class WasmMHA implements MHA, CacheHost {
     return ropeTables(options);
   }
 
-  multiHeadAttention(q: Float16Tensor, k: Float16Tensor, v: Float16Tensor, options: AttentionOptions & { dtype: 'float16' }): Float16Tensor;
-  multiHeadAttention(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
-    options: AttentionOptions): Float32Array;
+  multiHeadAttention<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
+    options: AttentionOptions & { dtype?: D }): TensorOut<D>;
   multiHeadAttention(q: Float32Array | HeapTensor | Float16Tensor, k: Float32Array | HeapTensor | Float16Tensor,
     v: Float32Array | HeapTensor | Float16Tensor, options: AttentionOptions): Float32Array | Float16Tensor {
     const fn = 'multiHeadAttention';

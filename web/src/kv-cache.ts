@@ -13,7 +13,8 @@ import type { MhaWasmModule } from './mha.js';
 import { byteOffsetOf, copyResult, layout, place, StagingArena, stageRope, totalBytes, unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
 import { checkStatus } from './status.js';
-import type { Float16Tensor, HeapTensor, KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions } from './types.js';
+import type { Float16Tensor, HeapTensor, KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions, TensorDType,
+  TensorIn, TensorOut } from './types.js';
 import { checkDim, checkOptionsObject } from './validate.js';
 
 export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype', 'vHeadDim'] as const;
@@ -122,9 +123,8 @@ export class WasmKVCache implements KVCache {
     return this.#config.dtype;
   }
 
-  attend(q: Float16Tensor, k: Float16Tensor, v: Float16Tensor, options: KVCacheAttendOptions & { dtype: 'float16' }): Float16Tensor;
-  attend(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
-    options: KVCacheAttendOptions): Float32Array;
+  attend<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
+    options: KVCacheAttendOptions & { dtype?: D }): TensorOut<D>;
   attend(q: Float32Array | HeapTensor | Float16Tensor, k: Float32Array | HeapTensor | Float16Tensor,
     v: Float32Array | HeapTensor | Float16Tensor, options: KVCacheAttendOptions): Float32Array | Float16Tensor {
     const fn = 'KVCache.attend';

@@ -24,6 +24,14 @@ export type Float16Tensor = Uint16Array | Float16ArrayLike;
 export type TensorDType = 'float32' | 'float16';
 
 /**
+ * The q, k and v of a call whose `dtype` is `D`: binary16 tensors for `'float16'`, else float32 ones (also
+ * when the dtype is only known as a TensorDType).
+ */
+export type TensorIn<D extends TensorDType> = [D] extends ['float16'] ? Float16Tensor : Float32Array | HeapTensor;
+/** What a call whose `dtype` is `D` returns: a binary16 tensor for `'float16'`, else a Float32Array. */
+export type TensorOut<D extends TensorDType> = [D] extends ['float16'] ? Float16Tensor : Float32Array;
+
+/**
  * Rotary position embedding (docs/spec.md 4.5): the tables of {@link MHA.ropeTables} (or any the caller
  * builds), applied to q and k inside the call; v is never rotated.
  */
@@ -385,9 +393,8 @@ export interface KVCache {
    * const next = cache.attend(qToken, kToken, vToken, { numHeads: 8 });     // one decode step
    * ```
    */
-  attend(q: Float16Tensor, k: Float16Tensor, v: Float16Tensor, options: KVCacheAttendOptions & { dtype: 'float16' }): Float16Tensor;
-  attend(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
-    options: KVCacheAttendOptions): Float32Array;
+  attend<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
+    options: KVCacheAttendOptions & { dtype?: D }): TensorOut<D>;
   /**
    * Keeps the first n tokens (rollback for speculative decoding or beam search), in O(1).
    * @param n - an integer in [0, length]; 0 resets the cache
@@ -429,9 +436,8 @@ export interface MHA {
    * const out = mha.multiHeadAttention(q, k, v, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
    * ```
    */
-  multiHeadAttention(q: Float16Tensor, k: Float16Tensor, v: Float16Tensor, options: AttentionOptions & { dtype: 'float16' }): Float16Tensor;
-  multiHeadAttention(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
-    options: AttentionOptions): Float32Array;
+  multiHeadAttention<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
+    options: AttentionOptions & { dtype?: D }): TensorOut<D>;
   /**
    * The RoPE tables for `rope: { cos, sin }` (docs/spec.md 4.5), the same function as the package's
    * standalone {@link ropeTables} export: angle(p, r) = (p / scale) · theta^(−2r / rotaryDim) for positions
