@@ -13,6 +13,16 @@
 #include <cstdint>
 #include <type_traits>
 
+// The fields of docs/spec.md 4.4 and 4.5 that both call structs carry (sinks, rope), in this order. A list may
+// name another list, MHA_..._FIELDS(X), on a line of its own (scripts/gen-abi.mjs expands it too).
+#define MHA_SINKS_ROPE_FIELDS(X)                                                                       \
+  X(uint32_t, sinks, "0 = none; float32 (H)")                                                           \
+  X(uint32_t, rope_cos, "0 = no rope; float32 (rope_positions, rope_rotary_dim / 2)")                   \
+  X(uint32_t, rope_sin, "0 = no rope; float32 (rope_positions, rope_rotary_dim / 2)")                   \
+  X(int32_t, rope_positions, "P, the rows of the rope tables (0 without rope)")                         \
+  X(int32_t, rope_rotary_dim, "even, in [2, Dh] (0 without rope)")                                      \
+  X(int32_t, rope_interleaved, "0 = rotate_half pairs, 1 = interleaved pairs")
+
 // One attention call as web/src writes it into the instance's staging arena; mha_attention,
 // mha_attention_begin and mha_attention_weights read it, so a new option adds a field instead of changing
 // every call site. The "none" value of each optional field is what a v1 call writes.
@@ -42,12 +52,7 @@
   X(float, scale, "resolved by the caller (1/sqrt(Dh) default)")                                        \
   X(float, softcap, "0 = none")                                                                        \
   X(int32_t, v_head_dim, "Dv; 0 = Dh")                                                                  \
-  X(uint32_t, sinks, "0 = none; float32 (H)")                                                           \
-  X(uint32_t, rope_cos, "0 = no rope; float32 (rope_positions, rope_rotary_dim / 2)")                   \
-  X(uint32_t, rope_sin, "0 = no rope; float32 (rope_positions, rope_rotary_dim / 2)")                   \
-  X(int32_t, rope_positions, "P, the rows of the rope tables (0 without rope)")                         \
-  X(int32_t, rope_rotary_dim, "even, in [2, Dh] (0 without rope)")                                      \
-  X(int32_t, rope_interleaved, "0 = rotate_half pairs, 1 = interleaved pairs")                          \
+  MHA_SINKS_ROPE_FIELDS(X)                                                                             \
   X(int32_t, stage, "attention_weights only: 0 scaled, 1 softcapped, 2 biased, 3 softmax")
 
 // One mha_kv_cache_attend call, written by web/src into the instance's scratch arena.
@@ -66,12 +71,7 @@
   X(int32_t, empty_rows, "0 = 'nan', 1 = 'zero'")                                                       \
   X(float, scale, "resolved by the caller (1/sqrt(Dh) default)")                                        \
   X(float, softcap, "0 = none")                                                                        \
-  X(uint32_t, sinks, "0 = none; float32 (H)")                                                           \
-  X(uint32_t, rope_cos, "0 = no rope; float32 (rope_positions, rope_rotary_dim / 2)")                   \
-  X(uint32_t, rope_sin, "0 = no rope; float32 (rope_positions, rope_rotary_dim / 2)")                   \
-  X(int32_t, rope_positions, "P, the rows of the rope tables (0 without rope)")                         \
-  X(int32_t, rope_rotary_dim, "even, in [2, Dh] (0 without rope)")                                      \
-  X(int32_t, rope_interleaved, "0 = rotate_half pairs, 1 = interleaved pairs")
+  MHA_SINKS_ROPE_FIELDS(X)
 
 #define MHA_ABI_MEMBER(type, name, doc) type name;
 #define MHA_ABI_FOUR_BYTES(type, name, doc) static_assert(sizeof(type) == 4, "call struct fields are 4 bytes: " #name);

@@ -278,7 +278,7 @@ export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
   const out = kernelCall('multiHeadAttention', () => mha.multiHeadAttention(q, k, v, lse ? { ...options, lse } : options));
   if (out !== undefined) {
     onOutput(out);
-    record('multiHeadAttention vs out64', checkAnyOut(out));
+    record(half ? 'multiHeadAttention binary16 out vs out64 and out64f32' : 'multiHeadAttention vs out64', checkAnyOut(out));
     if (lse) record('lse vs lse64', checkLse(lse, await readRole(read, c, 'lse64')));
     if (half && typeof Float16Array === 'function') {
       // The same call with Float16Array tensors (where the engine has them) gives the same bits.
