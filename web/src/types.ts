@@ -475,10 +475,11 @@ export interface MHA {
   /**
    * A KV cache on this instance's heap, for token-by-token decoding (docs/spec.md Part 3).
    *
-   * @param options - batch, numKvHeads, headDim, capacity and dtype (default 'float32')
+   * @param options - batch, numKvHeads, headDim, capacity, dtype (default 'float32') and vHeadDim (default headDim)
    * @returns an empty {@link KVCache}
    * @throws TypeError / RangeError for a bad option; RangeError, with the bytes it would need, when
-   *   capacity x dims do not fit the 2 GiB wasm heap
+   *   capacity x dims do not fit the 2 GiB wasm heap; RangeError naming the core's refusal for a vHeadDim
+   *   other than headDim while this build's kernels do not compute it
    * @example
    * ```ts
    * const cache = mha.createKVCache({ batch: 1, numKvHeads: 8, headDim: 128, capacity: 4096, dtype: 'float16' });
