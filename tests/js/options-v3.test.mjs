@@ -319,3 +319,36 @@ test('vHeadDim with heap tensors (q, k, v, out) gives the bits of the Float32Arr
     [tq, tk, tv, tOut].forEach((t) => t.free());
   }
 });
+
+test('float16: every finite binary16 value but -0 goes through a call unchanged (one key: out = v), NaN stays NaN', () => {
+  const all = Uint16Array.from({ length: 65536 }, (_, i) => i);
+  const zeros = new Uint16Array(all.length);
+  const out = mha.multiHeadAttention(zeros, zeros, all, { batch: all.length, seqLen: 1, dModel: 1, numHeads: 1, dtype: 'float16' });
+  for (let h = 0; h < 65536; h++) {
+    const nan = (h & 0x7c00) === 0x7c00 && (h & 0x3ff) !== 0;
+    if (nan) assert.ok((out[h] & 0x7c00) === 0x7c00 && (out[h] & 0x3ff) !== 0, `NaN ${h.toString(16)} gave ${out[h].toString(16)}`);
+    else if (h !== 0x8000) assert.equal(out[h], h, `0x${h.toString(16)}`); // -0: 1 * -0 summed from +0 is +0
+  }
+});
+
+test('float16 calls split into staging groups (single thread, and pipelined on 2 threads) give the bits of the float32 call rounded', async () => {
+  const threaded = await createMHA({ threads: 2 });
+  try {
+    // 8 items of (256, 64): about 2 MB of staging, so the call runs in groups of batch items.
+    const spec = { batch: 8, seqLen: 256, dModel: 64, numHeads: 4, causal: true };
+    const random = mulberry32(4242);
+    const [hq, hk, hv] = [0, 1, 2].map(() => randomHalves(8 * 256 * 64, random));
+    const expected = Uint16Array.from(mha.multiHeadAttention(widenHalves(hq), widenHalves(hk), widenHalves(hv), spec),
+      (x) => halfBits(roundToFloat16(x)));
+    for (const instance of [mha, threaded]) {
+      const out = instance.multiHeadAttention(hq, hk, hv, { ...spec, dtype: 'float16' });
+      assert.ok(bitsEqual(out, expected), `threads ${instance.info.threads}`);
+      // out aliasing q exactly (the same array) is read before it is written, group by group.
+      const q2 = new Uint16Array(hq);
+      assert.equal(instance.multiHeadAttention(q2, hk, hv, { ...spec, dtype: 'float16', out: q2 }), q2);
+      assert.ok(bitsEqual(q2, expected), `out = q, threads ${instance.info.threads}`);
+    }
+  } finally {
+    threaded.dispose();
+  }
+});
