@@ -31,10 +31,15 @@ export function parseFields(header, macro) {
     lines.push(line);
     if (!line.trimEnd().endsWith('\\')) break;
   }
-  const fields = lines.map((line) => {
+  // A line may also be another field list of the header, `NAME(X)`, whose fields stand there.
+  const fields = lines.flatMap((line) => {
+    const list = /^\s*(MHA_\w+_FIELDS)\(X\)\s*\\?\s*$/.exec(line);
+    if (list) return parseFields(header, list[1]);
     const m = /^\s*X\(\s*(u?int32_t|float)\s*,\s*([A-Za-z_]\w*)\s*,\s*"((?:[^"\\]|\\.)*)"\s*\)\s*\\?\s*$/.exec(line);
-    if (!m) throw new Error(`${HEADER}: ${macro}: expected X(type, name, "text") with a 4-byte type, got ${JSON.stringify(line.trim())}`);
-    return { type: m[1], name: m[2], doc: m[3].replace(/\\(.)/g, '$1') };
+    if (!m) {
+      throw new Error(`${HEADER}: ${macro}: expected X(type, name, "text") with a 4-byte type or MHA_..._FIELDS(X), got ${JSON.stringify(line.trim())}`);
+    }
+    return [{ type: m[1], name: m[2], doc: m[3].replace(/\\(.)/g, '$1') }];
   });
   const names = new Set(fields.map((f) => f.name));
   if (fields.length === 0 || names.size !== fields.length || names.has('bytes')) {

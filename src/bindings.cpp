@@ -56,23 +56,38 @@ mha::Status call_status(const AttentionCallAbi& call, bool weights) {
   }
   if (call.empty_rows != 0 && call.empty_rows != 1) return mha::Status::kBadEmptyRows;
   if (weights && call.lse != 0) return mha::Status::kUnsupportedOption;
+  // stage is an option of attention_weights only; v_head_dim changes nothing there (it has no v), so a
+  // multi-head call must leave stage at softmax and attention_weights must leave v_head_dim at 0.
+  if (weights ? call.v_head_dim != 0 : call.stage != static_cast<int32_t>(mha::ScoreStage::kSoftmax)) {
+    return mha::Status::kUnsupportedOption;
+  }
+  if (weights && (call.stage < 0 || call.stage > static_cast<int32_t>(mha::ScoreStage::kSoftmax))) return mha::Status::kBadStage;
   return mha::Status::kOk;
 }
 
-// q (B, S, D), k and v (B, T, Hkv*Dh), out (B, S, D), bias [bias_batch, bias_heads, S, T] with zero
+// The rope fields of a call struct as the core's RotaryTables (cos 0 = no rope).
+template <typename Call>
+mha::RotaryTables rotary_tables(const Call& call) {
+  return mha::RotaryTables{at<const float>(call.rope_cos), at<const float>(call.rope_sin), call.rope_positions,
+                           call.rope_rotary_dim, call.rope_interleaved != 0};
+}
+
+// q (B, S, D), k (B, T, Hkv*Dh), v (B, T, Hkv*Dv), out (B, S, H*Dv), bias [bias_batch, bias_heads, S, T] with zero
 // strides over its broadcast dims, lse (B, H, S); attention_weights passes v = out = 0.
 mha::AttentionArgs make_args(const AttentionCallAbi& call, uintptr_t v, uintptr_t out) {
   mha::AttentionArgs args;
   args.shape = mha::AttentionShape{call.batch, call.seq_len, call.kv_seq_len, call.d_model, call.num_heads,
-                                   call.num_kv_heads};
-  // A k/v row is Hkv * Dh floats (validate_args refuses the call if the dims do not divide).
-  const int32_t kv_d_model = call.num_heads > 0 && call.num_kv_heads > 0
-                                 ? static_cast<int32_t>(args.shape.kv_d_model())
-                                 : call.d_model;
+                                   call.num_kv_heads, call.v_head_dim};
+  // A k row is Hkv * Dh floats, a v row Hkv * Dv, an out row H * Dv (validate_args refuses the call if
+  // the dims do not divide or are out of range).
+  const bool dims_ok = call.num_heads > 0 && call.num_kv_heads > 0 && call.v_head_dim >= 0;
+  const int32_t kv_d_model = dims_ok ? static_cast<int32_t>(args.shape.kv_d_model()) : call.d_model;
+  const int32_t v_d_model = dims_ok ? static_cast<int32_t>(args.shape.v_d_model()) : call.d_model;
+  const int32_t out_d_model = dims_ok ? static_cast<int32_t>(args.shape.out_d_model()) : call.d_model;
   args.q = mha::dense_view(at<const float>(call.q), call.seq_len, call.d_model);
   args.k = mha::dense_view(at<const float>(call.k), call.kv_seq_len, kv_d_model);
-  args.v = mha::dense_view(at<const float>(v), call.kv_seq_len, kv_d_model);
-  args.out = mha::dense_view(at<float>(out), call.seq_len, call.d_model);
+  args.v = mha::dense_view(at<const float>(v), call.kv_seq_len, v_d_model);
+  args.out = mha::dense_view(at<float>(out), call.seq_len, out_d_model);
   args.mask = at<const uint8_t>(call.mask);
   args.causal = call.causal != 0;
   args.scale = call.scale;
@@ -89,6 +104,8 @@ mha::AttentionArgs make_args(const AttentionCallAbi& call, uintptr_t v, uintptr_
   }
   args.empty_rows = call.empty_rows == 1 ? mha::EmptyRows::kZero : mha::EmptyRows::kNaN;
   args.lse = at<float>(call.lse);
+  args.sinks = at<const float>(call.sinks);
+  args.rope = rotary_tables(call);
   return args;
 }
 
@@ -144,7 +161,8 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_attention_weights(uintptr_t call_address) {
   const mha::Status status = call_status(call, /*weights=*/true);
   if (status != mha::Status::kOk) return static_cast<int32_t>(status);
   const auto args = make_args(call, 0, 0);
-  return static_cast<int32_t>(mha::reference_attention_weights(args, at<float>(call.out)));
+  return static_cast<int32_t>(
+      mha::reference_attention_weights(args, at<float>(call.out), static_cast<mha::ScoreStage>(call.stage)));
 }
 
 EMSCRIPTEN_KEEPALIVE int32_t mha_split_heads(uintptr_t x, uintptr_t xh, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
@@ -159,16 +177,18 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t 
 // registry; every export takes the id and reports an unknown or freed one as kCacheInvalid.
 
 // Bytes of K and V storage a cache of these dims needs (what mha_kv_cache_create allocates), or -1 for a
-// non-positive dim or an unknown dtype (0 = float32, 1 = float16). For the RangeError of a cache that
-// cannot fit the heap (status kCacheTooLarge at create).
-EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity, int32_t dtype) {
-  return mha::kv_cache_bytes(mha::KVCacheConfig{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype)});
+// non-positive dim or an unknown dtype (0 = float32, 1 = float16). value_dim: Dv, 0 = Dh. For the
+// RangeError of a cache that cannot fit the heap (status kCacheTooLarge at create).
+EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity, int32_t dtype,
+                                               int32_t value_dim) {
+  return mha::kv_cache_bytes(
+      mha::KVCacheConfig{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype), value_dim});
 }
 
-// Creates an empty cache; writes its id (uint32, never 0) at `id_out`, or 0 on error.
+// Creates an empty cache; writes its id (uint32, never 0) at `id_out`, or 0 on error. value_dim: Dv, 0 = Dh.
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_create(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity, int32_t dtype,
-                                                  uintptr_t id_out) {
-  const mha::KVCacheConfig config{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype)};
+                                                  int32_t value_dim, uintptr_t id_out) {
+  const mha::KVCacheConfig config{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype), value_dim};
   return static_cast<int32_t>(g_caches.create(config, at<uint32_t>(id_out)));
 }
 
@@ -208,13 +228,15 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
   if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
   const mha::KVCacheConfig& c = cache->config();
   const int32_t n = call.new_tokens;
+  const int32_t value_dim = c.value_dim > 0 ? c.value_dim : c.head_dim;  // Dv
   const int64_t q_width = int64_t{call.num_heads} * c.head_dim, kv_width = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t v_width = int64_t{c.num_kv_heads} * value_dim, out_width = int64_t{call.num_heads} * value_dim;
   mha::CacheAttendArgs args;
   args.new_tokens = n;
   args.q = {at<const float>(call.q), n * q_width, q_width};
   args.k = {at<const float>(call.k), n * kv_width, kv_width};
-  args.v = {at<const float>(call.v), n * kv_width, kv_width};
-  args.out = {at<float>(call.out), n * q_width, q_width};
+  args.v = {at<const float>(call.v), n * v_width, v_width};
+  args.out = {at<float>(call.out), n * out_width, out_width};
   args.options.num_heads = call.num_heads;
   args.options.causal = call.causal != 0;
   args.options.window_left = call.window_left;
@@ -223,6 +245,8 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
   args.options.alibi_slopes = at<const float>(call.alibi_slopes);
   args.options.scale = call.scale;
   args.options.empty_rows_zero = call.empty_rows != 0;
+  args.options.sinks = at<const float>(call.sinks);
+  args.options.rope = rotary_tables(call);
   return static_cast<int32_t>(mha::cache_attend(*cache, args, g_decode, g_parallel.get(), g_workspace));
 }
 

@@ -11,6 +11,7 @@ export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)
 // The PyTorch golden vectors are test fixtures of this repository (tests/golden/README.md).
 export const goldenDir = process.env.MHA_GOLDEN_DIR ?? path.join(repoRoot, 'tests/golden/v1');
 export const goldenV2Dir = path.join(repoRoot, 'tests/golden/v2');
+export const goldenV3Dir = path.join(repoRoot, 'tests/golden/v3');
 
 /** The cases of a golden set (`cases.json`); readGolden finds each case's files in its set's folder. */
 export function loadGoldenCases(dir = goldenDir) {
@@ -20,13 +21,17 @@ export function loadGoldenCases(dir = goldenDir) {
   return cases;
 }
 
-/** Reads a golden file as the typed array its role implies (mask: Uint8Array, others: Float32Array). */
+/**
+ * Reads a golden file as the typed array its role and name imply (mask and `.u8`: Uint8Array, `.f16`:
+ * Uint16Array of binary16 bits, others: Float32Array).
+ */
 export function readGolden(c, role) {
   const file = c.files[role];
   if (file === undefined) throw new Error(`golden case ${c.name} has no ${role} file`);
   const bytes = fs.readFileSync(path.join(c.dir ?? goldenDir, file));
   const copy = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
-  return role === 'mask' ? new Uint8Array(copy) : new Float32Array(copy);
+  if (file.endsWith('.f16')) return new Uint16Array(copy);
+  return role === 'mask' || file.endsWith('.u8') ? new Uint8Array(copy) : new Float32Array(copy);
 }
 
 /**

@@ -454,6 +454,7 @@ Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) 
   const double q_elements = double(c.batch) * args.new_tokens * o.num_heads * c.head_dim;
   if (q_elements >= double(kMaxElements)) return Status::kTooLarge;
   if (args.new_tokens > c.capacity - cache.length()) return Status::kCacheFull;
+  if (o.sinks != nullptr || o.rope.enabled()) return Status::kNotInKernels;  // until the core computes them
   return Status::kOk;
 }
 

@@ -63,6 +63,9 @@ struct CacheAttendOptions {
   const float* alibi_slopes = nullptr;  // (H) or nullptr
   float scale = 0.0f;          // resolved by the caller (default_scale(Dh))
   bool empty_rows_zero = false;  // emptyRows: 'zero' (true) or 'nan'
+  // docs/spec.md 4.4 and 4.5. Not in the core yet: cache_attend refuses either (kNotInKernels).
+  const float* sinks = nullptr;  // (H) finite logits without a value row; nullptr = none
+  RotaryTables rope;             // keys rotated at their cache position on append; cos nullptr = none
 };
 
 // A decode kernel variant: the work of one item (decode_kernel.hpp). The variants of this build are

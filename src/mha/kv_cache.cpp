@@ -61,6 +61,8 @@ double kv_cache_bytes(const KVCacheConfig& c) {
 Status validate_cache_config(const KVCacheConfig& c) {
   if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0) return Status::kNonPositiveDim;
   if (!valid_dtype(c.dtype)) return Status::kCacheBadOption;
+  if (c.value_dim < 0) return Status::kBadVHeadDim;
+  if (c.value_dim != 0 && c.value_dim != c.head_dim) return Status::kNotInKernels;  // until the core stores Dv
   if (kv_cache_bytes(c) >= double(kMaxCacheBytes)) return Status::kCacheTooLarge;
   return Status::kOk;
 }

@@ -43,6 +43,7 @@ struct KVCacheConfig {
   int32_t head_dim = 0;      // Dh
   int32_t capacity = 0;      // tokens per batch item
   CacheDType dtype = CacheDType::kFloat32;
+  int32_t value_dim = 0;     // Dv; 0 = Dh (docs/spec.md 4.1). Not in the core yet: create refuses Dv != Dh (kNotInKernels)
 };
 
 constexpr int32_t kKeysPerPanel = 32;

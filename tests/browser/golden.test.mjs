@@ -1,7 +1,7 @@
 // The PyTorch golden sets in the page, on every engine of scripts/lib/engines.mjs, with createMHA's
 // choice of build (relaxed-simd where the engine has Relaxed SIMD), plain SIMD128 (`simd: 'fixed'`) and
 // the baseline forced by `simd: false`. The page runs scripts/lib/golden-runner.mjs over the files it
-// fetches from the test server; the sets are GOLDEN_SETS (v1, and v2 with its KV-cache cases). Where the
+// fetches from the test server; the sets are GOLDEN_SETS (v1, v2 with its KV-cache cases, v3). Where the
 // engine has threads, the KV-cache cases also run on 1, 2 and 3 threads with the same bits.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -80,7 +80,11 @@ forEachEngine((engine) => {
         const failed = r.results.flatMap((x) => x.checks.filter((c) => !c.pass).map((c) => `${x.name}: ${c.what} ${JSON.stringify(c)}`));
         assert.deepEqual(failed, []);
         const ratios = r.results.flatMap((x) => x.checks.filter((c) => c.tolerance > 0).map((c) => c.maxError / c.tolerance));
-        t.diagnostic(`${r.results.length} cases, ${r.results.reduce((n, x) => n + x.checks.length, 0)} checks, worst error / tolerance ${Math.max(...ratios).toExponential(2)}`);
+        const refused = r.results.reduce((n, x) => n + x.checks.filter((c) => c.refused).length, 0);
+        const float16Array = r.results.some((x) => x.checks.some((c) => c.what.includes('Float16Array')));
+        t.diagnostic(`${r.results.length} cases (${r.results.filter((x) => x.skipped).length} skipped), ` +
+          `${r.results.reduce((n, x) => n + x.checks.length, 0)} checks (${refused} kNotInKernels refusals), worst error / tolerance ` +
+          `${Math.max(...ratios).toExponential(2)}${set === 'v3' ? `; Float16Array ${float16Array ? 'checked (the engine has it)' : 'absent'}` : ''}`);
         assert.deepEqual(await page.problems(), []);
         await page.close();
       });

@@ -32,6 +32,7 @@ for (const file of ['mha.wasm', 'mha-baseline.wasm']) {
   builds[file] = await createMhaModule({ wasmBinary: fs.readFileSync(path.join(repoRoot, 'dist', file)) });
 }
 const K_UNSUPPORTED_OPTION = Object.fromEntries(cppStatuses()).kUnsupportedOption;
+const K_NOT_IN_KERNELS = Object.fromEntries(cppStatuses()).kNotInKernels;
 
 test('every status of src/mha/shape.hpp has a message from the module; numbers that are none have an empty one', () => {
   const statuses = cppStatuses();
@@ -78,12 +79,13 @@ const D = H * Dh;
 const random = mulberry32(1312);
 const [q, k, v] = [0, 1, 2].map(() => randomNormal(B * S * D, random));
 
-/** v1 field values of the call, and the v2 fields at their "none" values (see AttentionCallAbi). */
+/** v1 field values of the call, and the v2 and v3 fields at their "none" values (see AttentionCallAbi). */
 function v1Call() {
   return {
     batch: B, seq_len: S, kv_seq_len: T, d_model: D, num_heads: H, num_kv_heads: H, query_offset: 0, causal: 0,
     window_left: -1, window_right: -1, bias_batch: 1, bias_heads: 1, empty_rows: 0, scale: Math.fround(1 / Math.sqrt(Dh)),
     softcap: 0, mask: 0, bias: 0, kv_lengths: 0, alibi_slopes: 0, lse: 0,
+    v_head_dim: 0, sinks: 0, rope_cos: 0, rope_sin: 0, rope_positions: 0, rope_rotary_dim: 0, rope_interleaved: 0, stage: 3,
   };
 }
 
@@ -141,6 +143,10 @@ const V2_FIELDS = {
   bias: { bias: randomNormal(S * T, random), bias_batch: 1, bias_heads: 1 },
   empty_rows: { empty_rows: 1, mask: new Uint8Array(mask) },
   lse: { lse: 1 },
+  // v3 (docs/spec.md 4.1, 4.4, 4.5): the kernels may refuse them with kNotInKernels until they compute them.
+  v_head_dim: { v_head_dim: 2 },
+  sinks: { sinks: new Float32Array([1, -1, 2, 0]) },
+  rope: { rope_cos: new Float32Array(T).fill(0.5), rope_sin: new Float32Array(T).fill(0.75), rope_positions: T, rope_rotary_dim: 2 },
 };
 
 for (const [file, wasm] of Object.entries(builds)) {
@@ -149,10 +155,12 @@ for (const [file, wasm] of Object.entries(builds)) {
     const masked = runCall(wasm, { mask: new Uint8Array(mask) });
     for (const [name, fields] of Object.entries(V2_FIELDS)) {
       const r = runCall(wasm, fields);
-      if (r.status === K_UNSUPPORTED_OPTION) continue;
+      if (r.status === K_UNSUPPORTED_OPTION || (r.status === K_NOT_IN_KERNELS && ['v_head_dim', 'sinks', 'rope'].includes(name))) continue;
       assert.equal(r.status, 0, `${name}: status ${r.status}: ${wasm.statusMessage(r.status)}`);
       if (name === 'lse') assert.ok(!r.lse.every((x) => x === 12345), 'lse: the call ran but wrote no lse');
       else assert.ok(!bitsEqual(r.out, name === 'empty_rows' ? masked.out : plain.out), `${name}: the call ran as if it were not set`);
     }
+    // stage belongs to attention_weights: any other value than softmax (3) refuses mha_attention.
+    assert.equal(runCall(wasm, { stage: 0 }).status, K_UNSUPPORTED_OPTION, 'stage 0 on mha_attention');
   });
 }

@@ -6,14 +6,14 @@ import { spawn } from 'node:child_process';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
-import { goldenDir, goldenOptions, goldenV2Dir, loadGoldenCases, readGolden, repoRoot } from '../../scripts/lib/golden.mjs';
+import { goldenDir, goldenOptions, goldenV2Dir, goldenV3Dir, loadGoldenCases, readGolden, repoRoot } from '../../scripts/lib/golden.mjs';
 import { checkLse, checkOut, checkWeights, compare, sliceRows } from '../../scripts/lib/golden-runner.mjs';
 import { mulberry32, normalSampler, randomNormal } from '../../scripts/lib/prng.mjs';
 import { attention } from '../../scripts/lib/reference.mjs';
 
 // The tolerance rules live in the golden runner (pure ECMAScript, also run by the pages and jsc); the
 // golden reader, the float16 rounding, the PRNG and the reference in scripts/lib/ too (the bench uses them).
-export { checkLse, checkOut, checkWeights, compare, goldenDir, goldenOptions, goldenV2Dir, loadGoldenCases, mulberry32,
+export { checkLse, checkOut, checkWeights, compare, goldenDir, goldenOptions, goldenV2Dir, goldenV3Dir, loadGoldenCases, mulberry32,
   normalSampler, randomNormal, readGolden, repoRoot, roundToFloat16, sliceRows };
 
 /** True when two typed arrays hold the same bytes. */

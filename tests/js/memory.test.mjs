@@ -2,9 +2,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
+import { NOT_IN_KERNELS } from '../../scripts/lib/golden-runner.mjs';
 import { fullGc, mulberry32, randomNormal } from './helpers.mjs';
 
-test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls', () => {
+test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls (the v3 options among them)', () => {
   return createMHA().then((mha) => {
     const random = mulberry32(7);
     const shapes = [
@@ -21,9 +22,36 @@ test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls
         mask: new Uint8Array(o.batch * o.seqLen * T).fill(1),
       };
     });
+    const halves = inputs.map(({ q, kv }) => [Uint16Array.from(q, () => 0x3c00), Uint16Array.from(kv, () => 0x3800)]);
+    const ropes = inputs.map(({ o }) => mha.ropeTables({ rotaryDim: 2, positions: Math.max(o.seqLen, o.kvSeqLen ?? o.seqLen) }));
+    const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 4, capacity: 4, dtype: 'float16' });
+    const token = new Uint16Array(8);
     const round = (i) => {
       const { o, q, kv, mask } = inputs[i % inputs.length];
-      switch (i % 6) {
+      const [hq, hkv] = halves[i % inputs.length];
+      const rope = { ...ropes[i % inputs.length], rotaryDim: 2 };
+      const sinks = new Float32Array(o.numHeads);
+      // Computed, or refused with the core's kNotInKernels while its kernels lack the option (either leaks nothing).
+      const notInKernels = (call) => {
+        try {
+          const made = call();
+          if (typeof made?.free === 'function') made.free();
+        } catch (error) {
+          if (!(error instanceof RangeError && error.message.includes(NOT_IN_KERNELS))) throw error;
+        }
+      };
+      switch (i % 15) {
+        case 6: mha.multiHeadAttention(hq, hkv, hkv, { ...o, dtype: 'float16' }); break;
+        case 7: mha.attentionWeights(q, kv, { ...o, stage: 'biased', sinks, rope, causal: true }); break;
+        case 8: notInKernels(() => mha.multiHeadAttention(q, kv, kv, { ...o, sinks })); break;
+        case 9: notInKernels(() => mha.multiHeadAttention(q, kv, kv, { ...o, rope })); break;
+        case 10: assert.throws(() => mha.multiHeadAttention(q, kv, kv, { ...o, rope: { ...rope, rotaryDim: 3 } }), RangeError); break;
+        case 11: assert.throws(() => mha.multiHeadAttention(hq, kv, kv, { ...o, dtype: 'float16' }), TypeError); break;
+        case 12: cache.attend(token, token, token, { numHeads: 2, dtype: 'float16' }); if (cache.length === 4) cache.truncate(0); break;
+        case 13: notInKernels(() => cache.attend(token, token, token, { numHeads: 2, dtype: 'float16', sinks: [0, 0] })); break;
+        case 14: notInKernels(() => mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 4, capacity: 4, vHeadDim: 2 })); break;
+      }
+      switch (i % 15) {
         case 0: mha.multiHeadAttention(q, kv, kv, o); break;
         case 1: mha.multiHeadAttention(q, kv, kv, { ...o, mask, causal: true }); break;
         case 2: mha.attentionWeights(q, kv, o); break;

@@ -1,5 +1,7 @@
-// The shipped declarations (dist/index.d.ts) of the options of docs/spec.md Part 2: a consumer using every
-// option compiles under tsc --strict, and each deliberate misuse is a type error on its own line.
+// The shipped declarations (dist/index.d.ts) of the options of docs/spec.md Parts 2 and 4: a consumer using
+// every option compiles under tsc --strict, and each deliberate misuse is a type error on its own line.
+// multiHeadAttention and KVCache.attend are generic over their dtype: 'float16' makes q, k, v and the
+// result Float16Tensor, else Float32Array (or HeapTensor); a misspelt option is still a type error.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -10,7 +12,8 @@ import { repoRoot } from './helpers.mjs';
 
 const GOOD = `
 import { createMHA } from 'mha-wasm';
-import type { AttentionOptions, AttentionWeightsOptions, HeapTensor } from 'mha-wasm';
+import { ropeTables } from 'mha-wasm';
+import type { AttentionOptions, AttentionWeightsOptions, Float16Tensor, HeapTensor } from 'mha-wasm';
 export async function run(): Promise<void> {
   const mha = await createMHA();
   const q = new Float32Array(2 * 5 * 16);
@@ -27,6 +30,17 @@ export async function run(): Promise<void> {
   const weightsOptions: AttentionWeightsOptions = rest;
   mha.attentionWeights(q, kv, { batch: 2, seqLen: 5, dModel: 16, numHeads: 4, numKvHeads: 2, window: [1, 0], emptyRows: 'nan' });
   mha.attentionWeights(q, kv, weightsOptions);
+  // v3 (docs/spec.md Part 4): vHeadDim, float16 tensors, sinks, rope, stage, ropeTables.
+  const rope = { ...mha.ropeTables({ rotaryDim: 4, positions: 5 }), rotaryDim: 4, interleaved: false };
+  const mla: Float32Array = mha.multiHeadAttention(q, kv, new Float32Array(2 * 5 * 2 * 3), { batch: 2, seqLen: 5, dModel: 16, numHeads: 4,
+    numKvHeads: 2, vHeadDim: 3, sinks: [0, 1, 2, 3], rope });
+  const half: Uint16Array = new Uint16Array(q.length);
+  const halfOut: Float16Tensor = mha.multiHeadAttention(half, half, half, { batch: 2, seqLen: 5, dModel: 16, numHeads: 4, dtype: 'float16' });
+  const scores: Float32Array = mha.attentionWeights(q, kv, { ...weightsOptions, stage: 'biased', sinks: new Float32Array(4), rope });
+  const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 4, capacity: 8, vHeadDim: 3, dtype: 'float16' });
+  const step: Float16Tensor = cache.attend(new Uint16Array(16), new Uint16Array(8), new Uint16Array(6), { numHeads: 4, dtype: 'float16', rope, sinks: [1, 2, 3, 4] });
+  const f32Step: Float32Array = cache.attend(new Float32Array(16), new Float32Array(8), new Float32Array(6), { numHeads: 4, rope });
+  void [mla, halfOut, scores, step, f32Step, ropeTables];
 }
 `;
 
@@ -38,6 +52,14 @@ const BAD_LINES = [
   ["mha.multiHeadAttention(q, q, q, { ...shape, kvLengths: new Float32Array(2) });", 'TS2322'],
   ["mha.multiHeadAttention(q, q, q, { ...shape, biasShape: [1, 1, 5] });", 'TS2322'],
   ["mha.multiHeadAttention(q, q, q, { ...shape, softcap: '30' });", 'TS2322'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, dtype: 'bfloat16' });", 'TS2820'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, rope: { cos: q } });", 'TS2741'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, stage: 'scaled' });", 'TS2353'],
+  ["const f32: Float32Array = mha.multiHeadAttention(new Uint16Array(120), new Uint16Array(120), new Uint16Array(120), { ...shape, dtype: 'float16' });", 'TS2'],
+  ["mha.multiHeadAttention(q, q, q, { ...shape, numKVHeads: 1 });", 'TS2561'],
+  ["mha.attentionWeights(q, q, { ...shape, stage: 'weights' });", 'TS2322'],
+  ["mha.attentionWeights(q, q, { ...shape, vHeadDim: 2 });", 'TS2353'],
+  ["mha.attentionWeights(q, q, { ...shape, dtype: 'float16' });", 'TS2353'],
   ["mha.attentionWeights(q, q, { ...shape, lse: new Float32Array(30) });", 'TS2353'],
   ["mha.attentionWeights(q, q, { ...shape, out: new Float32Array(120) });", 'TS2353'],
 ];

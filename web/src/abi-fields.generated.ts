@@ -14,9 +14,9 @@ export function attentionCallSlots(offsets: Readonly<Record<string, number>>) {
     q: slot(offsets, 'q'),
     /** uint32_t: heap address of k (B, T, Hkv*Dh), float32 */
     k: slot(offsets, 'k'),
-    /** uint32_t: heap address of v (B, T, Hkv*Dh), float32; 0 for attention_weights */
+    /** uint32_t: heap address of v (B, T, Hkv*Dv), float32; 0 for attention_weights */
     v: slot(offsets, 'v'),
-    /** uint32_t: heap address of out (B, S, D); attention_weights: the (B, H, S, T) weights */
+    /** uint32_t: heap address of out (B, S, H*Dv); attention_weights: the (B, H, S, T) scores of `stage` */
     out: slot(offsets, 'out'),
     /** uint32_t: 0 = none; uint8 (B, S, T), nonzero = may attend */
     mask: slot(offsets, 'mask'),
@@ -58,6 +58,22 @@ export function attentionCallSlots(offsets: Readonly<Record<string, number>>) {
     scale: slot(offsets, 'scale'),
     /** float: 0 = none */
     softcap: slot(offsets, 'softcap'),
+    /** int32_t: Dv; 0 = Dh */
+    v_head_dim: slot(offsets, 'v_head_dim'),
+    /** uint32_t: 0 = none; float32 (H) */
+    sinks: slot(offsets, 'sinks'),
+    /** uint32_t: 0 = no rope; float32 (rope_positions, rope_rotary_dim / 2) */
+    rope_cos: slot(offsets, 'rope_cos'),
+    /** uint32_t: 0 = no rope; float32 (rope_positions, rope_rotary_dim / 2) */
+    rope_sin: slot(offsets, 'rope_sin'),
+    /** int32_t: P, the rows of the rope tables (0 without rope) */
+    rope_positions: slot(offsets, 'rope_positions'),
+    /** int32_t: even, in [2, Dh] (0 without rope) */
+    rope_rotary_dim: slot(offsets, 'rope_rotary_dim'),
+    /** int32_t: 0 = rotate_half pairs, 1 = interleaved pairs */
+    rope_interleaved: slot(offsets, 'rope_interleaved'),
+    /** int32_t: attention_weights only: 0 scaled, 1 softcapped, 2 biased, 3 softmax */
+    stage: slot(offsets, 'stage'),
     /** The struct's size in bytes. */
     bytes: offsets.size ?? NaN,
   };
@@ -72,9 +88,9 @@ export function cacheAttendCallSlots(offsets: Readonly<Record<string, number>>) 
     q: slot(offsets, 'q'),
     /** uint32_t: heap address of k (B, n, Hkv*Dh), dense float32 */
     k: slot(offsets, 'k'),
-    /** uint32_t: heap address of v (B, n, Hkv*Dh), dense float32 */
+    /** uint32_t: heap address of v (B, n, Hkv*Dv), dense float32 */
     v: slot(offsets, 'v'),
-    /** uint32_t: heap address of out (B, n, H*Dh), dense float32 */
+    /** uint32_t: heap address of out (B, n, H*Dv), dense float32 */
     out: slot(offsets, 'out'),
     /** uint32_t: 0 = none; float32 (H) */
     alibi_slopes: slot(offsets, 'alibi_slopes'),
@@ -94,6 +110,18 @@ export function cacheAttendCallSlots(offsets: Readonly<Record<string, number>>) 
     scale: slot(offsets, 'scale'),
     /** float: 0 = none */
     softcap: slot(offsets, 'softcap'),
+    /** uint32_t: 0 = none; float32 (H) */
+    sinks: slot(offsets, 'sinks'),
+    /** uint32_t: 0 = no rope; float32 (rope_positions, rope_rotary_dim / 2) */
+    rope_cos: slot(offsets, 'rope_cos'),
+    /** uint32_t: 0 = no rope; float32 (rope_positions, rope_rotary_dim / 2) */
+    rope_sin: slot(offsets, 'rope_sin'),
+    /** int32_t: P, the rows of the rope tables (0 without rope) */
+    rope_positions: slot(offsets, 'rope_positions'),
+    /** int32_t: even, in [2, Dh] (0 without rope) */
+    rope_rotary_dim: slot(offsets, 'rope_rotary_dim'),
+    /** int32_t: 0 = rotate_half pairs, 1 = interleaved pairs */
+    rope_interleaved: slot(offsets, 'rope_interleaved'),
     /** The struct's size in bytes. */
     bytes: offsets.size ?? NaN,
   };

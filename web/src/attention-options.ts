@@ -4,7 +4,8 @@
 // arguments are checked by functions the caller passes, since the two functions accept different kinds
 // (multiHeadAttention also takes heap tensors for q, k and v).
 import { describe } from './describe.js';
-import { checkDims, checkNotDetached, describeList, kvFormula, MAX_ELEMENTS, qFormula } from './validate.js';
+import { checkDims, checkNotDetached, checkOptionsObject, describeList, kvFormula, MAX_ELEMENTS, qFormula,
+  vFormula } from './validate.js';
 import type { Dims } from './validate.js';
 
 export function checkScale(fn: string, value: unknown, headDim: number): number {
@@ -106,6 +107,92 @@ export function checkAlibiSlopes(fn: string, value: unknown, d: Pick<Dims, 'numH
     'finite numbers', (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''));
 }
 
+/** sinks (docs/spec.md 4.4): one finite float32 logit per query head, copied; undefined without sinks. */
+export function checkSinks(fn: string, value: unknown, d: Pick<Dims, 'numHeads'>): Float32Array | undefined {
+  if (value === undefined) return undefined;
+  return checkNumberList(`${fn}: sinks`, value, Float32Array, d.numHeads, `one per query head, numHeads = ${d.numHeads}`,
+    'finite numbers', (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''));
+}
+
+export const ROPE_KEYS = ['cos', 'sin', 'rotaryDim', 'interleaved'] as const;
+
+/** Checked rope tables (docs/spec.md 4.5): `positions` = P rows of `half` = rotaryDim / 2 entries each. */
+export interface Rope {
+  cos: Float32Array;
+  sin: Float32Array;
+  rotaryDim: number;
+  interleaved: boolean;
+  positions: number;
+  half: number;
+}
+
+/**
+ * rope: `{ cos, sin, rotaryDim = headDim, interleaved = false }`, the tables Float32Arrays of one length,
+ * a multiple of rotaryDim / 2. The positions the call needs are checked by its caller (ropeRows).
+ */
+export function checkRope(fn: string, value: unknown, headDim: number): Rope | undefined {
+  if (value === undefined) return undefined;
+  const name = `${fn}: rope`;
+  const o = checkOptionsObject(name, value, ROPE_KEYS);
+  const { cos, sin, rotaryDim: dimIn, interleaved: interleavedIn } = o;
+  const expectedDim = `an even integer in [2, headDim = ${headDim}]`;
+  let rotaryDim = headDim;
+  if (dimIn !== undefined) {
+    if (typeof dimIn !== 'number') throw new TypeError(`${name}: rotaryDim: expected ${expectedDim}, got ${describe(dimIn)}`);
+    rotaryDim = dimIn;
+  }
+  if (!Number.isInteger(rotaryDim) || rotaryDim < 2 || rotaryDim > headDim || rotaryDim % 2 !== 0) {
+    throw new RangeError(`${name}: rotaryDim: expected ${expectedDim}, got ${rotaryDim}${dimIn === undefined ? ' (the default, headDim)' : ''}`);
+  }
+  if (interleavedIn !== undefined && typeof interleavedIn !== 'boolean') {
+    throw new TypeError(`${name}: interleaved: expected a boolean, got ${describe(interleavedIn)}`);
+  }
+  const half = rotaryDim / 2;
+  const tables: Float32Array[] = [];
+  for (const [key, table] of [['cos', cos], ['sin', sin]] as const) {
+    const expected = `a Float32Array of (positions, rotaryDim / 2 = ${half}) entries, e.g. from ropeTables()`;
+    if (!(table instanceof Float32Array)) throw new TypeError(`${name}: ${key}: expected ${expected}, got ${describe(table)}`);
+    if (!ArrayBuffer.isView(table)) {
+      throw new TypeError(`${name}: ${key}: expected a Float32Array, got an object that only inherits from Float32Array (e.g. a Proxy)`);
+    }
+    checkNotDetached(`${name}: ${key}`, table);
+    if (table.length === 0 || table.length % half !== 0) {
+      throw new RangeError(`${name}: ${key}: expected a length that is a positive multiple of rotaryDim / 2 = ${half}, got length ${table.length}`);
+    }
+    tables.push(table);
+  }
+  const [cosTable, sinTable] = tables as [Float32Array, Float32Array];
+  if (cosTable.length !== sinTable.length) {
+    throw new RangeError(`${name}: sin: expected the length of cos (${cosTable.length}), got length ${sinTable.length}`);
+  }
+  return { cos: cosTable, sin: sinTable, rotaryDim, interleaved: interleavedIn === true, positions: cosTable.length / half, half };
+}
+
+/** Throws the RangeError of a call whose positions reach `needed` - 1 when the rope tables have fewer rows. */
+export function checkRopeRows(fn: string, rope: Rope, needed: number, why: () => string, nothing = 'nothing was computed'): void {
+  if (needed > rope.positions) {
+    throw new RangeError(`${fn}: rope: position ${needed - 1} (${why()}) is past the tables' ${rope.positions} rows ` +
+      `(cos.length / (rotaryDim / 2) = ${rope.cos.length} / ${rope.half}); ${nothing}`);
+  }
+}
+
+/** stage of attentionWeights (docs/spec.md 4.3) as the ABI's number: 0 scaled, 1 softcapped, 2 biased, 3 softmax. */
+export function checkStage(fn: string, value: unknown): number {
+  if (value === undefined) return 3;
+  const index = typeof value === 'string' ? ['scaled', 'softcapped', 'biased', 'softmax'].indexOf(value) : -1;
+  if (index >= 0) return index;
+  const message = `${fn}: stage: expected 'scaled', 'softcapped', 'biased' or 'softmax', got ${describe(value)}`;
+  throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
+}
+
+/** dtype of multiHeadAttention and KVCache.attend's tensors (docs/spec.md 4.2). */
+export function checkTensorDType(fn: string, value: unknown): 'float32' | 'float16' {
+  if (value === undefined || value === 'float32') return 'float32';
+  if (value === 'float16') return 'float16';
+  const message = `${fn}: dtype: expected 'float32' or 'float16', got ${describe(value)}`;
+  throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
+}
+
 /** The window bounds for the ABI: -1 for Infinity, and for a bound no int32 position can reach. */
 export function checkWindow(fn: string, value: unknown): [number, number] {
   if (value === undefined) return [-1, -1];
@@ -178,21 +265,29 @@ export interface ModelOptions<Bias> {
   biasPerItem: number;
   /** 0 = 'nan', 1 = 'zero'. */
   emptyRows: 0 | 1;
+  sinks: Float32Array | undefined;
+  rope: Rope | undefined;
+  /** Rows of the rope tables the call reads (positions [0, ropeRows)); 0 without rope. */
+  ropeRows: number;
 }
 
 /** A call that sets none of them: one shared object, so such a call allocates none. */
 const NO_MODEL_OPTIONS: ModelOptions<never> = Object.freeze({
   queryOffset: 0, kvLengths: undefined, windowLeft: -1, windowRight: -1, softcap: 0, alibiSlopes: undefined, bias: undefined,
-  biasGiven: undefined, biasBatch: 1, biasHeads: 1, biasPerItem: 0, emptyRows: 0,
+  biasGiven: undefined, biasBatch: 1, biasHeads: 1, biasPerItem: 0, emptyRows: 0, sinks: undefined, rope: undefined, ropeRows: 0,
 });
 
-/** Checks them in this order: queryOffset, kvLengths, window, softcap, alibiSlopes, biasShape and bias, emptyRows. */
+/**
+ * Checks them in this order: queryOffset, kvLengths, window, softcap, alibiSlopes, sinks, rope, biasShape and
+ * bias, emptyRows.
+ */
 function checkModelOptions<Bias>(fn: string, o: Record<string, unknown>, d: Dims, checkBias: TensorCheck<Bias>): ModelOptions<Bias> {
   // Each option is read once (a getter runs once), before any is checked.
   const { queryOffset: offsetIn, kvLengths: lengthsIn, window: windowIn, softcap: capIn, alibiSlopes: slopesIn, bias: biasIn,
-    biasShape: biasShapeIn, emptyRows: emptyIn } = o;
+    biasShape: biasShapeIn, emptyRows: emptyIn, sinks: sinksIn, rope: ropeIn } = o;
   if (offsetIn === undefined && lengthsIn === undefined && windowIn === undefined && capIn === undefined &&
-    slopesIn === undefined && biasIn === undefined && biasShapeIn === undefined && emptyIn === undefined) {
+    slopesIn === undefined && biasIn === undefined && biasShapeIn === undefined && emptyIn === undefined &&
+    sinksIn === undefined && ropeIn === undefined) {
     return NO_MODEL_OPTIONS;
   }
   const queryOffset = checkQueryOffset(fn, offsetIn, d);
@@ -200,6 +295,15 @@ function checkModelOptions<Bias>(fn: string, o: Record<string, unknown>, d: Dims
   const [windowLeft, windowRight] = checkWindow(fn, windowIn);
   const softcap = checkSoftcap(fn, capIn);
   const alibiSlopes = checkAlibiSlopes(fn, slopesIn, d);
+  const sinks = checkSinks(fn, sinksIn, d);
+  const rope = checkRope(fn, ropeIn, d.headDim);
+  // Query row i is at position queryOffset + i, key j at j: the rows [0, ropeRows) are read.
+  const ropeRows = rope === undefined ? 0 : Math.max(queryOffset + d.seqLen, d.kvSeqLen);
+  if (rope !== undefined) {
+    checkRopeRows(fn, rope, ropeRows, () => (queryOffset + d.seqLen >= d.kvSeqLen
+      ? `the last query row's, queryOffset + seqLen - 1 = ${queryOffset} + ${d.seqLen} - 1`
+      : `the last key's, kvSeqLen - 1 = ${d.kvSeqLen} - 1`));
+  }
   if (biasIn === undefined && biasShapeIn !== undefined) {
     throw new TypeError(`${fn}: biasShape: expected only together with bias, got biasShape ${describeList(biasShapeIn)} without bias`);
   }
@@ -217,16 +321,18 @@ function checkModelOptions<Bias>(fn: string, o: Record<string, unknown>, d: Dims
   const emptyRows = checkEmptyRows(fn, emptyIn);
   return {
     queryOffset, kvLengths, windowLeft, windowRight, softcap, alibiSlopes, bias, biasGiven: biasIn, biasBatch, biasHeads,
-    biasPerItem: bias === undefined ? 0 : biasHeads * d.seqLen * d.kvSeqLen, emptyRows,
+    biasPerItem: bias === undefined ? 0 : biasHeads * d.seqLen * d.kvSeqLen, emptyRows, sinks, rope, ropeRows,
   };
 }
 
 /** A checked attention call: its dims, tensor arguments, and options resolved to the values the core takes. */
 export interface AttentionCall<T, Bias> {
   d: Dims;
-  /** Elements of q and out (B, S, D), and of k and v (B, T, Hkv·Dh). */
+  /** Elements of q (B, S, D), of k (B, T, Hkv·Dh), of v (B, T, Hkv·Dv) and of out (B, S, H·Dv). */
   qLength: number;
   kvLength: number;
+  vLength: number;
+  outLength: number;
   qIn: T;
   kIn: T;
   /** undefined for attentionWeights, which has no v. */
@@ -248,10 +354,12 @@ export function checkAttentionCall<T, Bias>(fn: string, o: Record<string, unknow
   const kvLength = d.batch * d.kvSeqLen * d.kvDModel;
   const qIn = check(`${fn}: q`, q, qLength, () => qFormula(d));
   const kIn = check(`${fn}: k`, k, kvLength, () => kvFormula(d));
-  const vIn = withV ? check(`${fn}: v`, v, kvLength, () => kvFormula(d)) : undefined;
+  const vLength = d.batch * d.kvSeqLen * d.vDModel;
+  const outLength = d.batch * d.seqLen * d.outDModel;
+  const vIn = withV ? check(`${fn}: v`, v, vLength, () => vFormula(d)) : undefined;
   const mask = checkMask(fn, o.mask, d);
   const causal = checkCausal(fn, o.causal);
   const scale = checkScale(fn, o.scale, d.headDim);
   const model = checkModelOptions(fn, o, d, checkBias);
-  return { d, qLength, kvLength, qIn, kIn, vIn, mask, causal, scale, model };
+  return { d, qLength, kvLength, vLength, outLength, qIn, kIn, vIn, mask, causal, scale, model };
 }

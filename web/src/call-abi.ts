@@ -51,11 +51,13 @@ export function readCacheCallLayout(wasm: MhaWasmModule): CacheCallLayout | stri
 }
 
 /**
- * Writes the fields that every kernel call of one API call shares: dims and options. `alibiSlopes`: the
- * heap address of the staged slopes (0 = none).
+ * Writes the fields that every kernel call of one API call shares: dims and options. `alibiSlopes`,
+ * `sinks`, `ropeCos` and `ropeSin`: the heap addresses of the staged slopes, sinks and rope tables (0 =
+ * none; the tables hold the call's rows [0, model.ropeRows)); `stage`: attentionWeights' stage (3 =
+ * softmax, what multiHeadAttention writes).
  */
 export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number, call: AttentionCall<unknown, unknown>,
-  alibiSlopes: number): void {
+  alibiSlopes: number, sinks = 0, ropeCos = 0, ropeSin = 0, stage = 3): void {
   const i32 = wasm.HEAP32;
   const f32 = wasm.HEAPF32;
   const base = at >>> 2;
@@ -75,6 +77,14 @@ export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number,
   i32[base + L.alibi_slopes] = alibiSlopes;
   f32[base + L.scale] = call.scale;
   f32[base + L.softcap] = m.softcap;
+  i32[base + L.v_head_dim] = d.vHeadDim;
+  i32[base + L.sinks] = sinks;
+  i32[base + L.rope_cos] = ropeCos;
+  i32[base + L.rope_sin] = ropeSin;
+  i32[base + L.rope_positions] = m.rope ? m.ropeRows : 0;
+  i32[base + L.rope_rotary_dim] = m.rope ? m.rope.rotaryDim : 0;
+  i32[base + L.rope_interleaved] = m.rope?.interleaved ? 1 : 0;
+  i32[base + L.stage] = stage;
 }
 
 /**

@@ -4,7 +4,9 @@
 // be heap tensors.
 import { describe, describeAs } from './describe.js';
 import type { MhaWasmModule } from './mha.js';
+import { bitsView, isFloat16Array } from './float16.js';
 import { copyOut } from './staging.js';
+import type { Rope } from './attention-options.js';
 import type { HeapTensor } from './types.js';
 import { checkFloat32, checkNotDetached } from './validate.js';
 
@@ -126,7 +128,26 @@ export function checkOperand(name: string, value: unknown, expected: number, for
   if (value instanceof MallocedTensor) {
     throw new TypeError(`${name}: expected a HeapTensor, got an object that only inherits from HeapTensor (e.g. a Proxy)`);
   }
-  return checkFloat32(name, value, expected, formula, ' or a HeapTensor of that length');
+  const hint = value instanceof Uint16Array || isFloat16Array(value) ? " (binary16 tensors need the option dtype: 'float16')" : '';
+  return checkFloat32(name, value, expected, formula, ' or a HeapTensor of that length', hint);
+}
+
+/**
+ * A binary16 tensor argument (dtype 'float16', docs/spec.md 4.2): a Uint16Array of the bits or a
+ * Float16Array, returned as a Uint16Array view of its bits (no copy). A HeapTensor holds float32 only.
+ */
+export function checkHalf(name: string, value: unknown, expected: number, formula: () => string): Uint16Array {
+  const what = `Uint16Array (binary16 bits) or Float16Array of length ${expected} (${formula()}) for dtype 'float16'`;
+  if (MallocedTensor.is(value)) {
+    throw new TypeError(`${name}: expected ${what}, got a HeapTensor (heap tensors hold float32: use dtype 'float32' with them)`);
+  }
+  if (!(value instanceof Uint16Array) && !isFloat16Array(value)) throw new TypeError(`${name}: expected ${what}, got ${describe(value)}`);
+  if (!ArrayBuffer.isView(value)) {
+    throw new TypeError(`${name}: expected a Uint16Array or Float16Array, got an object that only inherits from one (e.g. a Proxy)`);
+  }
+  checkNotDetached(name, value);
+  if (value.length !== expected) throw new RangeError(`${name}: expected ${what}, got length ${value.length}`);
+  return bitsView(value);
 }
 
 /** A Float32Array argument of a function that takes no heap tensor (attentionWeights, splitHeads, mergeHeads). */
@@ -135,14 +156,23 @@ export function checkArrayOnly(name: string, value: unknown, expected: number, f
   return checkFloat32(name, value, expected, formula, '', hint);
 }
 
+const describeKind = (value: unknown): string => (ArrayBuffer.isView(value) ? value.constructor.name : 'Float32Array');
+
 /**
  * Option getters and boolean[] mask entries are user code that runs after q, k (and v) were checked;
  * it could free one of those tensors or detach one of those arrays. Checked again once no user code can
  * run any more, before the heap is touched.
  */
-export function checkStillUsable(name: string, value: unknown, operand: Float32Array | number | undefined, length: number): void {
+export function checkStillUsable(name: string, value: unknown, operand: Float32Array | Uint16Array | number | undefined,
+  length: number): void {
   if (typeof operand === 'number' ? !MallocedTensor.isLive(value as MallocedTensor) : operand !== undefined && operand.length !== length) {
-    const what = typeof operand === 'number' ? 'the HeapTensor was freed' : "the Float32Array's ArrayBuffer was detached";
+    const what = typeof operand === 'number' ? 'the HeapTensor was freed' : `the ${describeKind(value)}'s ArrayBuffer was detached`;
     throw new TypeError(`${name}: ${what} during validation, by an option getter or a boolean[] mask entry`);
   }
+}
+
+/** The rope tables were checked before option getters ran: checked again once none can (see checkStillUsable). */
+export function checkRopeStillUsable(fn: string, rope: Rope): void {
+  checkStillUsable(`${fn}: rope: cos`, rope.cos, rope.cos, rope.positions * rope.half);
+  checkStillUsable(`${fn}: rope: sin`, rope.sin, rope.sin, rope.positions * rope.half);
 }

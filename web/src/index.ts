@@ -14,8 +14,9 @@
  * @packageDocumentation
  */
 export type {
-  CreateOptions, MHAInfo, BuildName, HeadShape, AttentionWeightsOptions, AttentionOptions, HeapTensor, MHA,
-  KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions,
+  CreateOptions, MHAInfo, BuildName, HeadShape, AttentionBaseOptions, AttentionWeightsOptions, AttentionOptions, HeapTensor, MHA,
+  KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions, Float16ArrayLike, Float16Tensor, RopeOptions, TensorDType, TensorIn,
+  TensorOut,
 } from './types.js';
 export type { RopeTables, RopeTablesOptions } from './rope.js';
 export { createMHA, version } from './create.js';

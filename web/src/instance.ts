@@ -1,44 +1,36 @@
 // The MHA instance: one started wasm module, its staging arena and its heap tensors. Each method checks
 // its arguments (validate.ts, attention-options.ts, heap-tensor.ts), stages them (staging.ts), writes the
 // call struct (call-abi.ts), makes one direct wasm call and copies the result out.
-import { checkAttentionCall } from './attention-options.js';
+import { checkAttentionCall, checkStage, checkTensorDType } from './attention-options.js';
 import type { AttentionCall, TensorCheck } from './attention-options.js';
 import { readCacheCallLayout, writeCallOperands, writeCallOptions } from './call-abi.js';
 import type { CacheCallLayout, CallLayout } from './call-abi.js';
-import { checkArrayOnly, checkOperand, checkStillUsable, MallocedTensor } from './heap-tensor.js';
+import { halfResult } from './float16.js';
+import { checkArrayOnly, checkHalf, checkOperand, checkRopeStillUsable, checkStillUsable, MallocedTensor } from './heap-tensor.js';
 import type { MhaWasmModule } from './mha.js';
-import { align16, AttentionStaging, byteOffsetOf, copyIn, copyOut, layout, MALLOC_SLACK_FOR_16, place, StagingArena,
-  totalBytes, unfilledFloat32Array } from './staging.js';
+import { ropeTables } from './rope.js';
+import type { RopeTables, RopeTablesOptions } from './rope.js';
+import { align16, AttentionStaging, byteOffsetOf, copyIn, copyOut, copyResult, layout, MALLOC_SLACK_FOR_16, place, stageRope,
+  StagingArena, totalBytes, unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
 import { checkCacheOptions, createCache, WasmKVCache } from './kv-cache.js';
 import type { CacheHost } from './kv-cache.js';
 import { checkStatus } from './status.js';
-import type { AttentionOptions, AttentionWeightsOptions, BuildName, HeadShape, HeapTensor, KVCache, KVCacheOptions, MHA,
-  MHAInfo } from './types.js';
-import { ATTENTION_KEYS, checkDim, checkDims, checkOptionsObject, HEAD_KEYS, MAX_ELEMENTS, qFormula,
+import type { AttentionOptions, AttentionWeightsOptions, BuildName, Float16Tensor, HeadShape, HeapTensor, KVCache, KVCacheOptions,
+  MHA, MHAInfo, TensorDType, TensorIn, TensorOut } from './types.js';
+import { ATTENTION_KEYS, checkDim, checkDims, checkOptionsObject, HEAD_KEYS, MAX_ELEMENTS, outFormula, qFormula,
   WEIGHTS_KEYS } from './validate.js';
-
-/**
- * Copies elements [start, start + length) of a result from the heap slot at byte address `from` into the
- * caller's array. An array that views this heap and was detached by the call's malloc (such a call is never
- * split; see copyIn) gets the whole result written where its elements are, at its old byte offset.
- */
-function copyResult(heap: Float32Array, target: Float32Array, fullLength: number, byteOffset: number, from: number, start: number,
-  length: number): void {
-  if (target.length !== fullLength) heap.copyWithin(byteOffset >>> 2, from >>> 2, (from >>> 2) + fullLength);
-  else target.set(heap.subarray(from >>> 2, (from >>> 2) + length), start);
-}
 
 /** The operands of one multiHeadAttention call and their per-item sizes, as its batch groups stage them. */
 interface StagedCall {
   qIn: Operand; kIn: Operand; vIn: Operand; outIn: Operand | undefined; lseIn: Operand | undefined;
   mask: Uint8Array | undefined; biasIn: Operand | undefined;
-  /** The array the result goes to (undefined for a HeapTensor out, written in place). */
-  target: Float32Array | undefined;
+  /** The array the result goes to (undefined for a HeapTensor out, written in place); a Uint16Array for dtype 'float16'. */
+  target: Float32Array | Uint16Array | undefined;
   qOffset: number; kOffset: number; vOffset: number; outOffset: number; maskOffset: number; biasOffset: number; lseOffset: number;
   /** Elements (bytes for the mask) of one batch item. */
-  qPer: number; kvPer: number; maskPer: number; lsePer: number; biasPer: number;
-  qLength: number; lseLength: number;
+  qPer: number; kvPer: number; vPer: number; outPer: number; maskPer: number; lsePer: number; biasPer: number;
+  outLength: number; lseLength: number;
   /** Address of a bias that every group reads whole (0: none, or the bias is sliced by group). */
   wholeBias: number;
   kvLengths: boolean;
@@ -54,13 +46,13 @@ function stageGroup(wasm: MhaWasmModule, L: CallLayout, callAt: number, plan: At
   const qAddress = place(heap, c.qIn, c.qOffset, b0 * c.qPer, items * c.qPer, plan.qAt(set));
   const kAddress = plan.kIsQ ? qAddress : place(heap, c.kIn, c.kOffset, b0 * c.kvPer, items * c.kvPer, plan.kAt(set));
   const vAddress = plan.vIsK ? kAddress : plan.vIsQ ? qAddress
-    : place(heap, c.vIn, c.vOffset, b0 * c.kvPer, items * c.kvPer, plan.vAt(set));
+    : place(heap, c.vIn, c.vOffset, b0 * c.vPer, items * c.vPer, plan.vAt(set));
   if (c.mask) copyIn(wasm.HEAPU8, c.mask, c.maskOffset, b0 * c.maskPer, items * c.maskPer, plan.maskAt(set));
   const biasAddress = plan.biasSliced
     ? place(heap, c.biasIn!, c.biasOffset, b0 * c.biasPer, items * c.biasPer, plan.biasAt(set)) : c.wholeBias;
   const lse = c.lseIn;
   writeCallOperands(wasm, L, callAt, qAddress, kAddress, vAddress,
-    typeof c.outIn === 'number' ? c.outIn + b0 * c.qPer * 4 : plan.outAt(set), c.mask ? plan.maskAt(set) : 0, biasAddress,
+    typeof c.outIn === 'number' ? c.outIn + b0 * c.outPer * 4 : plan.outAt(set), c.mask ? plan.maskAt(set) : 0, biasAddress,
     plan.biasSliced ? items : 1, c.kvLengths ? plan.kvLengthsAt + b0 * 4 : 0,
     lse === undefined ? 0 : typeof lse === 'number' ? lse + b0 * c.lsePer * 4 : plan.lseAt(set), items);
 }
@@ -69,9 +61,9 @@ function stageGroup(wasm: MhaWasmModule, L: CallLayout, callAt: number, plan: At
 function copyGroupOut(wasm: MhaWasmModule, plan: AttentionStaging, c: StagedCall, b0: number, items: number, set: number): void {
   // The kernel's scratch may have grown memory: fresh views.
   if (c.lseIn instanceof Float32Array) {
-    copyResult(wasm.HEAPF32, c.lseIn, c.lseLength, c.lseOffset, plan.lseAt(set), b0 * c.lsePer, items * c.lsePer);
+    copyResult(wasm, c.lseIn, c.lseLength, c.lseOffset, plan.lseAt(set), b0 * c.lsePer, items * c.lsePer);
   }
-  if (c.target !== undefined) copyResult(wasm.HEAPF32, c.target, c.qLength, c.outOffset, plan.outAt(set), b0 * c.qPer, items * c.qPer);
+  if (c.target !== undefined) copyResult(wasm, c.target, c.outLength, c.outOffset, plan.outAt(set), b0 * c.outPer, items * c.outPer);
 }
 
 /** Throws when the heap tensor `output` (an address) is also q, k, v, the bias or (for lse) out. */
@@ -98,13 +90,16 @@ function refuseSameTensor(fn: string, outputName: string, output: number, name: 
 function checkOutputsApart(fn: string, call: AttentionCall<Operand, Operand>, out: Operand | undefined, lse: Operand | undefined): void {
   if (typeof out === 'number') refuseInputs(fn, 'out', out, call, undefined);
   if (typeof lse === 'number') refuseInputs(fn, 'lse', lse, call, out);
-  if (out instanceof Float32Array && lse instanceof Float32Array && out.buffer === lse.buffer &&
+  if (typeof out === 'object' && lse instanceof Float32Array && out.buffer === lse.buffer &&
     out.byteOffset < lse.byteOffset + lse.byteLength && lse.byteOffset < out.byteOffset + out.byteLength) {
     throw new TypeError(`${fn}: lse: expected an array that does not overlap out (both are written), got one that shares its memory`);
   }
 }
 
-/** attentionWeights returns its weights: `out` and `lse` are options of multiHeadAttention, refused by name. */
+/**
+ * attentionWeights returns its weights from float32 q and k: `out` and `lse` (outputs), `vHeadDim` (it has no
+ * v) and `dtype` are options of multiHeadAttention, refused by name.
+ */
 function checkNoOutputs(fn: string, options: unknown): void {
   if (typeof options !== 'object' || options === null) return;
   for (const key of ['out', 'lse'] as const) {
@@ -112,6 +107,14 @@ function checkNoOutputs(fn: string, options: unknown): void {
       throw new TypeError(`${fn}: options: unknown option "${key}": attentionWeights returns a new (batch, numHeads, seqLen, ` +
         `kvSeqLen) array of weights; out and lse are outputs of multiHeadAttention`);
     }
+  }
+  if ((options as Record<string, unknown>).vHeadDim !== undefined) {
+    throw new TypeError(`${fn}: options: unknown option "vHeadDim": attentionWeights has no v, and its weights do not depend on ` +
+      'the value head size; vHeadDim is an option of multiHeadAttention and createKVCache');
+  }
+  if ((options as Record<string, unknown>).dtype !== undefined) {
+    throw new TypeError(`${fn}: options: unknown option "dtype": attentionWeights takes float32 q and k (Float32Array) and ` +
+      "returns float32 weights; dtype: 'float16' is an option of multiHeadAttention and KVCache.attend");
   }
 }
 
@@ -132,6 +135,8 @@ export class WasmMHA implements MHA, CacheHost {
   private readonly tensors = new Set<MallocedTensor>();
   /** q, k, v, bias, out and lse: a Float32Array, or a heap tensor of this instance (its address). */
   private readonly checkOperand: TensorCheck<Operand>;
+  /** q, k, v and out of dtype 'float16': the bits of a Uint16Array or Float16Array. */
+  private readonly checkHalfOperand: TensorCheck<Operand> = checkHalf;
 
   constructor(readonly wasm: MhaWasmModule, private readonly callLayout: CallLayout, build: BuildName, threads: number) {
     this.cacheCallLayout = readCacheCallLayout(wasm);
@@ -146,26 +151,35 @@ export class WasmMHA implements MHA, CacheHost {
     return this.currentInfo;
   }
 
-  multiHeadAttention(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
-    options: AttentionOptions): Float32Array {
+  ropeTables(options: RopeTablesOptions): RopeTables {
+    return ropeTables(options);
+  }
+
+  multiHeadAttention<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
+    options: AttentionOptions & { dtype?: D }): TensorOut<D>;
+  multiHeadAttention(q: Float32Array | HeapTensor | Float16Tensor, k: Float32Array | HeapTensor | Float16Tensor,
+    v: Float32Array | HeapTensor | Float16Tensor, options: AttentionOptions): Float32Array | Float16Tensor {
     const fn = 'multiHeadAttention';
     const o = checkOptionsObject(`${fn}: options`, options, ATTENTION_KEYS);
     const wasm = this.wasm;
-    const call = checkAttentionCall(fn, o, q, k, true, v, this.checkOperand, this.checkOperand);
-    const { d, qLength, kvLength, mask, qIn, kIn, model } = call;
+    const half = checkTensorDType(fn, o.dtype) === 'float16';
+    const check = half ? this.checkHalfOperand : this.checkOperand;
+    const call = checkAttentionCall(fn, o, q, k, true, v, check, this.checkOperand);
+    const { d, qLength, kvLength, vLength, outLength, mask, qIn, kIn, model } = call;
     const vIn = call.vIn!;
     const biasIn = model.bias;
     // A number is a HeapTensor's address: used in place, so it gets no staging slot.
     const outValue = o.out;
-    const outIn = outValue === undefined ? undefined : this.checkOperand(`${fn}: out`, outValue, qLength, () => qFormula(d));
+    const outIn = outValue === undefined ? undefined : check(`${fn}: out`, outValue, outLength, () => outFormula(d));
     const lseValue = o.lse;
     const lseLength = d.batch * d.numHeads * d.seqLen;
     const lseIn = lseValue === undefined ? undefined
       : this.checkOperand(`${fn}: lse`, lseValue, lseLength, () => `batch*numHeads*seqLen = ${d.batch}*${d.numHeads}*${d.seqLen}`);
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kvLength);
-    checkStillUsable(`${fn}: v`, v, vIn, kvLength);
+    checkStillUsable(`${fn}: v`, v, vIn, vLength);
     if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, model.biasGiven, biasIn, model.biasBatch * model.biasPerItem);
+    if (model.rope) checkRopeStillUsable(fn, model.rope);
     checkOutputsApart(fn, call, outIn, lseIn);
 
     const plan = this.staging;
@@ -176,6 +190,8 @@ export class WasmMHA implements MHA, CacheHost {
     const sets = pipelined ? 2 : 1;
     const qPer = d.seqLen * d.dModel;
     const kvPer = d.kvSeqLen * d.kvDModel;
+    const vPer = d.kvSeqLen * d.vDModel;
+    const outPer = d.seqLen * d.outDModel;
     const maskPer = d.seqLen * d.kvSeqLen;
     const lsePer = d.numHeads * d.seqLen;
     const biasPer = model.biasPerItem;
@@ -190,16 +206,20 @@ export class WasmMHA implements MHA, CacheHost {
     // The only allocation of the call: it may grow (and so detach) memory, so views are taken after it.
     plan.layOut(this.arena.reserve(fn, plan.bytes(sets)), sets);
     const callAt = this.arena.callAt();
-    const target = typeof outIn === 'number' ? undefined : outIn ?? unfilledFloat32Array(qLength);
+    const target = typeof outIn === 'number' ? undefined : outIn ?? (half ? new Uint16Array(outLength) : unfilledFloat32Array(outLength));
     // What every kernel call reads whole is staged once.
-    const { kvLengthsAt, alibiSlopesAt } = plan;
+    const { kvLengthsAt, alibiSlopesAt, sinksAt, ropeCosAt, ropeSinAt } = plan;
     if (model.kvLengths) wasm.HEAP32.set(model.kvLengths, kvLengthsAt >>> 2);
     if (model.alibiSlopes) wasm.HEAPF32.set(model.alibiSlopes, alibiSlopesAt >>> 2);
+    if (model.sinks) wasm.HEAPF32.set(model.sinks, sinksAt >>> 2);
+    if (model.rope) stageRope(wasm.HEAPF32, model.rope, model.ropeRows, ropeCosAt, ropeSinAt);
     const wholeBias = biasIn === undefined || biasSliced ? 0 : place(wasm.HEAPF32, biasIn, biasOffset, 0, biasPer, plan.biasAt(0));
-    writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? alibiSlopesAt : 0);
+    writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? alibiSlopesAt : 0, model.sinks ? sinksAt : 0,
+      model.rope ? ropeCosAt : 0, model.rope ? ropeSinAt : 0);
     const staged: StagedCall = {
       qIn, kIn, vIn, outIn, lseIn, mask, biasIn, target, qOffset, kOffset, vOffset, outOffset, maskOffset, biasOffset,
-      lseOffset, qPer, kvPer, maskPer, lsePer, biasPer, qLength, lseLength, wholeBias, kvLengths: model.kvLengths !== undefined,
+      lseOffset, qPer, kvPer, vPer, outPer, maskPer, lsePer, biasPer, outLength, lseLength, wholeBias,
+      kvLengths: model.kvLengths !== undefined,
     };
     if (pipelined) {
       this.pipelinedGroups(fn, staged, d.batch, callAt);
@@ -214,8 +234,11 @@ export class WasmMHA implements MHA, CacheHost {
     }
     // `out` was a view of this heap that the call's malloc detached (see copyIn; such a call is never split):
     // copyGroupOut wrote the same elements; hand back a view of them in the current memory.
-    if (target !== undefined && target.length !== qLength) return new Float32Array(wasm.HEAPF32.buffer, outOffset, qLength);
-    return target ?? (outValue as MallocedTensor).data;
+    if (target !== undefined && target.length !== outLength) {
+      return half ? new Uint16Array(wasm.HEAPU8.buffer, outOffset, outLength) : new Float32Array(wasm.HEAPF32.buffer, outOffset, outLength);
+    }
+    if (half) return halfResult(outValue, target as Uint16Array, q);
+    return (target as Float32Array | undefined) ?? (outValue as MallocedTensor).data;
   }
 
   /**
@@ -293,12 +316,14 @@ export class WasmMHA implements MHA, CacheHost {
     checkNoOutputs(fn, options);
     const o = checkOptionsObject(`${fn}: options`, options, WEIGHTS_KEYS);
     const call = checkAttentionCall(fn, o, q, k, false, undefined, checkArrayOnly, this.checkOperand);
+    const stage = checkStage(fn, o.stage);
     const { d, qLength, kvLength: kLength, mask, qIn, kIn, model } = call;
-    const { bias: biasIn, kvLengths, alibiSlopes } = model;
+    const { bias: biasIn, kvLengths, alibiSlopes, sinks, rope, ropeRows } = model;
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kLength);
     const biasLength = model.biasBatch * model.biasPerItem;
     if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, model.biasGiven, biasIn, biasLength);
+    if (rope) checkRopeStillUsable(fn, rope);
     const weightsLength = d.batch * d.numHeads * d.seqLen * d.kvSeqLen;
     if (weightsLength >= MAX_ELEMENTS) {
       throw new RangeError(
@@ -306,12 +331,14 @@ export class WasmMHA implements MHA, CacheHost {
       );
     }
 
+    const ropeBytes = rope ? ropeRows * rope.half * 4 : 0;
     const sizes = [qLength * 4, kLength * 4, weightsLength * 4, mask ? mask.length : 0, typeof biasIn === 'object' ? biasLength * 4 : 0,
-      kvLengths ? kvLengths.byteLength : 0, alibiSlopes ? alibiSlopes.byteLength : 0];
+      kvLengths ? kvLengths.byteLength : 0, alibiSlopes ? alibiSlopes.byteLength : 0, sinks ? sinks.byteLength : 0, ropeBytes, ropeBytes];
     const [qOffset, kOffset, maskOffset, biasOffset] = [qIn.byteOffset, kIn.byteOffset, byteOffsetOf(mask), byteOffsetOf(biasIn)];
     const base = this.arena.reserve(fn, totalBytes(sizes));
     const callAt = this.arena.callAt();
-    const [qAt, kAt, wAt, maskAt, biasAt, kvLengthsAt, alibiAt] = layout(base, sizes) as [number, number, number, number, number, number, number];
+    const [qAt, kAt, wAt, maskAt, biasAt, kvLengthsAt, alibiAt, sinksAt, cosAt, sinAt] = layout(base, sizes) as
+      [number, number, number, number, number, number, number, number, number, number];
     const wasm = this.wasm;
     const heap = wasm.HEAPF32;
     copyIn(heap, qIn, qOffset, 0, qLength, qAt);
@@ -320,7 +347,10 @@ export class WasmMHA implements MHA, CacheHost {
     const biasAddress = biasIn === undefined ? 0 : place(heap, biasIn, biasOffset, 0, biasLength, biasAt);
     if (kvLengths) wasm.HEAP32.set(kvLengths, kvLengthsAt >>> 2);
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
-    writeCallOptions(wasm, this.callLayout, callAt, call, alibiSlopes ? alibiAt : 0);
+    if (sinks) heap.set(sinks, sinksAt >>> 2);
+    if (rope) stageRope(heap, rope, ropeRows, cosAt, sinAt);
+    writeCallOptions(wasm, this.callLayout, callAt, call, alibiSlopes ? alibiAt : 0, sinks ? sinksAt : 0, rope ? cosAt : 0,
+      rope ? sinAt : 0, stage);
     writeCallOperands(wasm, this.callLayout, callAt, qAt, kAt, 0, wAt, mask ? maskAt : 0, biasAddress,
       model.biasBatch, kvLengths ? kvLengthsAt : 0, 0, d.batch);
     checkStatus(wasm, fn, wasm._mha_attention_weights(callAt));

@@ -3,18 +3,23 @@
 // from kvCacheAttendCallLayout, never copied by hand). The keys and values live on the instance's heap,
 // owned by the C++ registry (src/mha/kv_cache.hpp); an attend call stages q, k, v and out through the
 // instance's StagingArena like the stateless call, writes the struct, and makes one direct wasm call.
-import { checkAlibiSlopes, checkEmptyRows, checkScale, checkSoftcap, checkWindow } from './attention-options.js';
+import { checkAlibiSlopes, checkEmptyRows, checkRope, checkRopeRows, checkScale, checkSinks, checkSoftcap, checkTensorDType,
+  checkWindow } from './attention-options.js';
 import type { CacheCallLayout } from './call-abi.js';
 import { describe } from './describe.js';
-import { checkOperand, checkStillUsable } from './heap-tensor.js';
+import { halfResult } from './float16.js';
+import { checkHalf, checkOperand, checkRopeStillUsable, checkStillUsable } from './heap-tensor.js';
 import type { MhaWasmModule } from './mha.js';
-import { byteOffsetOf, layout, place, StagingArena, totalBytes, unfilledFloat32Array } from './staging.js';
+import { byteOffsetOf, copyResult, layout, place, StagingArena, stageRope, totalBytes, unfilledFloat32Array } from './staging.js';
+import type { Operand } from './staging.js';
 import { checkStatus } from './status.js';
-import type { HeapTensor, KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions } from './types.js';
+import type { Float16Tensor, HeapTensor, KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions, TensorDType,
+  TensorIn, TensorOut } from './types.js';
 import { checkDim, checkOptionsObject } from './validate.js';
 
-export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype'] as const;
-const ATTEND_KEYS = ['numHeads', 'causal', 'window', 'softcap', 'alibiSlopes', 'scale', 'emptyRows', 'out'] as const;
+export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype', 'vHeadDim'] as const;
+const ATTEND_KEYS = ['numHeads', 'causal', 'window', 'softcap', 'alibiSlopes', 'scale', 'emptyRows', 'out', 'sinks', 'rope',
+  'dtype'] as const;
 
 /** What a cache needs of its instance: the module, the staging arena, the call layout and its registry. */
 export interface CacheHost {
@@ -30,6 +35,8 @@ export interface CacheConfig {
   headDim: number;
   capacity: number;
   dtype: KVCacheDType;
+  /** Dv: the vHeadDim option, or headDim. */
+  valueDim: number;
 }
 
 function checkDType(fn: string, value: unknown): KVCacheDType {
@@ -49,20 +56,30 @@ export function checkCacheOptions(wasm: MhaWasmModule, options: KVCacheOptions):
     headDim: checkDim(`${fn}: headDim`, o.headDim),
     capacity: checkDim(`${fn}: capacity`, o.capacity),
     dtype: checkDType(fn, o.dtype),
+    valueDim: 0,
   };
+  config.valueDim = o.vHeadDim === undefined ? config.headDim : checkDim(`${fn}: vHeadDim`, o.vHeadDim);
   const bytes = cacheBytes(wasm, config);
   if (!(bytes < 2 ** 31)) throw tooLarge(config, bytes);
   return config;
 }
 
 function cacheBytes(wasm: MhaWasmModule, c: CacheConfig): number {
-  return wasm._mha_kv_cache_bytes(c.batch, c.numKvHeads, c.headDim, c.capacity, c.dtype === 'float16' ? 1 : 0);
+  return wasm._mha_kv_cache_bytes(c.batch, c.numKvHeads, c.headDim, c.capacity, c.dtype === 'float16' ? 1 : 0, valueDimOf(c));
 }
 
+/** The ABI's value_dim: 0 when Dv = Dh (what a cache without vHeadDim writes). */
+const valueDimOf = (c: CacheConfig): number => (c.valueDim === c.headDim ? 0 : c.valueDim);
+
 function tooLarge(c: CacheConfig, bytes: number, why = 'more than it can provide (2 GiB at most)'): RangeError {
-  return new RangeError(`createKVCache: capacity: a ${c.dtype} cache of batch*numKvHeads*capacity*headDim = ` +
-    `${c.batch}*${c.numKvHeads}*${c.capacity}*${c.headDim} needs ${bytes} bytes of wasm memory for its keys and values, ${why}`);
+  const dims = c.valueDim === c.headDim ? `batch*numKvHeads*capacity*headDim = ${c.batch}*${c.numKvHeads}*${c.capacity}*${c.headDim}`
+    : `batch*numKvHeads*capacity*(headDim + vHeadDim) = ${c.batch}*${c.numKvHeads}*${c.capacity}*(${c.headDim} + ${c.valueDim})`;
+  return new RangeError(`createKVCache: capacity: a ${c.dtype} cache of ${dims} needs ${bytes} bytes of wasm memory for its keys ` +
+    `and values, ${why}`);
 }
+
+/** kNotInKernels (src/mha/shape.hpp): an option this build's core does not compute yet. */
+const NOT_IN_KERNELS = 27;
 
 /** Creates the C++ cache of a checked config and returns its id. */
 export function createCache(host: CacheHost, config: CacheConfig): number {
@@ -70,7 +87,9 @@ export function createCache(host: CacheHost, config: CacheConfig): number {
   const idAt = arena.reserve('createKVCache', 16);
   wasm.HEAP32[idAt >>> 2] = 0;
   const c = config;
-  const status = wasm._mha_kv_cache_create(c.batch, c.numKvHeads, c.headDim, c.capacity, c.dtype === 'float16' ? 1 : 0, idAt);
+  const status = wasm._mha_kv_cache_create(c.batch, c.numKvHeads, c.headDim, c.capacity, c.dtype === 'float16' ? 1 : 0, valueDimOf(c),
+    idAt);
+  if (status === NOT_IN_KERNELS) checkStatus(wasm, 'createKVCache', status);
   // The dims passed the checks above, so what the core can still refuse is the memory (the heap cannot grow
   // that far, or the size check): said with the bytes and the core's own message.
   if (status !== 0) throw tooLarge(c, cacheBytes(wasm, c), `which the wasm core refused: ${wasm.statusMessage(status)}`);
@@ -104,8 +123,10 @@ export class WasmKVCache implements KVCache {
     return this.#config.dtype;
   }
 
-  attend(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
-    options: KVCacheAttendOptions): Float32Array {
+  attend<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
+    options: KVCacheAttendOptions & { dtype?: D }): TensorOut<D>;
+  attend(q: Float32Array | HeapTensor | Float16Tensor, k: Float32Array | HeapTensor | Float16Tensor,
+    v: Float32Array | HeapTensor | Float16Tensor, options: KVCacheAttendOptions): Float32Array | Float16Tensor {
     const fn = 'KVCache.attend';
     this.#checkLive(fn);
     const { wasm, arena, cacheLayout: L } = this.#host;
@@ -115,19 +136,26 @@ export class WasmKVCache implements KVCache {
     if (numHeads % c.numKvHeads !== 0) {
       throw new RangeError(`${fn}: numHeads: expected a multiple of the cache's numKvHeads (${c.numKvHeads}), got ${numHeads}`);
     }
-    const check = (name: string, value: unknown, expected: number, formula: () => string) =>
-      checkOperand(`${fn}: ${name}`, value, expected, formula, wasm);
+    const half = checkTensorDType(fn, o.dtype) === 'float16';
+    const check = (name: string, value: unknown, expected: number, formula: () => string): Operand =>
+      half ? checkHalf(`${fn}: ${name}`, value, expected, formula) : checkOperand(`${fn}: ${name}`, value, expected, formula, wasm);
+    const Dv = c.valueDim;
     // n, the new tokens, comes from k's length: (B, n, Hkv*Dh).
     const kvRow = c.batch * c.numKvHeads * c.headDim;
     const kGiven = (k as { length?: unknown } | null)?.length;
     const n = typeof kGiven === 'number' && kGiven > 0 && kGiven % kvRow === 0 ? kGiven / kvRow : 1;
     const kvFormula = () => `batch*n*numKvHeads*headDim = ${c.batch}*n*${c.numKvHeads}*${c.headDim} for n >= 1 new tokens`;
     const kvLength = n * kvRow;
+    const vLength = c.batch * n * c.numKvHeads * Dv;
     const kIn = check('k', k, kvLength, kvFormula);
-    const vIn = check('v', v, kvLength,
-      () => `batch*n*numKvHeads*headDim = ${c.batch}*${n}*${c.numKvHeads}*${c.headDim}, the length of k`);
+    const vIn = check('v', v, vLength, () => (Dv === c.headDim
+      ? `batch*n*numKvHeads*headDim = ${c.batch}*${n}*${c.numKvHeads}*${c.headDim}, the length of k`
+      : `batch*n*numKvHeads*vHeadDim = ${c.batch}*${n}*${c.numKvHeads}*${Dv}, n = ${n} from k`));
     const qLength = c.batch * n * numHeads * c.headDim;
     const qFormula = () => `batch*n*numHeads*headDim = ${c.batch}*${n}*${numHeads}*${c.headDim} (n = ${n} new tokens, from k)`;
+    const outLength = c.batch * n * numHeads * Dv;
+    const outFormula = Dv === c.headDim ? qFormula
+      : () => `batch*n*numHeads*vHeadDim = ${c.batch}*${n}*${numHeads}*${Dv} (n = ${n} new tokens, from k)`;
     const qIn = check('q', q, qLength, qFormula);
     const causal = o.causal === undefined ? true : o.causal;
     if (typeof causal !== 'boolean') throw new TypeError(`${fn}: causal: expected a boolean, got ${describe(causal)}`);
@@ -136,8 +164,10 @@ export class WasmKVCache implements KVCache {
     const alibiSlopes = checkAlibiSlopes(fn, o.alibiSlopes, { numHeads });
     const scale = checkScale(fn, o.scale, c.headDim);
     const emptyRows = checkEmptyRows(fn, o.emptyRows);
+    const sinks = checkSinks(fn, o.sinks, { numHeads });
+    const rope = checkRope(fn, o.rope, c.headDim);
     const outValue = o.out;
-    const outIn = outValue === undefined ? undefined : check('out', outValue, qLength, qFormula);
+    const outIn = outValue === undefined ? undefined : check('out', outValue, outLength, outFormula);
     for (const [name, input] of [['q', qIn], ['k', kIn], ['v', vIn]] as const) {
       if (typeof outIn === 'number' && outIn === input) {
         throw new TypeError(`${fn}: out: expected a HeapTensor other than ${name} (the kernel reads ${name} while it writes out), got ${name} itself`);
@@ -147,28 +177,37 @@ export class WasmKVCache implements KVCache {
     this.#checkLive(fn);
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kvLength);
-    checkStillUsable(`${fn}: v`, v, vIn, kvLength);
-    if (outIn !== undefined) checkStillUsable(`${fn}: out`, outValue, outIn, qLength);
+    checkStillUsable(`${fn}: v`, v, vIn, vLength);
+    if (outIn !== undefined) checkStillUsable(`${fn}: out`, outValue, outIn, outLength);
+    if (rope) checkRopeStillUsable(fn, rope);
     if (this.#length + n > c.capacity) {
       throw new RangeError(`${fn}: k: ${n} new tokens would pass the cache's capacity: length ${this.#length} + ${n} > ` +
         `capacity ${c.capacity} (nothing was stored; truncate() or a larger cache makes room)`);
     }
+    // The call's queries and new keys are at positions [length, length + n).
+    const ropeRows = this.#length + n;
+    if (rope) checkRopeRows(fn, rope, ropeRows, () => `the last new token's, length + n - 1 = ${this.#length} + ${n} - 1`,
+      'nothing was stored');
 
-    const staged = (operand: Float32Array | number | undefined, length: number) => (typeof operand === 'number' ? 0 : length * 4);
-    const sizes = [staged(qIn, qLength), staged(kIn, kvLength), staged(vIn, kvLength), staged(outIn, qLength),
-      alibiSlopes ? alibiSlopes.byteLength : 0];
+    const staged = (operand: Operand | undefined, length: number) => (typeof operand === 'number' ? 0 : length * 4);
+    const ropeBytes = rope ? ropeRows * rope.half * 4 : 0;
+    const sizes = [staged(qIn, qLength), staged(kIn, kvLength), staged(vIn, vLength), staged(outIn, outLength),
+      alibiSlopes ? alibiSlopes.byteLength : 0, sinks ? sinks.byteLength : 0, ropeBytes, ropeBytes];
     // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
     const [qOffset, kOffset, vOffset, outOffset] = [byteOffsetOf(qIn), byteOffsetOf(kIn), byteOffsetOf(vIn), byteOffsetOf(outIn)];
     const base = arena.reserve(fn, totalBytes(sizes));
     const callAt = arena.callAt();
-    const [qAt, kAt, vAt, outAt, alibiAt] = layout(base, sizes) as [number, number, number, number, number];
+    const [qAt, kAt, vAt, outAt, alibiAt, sinksAt, cosAt, sinAt] = layout(base, sizes) as
+      [number, number, number, number, number, number, number, number];
     const heap = wasm.HEAPF32;
     const i32 = wasm.HEAP32;
     const at = callAt >>> 2;
     const qAddress = place(heap, qIn, qOffset, 0, qLength, qAt);
     const kAddress = place(heap, kIn, kOffset, 0, kvLength, kAt);
-    const vAddress = place(heap, vIn, vOffset, 0, kvLength, vAt);
+    const vAddress = place(heap, vIn, vOffset, 0, vLength, vAt);
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
+    if (sinks) heap.set(sinks, sinksAt >>> 2);
+    if (rope) stageRope(heap, rope, ropeRows, cosAt, sinAt);
     i32[at + L.cache] = this.#id | 0;  // a uint32 id in an int32 view
     i32[at + L.q] = qAddress;
     i32[at + L.k] = kAddress;
@@ -183,23 +222,23 @@ export class WasmKVCache implements KVCache {
     i32[at + L.empty_rows] = emptyRows;
     heap[at + L.scale] = scale;
     heap[at + L.softcap] = softcap;
+    i32[at + L.sinks] = sinks ? sinksAt : 0;
+    i32[at + L.rope_cos] = rope ? cosAt : 0;
+    i32[at + L.rope_sin] = rope ? sinAt : 0;
+    i32[at + L.rope_positions] = rope ? ropeRows : 0;
+    i32[at + L.rope_rotary_dim] = rope ? rope.rotaryDim : 0;
+    i32[at + L.rope_interleaved] = rope?.interleaved ? 1 : 0;
     checkStatus(wasm, fn, wasm._mha_kv_cache_attend(callAt));
     this.#length += n;
     if (typeof outIn === 'number') return (outValue as HeapTensor).data;
-    // The decode scratch may have grown memory: fresh views to copy out.
-    const result = wasm.HEAPF32.subarray(outAt >>> 2, (outAt >>> 2) + qLength);
-    if (outIn === undefined) {
-      const target = unfilledFloat32Array(qLength);
-      target.set(result);
-      return target;
+    // The decode scratch may have grown memory: copyResult takes fresh views.
+    const target = outIn ?? (half ? new Uint16Array(outLength) : unfilledFloat32Array(outLength));
+    copyResult(wasm, target, outLength, outOffset, outAt, 0, outLength);
+    if (target.length !== outLength) {
+      // `out` viewed this heap and the staging malloc detached it: copyResult wrote where its elements are.
+      return half ? new Uint16Array(wasm.HEAPU8.buffer, outOffset, outLength) : new Float32Array(wasm.HEAPF32.buffer, outOffset, outLength);
     }
-    if (outIn.length !== qLength) {
-      // `out` viewed this heap and the staging malloc detached it: write where its elements are.
-      wasm.HEAPF32.copyWithin(outOffset >>> 2, outAt >>> 2, (outAt >>> 2) + qLength);
-      return new Float32Array(wasm.HEAPF32.buffer, outOffset, qLength);
-    }
-    outIn.set(result);
-    return outIn;
+    return half ? halfResult(outValue, target as Uint16Array, q) : target as Float32Array;
   }
 
   truncate(n: number): void {

@@ -2,7 +2,8 @@
 // copies in and out, and the staging plan of multiHeadAttention (what is staged, and how many batch items
 // per kernel call). Steady-state calls allocate nothing on the wasm heap, which cannot fragment under
 // mixed calls.
-import type { AttentionCall } from './attention-options.js';
+import type { AttentionCall, Rope } from './attention-options.js';
+import { roundInto, widenInto } from './float16.js';
 import type { MhaWasmModule } from './mha.js';
 
 /**
@@ -106,20 +107,48 @@ export function byteOffsetOf(operand: ArrayBufferView | number | undefined): num
   return typeof operand === 'object' ? operand.byteOffset : 0;
 }
 
-/** Staging bytes of a multiHeadAttention operand: none for a HeapTensor (its address, a number). */
-function stagedBytes(operand: Float32Array | number | undefined, length: number): number {
+/**
+ * Staging bytes of a multiHeadAttention operand: none for a HeapTensor (its address, a number); float32 for
+ * the elements of a Float32Array, and of the binary16 bits of a Uint16Array (widened as they are staged).
+ */
+function stagedBytes(operand: Operand | undefined, length: number): number {
   return typeof operand === 'number' ? 0 : length * 4;
 }
 
 /**
  * The address the kernel reads elements [start, start + length) of an operand from: a HeapTensor's own,
- * or the staging slot `at` that a Float32Array's elements are copied to.
+ * or the staging slot `at` that a Float32Array's elements are copied to, or a Uint16Array's binary16
+ * elements are widened to (exactly, to float32: docs/spec.md 4.2). A Uint16Array that viewed this heap and
+ * was detached by the staging malloc is read where its elements are, at its old byte offset (see copyIn).
  */
-export function place(heap: Float32Array, operand: Float32Array | number, byteOffset: number, start: number, length: number,
+export function place(heap: Float32Array, operand: Operand, byteOffset: number, start: number, length: number,
   at: number): number {
   if (typeof operand === 'number') return operand + start * 4;
+  if (operand instanceof Uint16Array) {
+    const bits = operand.length === 0 && length !== 0 ? new Uint16Array(heap.buffer, byteOffset + start * 2, length) : operand;
+    widenInto(heap, at >>> 2, bits, bits === operand ? start : 0, length);
+    return at;
+  }
   copyIn(heap, operand, byteOffset, start, length, at);
   return at;
+}
+
+/**
+ * Copies elements [start, start + length) of a result from the heap slot at byte address `from` into the
+ * caller's array: float32 as it is, or rounded once to binary16 for a Uint16Array (dtype 'float16'). An
+ * array that views this heap and was detached by the call's malloc gets its elements written where they
+ * are, at its old byte offset (`fullLength` elements from there).
+ */
+export function copyResult(wasm: MhaWasmModule, target: Float32Array | Uint16Array, fullLength: number, byteOffset: number,
+  from: number, start: number, length: number): void {
+  if (target instanceof Uint16Array) {
+    const bits = target.length !== fullLength ? new Uint16Array(wasm.HEAPU8.buffer, byteOffset, fullLength) : target;
+    roundInto(bits, start, wasm.HEAP32, from >>> 2, length);
+    return;
+  }
+  const heap = wasm.HEAPF32;
+  if (target.length !== fullLength) heap.copyWithin((byteOffset >>> 2) + start, from >>> 2, (from >>> 2) + length);
+  else target.set(heap.subarray(from >>> 2, (from >>> 2) + length), start);
 }
 
 type NodeBuffer = { allocUnsafeSlow?: (size: number) => Uint8Array };
@@ -157,8 +186,11 @@ export function copyOut(heap: Float32Array, from: number, length: number): Float
  */
 const STAGING_GROUP_BYTES = 1 << 20;
 
-/** A q, k, v or out operand of multiHeadAttention: a Float32Array to stage, or a HeapTensor's address. */
-export type Operand = Float32Array | number;
+/**
+ * A q, k, v or out operand of multiHeadAttention: a Float32Array to stage, a Uint16Array of binary16 bits
+ * (dtype 'float16') to widen into the staging, or a HeapTensor's address.
+ */
+export type Operand = Float32Array | Uint16Array | number;
 
 /**
  * How many batch items multiHeadAttention stages per kernel call. Staging a whole large call copies all
@@ -178,12 +210,12 @@ function stagingGroup(wasm: MhaWasmModule, batch: number, perItem: number, input
   const heapBuffer = wasm.HEAPF32.buffer;
   if (mask?.buffer === heapBuffer) return batch;
   for (const operand of [...inputs, ...outputs]) {
-    if (operand instanceof Float32Array && operand.buffer === heapBuffer) return batch;
+    if (typeof operand === 'object' && operand.buffer === heapBuffer) return batch;
   }
   for (const output of outputs) {
-    if (!(output instanceof Float32Array)) continue;
+    if (typeof output !== 'object') continue;
     for (const input of inputs) {
-      if (!(input instanceof Float32Array) || input === output || input.buffer !== output.buffer) continue;
+      if (typeof input !== 'object' || input === output || input.buffer !== output.buffer) continue;
       const same = input.byteOffset === output.byteOffset && input.length === output.length;
       const overlap = input.byteOffset < output.byteOffset + output.byteLength && output.byteOffset < input.byteOffset + input.byteLength;
       if (overlap && !same) return batch;
@@ -193,7 +225,7 @@ function stagingGroup(wasm: MhaWasmModule, batch: number, perItem: number, input
 }
 
 /** The slots of a multiHeadAttention call's staging, in layout order. */
-const enum Slot { q, k, v, out, mask, bias, kvLengths, alibiSlopes, lse, count }
+const enum Slot { q, k, v, out, mask, bias, kvLengths, alibiSlopes, lse, sinks, ropeCos, ropeSin, count }
 
 /**
  * What one multiHeadAttention call stages, per kernel call of `group` batch items, and where: slots (0
@@ -225,35 +257,42 @@ export class AttentionStaging {
   /** Plans the staging of a checked call and its outputs (operands: a typed array, or a heap tensor's address). */
   plan(wasm: MhaWasmModule, call: AttentionCall<Operand, Operand>, out: Operand | undefined, lse: Operand | undefined): void {
     const { d, qIn: q, kIn: k, mask } = call;
-    const { bias, biasPerItem, kvLengths, alibiSlopes } = call.model;
+    const { bias, biasPerItem, kvLengths, alibiSlopes, sinks, rope, ropeRows } = call.model;
     const v = call.vIn!;
     const kIsQ = k === q;
-    const vIsK = v === k;
-    const vIsQ = !vIsK && v === q;
+    // v is another tensor than q and k when its width (Hkv·Dv) differs from theirs.
+    const vIsK = v === k && d.vDModel === d.kvDModel;
+    const vIsQ = !vIsK && v === q && d.vDModel === d.dModel;
     const biasSliced = bias !== undefined && call.model.biasBatch > 1;
     // Per batch item: elements of q/out, k/v, lse, bytes of the mask; then the bytes staged per item.
     const qPer = d.seqLen * d.dModel;
     const kvPer = d.kvSeqLen * d.kvDModel;
+    const vPer = d.kvSeqLen * d.vDModel;
+    const outPer = d.seqLen * d.outDModel;
     const maskPer = d.seqLen * d.kvSeqLen;
     const lsePer = d.numHeads * d.seqLen;
     // The kernel may write its result over q (attention.hpp): a staged q that k and v do not share takes
-    // it, so the call stages one buffer fewer (bert: 1.2 instead of 1.6 MB, 2-3% faster a call).
-    const resultInQ = typeof q !== 'number' && typeof out !== 'number' && !kIsQ && v !== q;
-    const perItem = stagedBytes(q, qPer) + (kIsQ ? 0 : stagedBytes(k, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(v, kvPer)) +
-      (resultInQ ? 0 : stagedBytes(out, qPer)) + (mask ? maskPer : 0) + (biasSliced ? stagedBytes(bias, biasPerItem) : 0) +
+    // it, so the call stages one buffer fewer (bert: 1.2 instead of 1.6 MB, 2-3% faster a call). Only
+    // when out has q's shape (no vHeadDim other than headDim).
+    const resultInQ = typeof q !== 'number' && typeof out !== 'number' && !kIsQ && v !== q && d.outDModel === d.dModel;
+    const perItem = stagedBytes(q, qPer) + (kIsQ ? 0 : stagedBytes(k, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(v, vPer)) +
+      (resultInQ ? 0 : stagedBytes(out, outPer)) + (mask ? maskPer : 0) + (biasSliced ? stagedBytes(bias, biasPerItem) : 0) +
       stagedBytes(lse, lsePer);
     const group = perItem * d.batch <= STAGING_GROUP_BYTES ? d.batch
       : stagingGroup(wasm, d.batch, perItem, [q, k, v, bias], [out, lse], mask);
     const sizes = this.sizes;
     sizes[Slot.q] = stagedBytes(q, group * qPer);
     sizes[Slot.k] = kIsQ ? 0 : stagedBytes(k, group * kvPer);
-    sizes[Slot.v] = vIsK || vIsQ ? 0 : stagedBytes(v, group * kvPer);
-    sizes[Slot.out] = resultInQ ? 0 : stagedBytes(out, group * qPer);
+    sizes[Slot.v] = vIsK || vIsQ ? 0 : stagedBytes(v, group * vPer);
+    sizes[Slot.out] = resultInQ ? 0 : stagedBytes(out, group * outPer);
     sizes[Slot.mask] = mask ? group * maskPer : 0;
     sizes[Slot.bias] = stagedBytes(bias, biasSliced ? group * biasPerItem : biasPerItem);
     sizes[Slot.kvLengths] = kvLengths ? kvLengths.byteLength : 0;
     sizes[Slot.alibiSlopes] = alibiSlopes ? alibiSlopes.byteLength : 0;
     sizes[Slot.lse] = stagedBytes(lse, group * lsePer);
+    sizes[Slot.sinks] = sinks ? sinks.byteLength : 0;
+    sizes[Slot.ropeCos] = rope ? ropeRows * rope.half * 4 : 0;
+    sizes[Slot.ropeSin] = sizes[Slot.ropeCos];
     this.group = group;
     this.kIsQ = kIsQ;
     this.vIsK = vIsK;
@@ -264,7 +303,8 @@ export class AttentionStaging {
 
   /** Whether a slot holds a group's slice (so a pipelined call has it twice), not the whole call's data. */
   private perGroup(slot: Slot): boolean {
-    return slot !== Slot.kvLengths && slot !== Slot.alibiSlopes && (slot !== Slot.bias || this.biasSliced);
+    return slot !== Slot.kvLengths && slot !== Slot.alibiSlopes && slot !== Slot.sinks && slot !== Slot.ropeCos &&
+      slot !== Slot.ropeSin && (slot !== Slot.bias || this.biasSliced);
   }
 
   /** Bytes the planned slots take, each 16-byte aligned, with `sets` (1 or 2) sets of the group slots. */
@@ -307,4 +347,14 @@ export class AttentionStaging {
   lseAt(set: number): number { return this.at[set * Slot.count + Slot.lse]!; }
   get kvLengthsAt(): number { return this.at[Slot.kvLengths]!; }
   get alibiSlopesAt(): number { return this.at[Slot.alibiSlopes]!; }
+  get sinksAt(): number { return this.at[Slot.sinks]!; }
+  get ropeCosAt(): number { return this.at[Slot.ropeCos]!; }
+  get ropeSinAt(): number { return this.at[Slot.ropeSin]!; }
+}
+
+/** Copies rows [0, rows) of the rope tables into the staging slots at byte addresses `cosAt` and `sinAt`. */
+export function stageRope(heap: Float32Array, rope: Rope, rows: number, cosAt: number, sinAt: number): void {
+  const entries = rows * rope.half;
+  heap.set(entries === rope.cos.length ? rope.cos : rope.cos.subarray(0, entries), cosAt >>> 2);
+  heap.set(entries === rope.sin.length ? rope.sin : rope.sin.subarray(0, entries), sinAt >>> 2);
 }

@@ -1,6 +1,56 @@
 // The public types of mha-wasm: every interface the package exports, with their TSDoc. No runtime code;
 // the classes that implement them are private (instance.ts, heap-tensor.ts). Shapes are row-major,
-// outermost first: B batch, S query length, T key/value length, H heads, Dh = D / H head size, D model size.
+// outermost first: B batch, S query length, T key/value length, H heads, Dh = D / H head size, D model size,
+// Dv the value head size (vHeadDim, default Dh).
+import type { RopeTables, RopeTablesOptions } from './rope.js';
+
+/**
+ * An ES2025 `Float16Array`, on engines that have one (docs/API.md lists them; Node 20 has none). Typed
+ * structurally, so the package's declarations need no ES2025 lib; at run time only a real Float16Array (or a
+ * Uint16Array) passes for a binary16 tensor.
+ */
+export interface Float16ArrayLike extends ArrayBufferView {
+  readonly length: number;
+  [index: number]: number;
+}
+
+/**
+ * A tensor of IEEE binary16 numbers (`dtype: 'float16'`, docs/spec.md 4.2): a Uint16Array holding the bits,
+ * or a Float16Array where the engine has one.
+ */
+export type Float16Tensor = Uint16Array | Float16ArrayLike;
+
+/** The element type of the q, k, v and out tensors of {@link MHA.multiHeadAttention} and {@link KVCache.attend}. */
+export type TensorDType = 'float32' | 'float16';
+
+/**
+ * The q, k and v of a call whose `dtype` is `D`: binary16 tensors for `'float16'`, else float32 ones (also
+ * when the dtype is only known as a TensorDType).
+ */
+export type TensorIn<D extends TensorDType> = [D] extends ['float16'] ? Float16Tensor : Float32Array | HeapTensor;
+/** What a call whose `dtype` is `D` returns: a binary16 tensor for `'float16'`, else a Float32Array. */
+export type TensorOut<D extends TensorDType> = [D] extends ['float16'] ? Float16Tensor : Float32Array;
+
+/**
+ * Rotary position embedding (docs/spec.md 4.5): the tables of {@link MHA.ropeTables} (or any the caller
+ * builds), applied to q and k inside the call; v is never rotated.
+ */
+export interface RopeOptions {
+  /**
+   * cos of every (position, frequency): a Float32Array of shape (P, rotaryDim / 2), row p for position p.
+   * Its length must be a positive multiple of rotaryDim / 2, and equal sin's; P = length / (rotaryDim / 2).
+   */
+  cos: Float32Array;
+  /** sin, the same shape as cos. */
+  sin: Float32Array;
+  /** Entries of each head vector that rotate: an even integer in [2, headDim]; default headDim. Entries past it stay. */
+  rotaryDim?: number;
+  /**
+   * `false` (default): pairs (x[r], x[r + rotaryDim / 2]) rotate (Llama, GPT-NeoX, Hugging Face
+   * `rotate_half`); `true`: pairs (x[2r], x[2r + 1]) (GPT-J).
+   */
+  interleaved?: boolean;
+}
 
 /** Options of {@link createMHA}. */
 export interface CreateOptions {
@@ -75,14 +125,14 @@ export interface HeadShape {
 }
 
 /**
- * Options of {@link MHA.attentionWeights}, and of {@link MHA.multiHeadAttention} (which adds `out` and
- * `lse`). Without the options of docs/spec.md Part 2 (numKvHeads onwards) a call is plain multi-head
- * attention. With them, a key j is visible to query row i of batch item b, whose position is
- * p = queryOffset + i, when it passes every one given: j < kvLengths[b], mask, causal (j <= p) and window
- * (p - left <= j <= p + right). The score of a visible key is scale * q.k, then softcap, then minus the
- * ALiBi term, then plus bias, in that order.
+ * The options that {@link MHA.attentionWeights} and {@link MHA.multiHeadAttention} share. Without the
+ * options of docs/spec.md Parts 2 and 4 (numKvHeads onwards) a call is plain multi-head attention. With
+ * them, a key j is visible to query row i of batch item b, whose position is p = queryOffset + i, when it
+ * passes every one given: j < kvLengths[b], mask, causal (j <= p) and window (p - left <= j <= p + right).
+ * The score of a visible key is scale * q.k (after rope), then softcap, then minus the ALiBi term, then
+ * plus bias, in that order; sinks join the softmax.
  */
-export interface AttentionWeightsOptions extends HeadShape {
+export interface AttentionBaseOptions extends HeadShape {
   /** T, key/value rows per batch item (cross-attention); defaults to seqLen. */
   kvSeqLen?: number;
   /**
@@ -143,16 +193,65 @@ export interface AttentionWeightsOptions extends HeadShape {
    * or `'zero'` (PyTorch >= 2.5 SDPA), in its output and weights. A NaN score makes its row NaN either way.
    */
   emptyRows?: 'nan' | 'zero';
+  /**
+   * Attention sinks (docs/spec.md 4.4; gpt-oss, llama.cpp): one extra logit per query head (numHeads
+   * finite float32 numbers, a Float32Array or number[]) that joins each row's softmax denominator but has no
+   * value row, so a row's weights sum to less than 1. A row with no visible key then gives out 0 and
+   * weights 0 whatever `emptyRows` says, and `lse` counts the sink. Wrong length or a non-finite entry:
+   * RangeError.
+   */
+  sinks?: Float32Array | readonly number[];
+  /**
+   * Rotary position embedding of q and k (docs/spec.md 4.5): query row i rotates at position
+   * queryOffset + i, key j at j; v is not rotated. The tables need a row for every position the call has:
+   * queryOffset + seqLen <= P and kvSeqLen <= P, else a RangeError (nothing is computed). An odd rotaryDim
+   * or one past headDim, or tables of different lengths or of a length that is no multiple of
+   * rotaryDim / 2, are RangeErrors too; tables that are not Float32Arrays a TypeError.
+   */
+  rope?: RopeOptions;
+}
+
+/**
+ * Options of {@link MHA.attentionWeights}: those of {@link AttentionBaseOptions} and `stage`. It has no v,
+ * so `vHeadDim` (the weights do not depend on it) and `dtype` (it takes float32 q and k) are unknown
+ * options there, a TypeError, as are `out` and `lse`.
+ */
+export interface AttentionWeightsOptions extends AttentionBaseOptions {
+  /**
+   * Which (batch, numHeads, seqLen, kvSeqLen) matrix to return (docs/spec.md 4.3; ONNX
+   * `qk_matmul_output_mode` 0-3): `'scaled'`, scale * q.k for every (i, j), visible or not (after rope);
+   * `'softcapped'`, after the softcap, every (i, j); `'biased'`, after ALiBi and bias, with -Infinity at
+   * every key that kvLengths, mask, causal or window hides; `'softmax'` (default), the weights. Another
+   * string is a RangeError, another type a TypeError.
+   */
+  stage?: 'scaled' | 'softcapped' | 'biased' | 'softmax';
 }
 
 /** Options of {@link MHA.multiHeadAttention}. */
-export interface AttentionOptions extends AttentionWeightsOptions {
+export interface AttentionOptions extends AttentionBaseOptions {
   /**
-   * Preallocated output (batch, seqLen, dModel). A Float32Array is filled and returned; it may alias
-   * q, k or v. A {@link HeapTensor} is written by the kernel in place (no copy) and the call returns
-   * its `data` view; it must not be the same tensor as q, k or v, which the kernel reads while it writes.
+   * Dv, the size of a value head (docs/spec.md 4.1; ONNX `v_head_size`, DeepSeek-style latent attention):
+   * a positive integer, default headDim. v is then (batch, kvSeqLen, numKvHeads * vHeadDim) and out
+   * (batch, seqLen, numHeads * vHeadDim); dModel still sizes q and k, and the default scale stays
+   * 1 / sqrt(headDim). Heap tensors take it too.
    */
-  out?: Float32Array | HeapTensor;
+  vHeadDim?: number;
+  /**
+   * The element type of q, k, v and out (docs/spec.md 4.2): `'float32'` (default; Float32Array or
+   * HeapTensor) or `'float16'`: each a {@link Float16Tensor} (Uint16Array of binary16 bits, or a
+   * Float16Array where the engine has one). The inputs are widened exactly to float32 as they are copied
+   * into the wasm heap, the math is float32, and out is rounded once to binary16 (nearest even, overflow
+   * to ±Infinity, NaN stays NaN). `lse` and `bias` stay Float32Array. A HeapTensor (float32) with
+   * `'float16'` is a TypeError, as is any array of the wrong kind for the dtype.
+   */
+  dtype?: TensorDType;
+  /**
+   * Preallocated output (batch, seqLen, numHeads * vHeadDim). A Float32Array is filled and returned; it
+   * may alias q, k or v. A {@link HeapTensor} is written by the kernel in place (no copy) and the call
+   * returns its `data` view; it must not be the same tensor as q, k or v, which the kernel reads while it
+   * writes. With `dtype: 'float16'`: a Uint16Array or Float16Array, filled and returned.
+   */
+  out?: Float32Array | HeapTensor | Float16Tensor;
   /**
    * An output to fill with the log-sum-exp of every row, (batch, numHeads, seqLen): m + ln(sum_j exp(s_j - m))
    * over the visible keys (natural log, m the row maximum); -Infinity for an empty row. With it, attention
@@ -213,6 +312,11 @@ export interface KVCacheOptions {
   capacity: number;
   /** Storage type, default `'float32'`. The math always runs in float32 on the exact stored values. */
   dtype?: KVCacheDType;
+  /**
+   * Dv, the size of a value head (docs/spec.md 4.1): a positive integer, default headDim. attend's v is
+   * then (batch, n, numKvHeads * vHeadDim) and its out (batch, n, numHeads * vHeadDim).
+   */
+  vHeadDim?: number;
 }
 
 /** Options of {@link KVCache.attend}: the options of docs/spec.md Part 2 that apply to a cache. */
@@ -231,8 +335,29 @@ export interface KVCacheAttendOptions {
   scale?: number;
   /** A query row with no visible key: NaN (default `'nan'`) or `'zero'`. */
   emptyRows?: 'nan' | 'zero';
-  /** Where to write the (batch, n, numHeads*headDim) result: a Float32Array or a HeapTensor of this instance. */
-  out?: Float32Array | HeapTensor;
+  /**
+   * Attention sinks (docs/spec.md 4.4): numHeads finite numbers, one extra logit per query head with no
+   * value row, as in {@link AttentionBaseOptions.sinks}. Wrong length or a non-finite entry: RangeError.
+   */
+  sinks?: Float32Array | readonly number[];
+  /**
+   * Rotary position embedding (docs/spec.md 4.5), as in {@link AttentionBaseOptions.rope}: the call's query
+   * row i rotates at position length + i, and each new key once, when it is stored, at its cache position
+   * (the cache keeps rotated keys). Use the same tables on every call of a cache. A position past the
+   * tables (length + n > P) is a RangeError that stores nothing.
+   */
+  rope?: RopeOptions;
+  /**
+   * The element type of q, k, v and out: `'float32'` (default) or `'float16'` (each a {@link Float16Tensor},
+   * widened exactly as it is staged; out rounded once to binary16). Independent of the cache's own dtype:
+   * float16 k and v into a float16 cache are stored as given.
+   */
+  dtype?: TensorDType;
+  /**
+   * Where to write the (batch, n, numHeads*vHeadDim) result: a Float32Array or a HeapTensor of this
+   * instance; with `dtype: 'float16'` a Uint16Array or Float16Array.
+   */
+  out?: Float32Array | HeapTensor | Float16Tensor;
 }
 
 /**
@@ -250,15 +375,17 @@ export interface KVCache {
    * S tokens followed by single-token steps gives what one stateless causal call over the whole sequence
    * gives, up to float rounding.
    *
-   * @param q - (batch, n, numHeads * headDim): a Float32Array or a HeapTensor of this instance
+   * @param q - (batch, n, numHeads * headDim): a Float32Array or a HeapTensor of this instance (dtype
+   *   'float16': a Uint16Array or Float16Array)
    * @param k - (batch, n, numKvHeads * headDim), n >= 1: its length gives n
-   * @param v - (batch, n, numKvHeads * headDim)
+   * @param v - (batch, n, numKvHeads * vHeadDim)
    * @param options - numHeads and the options of {@link KVCacheAttendOptions}
-   * @returns Float32Array (batch, n, numHeads * headDim): `options.out` (a HeapTensor's `data`), else a new array
-   * @throws TypeError when an argument has the wrong type, or a HeapTensor was freed or is another instance's,
-   *   or when the cache was freed (by `free()` or its instance's `dispose()`)
-   * @throws RangeError when a length or option is wrong, numHeads is not a multiple of numKvHeads, or the
-   *   tokens would pass `capacity` (then nothing is stored)
+   * @returns (batch, n, numHeads * vHeadDim): `options.out` (a HeapTensor's `data`), else a new Float32Array
+   *   (dtype 'float16': a new Uint16Array, or Float16Array when q is one)
+   * @throws TypeError when an argument has the wrong type (or kind for the dtype), or a HeapTensor was freed
+   *   or is another instance's, or when the cache was freed (by `free()` or its instance's `dispose()`)
+   * @throws RangeError when a length or option is wrong (sinks, rope), numHeads is not a multiple of
+   *   numKvHeads, the tokens would pass `capacity` or the rope tables' rows (then nothing is stored)
    * @example
    * ```ts
    * const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 64, capacity: 1024 });
@@ -266,8 +393,8 @@ export interface KVCache {
    * const next = cache.attend(qToken, kToken, vToken, { numHeads: 8 });     // one decode step
    * ```
    */
-  attend(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
-    options: KVCacheAttendOptions): Float32Array;
+  attend<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
+    options: KVCacheAttendOptions & { dtype?: D }): TensorOut<D>;
   /**
    * Keeps the first n tokens (rollback for speculative decoding or beam search), in O(1).
    * @param n - an integer in [0, length]; 0 resets the cache
@@ -293,21 +420,39 @@ export interface MHA {
    *
    * @param q - (batch, seqLen, dModel)
    * @param k - (batch, kvSeqLen, numKvHeads * headDim); numKvHeads = numHeads unless given
-   * @param v - (batch, kvSeqLen, numKvHeads * headDim)
-   * @param options - dims, and the optional mask, causal flag, scale, the options of docs/spec.md Part 2,
-   *   the output buffer and the lse output
-   * @returns Float32Array (batch, seqLen, dModel): a Float32Array `options.out`, the `data` view of a
-   *   HeapTensor `options.out` (a live heap view: a later call may detach it), else a new array
-   * @throws TypeError when an argument has the wrong type or is missing, a HeapTensor was freed or
-   *   belongs to another instance, or `out` or `lse` is the same HeapTensor as an input
-   * @throws RangeError when a dim, length or option value is wrong, or the buffers do not fit in wasm memory
+   * @param v - (batch, kvSeqLen, numKvHeads * vHeadDim); vHeadDim = headDim unless given
+   * @param options - dims, and the optional mask, causal flag, scale, the options of docs/spec.md Parts 2
+   *   and 4 (vHeadDim, dtype, sinks, rope), the output buffer and the lse output
+   * @returns (batch, seqLen, numHeads * vHeadDim): a Float32Array `options.out`, the `data` view of a
+   *   HeapTensor `options.out` (a live heap view: a later call may detach it), else a new Float32Array;
+   *   with `dtype: 'float16'` the `out` given, else a new Uint16Array (a Float16Array when q is one)
+   * @throws TypeError when an argument has the wrong type (or kind for the dtype: a Float32Array or
+   *   HeapTensor with 'float16', a Uint16Array without) or is missing, a HeapTensor was freed or belongs to
+   *   another instance, or `out` or `lse` is the same HeapTensor as an input
+   * @throws RangeError when a dim, length or option value is wrong (sinks, rope: see their options), or the
+   *   buffers do not fit in wasm memory
    * @example
    * ```ts
    * const out = mha.multiHeadAttention(q, k, v, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
    * ```
    */
-  multiHeadAttention(q: Float32Array | HeapTensor, k: Float32Array | HeapTensor, v: Float32Array | HeapTensor,
-    options: AttentionOptions): Float32Array;
+  multiHeadAttention<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
+    options: AttentionOptions & { dtype?: D }): TensorOut<D>;
+  /**
+   * The RoPE tables for `rope: { cos, sin }` (docs/spec.md 4.5), the same function as the package's
+   * standalone {@link ropeTables} export: angle(p, r) = (p / scale) · theta^(−2r / rotaryDim) for positions
+   * [0, positions), cos and sin in float64 rounded to float32.
+   *
+   * @param options - rotaryDim, positions, theta (default 10000), scale (default 1)
+   * @returns `{ cos, sin }`, each a Float32Array (positions, rotaryDim / 2)
+   * @throws TypeError for a missing or non-number option; RangeError for an odd rotaryDim, a non-positive
+   *   count, or a theta <= 1 / scale <= 0
+   * @example
+   * ```ts
+   * const rope = { ...mha.ropeTables({ rotaryDim: 64, positions: 4096, theta: 500000 }) };
+   * ```
+   */
+  ropeTables(options: RopeTablesOptions): RopeTables;
   /**
    * A float32 tensor of `length` elements on this instance's wasm heap (16-byte aligned, contents
    * unspecified until written). Pass it to {@link MHA.multiHeadAttention} as q, k, v or `out` to skip
@@ -330,10 +475,11 @@ export interface MHA {
   /**
    * A KV cache on this instance's heap, for token-by-token decoding (docs/spec.md Part 3).
    *
-   * @param options - batch, numKvHeads, headDim, capacity and dtype (default 'float32')
+   * @param options - batch, numKvHeads, headDim, capacity, dtype (default 'float32') and vHeadDim (default headDim)
    * @returns an empty {@link KVCache}
    * @throws TypeError / RangeError for a bad option; RangeError, with the bytes it would need, when
-   *   capacity x dims do not fit the 2 GiB wasm heap
+   *   capacity x dims do not fit the 2 GiB wasm heap; RangeError naming the core's refusal for a vHeadDim
+   *   other than headDim while this build's kernels do not compute it
    * @example
    * ```ts
    * const cache = mha.createKVCache({ batch: 1, numKvHeads: 8, headDim: 128, capacity: 4096, dtype: 'float16' });
@@ -374,10 +520,11 @@ export interface MHA {
    *
    * @param q - Float32Array (batch, seqLen, dModel)
    * @param k - Float32Array (batch, kvSeqLen, numKvHeads * headDim)
-   * @param options - dims, and the optional mask, causal flag, scale and options of docs/spec.md Part 2
-   *   (every option of multiHeadAttention but `out` and `lse`, which are refused)
-   * @returns a new Float32Array (batch, numHeads, seqLen, kvSeqLen); hidden keys weigh 0, empty rows are
-   *   NaN (or 0 with `emptyRows: 'zero'`)
+   * @param options - dims, and the optional mask, causal flag, scale, the options of docs/spec.md Part 2,
+   *   sinks, rope and `stage` (every option of multiHeadAttention but `out`, `lse`, `vHeadDim` and `dtype`,
+   *   which are refused: TypeError)
+   * @returns a new Float32Array (batch, numHeads, seqLen, kvSeqLen): the weights (hidden keys weigh 0,
+   *   empty rows are NaN, or 0 with `emptyRows: 'zero'` or with sinks), or the scores of `stage`
    * @throws TypeError / RangeError as {@link MHA.multiHeadAttention}
    * @example
    * ```ts

@@ -4,9 +4,10 @@
 import { describe } from './describe.js';
 
 /** The option keys each function accepts: any other key that is not undefined is a TypeError (a typo). */
-export const WEIGHTS_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'numKvHeads',
-  'queryOffset', 'kvLengths', 'window', 'softcap', 'alibiSlopes', 'bias', 'biasShape', 'emptyRows'] as const;
-export const ATTENTION_KEYS = [...WEIGHTS_KEYS, 'out', 'lse'] as const;
+const COMMON_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'numKvHeads',
+  'queryOffset', 'kvLengths', 'window', 'softcap', 'alibiSlopes', 'bias', 'biasShape', 'emptyRows', 'sinks', 'rope'] as const;
+export const WEIGHTS_KEYS = [...COMMON_KEYS, 'stage'] as const;
+export const ATTENTION_KEYS = [...COMMON_KEYS, 'out', 'lse', 'vHeadDim', 'dtype'] as const;
 export const HEAD_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads'] as const;
 export const CREATE_KEYS = ['threads', 'simd', 'wasmUrl', 'wasmBinary', 'warmup'] as const;
 
@@ -93,6 +94,11 @@ export interface Dims {
   numKvHeads: number;
   headDim: number;
   kvDModel: number;
+  /** The vHeadDim option as given (0: not given), Dv (= headDim unless given), and the widths Hkv·Dv of v and H·Dv of out. */
+  vHeadDim: number;
+  valueDim: number;
+  vDModel: number;
+  outDModel: number;
 }
 
 /**
@@ -116,12 +122,18 @@ export function checkDims(fn: string, o: Record<string, unknown>, withKv: boolea
       `(${numHeads} % ${numKvHeads} = ${numHeads % numKvHeads})`);
   }
   const headDim = dModel / numHeads;
-  const d = { batch, seqLen, kvSeqLen, dModel, numHeads, numKvHeads, headDim, kvDModel: numKvHeads * headDim };
+  // vHeadDim is read only where it is an accepted option (multiHeadAttention): elsewhere it was refused.
+  const vHeadDim = withKv && o.vHeadDim !== undefined ? checkDim(`${fn}: vHeadDim`, o.vHeadDim) : 0;
+  const valueDim = vHeadDim || headDim;
+  const d = { batch, seqLen, kvSeqLen, dModel, numHeads, numKvHeads, headDim, kvDModel: numKvHeads * headDim, vHeadDim, valueDim,
+    vDModel: numKvHeads * valueDim, outDModel: numHeads * valueDim };
   // Only q, k, v and out here: the kernel never forms an (S, T) tensor, so seqLen*kvSeqLen may pass 2^31;
   // a mask (checkMask), a bias or attention weights (attentionWeights) have their own limit.
   for (const [what, count] of [
     ['batch*seqLen*dModel', batch * seqLen * dModel],
     [kvTerms(d), batch * kvSeqLen * d.kvDModel],
+    ['batch*kvSeqLen*numKvHeads*vHeadDim', batch * kvSeqLen * d.vDModel],
+    ['batch*seqLen*numHeads*vHeadDim', batch * seqLen * d.outDModel],
   ] as const) {
     if (count >= MAX_ELEMENTS) {
       throw new RangeError(`${fn}: shape too large: ${what} = ${count} elements, expected fewer than 2^31`);
@@ -132,6 +144,12 @@ export function checkDims(fn: string, o: Record<string, unknown>, withKv: boolea
 
 /** What the length of q (and out) is made of, for messages: (B, S, D). */
 export const qFormula = (d: Dims): string => `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`;
+/** What the length of v is made of: (B, T, Hkv·Dv); as kvFormula without vHeadDim. */
+export const vFormula = (d: Dims): string => (d.vHeadDim === 0 ? kvFormula(d)
+  : `batch*kvSeqLen*numKvHeads*vHeadDim = ${d.batch}*${d.kvSeqLen}*${d.numKvHeads}*${d.vHeadDim}`);
+/** What the length of out is made of: (B, S, H·Dv); as qFormula without vHeadDim. */
+export const outFormula = (d: Dims): string => (d.vHeadDim === 0 ? qFormula(d)
+  : `batch*seqLen*numHeads*vHeadDim = ${d.batch}*${d.seqLen}*${d.numHeads}*${d.vHeadDim}`);
 /** The dims the length of k and v is made of: (B, T, D), or (B, T, Hkv·Dh) with grouped-query attention. */
 const kvTerms = (d: Dims): string => (d.numKvHeads === d.numHeads ? 'batch*kvSeqLen*dModel' : 'batch*kvSeqLen*numKvHeads*headDim');
 /** The same as qFormula for k and v. */
