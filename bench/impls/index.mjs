@@ -32,6 +32,7 @@ export const IMPL_NAMES = Object.keys(IMPLS);
 export function supports(impl, shape) {
   const own = IMPLS[impl].supports?.(shape) ?? true;
   if (own !== true) return own; // the more telling reason first
+  if (shape.only && shape.only.length === 0) return `is timed only in its pair job (bench/lib/jobs.mjs)`;
   if (shape.only && !shape.only.includes(impl)) return `is not run on ${shape.name} (the shape lists ${shape.only.join(', ')})`;
   return true;
 }

@@ -50,9 +50,13 @@ export async function create(shape, { distUrl = new URL('../../dist/index.js', i
   };
 }
 
-/** The options of docs/spec.md Part 2 that a bench shape sets, by their API names. */
+/** The options of docs/spec.md Parts 2 and 4 that a bench shape sets, by their API names (rope: its tables). */
 function modelOptions(shape) {
   const o = {};
+  if (shape.Dv !== undefined) o.vHeadDim = shape.Dv;
+  if (shape.dtype) o.dtype = shape.dtype;
+  if (shape.sinks) o.sinks = shape.sinks;
+  if (shape.rope) o.rope = { cos: shape.rope.cos, sin: shape.rope.sin, rotaryDim: shape.rope.rotaryDim };
   if (shape.Hkv !== undefined) o.numKvHeads = shape.Hkv;
   if (shape.window) o.window = shape.window;
   if (shape.softcap !== undefined) o.softcap = shape.softcap;

@@ -10,9 +10,9 @@ import { interleave, roundRatio, spread } from './interleave.mjs';
 import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
 import { lastLevelCacheBytes } from './env.mjs';
 import { jobByName, decodeShapeByName, decodeBytes, decodeFlops, evictionBytes, LOOP,
-  MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, ORT_GQA, PLAIN_JS } from './jobs.mjs';
+  MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, MHA_F32_ROPE, ORT_GQA, PLAIN_JS } from './jobs.mjs';
 import { IMPLS } from '../impls/index.mjs';
-import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
+import { float16Bits, float16Value, roundToFloat16 } from '../../scripts/lib/float16.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 
 const distUrl = new URL('../../dist/index.js', import.meta.url).href;
@@ -82,16 +82,36 @@ export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () =>
 
 // ---- issue #13's pairs and bert-b8's threads: stateless calls through the bench's implementations
 
+/**
+ * A shape's inputs as the call takes them (docs/spec.md Part 4): a `rope` shape gets its tables from
+ * mha-wasm's ropeTables; a float16 shape's q, k, v are binary16 bits (`args`), and the reference sees
+ * their float32 values (`inputs`).
+ */
+async function statelessInputs(shapeName, seed) {
+  let { shape, inputs } = shapeWithInputs(shapeByName(shapeName), seed);
+  if (shape.rope) {
+    const { ropeTables } = await import(distUrl);
+    const { rotaryDim, theta } = shape.rope;
+    shape = { ...shape, rope: { ...shape.rope, ...ropeTables({ rotaryDim, positions: Math.max(shape.S, shape.T), theta }) } };
+  }
+  if (shape.dtype !== 'float16') return { shape, inputs, args: inputs };
+  const bits = (x) => Uint16Array.from(x, float16Bits);
+  const args = { q: bits(inputs.q), k: bits(inputs.k), v: bits(inputs.v) };
+  const widened = (x) => Float32Array.from(x, float16Value);
+  return { shape, inputs: { q: widened(args.q), k: widened(args.k), v: widened(args.v) }, args };
+}
+
 async function* statelessContestants(job, { seed, onPhase, disposers }) {
   for (const { name, impl, shape: shapeName } of job.contestants) {
     onPhase(`setup ${name}`);
-    const { shape, inputs } = shapeWithInputs(shapeByName(shapeName), seed);
+    const { shape, inputs, args } = await statelessInputs(shapeName, seed);
     const { q, k, v } = inputs;
     const rows = sampleRows(shape, CHECK_ROWS);
-    const want = attentionRows(q, k, v, shape, rows, new Float64Array(rows.length * shape.D), true);
+    const outD = shape.H * (shape.Dv ?? shape.D / shape.H);  // H·Dv
+    const want = attentionRows(q, k, v, shape, rows, new Float64Array(rows.length * outD), true);
     let instance;
     try {
-      instance = await IMPLS[impl].load(shape, { inputs: { q, k, v } });
+      instance = await IMPLS[impl].load(shape, { inputs: args });
     } catch (error) {
       yield { name, error: String(error?.message ?? error) };
       continue;
@@ -102,8 +122,8 @@ async function* statelessContestants(job, { seed, onPhase, disposers }) {
       name,
       info: instance.info,
       row: { impl, shape: shapeName, flops: flopsOf(shape) },
-      async run() { out = await instance.run(q, k, v); },
-      checkOutput: () => checkSummary(out, want, rows, shape.D),
+      async run() { out = await instance.run(args.q, args.k, args.v); },
+      checkOutput: () => checkSummary(out instanceof Uint16Array ? Float32Array.from(out, float16Value) : out, want, rows, outD),
     };
   }
 }
@@ -119,8 +139,11 @@ function evictor() {
   return () => { sink[0] += read(0, end); };
 }
 
-/** The step's inputs: q (B,1,H·Dh), the cache's T keys/values (B,T,Hkv·Dh) split into the T-1 filled ones and the new one. */
-function decodeInputs(s, seed) {
+/**
+ * The step's inputs: q (B,1,H·Dh), the cache's T keys/values (B,T,Hkv·Dh) split into the T-1 filled ones
+ * and the new one; `rope` (the tables of T positions, or undefined) adds the rotated step's answer.
+ */
+function decodeInputs(s, seed, rope) {
   const { B, T, H, Hkv, Dh } = s;
   const kvD = Hkv * Dh;
   const ref = { B, S: 1, T, D: H * Dh, H, Hkv, causal: true, queryOffset: T - 1 };
@@ -131,7 +154,10 @@ function decodeInputs(s, seed) {
     ref, q, k, v, rows,
     kFill: sliceRows(k, B, T, kvD, 0, T - 1), vFill: sliceRows(v, B, T, kvD, 0, T - 1),
     kNew: sliceRows(k, B, T, kvD, T - 1, 1), vNew: sliceRows(v, B, T, kvD, T - 1, 1),
-    want: { float32: wantOf(k, v), float16: wantOf(k.map(roundToFloat16), v.map(roundToFloat16)) },
+    want: {
+      float32: wantOf(k, v), float16: wantOf(k.map(roundToFloat16), v.map(roundToFloat16)),
+      ...(rope ? { rope: attentionRows(q, k, v, { ...ref, rope }, rows, new Float64Array(B * ref.D), true) } : {}),
+    },
   };
 }
 
@@ -154,14 +180,15 @@ function toPastLayout(x, { B, T, Hkv, Dh }) {
  * A fixed-length step through the public API: a cache of capacity T filled once to T - 1, then each call
  * appends the new token (attend) and truncates back to T - 1, so every step attends over T keys.
  */
-function cacheStep(mha, s, inputs, dtype) {
+function cacheStep(mha, s, inputs, dtype, rope) {
   const { B, T, H, Hkv, Dh } = s;
   const cache = mha.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: T, dtype });
   // The fill's queries see only their own key (window [0, 0]): O(T) work instead of a causal prefill.
-  cache.attend(inputs.kFill, inputs.kFill, inputs.vFill, { numHeads: Hkv, window: [0, 0] });
+  // With rope the fill rotates (and stores) its keys at their positions, as a prefill would.
+  cache.attend(inputs.kFill, inputs.kFill, inputs.vFill, { numHeads: Hkv, window: [0, 0], ...(rope ? { rope } : {}) });
   if (cache.length !== T - 1) throw new Error(`filled cache has length ${cache.length}, expected ${T - 1}`);
   const out = new Float32Array(B * H * Dh);
-  const options = { numHeads: H, out };
+  const options = { numHeads: H, out, ...(rope ? { rope } : {}) };
   return {
     out,
     run() {
@@ -174,10 +201,11 @@ function cacheStep(mha, s, inputs, dtype) {
 async function* decodeContestants(job, { seed, onPhase, disposers }) {
   const s = decodeShapeByName(job.shape);
   onPhase('inputs');
-  const inputs = decodeInputs(s, seed);
+  const { createMHA, ropeTables } = await import(distUrl);
+  const rope = job.contestants.includes(MHA_F32_ROPE) ? { ...ropeTables({ rotaryDim: s.Dh, positions: s.T }), rotaryDim: s.Dh } : undefined;
+  const inputs = decodeInputs(s, seed, rope);
   const evict = evictor();
   const D = s.H * s.Dh;
-  const { createMHA } = await import(distUrl);
   const instances = new Map();
   // threadsBuild: the threaded module with one thread, given as wasmBinary (createMHA's own pick for one
   // thread is the single-threaded build).
@@ -194,16 +222,17 @@ async function* decodeContestants(job, { seed, onPhase, disposers }) {
   };
   const rowOf = (dtype, threads) => ({ dtype, threads, bytes: decodeBytes(s, dtype), flops: decodeFlops(s) });
   const mhaRows = { [MHA_F32]: ['float32', 1], [MHA_F16]: ['float16', 1], [MHA_F32_2T]: ['float32', 2], [MHA_F16_2T]: ['float16', 2],
-    [MHA_F32_T1]: ['float32', 1, true] };
+    [MHA_F32_T1]: ['float32', 1, true], [MHA_F32_ROPE]: ['float32', 1, false, true] };
   for (const name of job.contestants) {
     onPhase(`setup ${name}`);
     try {
       if (mhaRows[name]) {
-        const [dtype, threads, threadsBuild] = mhaRows[name];
+        const [dtype, threads, threadsBuild, withRope] = mhaRows[name];
         const mha = await mhaOf(threads, threadsBuild);
-        const step = cacheStep(mha, s, inputs, dtype);
-        yield { name, info: { build: mha.info.build, threads, dtype }, row: rowOf(dtype, threads), before: evict, run: step.run,
-          checkOutput: () => checkSummary(step.out, inputs.want[dtype], inputs.rows, D) };
+        const step = cacheStep(mha, s, inputs, dtype, withRope ? rope : undefined);
+        yield { name, info: { build: mha.info.build, threads, dtype, ...(withRope ? { rope: `rotaryDim ${s.Dh}` } : {}) },
+          row: rowOf(dtype, threads), before: evict, run: step.run,
+          checkOutput: () => checkSummary(step.out, inputs.want[withRope ? 'rope' : dtype], inputs.rows, D) };
       } else if (name === ORT_GQA) {
         const { createGqaStep } = await import('../impls/ort.mjs');
         const peer = await createGqaStep(s, { pastKey: toPastLayout(inputs.k, s), pastValue: toPastLayout(inputs.v, s) });

@@ -45,17 +45,22 @@ export const MHA_F32_2T = 'mha-wasm f32 2 threads';
 export const MHA_F16_2T = 'mha-wasm f16 2 threads';
 /** The threaded build (mha-threads.wasm) with one thread: 2 threads against it isolate the split of the keys. */
 export const MHA_F32_T1 = 'mha-wasm f32 threads build, 1 thread';
+/** decode-gqa-4k with rope (issue #30): the query rotated per step, the new key once at append. */
+export const MHA_F32_ROPE = 'mha-wasm f32 rope';
 export const ORT_GQA = 'ORT GQA (past/present)';
 export const PLAIN_JS = 'plain JS (f32 cache)';
 
 function decodeJob(s) {
-  const contestants = [MHA_F32, MHA_F16, ...(s.threads ? [MHA_F32_2T, MHA_F16_2T, MHA_F32_T1] : []), ORT_GQA, PLAIN_JS];
+  const rope = s.name === 'decode-gqa-4k';
+  const contestants = [MHA_F32, MHA_F16, ...(s.threads ? [MHA_F32_2T, MHA_F16_2T, MHA_F32_T1] : []), ...(rope ? [MHA_F32_ROPE] : []),
+    ORT_GQA, PLAIN_JS];
   const ratios = [
     speed(MHA_F16, MHA_F32, s.name === 'decode-mha-8k' ? '>= 1.6x (f16 / f32 speed)' : '—', s.name === 'decode-mha-8k' ? { atLeast: 1.6 } : {}),
     speed(MHA_F32, ORT_GQA, s.name === 'decode-gqa-4k' ? '>= 3x ORT' : '—', s.name === 'decode-gqa-4k' ? { atLeast: 3 } : {}),
     speed(MHA_F16, ORT_GQA, '—'),
     speed(MHA_F32, PLAIN_JS, '—'),
   ];
+  if (rope) ratios.push(speed(MHA_F32_ROPE, MHA_F32, '<= 1.05x the time without rope', { atMost: 1.05, speed: false }));
   if (s.threads) {
     ratios.push(speed(MHA_F32_2T, MHA_F32, '>= 1.5x (split-K)', { atLeast: 1.5 }), speed(MHA_F16_2T, MHA_F16, '—'),
       speed(MHA_F32_2T, MHA_F32_T1, '— (same build)'));
@@ -76,6 +81,11 @@ export const JOBS = [
   pair('pair-bert-bias', ['mha-wasm', 'bert-bias'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.25x the time of bert', atMost: 1.25 }),
   pair('pair-bert-alibi', ['mha-wasm', 'bert-alibi'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.15x the time of bert', atMost: 1.15 }),
   pair('pair-bert-softcap', ['mha-wasm', 'bert-softcap'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.3x the time of bert', atMost: 1.3 }),
+  // Issue #30: the standard definitions against the calls they replace (1 thread).
+  pair('pair-mla', ['mha-wasm', 'mla-prefill'], ['mha-wasm', 'mla-prefill-padded'], { speed: true, target: '>= 1.12x faster than V padded to Dh 192', atLeast: 1.12 }),
+  pair('pair-bert-f16', ['mha-wasm', 'bert-f16'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.1x the time of bert (float32)', atMost: 1.1 }),
+  pair('pair-llama-rope', ['mha-wasm', 'llama-rope'], ['mha-wasm', 'gqa2k'], { speed: false, target: '<= 1.1x the time without rope', atMost: 1.1 }),
+  pair('pair-bert-sinks', ['mha-wasm', 'bert-sinks'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.05x the time of bert', atMost: 1.05 }),
   // Issue #14: the copies of copy mode (Float32Arrays in and out) run on the calling thread.
   pair('threads-bert-b8', ['mha-wasm-2t', 'bert-b8'], ['mha-wasm', 'bert-b8'], { speed: true, target: '>= 1.8x (2 threads / 1 thread, copy mode)', atLeast: 1.8 }),
   ...DECODE_SHAPES.map(decodeJob),

@@ -31,14 +31,28 @@ export const SHAPES = [
   { name: 'bert-bias', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, biasShape: [1, 12, 128, 128], only: [...MHA_ROWS, 'plain-js'] },
   { name: 'bert-alibi', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, alibiSlopes: alibiSlopes(12), only: [...MHA_ROWS, 'plain-js'] },
   { name: 'bert-softcap', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, softcap: 30, only: [...MHA_ROWS, 'plain-js'] },
+  // The standard definitions (issue #30, docs/spec.md Part 4), each timed only in its pair job against the
+  // call it is compared with (`only: []`: no row of its own). `rope` names its tables' parameters; the
+  // jobs build the tables with mha-wasm's ropeTables. mla-prefill: DeepSeek-style Dh 192, Dv 128.
+  { name: 'mla-prefill', group: 'options', B: 1, S: 1024, T: 1024, D: 16 * 192, H: 16, Dv: 128, causal: true, only: [] },
+  { name: 'mla-prefill-padded', group: 'options', B: 1, S: 1024, T: 1024, D: 16 * 192, H: 16, Dv: 192, causal: true, only: [] },
+  { name: 'bert-f16', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, dtype: 'float16', only: [] },
+  { name: 'bert-sinks', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, sinks: sinkLogits(12), only: [] },
+  { name: 'llama-rope', group: 'options', B: 1, S: 2048, T: 2048, D: 2048, H: 32, Hkv: 8, causal: true, rope: { rotaryDim: 64, theta: 500000 }, only: [] },
 ];
+
+/** gpt-oss-like sink logits for H heads: fixed, within a few units of typical scores. */
+export function sinkLogits(H) {
+  return Array.from({ length: H }, (_, h) => Math.fround(1.5 * Math.sin(h + 1)));
+}
 
 /** The v1 shapes (`--group v1`); the others, issue #13's, are `group: 'options'`, their comparison calls included. */
 export const V1_SHAPES = SHAPES.filter((s) => s.group === undefined).map((s) => s.name);
 
 /** True when a shape uses an option of Part 2 (peers without that option skip it). */
 export function hasOptions(s) {
-  return (s.Hkv !== undefined && s.Hkv !== s.H) || !!s.window || s.softcap !== undefined || !!s.alibiSlopes || !!s.biasShape;
+  return (s.Hkv !== undefined && s.Hkv !== s.H) || !!s.window || s.softcap !== undefined || !!s.alibiSlopes || !!s.biasShape ||
+    s.Dv !== undefined || !!s.dtype || !!s.sinks || !!s.rope;
 }
 
 export function shapeByName(name) {
@@ -47,10 +61,10 @@ export function shapeByName(name) {
   return s;
 }
 
-/** FLOPs per call: 4*B*H*S*T*Dh (QK^T and PV, 2 FLOPs per multiply-add each), masked positions included. */
+/** FLOPs per call: 2*B*H*S*T*(Dh + Dv) (QK^T and PV, 2 FLOPs per multiply-add each), masked positions included. */
 export function flopsOf(shape) {
   const Dh = shape.D / shape.H;
-  return 4 * shape.B * shape.H * shape.S * shape.T * Dh;
+  return 2 * shape.B * shape.H * shape.S * shape.T * (Dh + (shape.Dv ?? Dh));
 }
 
 export function describeShape(s) {
@@ -61,6 +75,10 @@ export function describeShape(s) {
     s.biasShape ? `bias [${s.biasShape.join(',')}]` : '',
     s.alibiSlopes ? 'ALiBi' : '',
     s.softcap !== undefined ? `softcap ${s.softcap}` : '',
+    s.Dv !== undefined ? `Dv ${s.Dv}` : '',
+    s.dtype ? s.dtype : '',
+    s.sinks ? 'sinks' : '',
+    s.rope ? `rope ${s.rope.rotaryDim}` : '',
   ].filter(Boolean);
   return `(${s.B},${s.S},${s.T},${s.D},${s.H}${options.length ? `,${options.join(',')}` : ''})`;
 }

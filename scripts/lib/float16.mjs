@@ -20,3 +20,23 @@ export function roundToFloat16(x) {
   return Math.sign(x) * (rounded > 65504 ? Infinity : rounded);
 }
 
+
+/** The binary16 bits of x rounded as roundToFloat16 (NaN: the quiet 0x7e00). */
+export function float16Bits(x) {
+  if (Number.isNaN(x)) return 0x7e00;
+  const h = roundToFloat16(x);
+  const sign = h < 0 || Object.is(h, -0) ? 0x8000 : 0;
+  const a = Math.abs(h);
+  if (a === Infinity) return sign | 0x7c00;
+  if (a < 2 ** -14) return sign | Math.round(a / 2 ** -24);  // subnormal (or zero)
+  const e = Math.floor(Math.log2(a));
+  return sign | ((e + 15) << 10) | Math.round((a / 2 ** e - 1) * 1024);
+}
+
+/** The number a binary16 code stands for. */
+export function float16Value(bits) {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const e = (bits >> 10) & 0x1f, m = bits & 0x3ff;
+  if (e === 0x1f) return m ? NaN : sign * Infinity;
+  return sign * (e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15));
+}
