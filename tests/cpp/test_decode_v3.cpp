@@ -18,6 +18,7 @@
 #include "mha/reference.hpp"
 #include "mha/rope.hpp"
 #include "test_util.hpp"
+#include "v3_call.hpp"
 
 using mha::CacheDType;
 using mha::Status;
@@ -51,14 +52,7 @@ struct V3CacheCase {
     v = mha_test::random_tensor(rows * vw(), seed + 2);
   }
   void set_rope(int32_t rotary_dim, bool interleaved, int32_t positions) {
-    cos.clear();
-    sin.clear();
-    for (int32_t p = 0; p < positions; ++p)
-      for (int32_t r = 0; r < rotary_dim / 2; ++r) {
-        const double angle = p * std::pow(10000.0, -2.0 * r / rotary_dim);
-        cos.push_back(static_cast<float>(std::cos(angle)));
-        sin.push_back(static_cast<float>(std::sin(angle)));
-      }
+    mha_test::rope_tables(rotary_dim, positions, 10000.0, cos, sin);
     rope = mha::RotaryTables{nullptr, nullptr, positions, rotary_dim, interleaved};
   }
   // The tables of this object (a copy of the case points at its own vectors).

@@ -12,6 +12,7 @@
 #include "mha/kernel.hpp"
 #include "mha/reference.hpp"
 #include "test_util.hpp"
+#include "v3_call.hpp"
 
 using mha::AttentionShape;
 using mha::ScoreStage;
@@ -55,17 +56,9 @@ struct V3Problem {
     return a;
   }
 
-  // Rope tables of `positions` rows as ropeTables computes them: angle = p * theta^(-2r / rotary_dim).
+  // Rope tables of `positions` rows as ropeTables computes them (v3_call.hpp).
   void set_rope(int32_t rotary_dim, int32_t positions, bool interleaved, double theta = 10000.0) {
-    cos.clear();
-    sin.clear();
-    for (int32_t p = 0; p < positions; ++p) {
-      for (int32_t r = 0; r < rotary_dim / 2; ++r) {
-        const double angle = p * std::pow(theta, -2.0 * r / rotary_dim);
-        cos.push_back(static_cast<float>(std::cos(angle)));
-        sin.push_back(static_cast<float>(std::sin(angle)));
-      }
-    }
+    mha_test::rope_tables(rotary_dim, positions, theta, cos, sin);
     base.rope.positions = positions;
     base.rope.rotary_dim = rotary_dim;
     base.rope.interleaved = interleaved;

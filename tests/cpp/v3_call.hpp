@@ -14,6 +14,20 @@
 
 namespace mha_test {
 
+// Rope tables of `positions` rows as ropeTables computes them: angle = p * theta^(-2r / rotary_dim), in
+// double, rounded to float32.
+inline void rope_tables(int32_t rotary_dim, int32_t positions, double theta, std::vector<float>& cos, std::vector<float>& sin) {
+  cos.clear();
+  sin.clear();
+  for (int32_t p = 0; p < positions; ++p) {
+    for (int32_t r = 0; r < rotary_dim / 2; ++r) {
+      const double angle = p * std::pow(theta, -2.0 * r / rotary_dim);
+      cos.push_back(static_cast<float>(std::cos(angle)));
+      sin.push_back(static_cast<float>(std::sin(angle)));
+    }
+  }
+}
+
 struct V3Call {
   mha::AttentionShape shape;
   int32_t offset = 0, row_pad = 0;  // misalignment (floats) and extra floats per row of q, k, v
@@ -68,17 +82,8 @@ struct V3Call {
     return a;
   }
 
-  // Rope tables of `positions` rows as ropeTables computes them: angle = p * theta^(-2r / rotary_dim).
   void set_rope(int32_t rotary_dim, int32_t positions, bool interleaved, double theta = 10000.0) {
-    cos.clear();
-    sin.clear();
-    for (int32_t p = 0; p < positions; ++p) {
-      for (int32_t r = 0; r < rotary_dim / 2; ++r) {
-        const double angle = p * std::pow(theta, -2.0 * r / rotary_dim);
-        cos.push_back(static_cast<float>(std::cos(angle)));
-        sin.push_back(static_cast<float>(std::sin(angle)));
-      }
-    }
+    rope_tables(rotary_dim, positions, theta, cos, sin);
     base.rope.positions = positions;
     base.rope.rotary_dim = rotary_dim;
     base.rope.interleaved = interleaved;
