@@ -29,6 +29,7 @@ void DecodeScratch::release() {
   for (Workspace& w : workers) w.release();
   partials.release();
   rounded_kv.release();
+  staged_q.release();
   row_blocks.clear();
   row_blocks.shrink_to_fit();
 }
