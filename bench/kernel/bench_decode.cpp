@@ -464,7 +464,7 @@ void split_run(const mha::DecodeBlock& blk, float* scratch) {
     return;
   }
 }
-size_t split_scratch_floats(int32_t head_dim) { return mha::default_decode_kernel().scratch_floats(head_dim); }
+size_t split_scratch_floats(int32_t head_dim, int32_t value_dim) { return mha::default_decode_kernel().scratch_floats(head_dim, value_dim); }
 const mha::DecodeKernel kSplitKernel{"split", &split_scratch_floats, &split_run};
 
 int split_section(const Shape& s, int rounds) {

@@ -29,6 +29,7 @@ void DecodeScratch::release() {
   for (Workspace& w : workers) w.release();
   partials.release();
   rounded_kv.release();
+  staged_q.release();
   row_blocks.clear();
   row_blocks.shrink_to_fit();
 }
@@ -58,8 +59,9 @@ struct DecodeJob {
   const DecodeKernel* kernel = nullptr;
   DecodeScratch* scratch = nullptr;
   int32_t group = 0;           // G = H / Hkv
-  int32_t head_dim = 0, dh8 = 0;
-  int32_t keys_per_block = 0;  // decode_keys_per_block(dh8)
+  int32_t head_dim = 0, value_dim = 0, dv8 = 0;  // Dh, Dv, Dv8
+  int32_t keys_per_block = 0;  // decode_keys_per_block(max(Dh8, Dv8))
+  TensorView<const float> q;   // args->q, or with rope its rotated copy (stage_rotated_q)
   int32_t length = 0;          // keys [0, length)
   int32_t first_position = 0;  // of query 0
   const DecodeRowBlock* row_blocks = nullptr;  // the wave's row blocks
@@ -80,7 +82,7 @@ inline RowInfo row_info(const DecodeJob& job, int32_t g, int32_t row) {
 }
 
 inline const float* q_row(const DecodeJob& job, int32_t b, const RowInfo& ri) {
-  const TensorView<const float>& q = job.args->q;
+  const TensorView<const float>& q = job.q;
   return q.data + b * q.batch_stride + ri.query * q.row_stride + int64_t{ri.head} * job.head_dim;
 }
 
@@ -133,7 +135,8 @@ void run_item(void* ctx, int64_t index, int worker) {
                        : static_cast<const void*>(job.cache->value_rows<float>(b, g));
   blk.dtype = config.dtype;
   blk.head_dim = job.head_dim;
-  blk.dh8 = job.dh8;
+  blk.value_dim = job.value_dim;
+  blk.dv8 = job.dv8;
   blk.rows = rb.rows;
   blk.q_rows = q_rows;
   blk.visible = visible;
@@ -167,8 +170,9 @@ void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, fl
   const CacheAttendOptions& o = job.args->options;
   const KeySpan keys = row_keys(job, ri.query);
   const int64_t position = int64_t{job.first_position} + ri.query;
-  const float* q = q_row(job, b, ri);
-  const int32_t dh = job.head_dim;
+  const float* q = q_row(job, b, ri);  // rotated with rope, as the stored keys
+  const int32_t dh = job.head_dim, dv = job.value_dim;
+  const bool sink = o.sinks != nullptr;
   std::vector<double> scores(static_cast<size_t>(std::max(0, keys.last - keys.first + 1)));
   double row_max = kNegInfDouble;
   bool any_nan = false;
@@ -182,17 +186,18 @@ void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, fl
     row_max = std::fmax(row_max, s);
     any_nan |= std::isnan(s);
   }
-  if (row_max == kNegInfDouble) {  // an empty row: no visible key, or every score -inf
-    const float fill = (o.empty_rows_zero && !any_nan) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-    for (int32_t d = 0; d < dh; ++d) out[d] = fill;
+  if (row_max == kNegInfDouble) {  // an empty row: no visible key, or every score -inf (the sink takes all)
+    const float fill = ((o.empty_rows_zero || sink) && !any_nan) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    for (int32_t d = 0; d < dv; ++d) out[d] = fill;
     return;
   }
-  double sum = 0.0;
+  if (sink) row_max = std::fmax(row_max, double{o.sinks[ri.head]});
+  double sum = sink ? exp_without_table(double{o.sinks[ri.head]} - row_max) : 0.0;
   for (double& s : scores) {
     s = exp_without_table(s - row_max);
     sum += s;
   }
-  for (int32_t d = 0; d < dh; ++d) {
+  for (int32_t d = 0; d < dv; ++d) {
     double acc = 0.0;
     for (int32_t j = keys.first; j <= keys.last; ++j) acc += scores[static_cast<size_t>(j - keys.first)] * double{cache.value(b, g, j, d)};
     out[d] = static_cast<float>(acc / sum);
@@ -207,33 +212,37 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
   const KVCacheConfig& config = job.cache->config();
   const int32_t b = static_cast<int32_t>(bg / config.num_kv_heads);
   const int32_t g = static_cast<int32_t>(bg % config.num_kv_heads);
-  const int32_t dh = job.head_dim, dh8 = job.dh8;
-  float* merged = job.scratch->workers[static_cast<size_t>(worker)].data();  // (Dh8)
+  const int32_t dv = job.value_dim, dv8 = job.dv8;
+  const float* sinks = job.args->options.sinks;
+  float* merged = job.scratch->workers[static_cast<size_t>(worker)].data();  // (Dv8)
   const TensorView<float>& out = job.args->out;
   for (int32_t r = 0; r < rb.rows; ++r) {
     const RowInfo ri = row_info(job, g, rb.row_begin + r);
-    float* dst = out.data + b * out.batch_stride + ri.query * out.row_stride + int64_t{ri.head} * dh;
+    float* dst = out.data + b * out.batch_stride + ri.query * out.row_stride + int64_t{ri.head} * dv;
     if (job.exact_only || rb.blocks == 0) {
       exact_row(job, b, g, ri, dst);
       count_exact_row(job);
       continue;
     }
-    float m = kNegInf;
+    // The sink is one more partial: m = sink * log2(e), l = 1, o = 0 (merged after the key blocks).
+    const float sink = sinks != nullptr ? static_cast<float>(double{sinks[ri.head]} * kLog2e) : kNegInf;
+    float m = sink;
     for (int32_t k = 0; k < rb.blocks; ++k) m = std::max(m, partial_at(job, bg, rb, rb.first_block + k).m[r]);
     const float m_sub = m == kNegInf ? 0.0f : m;
     float l = 0.0f;
-    std::fill(merged, merged + dh8, 0.0f);
+    std::fill(merged, merged + dv8, 0.0f);
     for (int32_t k = 0; k < rb.blocks; ++k) {
       const Partial p = partial_at(job, bg, rb, rb.first_block + k);
       const float weight = std::exp2(p.m[r] - m_sub);  // 1 for the block holding the max
       l += p.l[r] * weight;
-      const float* o = p.o + int64_t{r} * dh8;
-      for (int32_t d = 0; d < dh8; ++d) merged[d] += o[d] * weight;
+      const float* o = p.o + int64_t{r} * dv8;
+      for (int32_t d = 0; d < dv8; ++d) merged[d] += o[d] * weight;
     }
+    if (sinks != nullptr) l += std::exp2(sink - m_sub);
     // A row that saw a visible key has l >= 1 (its max key adds 2^0 = 1). Checked before storing: out may
     // be q, and the exact path reads this row of q.
     bool finite = l >= 1.0f && l <= std::numeric_limits<float>::max();
-    for (int32_t d = 0; d < dh; ++d) {
+    for (int32_t d = 0; d < dv; ++d) {
       merged[d] /= l;
       finite &= std::isfinite(merged[d]);
     }
@@ -242,7 +251,7 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
       count_exact_row(job);
       continue;
     }
-    std::copy(merged, merged + dh, dst);
+    std::copy(merged, merged + dv, dst);
   }
 }
 
@@ -262,16 +271,16 @@ void plan_row_blocks(const DecodeJob& job, int32_t rows_total, std::vector<Decod
       rb.first_block = rb.keys.first / job.keys_per_block;
       rb.blocks = rb.keys.last / job.keys_per_block - rb.first_block + 1;
     }
-    rb.item_floats = static_cast<int32_t>(whole_lines_of_floats(size_t{2} * kDecodeMaxRowsPerItem + size_t(rb.rows) * job.dh8));
+    rb.item_floats = static_cast<int32_t>(whole_lines_of_floats(size_t{2} * kDecodeMaxRowsPerItem + size_t(rb.rows) * job.dv8));
     row_blocks.push_back(rb);
   }
 }
 
 // Scratch floats per worker: the kernel's (or the scalar kernel's, to which the SIMD kernel hands its
-// cold float16 blocks: decode_path.hpp, DecodeLoader::kScalarKernel), and a merged row.
-size_t worker_floats(const DecodeKernel& kernel, int32_t head_dim) {
-  return std::max({kernel.scratch_floats(head_dim), scalar::kDecodeKernel.scratch_floats(head_dim),
-                   static_cast<size_t>(round_up(head_dim, 8))});
+// cold float16 blocks: decode_path.hpp, DecodeLoader::kScalarKernel), and a merged row (Dv8).
+size_t worker_floats(const DecodeKernel& kernel, int32_t head_dim, int32_t value_dim) {
+  return std::max({kernel.scratch_floats(head_dim, value_dim), scalar::kDecodeKernel.scratch_floats(head_dim, value_dim),
+                   static_cast<size_t>(round_up(value_dim, 8))});
 }
 
 struct Wave {
@@ -318,8 +327,10 @@ DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, int32_t fi
   job.scratch = &scratch;
   job.group = args.options.num_heads / cache.config().num_kv_heads;
   job.head_dim = cache.config().head_dim;
-  job.dh8 = round_up(job.head_dim, 8);
-  job.keys_per_block = decode_keys_per_block(job.dh8);
+  job.value_dim = cache.config().v_dim();
+  job.dv8 = round_up(job.value_dim, 8);
+  job.keys_per_block = decode_keys_per_block(std::max(round_up(job.head_dim, 8), job.dv8));
+  job.q = args.q;
   job.length = length;
   job.first_position = first_position;
   const CacheAttendOptions& o = args.options;
@@ -334,6 +345,9 @@ DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, int32_t fi
     job.score_scale = static_cast<float>(double{o.scale} * kLog2e);
     job.exact_only = !normal(job.score_scale);
   }
+  for (int32_t h = 0; o.sinks != nullptr && h < o.num_heads; ++h) {
+    job.exact_only |= !normal(static_cast<float>(double{o.sinks[h]} * kLog2e));  // as the folded scale
+  }
   job.exact_only |= args.path == CachePath::kExactRows;
   return job;
 }
@@ -347,9 +361,12 @@ Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t
   const int64_t partial_floats = largest_wave_floats(scratch.row_blocks, heads, scratch.max_partial_floats);
   const size_t threads = static_cast<size_t>(pool != nullptr ? pool->size() : 1);
   if (scratch.workers.size() < threads) scratch.workers = std::vector<Workspace>(threads);
-  const size_t floats = worker_floats(*job.kernel, job.head_dim);
+  const size_t floats = worker_floats(*job.kernel, job.head_dim, job.value_dim);
   for (Workspace& w : scratch.workers)
     if (!w.reserve(floats)) return Status::kOutOfMemory;
+  const KVCacheConfig& c = cache.config();
+  const size_t q_floats = size_t(c.batch) * args.new_tokens * args.options.num_heads * c.head_dim;
+  if (args.options.rope.enabled() && !scratch.staged_q.reserve(q_floats)) return Status::kOutOfMemory;
   if (!scratch.partials.reserve(static_cast<size_t>(std::max<int64_t>(partial_floats, 16)))) return Status::kOutOfMemory;
   return Status::kOk;
 }
@@ -361,6 +378,7 @@ void run_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t first
   plan_row_blocks(job, job.group * args.new_tokens, scratch.row_blocks);
   const int64_t heads = int64_t{cache.config().batch} * cache.config().num_kv_heads;
   job.partials = scratch.partials.data();
+  if (args.options.rope.enabled()) job.q = stage_rotated_q(cache, args, first_position, scratch);
   // Work below kParallelMinFlops runs on the calling thread: waking workers costs more. Same bits.
   const double flops = 4.0 * double(heads) * job.group * args.new_tokens * job.length * job.head_dim;
   const bool parallel = pool != nullptr && pool->size() > 1 && flops >= kParallelMinFlops;
@@ -390,73 +408,7 @@ void run_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t first
   }
 }
 
-// A prefill into an empty cache: once appended, the cache holds exactly the new tokens (float16: rounded),
-// so the tiled kernel attends over them where they are (float16: over a rounded copy of the new tokens
-// only, O(n)), then they are stored. Query i sits at position i = old length + i. An error leaves the
-// cache untouched.
-Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
-                     Workspace& tiled_scratch) {
-  const KVCacheConfig& c = cache.config();
-  const CacheAttendOptions& o = args.options;
-  const int32_t n = args.new_tokens;
-  AttentionArgs tiled;
-  tiled.shape = AttentionShape{c.batch, n, n, o.num_heads * c.head_dim, o.num_heads, c.num_kv_heads};
-  tiled.q = args.q;
-  tiled.k = args.k;
-  tiled.v = args.v;
-  tiled.out = args.out;
-  tiled.causal = o.causal;
-  tiled.scale = o.scale;
-  tiled.query_offset = cache.length();
-  tiled.window_left = o.window_left;
-  tiled.window_right = o.window_right;
-  tiled.softcap = o.softcap;
-  tiled.alibi_slopes = o.alibi_slopes;
-  tiled.empty_rows = o.empty_rows_zero ? EmptyRows::kZero : EmptyRows::kNaN;
-  if (c.dtype == CacheDType::kFloat16) {
-    const int64_t width = int64_t{c.num_kv_heads} * c.head_dim;
-    const int64_t elements = int64_t{c.batch} * n * width;
-    if (!scratch.rounded_kv.reserve(static_cast<size_t>(2 * elements))) return Status::kOutOfMemory;
-    float* k = scratch.rounded_kv.data();
-    float* v = k + elements;
-    for (int32_t b = 0; b < c.batch; ++b)
-      for (int32_t t = 0; t < n; ++t) {
-        const int64_t row = int64_t{b} * n + t;
-        round_to_f16(args.k.data + b * args.k.batch_stride + t * args.k.row_stride, k + row * width, width);
-        round_to_f16(args.v.data + b * args.v.batch_stride + t * args.v.row_stride, v + row * width, width);
-      }
-    tiled.k = dense_view(static_cast<const float*>(k), n, static_cast<int32_t>(width));
-    tiled.v = dense_view(static_cast<const float*>(v), n, static_cast<int32_t>(width));
-  }
-  const Status run = parallel != nullptr ? parallel->run(tiled) : attention(tiled, tiled_scratch);
-  if (run != Status::kOk) return run;
-  if (test_seam::kEnabled) ++scratch.counters.tiled_prefills;
-  return cache.append(args.k, args.v, n);
-}
-
 }  // namespace
-
-Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
-  const KVCacheConfig& c = cache.config();
-  const CacheAttendOptions& o = args.options;
-  if (args.new_tokens <= 0) return Status::kNonPositiveDim;
-  if (o.num_heads <= 0 || o.num_heads % c.num_kv_heads != 0) return Status::kCacheHeadsMismatch;
-  if (args.q.data == nullptr || args.k.data == nullptr || args.v.data == nullptr || args.out.data == nullptr)
-    return Status::kNullPointer;
-  if (!std::isfinite(o.scale)) return Status::kBadScale;
-  if (o.window_left < -1 || o.window_right < -1 || !std::isfinite(o.softcap) || o.softcap < 0.0f)
-    return Status::kCacheBadOption;
-  if (o.alibi_slopes != nullptr) {
-    for (int32_t h = 0; h < o.num_heads; ++h)
-      if (!std::isfinite(o.alibi_slopes[h])) return Status::kCacheBadOption;
-  }
-  // (B, n, H*Dh) must stay below kMaxElements, as every tensor of the stateless call.
-  const double q_elements = double(c.batch) * args.new_tokens * o.num_heads * c.head_dim;
-  if (q_elements >= double(kMaxElements)) return Status::kTooLarge;
-  if (args.new_tokens > c.capacity - cache.length()) return Status::kCacheFull;
-  if (o.sinks != nullptr || o.rope.enabled()) return Status::kNotInKernels;  // until the core computes them
-  return Status::kOk;
-}
 
 Status decode_attention(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, DecodeScratch& scratch,
                         ThreadPool* pool) {
@@ -476,7 +428,7 @@ Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& 
   const int32_t old_length = cache.length();
   const Status reserved = reserve_decode(cache, args, old_length, old_length + n, scratch, pool);
   if (reserved != Status::kOk) return reserved;
-  const Status appended = cache.append(args.k, args.v, n);
+  const Status appended = cache.append(args.k, args.v, n, &args.options.rope);
   if (appended != Status::kOk) return appended;
   run_decode(cache, args, old_length, scratch, pool);
   return Status::kOk;

@@ -63,9 +63,11 @@ struct CacheAttendOptions {
   const float* alibi_slopes = nullptr;  // (H) or nullptr
   float scale = 0.0f;          // resolved by the caller (default_scale(Dh))
   bool empty_rows_zero = false;  // emptyRows: 'zero' (true) or 'nan'
-  // docs/spec.md 4.4 and 4.5. Not in the core yet: cache_attend refuses either (kNotInKernels).
-  const float* sinks = nullptr;  // (H) finite logits without a value row; nullptr = none
-  RotaryTables rope;             // keys rotated at their cache position on append; cos nullptr = none
+  // docs/spec.md 4.5: keys are rotated once, at append, at their cache position (old length + i), and
+  // stored rotated; queries at the same positions. Disabled (cos nullptr) = none. The tables must hold
+  // every position of the call (kRopePosition); rotary_dim even in [2, Dh] (kBadRotaryDim).
+  RotaryTables rope;
+  const float* sinks = nullptr;  // (H) finite logits without a value row (docs/spec.md 4.4), or nullptr
 };
 
 // A decode kernel variant: the work of one item (decode_kernel.hpp). The variants of this build are
@@ -83,8 +85,8 @@ enum class CachePath { kAuto, kDecodeKernel, kExactRows };
 struct CacheAttendArgs {
   int32_t new_tokens = 0;          // n >= 1
   TensorView<const float> q;       // (B, n, H*Dh)
-  TensorView<const float> k, v;    // (B, n, Hkv*Dh), the new tokens
-  TensorView<float> out;           // (B, n, H*Dh); may be q itself, must not overlap k or v
+  TensorView<const float> k, v;    // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv): the new tokens
+  TensorView<float> out;           // (B, n, H*Dv); may be q itself (when Dv = Dh), must not overlap k or v
   CacheAttendOptions options;
   const DecodeKernel* kernel = nullptr;  // nullptr = default_decode_kernel()
   CachePath path = CachePath::kAuto;
@@ -109,7 +111,8 @@ struct DecodeRowBlock {
 struct DecodeScratch {
   std::vector<Workspace> workers;  // one per thread
   Workspace partials;              // m, l, o of every work item of the current wave
-  Workspace rounded_kv;            // a float16 prefill's new k and v, rounded to halves (B, n, Hkv*Dh) each
+  Workspace rounded_kv;            // a float16 prefill's new k (rotated with rope) and v, rounded to halves
+  Workspace staged_q;              // with rope: q rotated at its positions (B, n, H*Dh)
   std::vector<DecodeRowBlock> row_blocks;
   // Partial results per wave; long prefills through the decode kernel run in several waves (tests lower it).
   int64_t max_partial_floats = int64_t{1} << 22;
@@ -117,8 +120,17 @@ struct DecodeScratch {
   void release();
 };
 
-// Checks a call against the cache without touching anything: the Status append + attend would give.
+// Checks a call against the cache without touching anything: the Status append + attend would give
+// (kBadSinks, kBadRotaryDim and kRopePosition for the v0.3 options).
 Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args);
+
+// Part of cache_attend (decode_tiled.cpp): a prefill into an empty cache by the tiled kernel, then the
+// append; and q rotated at positions [first_position, first_position + n) into scratch.staged_q (reserved
+// by the caller), as a (B, n, H*Dh) view.
+Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
+                     Workspace& tiled_scratch);
+TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position,
+                                        DecodeScratch& scratch);
 
 // Appends args.k, args.v to the cache and writes out = attention of q over keys [0, new length), queries
 // at positions old length + i. On any error status nothing changed: not the cache, not out.

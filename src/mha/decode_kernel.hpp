@@ -30,7 +30,8 @@ struct DecodeBlock {
   bool specials = false;  // float16: the keys [key_begin, key_end) may hold inf/NaN halves (the SIMD
                           // kernel then hands the block to the scalar one)
   int32_t head_dim = 0;   // Dh
-  int32_t dh8 = 0;        // Dh rounded up to 8 (value row length)
+  int32_t value_dim = 0;  // Dv
+  int32_t dv8 = 0;        // Dv rounded up to 8 (value row length, and o's)
 
   int32_t rows = 0;                        // <= kDecodeMaxRowsPerItem
   const float* const* q_rows = nullptr;    // q of row r: Dh floats
@@ -51,7 +52,7 @@ struct DecodeBlock {
   float softcap_out = 0.0f;
 
   // Results of row r: m[r] = max score (log2 units; -inf if the row sees no key of the block),
-  // l[r] = sum of 2^(s - m') and o[r * dh8 + d] = sum of 2^(s - m') v[d], with m' = m or 0 when m is -inf.
+  // l[r] = sum of 2^(s - m') and o[r * dv8 + d] = sum of 2^(s - m') v[d], with m' = m or 0 when m is -inf.
   // o is 16-byte aligned.
   float* m = nullptr;
   float* l = nullptr;
@@ -60,8 +61,8 @@ struct DecodeBlock {
 
 struct DecodeKernel {
   const char* name;
-  // Floats of scratch one worker needs for any item of this head dim (64-byte aligned).
-  size_t (*scratch_floats)(int32_t head_dim);
+  // Floats of scratch one worker needs for any item of these head dims (Dh, Dv; 64-byte aligned).
+  size_t (*scratch_floats)(int32_t head_dim, int32_t value_dim);
   void (*run)(const DecodeBlock& block, float* scratch);
 };
 

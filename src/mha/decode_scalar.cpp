@@ -22,12 +22,12 @@ inline float stored_key(const DecodeBlock& blk, int32_t j, int32_t d) {
   return f16::decode(static_cast<const uint16_t*>(blk.key_panels)[at]);
 }
 inline float stored_value(const DecodeBlock& blk, int32_t j, int32_t d) {
-  const int64_t row = int64_t{j} * blk.dh8;
+  const int64_t row = int64_t{j} * blk.dv8;
   if (blk.dtype == CacheDType::kFloat32) return static_cast<const float*>(blk.value_rows)[row + d];
   return f16::decode(static_cast<const uint16_t*>(blk.value_rows)[row + d]);
 }
 
-size_t scratch_floats(int32_t head_dim) { return static_cast<size_t>(kDecodeMaxKeysPerBlock); }
+size_t scratch_floats(int32_t, int32_t) { return static_cast<size_t>(kDecodeMaxKeysPerBlock); }
 
 void run(const DecodeBlock& blk, float* scratch) {
   float* p = scratch;  // scores, then weights, of keys [key_begin, key_end) for one row
@@ -53,10 +53,10 @@ void run(const DecodeBlock& blk, float* scratch) {
       p[j - first] = std::exp2(p[j - first] - m_sub);
       l += p[j - first];
     }
-    float* o = blk.o + int64_t{r} * blk.dh8;
-    std::fill(o, o + blk.dh8, 0.0f);
+    float* o = blk.o + int64_t{r} * blk.dv8;
+    std::fill(o, o + blk.dv8, 0.0f);
     for (int32_t j = first; j <= last; ++j) {
-      for (int32_t d = 0; d < blk.head_dim; ++d) o[d] += p[j - first] * stored_value(blk, j, d);
+      for (int32_t d = 0; d < blk.value_dim; ++d) o[d] += p[j - first] * stored_value(blk, j, d);
     }
     blk.m[r] = m;
     blk.l[r] = l;

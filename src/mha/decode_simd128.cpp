@@ -44,14 +44,14 @@ struct Layout {
   size_t q = 0, s = 0, k_stage = 0, v_stage = 0, total = 0;
 };
 
-Layout make_layout(int32_t dh) {
-  const size_t dh8 = static_cast<size_t>(round_up(dh, 8));
+Layout make_layout(int32_t dh, int32_t dv) {
+  const size_t dh8 = static_cast<size_t>(round_up(dh, 8)), dv8 = static_cast<size_t>(round_up(dv, 8));
   Layout lay;
   ScratchCursor cursor;
   lay.q = cursor.take(size_t(kMaxChunks) * dh * kChunk);    // q chunks as panels (Dh, 4)
   lay.s = cursor.take(size_t(kDecodeMaxRowsPerItem) * kS);  // scores, then weights (rows, kS)
   lay.k_stage = cursor.take(size_t(kP) * dh8);              // one widened K panel (Dh, P)
-  lay.v_stage = cursor.take(size_t(kP) * dh8);              // one widened V tile (P, Dh8)
+  lay.v_stage = cursor.take(size_t(kP) * dv8);              // one widened V tile (P, Dv8)
   lay.total = cursor.at;
   return lay;
 }
@@ -99,9 +99,9 @@ MHA_PHASE int32_t touch_block(const DecodeBlock& blk, int32_t base) {
   constexpr int64_t kStep = 4 * 64;
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
   const auto* keys = static_cast<const char*>(blk.key_panels) + key_panel_offset(base, 0, blk.head_dim) * int64_t{sizeof(Elem)};  // base: a panel start
-  const auto* values = static_cast<const char*>(blk.value_rows) + int64_t{blk.key_begin} * blk.dh8 * sizeof(Elem);
+  const auto* values = static_cast<const char*>(blk.value_rows) + int64_t{blk.key_begin} * blk.dv8 * sizeof(Elem);
   const int64_t key_bytes = int64_t{panels} * kP * blk.head_dim * sizeof(Elem);
-  const int64_t value_bytes = int64_t{blk.key_end - blk.key_begin} * blk.dh8 * sizeof(Elem);
+  const int64_t value_bytes = int64_t{blk.key_end - blk.key_begin} * blk.dv8 * sizeof(Elem);
   int32_t touched = 0;
   const int64_t both = std::min(key_bytes, value_bytes) / kStep * kStep;
   for (int64_t at = 0; at < both; at += kStep) {
@@ -127,8 +127,8 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
   constexpr bool kOneRow = !std::is_same<Ld, F16Loader<false, true>>::value;
   if (kOneRow && blk.rows == 1 && !stage) {  // the memory-bound one-row step: touch V ahead (qk_row_touching)
     const Elem* values = static_cast<const Elem*>(blk.value_rows);
-    const char* touch = reinterpret_cast<const char*>(values + int64_t{base} * blk.dh8);
-    const char* touch_last = reinterpret_cast<const char*>(values + int64_t{blk.key_end} * blk.dh8) - 16;
+    const char* touch = reinterpret_cast<const char*>(values + int64_t{base} * blk.dv8);
+    const char* touch_last = reinterpret_cast<const char*>(values + int64_t{blk.key_end} * blk.dv8) - 16;
     int32_t touched = 0;
     for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kP)
       qk_row_touching(qp, panel, dh, s + pi * kP, ld, touch, touch_last, touched);
@@ -205,7 +205,7 @@ MHA_PHASE void block_softmax(const DecodeBlock& blk, int32_t base, float p_scale
 template <class Ld>
 MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v_stage, const Ld& ld, bool stage) {
   using Elem = typename Ld::Elem;
-  const int32_t dh8 = blk.dh8;
+  const int32_t dh8 = blk.dv8;
   std::fill(blk.o, blk.o + int64_t{blk.rows} * dh8, 0.0f);
   // One float16 row, read directly: all keys in one sweep (the step is memory-bound and its V rows were
   // touched during the K pass), then the sums put back in lane order once.
@@ -236,7 +236,7 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
 // Phases run unless the test seam's phase mask skips them (test_seam.hpp: the phase-timing harnesses).
 template <class KLd, class VLd>
 void run_phases(const DecodeBlock& blk, float* scratch, const DecodePath& path) {
-  const Layout lay = make_layout(blk.head_dim);
+  const Layout lay = make_layout(blk.head_dim, blk.value_dim);
   const int32_t base = blk.key_begin / kP * kP;
   const KLd kld;
   const VLd vld;
@@ -253,11 +253,11 @@ void run_phases(const DecodeBlock& blk, float* scratch, const DecodePath& path) 
   if (MHA_DECODE_PHASE_RUNS(8)) {
     block_values(blk, base, scratch + lay.s, scratch + lay.v_stage, vld, path.stage_v);
   } else {
-    std::fill(blk.o, blk.o + int64_t{blk.rows} * blk.dh8, 0.0f);
+    std::fill(blk.o, blk.o + int64_t{blk.rows} * blk.dv8, 0.0f);
   }
 }
 
-size_t scratch_floats(int32_t head_dim) { return make_layout(head_dim).total; }
+size_t scratch_floats(int32_t head_dim, int32_t value_dim) { return make_layout(head_dim, value_dim).total; }
 
 void run(const DecodeBlock& blk, float* scratch) {
   const DecodePath path = choose_decode_path(blk);

@@ -279,7 +279,7 @@ inline void qk_chunks(const DecodeBlock& blk, const float* qp, const typename Ld
 // o (rows, Dh8) += p v over the nk keys of one tile (nk, Dh8) for every chunk of the item.
 template <class Ld>
 inline void pv_chunks(const DecodeBlock& blk, const float* p, const typename Ld::Elem* v, int32_t nk, const Ld& ld) {
-  const int32_t dh8 = blk.dh8;
+  const int32_t dh8 = blk.dv8;
   const int32_t chunks = chunk_count(blk);
   if constexpr (std::is_same<Ld, F32Loader>::value) {
     if (whole_chunks(blk.rows)) return pv_whole_chunks(chunks, p, v, dh8, nk, blk.o);

@@ -24,13 +24,13 @@ WorkUnit plan_unit(const AttentionShape& shape, const KernelPlan& plan, int64_t 
 }
 
 UnitViews unit_views(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit) {
-  const int64_t head_dim = plan.head_dim;
+  const int64_t head_dim = plan.head_dim, value_dim = plan.value_dim;
   const int64_t first_head = int64_t{unit.kv_head} * plan.heads_per_kv_head;
   return UnitViews{
       args.q.data + unit.batch * args.q.batch_stride + first_head * head_dim,
       args.k.data + unit.batch * args.k.batch_stride + unit.kv_head * head_dim,
-      args.v.data + unit.batch * args.v.batch_stride + unit.kv_head * head_dim,
-      args.out.data + unit.batch * args.out.batch_stride + first_head * head_dim,
+      args.v.data + unit.batch * args.v.batch_stride + unit.kv_head * value_dim,
+      args.out.data + unit.batch * args.out.batch_stride + first_head * value_dim,
       key_visibility(args, unit.batch),
   };
 }

@@ -9,8 +9,10 @@
 //
 // A call is cut into independent work units: (batch b, KV head g, query rows [q_begin, q_end)) covering the
 // G = H / Hkv query heads that read KV head g. A unit reads its heads of q/k/v in place from the strided
-// (B,S,D)/(B,T,Hkv*Dh) tensors and writes its (rows, Dh) slices of the merged (B,S,D) output, so units can
-// run on any thread, in any order, with the same result.
+// (B,S,D)/(B,T,Hkv*Dh)/(B,T,Hkv*Dv) tensors and writes its (rows, Dv) slices of the merged (B,S,H*Dv)
+// output, so units can run on any thread, in any order, with the same result. Every kernel computes
+// value heads of their own size (Dv), sinks and rope itself: sinks start each row's online softmax, rope
+// rotates q and k where they are packed.
 #pragma once
 
 #include <cstddef>
@@ -33,15 +35,15 @@ struct WorkUnit {
 // uses the buffers it needs; the others stay 0. (G*R4 = the unit's rows of all its heads, each head's
 // rows rounded up to the micro-kernel's 4.)
 struct ScratchLayout {
-  size_t q_panels = 0;  // Q rows packed for the micro-kernel (G*R4, Dh)
-  size_t k_tile = 0;    // packed K tile
-  size_t v_tile = 0;    // packed V tile
+  size_t q_panels = 0;  // Q rows packed for the micro-kernel (G*R4, Dh); scalar: rotated Q rows (rope only)
+  size_t k_tile = 0;    // packed K tile; scalar: the rotated keys of one tile (rope only)
+  size_t v_tile = 0;    // packed V tile (Bk, Dv8)
   size_t scores = 0;    // scores / probabilities of one block against one key tile
-  size_t out_acc = 0;   // output accumulators O (G*R4, padded Dh)
+  size_t out_acc = 0;   // output accumulators O (G*R4, padded Dv)
   size_t row_max = 0;   // running max m per row (G*R4)
   size_t row_sum = 0;   // running sum l per row (G*R4)
   size_t rescale = 0;   // this tile's rescale factor per row (G*R4)
-  size_t reference = 0; // Dh doubles: the reference's accumulators for rows it redoes
+  size_t reference = 0; // reference_scratch_doubles(Dh, Dv, rope) doubles: for the rows the reference redoes
   size_t total = 0;     // floats of scratch one worker needs
 };
 
@@ -50,7 +52,9 @@ struct ScratchLayout {
 // need no more scratch per worker than short ones.
 struct KernelPlan {
   int32_t head_dim = 0;           // Dh
-  int32_t padded_head_dim = 0;    // Dh rounded up to the micro-kernel's width (row length of packed V and O)
+  int32_t padded_head_dim = 0;    // Dh rounded up to the micro-kernel's width (sizes the units)
+  int32_t value_dim = 0;          // Dv
+  int32_t padded_value_dim = 0;   // Dv rounded up to the micro-kernel's width (row length of packed V and O)
   int32_t heads_per_kv_head = 1;  // G = H / Hkv: query head h reads KV head h / G (by stride, never copied)
   int32_t rows_per_unit = 0;      // R: query rows of each head per unit (the last unit may have fewer)
   int32_t rows_per_block = 0;     // Bq: query rows sharing one score tile
@@ -68,13 +72,13 @@ void count_units(const AttentionShape& shape, KernelPlan& plan);
 WorkUnit plan_unit(const AttentionShape& shape, const KernelPlan& plan, int64_t index);
 
 // Where one unit's heads live: q/out at the first query head of its group (head i of the group is i*Dh
-// further), k/v at its KV head, and the visibility rule of its batch item. Rows are still args'
+// further in q, i*Dv in out), k/v at its KV head, and the visibility rule of its batch item. Rows are still args'
 // row_stride apart.
 struct UnitViews {
   const float* q;   // (S rows, G*Dh)
   const float* k;   // (T rows, Dh) of KV head g
-  const float* v;   // (T rows, Dh) of KV head g
-  float* out;       // (S rows, G*Dh)
+  const float* v;   // (T rows, Dv) of KV head g
+  float* out;       // (S rows, G*Dv)
   KeyVisibility visibility;
 };
 UnitViews unit_views(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit);
@@ -105,8 +109,8 @@ KernelList kernel_variants();
 // The build's kernel: the first of kernel_variants().
 const KernelVariant& default_kernel();
 
-// validate_args, and kNotInKernels for the options that only the reference computes so far
-// (AttentionArgs::needs_reference): what every driver of the kernels checks first.
+// validate_args, and kNotInKernels for the options that only the reference computes
+// (AttentionArgs::needs_reference, none since v0.3): what every driver of the kernels checks first.
 Status validate_kernel_args(const AttentionArgs& args);
 
 // All units of a call on the calling thread, with the scratch grown in `workspace` as needed

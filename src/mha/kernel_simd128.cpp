@@ -10,18 +10,21 @@
 // block of Bq rows:
 //   2. classify the tile against the block's visible key ranges and the mask: skipped when every key is
 //      hidden from every row, computed without per-key tests when none is;
-//   3. pack K^T (Dh, Bk) and V (Bk, Dh8) of KV head g (once per tile, for every block and head; Dh8 = Dh
+//   3. pack K^T (Dh, Bk) and V (Bk, Dv8) of KV head g (once per tile, for every block and head; Dv8 = Dv
 //      rounded up to 8, zero padded), so the micro-kernels only ever see whole vectors;
 //   4. per head of the group: S (Bq, Bk) = Q K^T with a kMr rows x 8 keys register-blocked micro-kernel,
 //      whose epilogue applies softcap, ALiBi and bias on registers (simd128_tiles.hpp);
 //   5. online softmax of the tile: hide keys (-inf), running max m, p = 2^(s - m), running sum l;
-//   6. O (Bq, Dh8) = O * 2^(m_old - m_new) + P V with a kMr rows x 8 lanes micro-kernel;
+//   6. O (Bq, Dv8) = O * 2^(m_old - m_new) + P V with a kMr rows x 8 lanes micro-kernel;
 //   7. finish the rows: out = O / l, lse = (m + log2 l) ln 2. Rows whose float32 result is not finite
 //      (empty rows, non-finite inputs or bias, overflow of the logits or of O) are recomputed by the
 //      reference, so NaN/inf and empty-row semantics are exactly the reference's.
 // Tiles outside the unit's key range (causal, window, kvLengths: visibility.hpp) are never read, so a
 // windowed call costs O(S * W). K/V tiles are packed once per unit and serve its G query heads.
-// Nothing of size S x T exists; scratch depends on Dh and the fixed tiles only.
+// Nothing of size S x T exists; scratch depends on Dh, Dv and the fixed tiles only.
+// Sinks: a row of head h starts with m = sink[h]*log2(e), l = 1 (the sink's own term), O = 0, so the sink
+// joins the running max and sum without a pass of its own; a row without a visible key ends with out 0,
+// lse = sink. Rope: the packed Q panels and K^T tile are rotated in place (rope.hpp), by position.
 //
 // Determinism: every query row goes through exactly the same float operations whatever block it is in
 // (the key tiles lie on one grid of multiples of Bk for every block, the micro-kernels treat rows
@@ -34,6 +37,7 @@
 
 #include "mha/kernel.hpp"
 #include "mha/reference.hpp"
+#include "mha/rope.hpp"
 #include "mha/simd128_tiles.hpp"
 #include "mha/workspace.hpp"
 
@@ -74,26 +78,28 @@ KernelPlan plan(const AttentionArgs& args) {
   KernelPlan p;
   p.head_dim = shape.head_dim();
   p.padded_head_dim = round_up(p.head_dim, kNr);
+  p.value_dim = shape.value_dim();
+  p.padded_value_dim = round_up(p.value_dim, kNr);
   p.heads_per_kv_head = shape.num_heads / shape.kv_heads();
-  p.rows_per_unit = rows_per_unit(shape, p.padded_head_dim, p.heads_per_kv_head);
+  p.rows_per_unit = rows_per_unit(shape, std::max(p.padded_head_dim, p.padded_value_dim), p.heads_per_kv_head);
   p.rows_per_block = std::min(kRowsPerBlock, round_up(p.rows_per_unit, kRowPad));
   const int32_t tile = args.ranged() ? kRangedKeysPerTile : kKeysPerTile;
   p.keys_per_tile = std::min(tile, round_up(shape.kv_seq_len, kNr));
   count_units(shape, p);
 
-  const size_t dh = static_cast<size_t>(p.head_dim), dh8 = static_cast<size_t>(p.padded_head_dim);
+  const size_t dh = static_cast<size_t>(p.head_dim), dv8 = static_cast<size_t>(p.padded_value_dim);
   const size_t unit_rows = size_t(p.heads_per_kv_head) * round_up(p.rows_per_unit, kRowPad);  // G * padded rows
   ScratchLayout& lay = p.scratch;
   ScratchCursor cursor;
   lay.q_panels = cursor.take(unit_rows * dh);                        // (G * padded rows / kMr) panels (Dh, kMr), unscaled
   lay.k_tile = cursor.take(dh * kTileStride);                        // K^T (Dh, kTileStride)
-  lay.v_tile = cursor.take(size_t(p.keys_per_tile) * dh8);           // V (Bk, Dh8)
+  lay.v_tile = cursor.take(size_t(p.keys_per_tile) * dv8);           // V (Bk, Dv8)
   lay.scores = cursor.take(size_t(p.rows_per_block) * kTileStride);  // one block's scores (Bq, kTileStride)
-  lay.out_acc = cursor.take(unit_rows * dh8);                        // O (G * padded rows, Dh8)
+  lay.out_acc = cursor.take(unit_rows * dv8);                        // O (G * padded rows, Dv8)
   lay.row_max = cursor.take(unit_rows);
   lay.row_sum = cursor.take(unit_rows);
   lay.rescale = cursor.take(unit_rows);
-  lay.reference = cursor.take(2 * dh);                               // Dh doubles
+  lay.reference = cursor.take(2 * reference_scratch_doubles(p.head_dim, p.value_dim, args.rope.enabled()));
   lay.total = cursor.at;
   return p;
 }
@@ -131,6 +137,7 @@ bool fold_constants(const AttentionArgs& args, ScoreEpilogue& ep) {
   bool ok = normal(ep.scale) && (!ep.softcap || (normal(ep.softcap_scale) && ep.softcap_scale != 0.0f));
   ep.alibi = args.alibi_slopes != nullptr;
   for (int32_t h = 0; ep.alibi && h < args.shape.num_heads; ++h) ok &= normal(args.alibi_slopes[h] * kLog2e);
+  for (int32_t h = 0; args.sinks != nullptr && h < args.shape.num_heads; ++h) ok &= normal(args.sinks[h] * kLog2e);
   return ok;
 }
 
@@ -202,16 +209,16 @@ MHA_PHASE void softmax_tile(const UnitState& st, const TileClass& tile, int32_t 
 }
 
 // Steps 4-6 for rows [b0, b0 + brows) of head hg of the unit against the packed key tile [j0, j0 + nk):
-// Q panels (P/kMr, Dh, kMr), K^T (Dh, kTileStride), V (nk, Dh8), scores (P, kTileStride), O (P, Dh8) for
+// Q panels (P/kMr, Dh, kMr), K^T (Dh, kTileStride), V (nk, Dv8), scores (P, kTileStride), O (P, Dv8) for
 // P = round_up(brows, kRowPad).
 MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t hg, int32_t b0, int32_t brows,
                             int32_t j0, int32_t nk, const simd::Exp2Constants& ek) {
-  const int32_t dh = st.plan.head_dim, dh8 = st.plan.padded_head_dim;
+  const int32_t dh = st.plan.head_dim, dv8 = st.plan.padded_value_dim;
   const int32_t nk8 = round_up(nk, kNr);
   const int32_t brows_padded = round_up(brows, kRowPad);
   const int32_t row0 = hg * st.padded_rows + b0;  // the block's first row in the unit's row buffers
   const float* qb = st.q_panels + size_t(row0) * dh;
-  float* ob = st.out_acc + size_t(row0) * dh8;
+  float* ob = st.out_acc + size_t(row0) * dv8;
 
   // 4. S = Q K^T, with softcap, ALiBi and bias in the micro-kernel's epilogue. Without hidden or padding
   // keys the row maxima come from there too, on registers.
@@ -252,15 +259,15 @@ MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t 
   // 6. O = O * alpha + P V. Keys hidden from a row enter with p = 0. A non-finite V value there turns
   // 0 * inf into NaN, and the row is then recomputed by the reference, which never reads hidden keys.
   for (int32_t r = 0; r < brows_padded; r += kMr) {
-    pv_tile(st.scores + r * kTileStride, st.v_tile, dh8, nk, st.rescale + row0 + r, ob + r * dh8);
+    pv_tile(st.scores + r * kTileStride, st.v_tile, dv8, nk, st.rescale + row0 + r, ob + r * dv8);
   }
 }
 
-// 7. out (B, S, D: the unit's rows of its heads) = O / l and lse (B, H, S) = (m + log2 l) ln 2 for every row
+// 7. out (B, S, H*Dv: the unit's rows of its heads) = O / l and lse (B, H, S) = (m + log2 l) ln 2 for every row
 // of the unit, or the reference's row where that is not finite.
 MHA_PHASE void finish_rows(const UnitState& st) {
   const AttentionArgs& args = st.args;
-  const int32_t dh = st.plan.head_dim, dh8 = st.plan.padded_head_dim;
+  const int32_t dh = st.plan.value_dim, dh8 = st.plan.padded_value_dim;  // Dv, Dv8 (O's row)
   const int32_t dh4 = dh - dh % kLanes;
   for (int32_t hg = 0; hg < st.plan.heads_per_kv_head; ++hg) {
     const int32_t head = st.unit.kv_head * st.plan.heads_per_kv_head + hg;
@@ -313,6 +320,33 @@ MHA_PHASE void finish_rows(const UnitState& st) {
   }
 }
 
+// Rope on the packed Q panels of one head (rows [0, rows) of the unit, panel layout of pack_q_panels): each
+// row rotated at its position query_offset + q_begin + r. Padding rows stay 0.
+void rotate_q_panels(const AttentionArgs& args, const WorkUnit& unit, int32_t rows, int32_t dh, float* qp) {
+  for (int32_t r = 0; r < rows; ++r) {
+    rotate_head(qp + (r / kMr) * dh * kMr + r % kMr, kMr, args.rope, int64_t{args.query_offset} + unit.q_begin + r);
+  }
+}
+
+// Rope on the packed K^T tile (layout of pack_k_transposed): key j at position j0 + j. Padding keys stay 0.
+void rotate_k_tile(const RotaryTables& rope, int32_t j0, int32_t nk, int32_t dh, float* kt) {
+  for (int32_t j = 0; j < nk; ++j) rotate_head(kt + (j / kNr) * dh * kNr + j % kNr, kNr, rope, j0 + j);
+}
+
+// O = 0, and m, l of every row of head h at its sink's term (m = sink[h] * log2(e), l = 1) or empty
+// (m = -inf, l = 0).
+void start_rows(const UnitState& st) {
+  const int32_t heads = st.plan.heads_per_kv_head;
+  const size_t unit_rows = size_t(heads) * st.padded_rows;
+  std::fill(st.out_acc, st.out_acc + unit_rows * st.plan.padded_value_dim, 0.0f);
+  const float* sinks = st.args.sinks;
+  for (int32_t hg = 0; hg < heads; ++hg) {
+    const size_t first = size_t(hg) * st.padded_rows;
+    std::fill_n(st.row_max + first, st.padded_rows, sinks ? sinks[st.unit.kv_head * heads + hg] * kLog2e : kNegInf);
+    std::fill_n(st.row_sum + first, st.padded_rows, sinks ? 1.0f : 0.0f);
+  }
+}
+
 void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit, float* scratch) {
   const ScratchLayout& lay = plan.scratch;
   const int32_t rows = unit.q_end - unit.q_begin;
@@ -338,13 +372,11 @@ void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit&
   // 1. Q panels of every head of the unit; O, m and l start empty.
   const int64_t q_stride = args.q.row_stride;
   for (int32_t hg = 0; hg < heads; ++hg) {
-    pack_q_panels(st.views.q + unit.q_begin * q_stride + hg * dh, q_stride, rows, dh,
-                  st.q_panels + size_t(hg) * st.padded_rows * dh);
+    float* panels = st.q_panels + size_t(hg) * st.padded_rows * dh;
+    pack_q_panels(st.views.q + unit.q_begin * q_stride + hg * dh, q_stride, rows, dh, panels);
+    if (args.rope.enabled()) rotate_q_panels(args, unit, rows, dh, panels);
   }
-  const size_t unit_rows = size_t(heads) * st.padded_rows;
-  std::fill(st.out_acc, st.out_acc + unit_rows * plan.padded_head_dim, 0.0f);
-  std::fill(st.row_max, st.row_max + unit_rows, kNegInf);
-  std::fill(st.row_sum, st.row_sum + unit_rows, 0.0f);
+  start_rows(st);
 
   const simd::Exp2Constants exp_constants;
   const KeyVisibility& vis = st.views.visibility;
@@ -367,7 +399,9 @@ void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit&
       // 3. Pack K^T and V of the tile, once.
       if (!packed) {
         pack_k_transposed(st.views.k + j0 * args.k.row_stride, args.k.row_stride, nk, dh, st.k_tile);
-        pack_v(st.views.v + j0 * args.v.row_stride, args.v.row_stride, nk, dh, plan.padded_head_dim, st.v_tile);
+        if (args.rope.enabled()) rotate_k_tile(args.rope, j0, nk, dh, st.k_tile);
+        pack_v(st.views.v + j0 * args.v.row_stride, args.v.row_stride, nk, plan.value_dim, plan.padded_value_dim,
+               st.v_tile);
         packed = true;
       }
       // 4-6. Every head of the group against the packed tile, while it is hot in cache.

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <new>
 
+#include "mha/rope.hpp"
+
 #if MHA_F16_SIMD
 #include "mha/simd_transpose.hpp"
 #endif
@@ -21,15 +23,15 @@ void* allocate_zeroed(size_t bytes) {
   return p;
 }
 
-// Byte counts of K (B, Hkv, panels, Dh, P) and V (B, Hkv, capacity, Dh8), as doubles: every factor is
+// Byte counts of K (B, Hkv, panels, Dh, P) and V (B, Hkv, capacity, Dv8), as doubles: every factor is
 // below 2^31, so the products are exact in a double up to 2^53 and only compared beyond that.
 double key_bytes(const KVCacheConfig& c, double element) {
   const double panels = double((int64_t{c.capacity} + kKeysPerPanel - 1) / kKeysPerPanel);
   return double(c.batch) * c.num_kv_heads * panels * c.head_dim * kKeysPerPanel * element;
 }
 double value_bytes(const KVCacheConfig& c, double element) {
-  const double dh8 = double((int64_t{c.head_dim} + 7) / 8 * 8);
-  return double(c.batch) * c.num_kv_heads * c.capacity * dh8 * element;
+  const double dv8 = double((int64_t{c.v_dim()} + 7) / 8 * 8);
+  return double(c.batch) * c.num_kv_heads * c.capacity * dv8 * element;
 }
 
 bool valid_dtype(CacheDType dtype) { return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16; }
@@ -53,16 +55,17 @@ bool valid_dtype(CacheDType dtype) { return dtype == CacheDType::kFloat32 || dty
 }  // namespace
 
 double kv_cache_bytes(const KVCacheConfig& c) {
-  if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0 || !valid_dtype(c.dtype)) return -1.0;
+  if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0 || c.value_dim < 0 || !valid_dtype(c.dtype)) {
+    return -1.0;
+  }
   const double element = c.dtype == CacheDType::kFloat16 ? 2.0 : 4.0;
   return key_bytes(c, element) + value_bytes(c, element);
 }
 
 Status validate_cache_config(const KVCacheConfig& c) {
   if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0) return Status::kNonPositiveDim;
-  if (!valid_dtype(c.dtype)) return Status::kCacheBadOption;
   if (c.value_dim < 0) return Status::kBadVHeadDim;
-  if (c.value_dim != 0 && c.value_dim != c.head_dim) return Status::kNotInKernels;  // until the core stores Dv
+  if (!valid_dtype(c.dtype)) return Status::kCacheBadOption;
   if (kv_cache_bytes(c) >= double(kMaxCacheBytes)) return Status::kCacheTooLarge;
   return Status::kOk;
 }
@@ -90,6 +93,7 @@ KVCache::KVCache(const KVCacheConfig& config)
 KVCache::~KVCache() {
   std::free(keys_);
   std::free(values_);
+  std::free(rotated_);
 }
 
 Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& cache) {
@@ -101,12 +105,15 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
   const double element = config.dtype == CacheDType::kFloat16 ? 2.0 : 4.0;
   fresh->keys_ = allocate_zeroed(static_cast<size_t>(key_bytes(config, element)));
   fresh->values_ = allocate_zeroed(static_cast<size_t>(value_bytes(config, element)));
-  if (fresh->keys_ == nullptr || fresh->values_ == nullptr) return Status::kOutOfMemory;  // fresh frees both
+  fresh->rotated_ = static_cast<float*>(allocate_zeroed(sizeof(float) * size_t(config.head_dim)));
+  if (fresh->keys_ == nullptr || fresh->values_ == nullptr || fresh->rotated_ == nullptr) {
+    return Status::kOutOfMemory;  // fresh frees them
+  }
   cache = std::move(fresh);
   return Status::kOk;
 }
 
-// Key j of a head sits in panel j / P at column j % P (key_panel_offset); a value row is Dh8 elements.
+// Key j of a head sits in panel j / P at column j % P (key_panel_offset); a value row is Dv8 elements.
 template <typename E>
 E* KVCache::key_column(int32_t b, int32_t g, int32_t position) {
   return static_cast<E*>(keys_) + head_index(b, g) * panels_ * panel_elements() + key_panel_offset(position, 0, config_.head_dim);
@@ -173,9 +180,9 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
 #endif
 
 bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position) {
-  const int32_t dh = config_.head_dim;
+  const int32_t dh = config_.v_dim();  // Dv
   if (config_.dtype == CacheDType::kFloat32) {
-    std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh);  // lanes [Dh, Dh8) stay zero
+    std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh);  // lanes [Dv, Dv8) stay zero
     return false;
   }
   uint16_t* row = value_row<uint16_t>(b, g, position);
@@ -191,11 +198,21 @@ bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position
   return specials;
 }
 
-Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int32_t n) {
+const float* KVCache::key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position) {
+  const float* key = k_row + int64_t{g} * config_.head_dim;
+  if (rope == nullptr) return key;
+  std::memcpy(rotated_, key, sizeof(float) * size_t(config_.head_dim));
+  rotate_head(rotated_, 1, *rope, position);
+  return rotated_;
+}
+
+Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope) {
   if (n <= 0) return Status::kNonPositiveDim;
   if (k.data == nullptr || v.data == nullptr) return Status::kNullPointer;
   if (n > config_.capacity - length_) return Status::kCacheFull;
-  const int32_t dh = config_.head_dim, heads = config_.num_kv_heads;
+  if (rope != nullptr && !rope->enabled()) rope = nullptr;
+  if (rope != nullptr && int64_t{length_} + n > rope->positions) return Status::kRopePosition;
+  const int32_t dh = config_.head_dim, dv = config_.v_dim(), heads = config_.num_kv_heads;
   // The first position of a group or token that stored an inf/NaN half: at or before the real one, so
   // special_from stays conservative.
   int32_t first_special = kNoSpecialValues;
@@ -204,7 +221,8 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
       const int32_t position = length_ + t;
       const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
 #if MHA_F16_SIMD
-      const int32_t tokens = (position % 8 == 0 && n - t >= 8) ? 8 : 1;
+      // Rotated keys go one by one through rotated_ (the copy-in is O(n * Hkv * Dh) either way).
+      const int32_t tokens = (rope == nullptr && position % 8 == 0 && n - t >= 8) ? 8 : 1;
 #else
       const int32_t tokens = 1;
 #endif
@@ -216,7 +234,7 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
           continue;
         }
 #endif
-        specials |= store_key(k_row + int64_t{g} * dh, b, g, position);
+        specials |= store_key(key_to_store(k_row, g, rope, position), b, g, position);
       }
       if (specials) first_special = std::min(first_special, position);
       t += tokens;
@@ -224,7 +242,7 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
     for (int32_t t = 0; t < n; ++t) {
       const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
       bool specials = false;
-      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dh, b, g, length_ + t);
+      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dv, b, g, length_ + t);
       if (specials) first_special = std::min(first_special, length_ + t);
     }
   }
@@ -254,15 +272,14 @@ float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {
 }
 
 void KVCache::read(float* k, float* v) const {
-  const int32_t hkv = config_.num_kv_heads, dh = config_.head_dim;
+  const int32_t hkv = config_.num_kv_heads, dh = config_.head_dim, dv = config_.v_dim();
   for (int32_t b = 0; b < config_.batch; ++b)
     for (int32_t j = 0; j < length_; ++j)
-      for (int32_t g = 0; g < hkv; ++g)
-        for (int32_t d = 0; d < dh; ++d) {
-          const int64_t at = ((int64_t{b} * length_ + j) * hkv + g) * dh + d;
-          k[at] = key(b, g, j, d);
-          v[at] = value(b, g, j, d);
-        }
+      for (int32_t g = 0; g < hkv; ++g) {
+        const int64_t token = (int64_t{b} * length_ + j) * hkv + g;
+        for (int32_t d = 0; d < dh; ++d) k[token * dh + d] = key(b, g, j, d);
+        for (int32_t d = 0; d < dv; ++d) v[token * dv + d] = value(b, g, j, d);
+      }
 }
 
 Status KVCacheRegistry::create(const KVCacheConfig& config, uint32_t* id) {

@@ -1,10 +1,10 @@
 // The KV cache of docs/spec.md Part 3: the keys and values of every token so far, stored once on the
 // heap and appended in place. All batch items advance together.
 //
-// Layout, per batch item b and KV head g (P = kKeysPerPanel = 32, Dh8 = Dh rounded up to 8):
+// Layout, per batch item b and KV head g (P = kKeysPerPanel = 32, Dv8 = Dv rounded up to 8):
 //   K  (B, Hkv, ceil(capacity / P), Dh, P)   K^T in panels of 32 keys: row d of a panel holds element d
-//                                            of 32 consecutive keys
-//   V  (B, Hkv, capacity, Dh8)               one row per key, lanes [Dh, Dh8) zero
+//                                            of 32 consecutive keys (with rope: rotated at their position)
+//   V  (B, Hkv, capacity, Dv8)               one row per key, lanes [Dv, Dv8) zero
 // Why this layout: the decode kernel (decode.hpp) runs, for one KV head, the G*n query rows that share
 // it against a block of keys. With K^T panels, one step of the QK^T micro-kernel loads 8 to 32
 // consecutive keys of one head-dim element as whole vectors and broadcasts a q element over them: the
@@ -43,7 +43,9 @@ struct KVCacheConfig {
   int32_t head_dim = 0;      // Dh
   int32_t capacity = 0;      // tokens per batch item
   CacheDType dtype = CacheDType::kFloat32;
-  int32_t value_dim = 0;     // Dv; 0 = Dh (docs/spec.md 4.1). Not in the core yet: create refuses Dv != Dh (kNotInKernels)
+  int32_t value_dim = 0;     // Dv; 0 = Dh (docs/spec.md 4.1)
+
+  int32_t v_dim() const { return value_dim > 0 ? value_dim : head_dim; }  // Dv
 };
 
 constexpr int32_t kKeysPerPanel = 32;
@@ -62,7 +64,7 @@ constexpr int32_t kNoSpecialValues = INT32_MAX;
 // or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
 double kv_cache_bytes(const KVCacheConfig& config);
 
-// kNonPositiveDim, kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the heap also holds
+// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the heap also holds
 // everything else), or kOk.
 Status validate_cache_config(const KVCacheConfig& config);
 
@@ -82,9 +84,12 @@ class KVCache {
   int32_t length() const { return length_; }
 
   // Stores n new tokens at positions [length, length + n) and adds n to length.
-  // k, v (B, n, Hkv*Dh) through strides (head g of a row at g*Dh). kCacheFull when length + n passes the
-  // capacity: then nothing is written. float16 caches round to nearest even.
-  Status append(TensorView<const float> k, TensorView<const float> v, int32_t n);
+  // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv) through strides (head g of a row at g*Dh, g*Dv). With rope (not
+  // null, enabled, validated against Dh by the caller) each key is rotated at its position first, then
+  // stored (float16: rounded after the rotation). kCacheFull when length + n passes the capacity,
+  // kRopePosition when length + n passes the rope tables' rows: then nothing is written. float16 caches
+  // round to nearest even.
+  Status append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope = nullptr);
 
   // Keeps the first `length` tokens. O(1).
   Status truncate(int32_t length);
@@ -99,7 +104,7 @@ class KVCache {
     return static_cast<const E*>(values_) + head_index(b, g) * config_.capacity * value_row_elements();
   }
   int64_t panel_elements() const { return int64_t{config_.head_dim} * kKeysPerPanel; }  // (Dh, P)
-  int32_t value_row_elements() const { return round_up(config_.head_dim, 8); }       // Dh8
+  int32_t value_row_elements() const { return round_up(config_.v_dim(), 8); }        // Dv8
 
   // Smallest position whose K or V holds an inf or NaN half (float16), or kNoSpecialValues. Conservative
   // after a truncate that keeps some of them.
@@ -109,7 +114,8 @@ class KVCache {
   float key(int32_t b, int32_t g, int32_t j, int32_t d) const;
   float value(int32_t b, int32_t g, int32_t j, int32_t d) const;
 
-  // Copies tokens [0, length) out as k, v (B, length, Hkv*Dh) floats (tests, read-back exports).
+  // Copies tokens [0, length) out as k (B, length, Hkv*Dh), v (B, length, Hkv*Dv) floats (tests, read-back
+  // exports); keys as stored (rotated with rope).
   void read(float* k, float* v) const;
 
  private:
@@ -124,6 +130,8 @@ class KVCache {
   bool store_key(const float* k, int32_t b, int32_t g, int32_t position);
   bool store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position);  // SIMD builds
   bool store_value(const float* v, int32_t b, int32_t g, int32_t position);
+  // The key of head g of one token as stored: k_row + g*Dh itself, or rotated at `position` into rotated_.
+  const float* key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position);
 
   KVCacheConfig config_;
   int32_t length_ = 0;
@@ -131,6 +139,7 @@ class KVCache {
   int64_t panels_ = 0;  // ceil(capacity / P)
   void* keys_ = nullptr;
   void* values_ = nullptr;
+  float* rotated_ = nullptr;  // one rotated key (Dh)
 };
 
 // The caches of one instance, by id. Ids are never reused, so a freed cache's id stays invalid; the

@@ -132,7 +132,7 @@ struct RotaryTables {
 enum class EmptyRows : int32_t { kNaN = 0, kZero = 1 };
 
 // Everything one attention call needs. Semantics: docs/spec.md, and src/mha/reference.hpp follows it:
-//   for each b, h: out[b, i, h*Dh:(h+1)*Dh] = softmax_j(score(b, h, i, j), visible keys) @ v_g
+//   for each b, h: out[b, i, h*Dv:(h+1)*Dv] = softmax_j(score(b, h, i, j), visible keys) @ v_g
 // with g = h / (H / Hkv) (grouped-query attention reads KV head g by stride, never copied),
 // q (B,S,D), k (B,T,Hkv*Dh), v (B,T,Hkv*Dv), out (B,S,H*Dv) (Dv = Dh unless shape.v_head_dim says).
 // Visibility (src/mha/visibility.hpp): key j is visible to query i of batch b iff j < kv_lengths[b],
@@ -163,8 +163,9 @@ struct AttentionArgs {
   const float* sinks = nullptr;         // (H) finite logits without a value row; nullptr = none
   RotaryTables rope;
 
-  // The v0.3 options that only the reference computes so far (kernels refuse them: kNotInKernels).
-  bool needs_reference() const { return shape.value_dim() != shape.head_dim() || sinks != nullptr || rope.enabled(); }
+  // The options that only the reference computes (kernels refuse them: kNotInKernels). None since every
+  // kernel computes Dv != Dh, sinks and rope (v0.3); kept so that a future option can start there.
+  bool needs_reference() const { return false; }
 
   // Whether the visible keys of a row depend on the row (causal or a bounded window).
   bool ranged() const { return causal || window_left >= 0 || window_right >= 0; }

@@ -655,7 +655,7 @@ TEST_CASE("decode: the simd128 kernel's path of a block follows its dtype, rows,
     mha::DecodeBlock blk;
     blk.dtype = dtype;
     blk.head_dim = dh;
-    blk.dh8 = dh;
+    blk.dv8 = dh;
     blk.rows = rows;
     blk.q_rows = q_rows.data();
     return mha::simd128::choose_decode_path(blk);
@@ -698,7 +698,7 @@ TEST_CASE("decode: the simd128 kernel's path of a block follows its dtype, rows,
   specials.dtype = CacheDType::kFloat16;
   specials.specials = true;  // inf/NaN halves in the block
   specials.head_dim = dh;
-  specials.dh8 = dh;
+  specials.dv8 = dh;
   specials.rows = 4;
   specials.q_rows = q_rows.data();
   REQUIRE(mha::simd128::choose_decode_path(specials).loader == DecodeLoader::kScalarKernel);

@@ -10,6 +10,7 @@
 
 #include "golden.hpp"
 #include "golden_call.hpp"
+#include <algorithm>
 #include "mha/f16.hpp"
 #include "mha/kernel.hpp"
 #include "mha/reference.hpp"
@@ -95,6 +96,7 @@ TEST_CASE("golden v3: every kernel variant matches PyTorch on the cases it compu
   INFO("kernel " << kernel.name);
   mha::Workspace workspace;
   int computed = 0;
+  double worst_out = 0.0, worst_lse = 0.0;
   for (const GoldenCase& c : stateless_v3()) {
     INFO("case " << c.name);
     GoldenCall g(c);
@@ -107,11 +109,14 @@ TEST_CASE("golden v3: every kernel variant matches PyTorch on the cases it compu
       continue;
     }
     REQUIRE(status == mha::Status::kOk);
-    REQUIRE(mha_test::error_ratio(out, g) <= 1.0);
+    const double ratio = mha_test::error_ratio(out, g);
+    REQUIRE(ratio <= 1.0);
+    worst_out = std::max(worst_out, ratio);
     if (g.float16) check_float16_rounding(out, g);
-    double worst_lse = 0.0;
     mha_test::check_lse(lse, c.read<float>("lse64", g.lse_elements()), worst_lse);
     ++computed;
   }
-  CHECK(computed >= 4);  // the float16 cases use no option that only the reference computes
+  WARN("kernel " << kernel.name << " over the v3 stateless set: " << computed << " cases, worst out error / tolerance "
+                 << worst_out << ", lse " << worst_lse);
+  CHECK(computed >= 4);
 }

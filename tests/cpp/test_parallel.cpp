@@ -14,6 +14,7 @@
 #include "mha/kernel.hpp"
 #include "mha/parallel.hpp"
 #include "test_util.hpp"
+#include "v3_call.hpp"
 
 namespace {
 
@@ -187,6 +188,30 @@ TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threa
       REQUIRE(parallel.run(a) == mha::Status::kOk);
       INFO("threads " << threads << ", out = q");
       REQUIRE(mha_test::bit_equal(in_place.q, expected));
+    }
+  }
+}
+
+TEST_CASE("parallel attention: Dv, sinks and rope bit-identical to attention() for 1, 2, 3, 4 threads", "[parallel][v3]") {
+  const mha::KernelVariant& kernel = EACH_KERNEL();
+  INFO("kernel " << kernel.name);
+  const mha::AttentionShape shapes[] = {{2, 130, 130, 64, 4, 2, 24}, {1, 257, 300, 96, 3, 1, 5}, {1, 200, 200, 64, 8, 2, 96}};
+  uint64_t seed = 7300;
+  for (const mha::AttentionShape& s : shapes) {
+    mha_test::V3Call c(s, seed++, 1, 2);
+    c.base.causal = s.seq_len != 130;
+    c.base.query_offset = s.kv_seq_len - s.seq_len;
+    c.random_sinks(seed++, 3.0f);
+    c.set_rope(s.head_dim() - 2, s.kv_seq_len, s.num_heads == 8);
+    std::vector<float> expected, expected_lse, out, lse;
+    mha::Workspace ws;
+    REQUIRE(mha::attention(c.args(expected, &expected_lse), ws, kernel) == mha::Status::kOk);
+    for (int threads : {1, 2, 3, 4}) {
+      mha::ParallelAttention parallel(threads, kernel);
+      INFO("threads " << threads << " H " << s.num_heads);
+      REQUIRE(parallel.run(c.args(out, &lse)) == mha::Status::kOk);
+      REQUIRE(mha_test::bit_equal(out, expected));
+      REQUIRE(mha_test::bit_equal(lse, expected_lse));
     }
   }
 }

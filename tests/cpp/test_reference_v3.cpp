@@ -1,6 +1,6 @@
 // The reference's v0.3 options (docs/spec.md Part 4): value heads of their own size, score stages, sinks
-// and rotary embedding, against hand-computed cases and the properties the spec promises. The kernels
-// refuse these options so far (kNotInKernels), which the last case pins.
+// and rotary embedding, against hand-computed cases and the properties the spec promises. The last case
+// pins the statuses; the kernels compute the same options (test_kernels_v3.cpp).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "mha/kernel.hpp"
 #include "mha/reference.hpp"
 #include "test_util.hpp"
+#include "v3_call.hpp"
 
 using mha::AttentionShape;
 using mha::ScoreStage;
@@ -55,17 +56,9 @@ struct V3Problem {
     return a;
   }
 
-  // Rope tables of `positions` rows as ropeTables computes them: angle = p * theta^(-2r / rotary_dim).
+  // Rope tables of `positions` rows as ropeTables computes them (v3_call.hpp).
   void set_rope(int32_t rotary_dim, int32_t positions, bool interleaved, double theta = 10000.0) {
-    cos.clear();
-    sin.clear();
-    for (int32_t p = 0; p < positions; ++p) {
-      for (int32_t r = 0; r < rotary_dim / 2; ++r) {
-        const double angle = p * std::pow(theta, -2.0 * r / rotary_dim);
-        cos.push_back(static_cast<float>(std::cos(angle)));
-        sin.push_back(static_cast<float>(std::sin(angle)));
-      }
-    }
+    mha_test::rope_tables(rotary_dim, positions, theta, cos, sin);
     base.rope.positions = positions;
     base.rope.rotary_dim = rotary_dim;
     base.rope.interleaved = interleaved;
@@ -298,20 +291,20 @@ TEST_CASE("reference v3: bad options are statuses; the kernels refuse what they 
   CHECK(mha::reference_attention(half) == Status::kBadRotaryDim);
 
   mha::Workspace workspace;
-  CHECK(mha::attention(p.args(), workspace) == Status::kNotInKernels);
+  CHECK(mha::attention(p.args(), workspace) == Status::kOk);  // every kernel computes rope, sinks and Dv
   p.cos.clear();
   p.sin.clear();
   p.base.rope = mha::RotaryTables{};
   CHECK(mha::attention(p.args(), workspace) == Status::kOk);
   p.sinks = {1.0f, 2.0f};
-  CHECK(mha::attention(p.args(), workspace) == Status::kNotInKernels);
+  CHECK(mha::attention(p.args(), workspace) == Status::kOk);
   p.sinks.clear();
 
   AttentionShape dv = p.shape;
   dv.v_head_dim = 3;
   V3Problem q(dv, 82);
   CHECK(mha::reference_attention(q.args()) == Status::kOk);
-  CHECK(mha::attention(q.args(), workspace) == Status::kNotInKernels);
+  CHECK(mha::attention(q.args(), workspace) == Status::kOk);
   q.base.shape.v_head_dim = -1;
   CHECK(mha::reference_attention(q.args()) == Status::kBadVHeadDim);
   CHECK(std::string(mha::status_message(Status::kNotInKernels)).find("sinks") != std::string::npos);

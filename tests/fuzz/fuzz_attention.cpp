@@ -7,12 +7,13 @@
 // (NaN, +-inf, denormals, +-0, FLT_MAX, 1e30, ...) at chosen positions of q, k, v or flip mask bytes.
 // An input that ends with "OPTS" and 12 option bytes also sets the options of docs/spec.md Part 2
 // (grouped-query heads, query offset, kvLengths, window, softcap, ALiBi, bias, emptyRows, lse); inputs
-// without that tail (every v1 reproducer of the corpus) decode as before.
+// without that tail (every v1 reproducer of the corpus) decode as before. A "V3OP" tail of 4 bytes just
+// before it (or at the end) sets the options of Part 4: Dv of its own, sinks and rope.
 //
 // What one input checks, for each kernel variant:
 //   1. no crash, no ASan/UBSan report; inputs are allocated with their exact extent and the gaps of
 //      strided buffers hold NaN, so an out-of-bounds or gap read shows up;
-//   2. neither kernel writes outside the output's (B, S, D) elements (gap sentinels unchanged);
+//   2. neither kernel writes outside the output's (B, S, H*Dv) elements (gap sentinels unchanged);
 //   3. the kernel's scratch is poisoned with NaN before the call (reads of stale scratch show);
 //   4. running the work units in reverse order gives a bit-identical output;
 //   5. merge_heads(split_heads(q)) == q bit for bit;
@@ -51,6 +52,7 @@ mha::Workspace g_workspace;  // reused across inputs, as the wasm binding reuses
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const FuzzOptions options = split_options(data, size);
+  const V3Options v3 = split_v3(data, size);
   const uint8_t* o = options.bytes;  // all 0 without an options tail
   Reader in{data, size};
   const uint8_t h0 = in.u8(), h1 = in.u8(), h2 = in.u8(), h3 = in.u8(), h4 = in.u8(), flags = in.u8(),
@@ -66,9 +68,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shape.num_heads = shape.num_kv_heads * (1 + o[0] % 4);  // grouped-query heads with options
   const int32_t head_dim = (h4 < 200) ? 1 + h4 % 20 : 1 + h4 % 70;  // odd and 1 included
   shape.d_model = head_dim * shape.num_heads;
+  shape.v_head_dim = pick_value_dim(v3);
   const int32_t kv_d = head_dim * shape.num_kv_heads;
+  const int32_t v_d = shape.value_dim() * shape.num_kv_heads, out_d = shape.value_dim() * shape.num_heads;
   // Keep one input cheap (the reference is O(B H S T Dh)): shrink T, then S.
-  while (int64_t{shape.batch} * shape.seq_len * shape.kv_seq_len * shape.d_model > 150000) {
+  while (int64_t{shape.batch} * shape.seq_len * shape.kv_seq_len * (shape.d_model + out_d) > 300000) {
     if (shape.kv_seq_len > 1) shape.kv_seq_len = (shape.kv_seq_len + 1) / 2;
     else shape.seq_len = (shape.seq_len + 1) / 2;
   }
@@ -83,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int32_t off = bits & 1 ? 1 + which % 3 : 0;
     const int32_t row_pad = strided ? (bits & 2 ? 1 + which : 0) : 0;
     const int32_t batch_pad = strided ? which : 0;
-    return Strided(B, rows, which == 1 || which == 2 ? kv_d : D, off, row_pad, batch_pad);
+    return Strided(B, rows, which == 1 ? kv_d : which == 2 ? v_d : which == 3 ? out_d : D, off, row_pad, batch_pad);
   };
   Strided q = make(S, 0), k = make(T, 1), v = make(T, 2);
 
@@ -140,6 +144,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The options tail (its own PRNG stream, so the values above do not depend on it).
   OptionBuffers option_buffers;
   if (options.present) apply_options(options, seed, args, option_buffers);
+  apply_v3(v3, seed, args, option_buffers);
   const bool want_lse = options.present && (o[10] & 2);
   std::vector<float> ref_lse;
   if (want_lse) {
@@ -173,11 +178,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (std::getenv("MHA_FUZZ_VERBOSE")) {
     std::fprintf(stderr,
                  "input: B=%d S=%d T=%d D=%d H=%d Hkv=%d causal=%d mask=%d strided=%d scale=%g; offset=%d kvLengths=%d "
-                 "window=[%d, %d] softcap=%g alibi=%d bias=%d emptyRows=%d lse=%d\n",
+                 "window=[%d, %d] softcap=%g alibi=%d bias=%d emptyRows=%d lse=%d Dv=%d sinks=%d rope=%d\n",
                  B, S, T, D, shape.num_heads, shape.num_kv_heads, causal, with_mask, strided, double(scale),
                  args.query_offset, int(args.kv_lengths != nullptr), args.window_left, args.window_right,
                  double(args.softcap), int(args.alibi_slopes != nullptr), int(args.bias.data != nullptr),
-                 int(args.empty_rows), int(want_lse));
+                 int(args.empty_rows), int(want_lse), shape.value_dim(), int(args.sinks != nullptr), args.rope.rotary_dim);
   }
   std::vector<KernelOutput> outputs;
   for (const mha::KernelVariant* kernel : mha::kernel_variants()) {

@@ -21,6 +21,9 @@
 //   From 2E >= 700 on, only the hull is used: V1's double weights underflow to 0 beyond e^-745, so a key
 //   whose float32 logit error lifts it to the top would be missing from V1.
 //
+// v0.3 options: with rope, a_j uses each rotated entry's bound |a c| + |b s| and the dot's error grows
+//   by 4u per term (the float32 rotation), (Dh + 9) u A; a sink is one more logit (u |sink|) in the max
+//   and the sum, and a value of 0 in the hull; Dv only changes which columns are compared.
 // Domain: rows whose float32 intermediates can overflow although the double reference does not
 //   (a) logit overflow: max_j a_j or A >= FLT_MAX / 4, or a logit term of the options (ALiBi, bias)
 //       that large: q.k (or scale * q.k, or the score) is not representable in float32; the kernel sees +-inf logits (so NaN or a different winner) where the reference
@@ -86,7 +89,11 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
                             int32_t Dh) {
   const mha::AttentionShape& shape = args.shape;
   const int32_t group = shape.num_heads / shape.kv_heads();
-  const int32_t B = shape.batch, S = shape.seq_len, T = shape.kv_seq_len, D = shape.d_model;
+  const int32_t B = shape.batch, S = shape.seq_len, T = shape.kv_seq_len, D = shape.d_model, Dv = shape.value_dim();
+  // With rope the logits are of q and k rotated (in double, as the reference); the float32 rotation
+  // rounds each entry relative to |a c| + |b s|, which the dot's bound then uses (4u more per term).
+  const RotatedTensor rq = rotate_tensor(q, args.rope, Dh, args.query_offset), rk = rotate_tensor(k, args.rope, Dh, 0);
+  const bool rope = args.rope.enabled();
   const bool causal = args.causal, with_mask = !mask.empty();
   const bool strict = std::getenv("MHA_FUZZ_STRICT") != nullptr;
   const int32_t tiles = (T + 63) / 64;
@@ -97,7 +104,7 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
     const mha::KeyVisibility visibility = mha::key_visibility(args, b);
     for (int32_t h = 0; h < shape.num_heads; ++h) {
       for (int32_t i = 0; i < S; ++i) {
-        bool row_finite = true, row_nan = false;
+        bool row_finite = true, row_nan = false, rotation_range = false;
         double a_max = 0.0, m = -INFINITY, option_terms = 0.0, score_max = 0.0;
         const int32_t g = h / group;
         const double position = double(args.query_offset) + i;
@@ -110,10 +117,12 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
           if (!visible[j]) continue;
           double dot = 0.0, a = 0.0;
           for (int32_t e = 0; e < Dh; ++e) {
-            const double qe = q.at(b, i, h * Dh + e), ke = k.at(b, j, g * Dh + e);
+            const double qe = rq.at(b, i, h * Dh + e), ke = rk.at(b, j, g * Dh + e);
             if (!std::isfinite(qe) || !std::isfinite(ke)) row_finite = false;
             dot += qe * ke;
-            if (std::isfinite(qe * ke)) a += std::abs(qe * ke);  // finite terms: can their float sum overflow?
+            const double qm = rq.mag(b, i, h * Dh + e), km = rk.mag(b, j, g * Dh + e);
+            if (std::isfinite(qm * km)) a += qm * km;  // finite terms: can their float sum overflow?
+            rotation_range |= rope && (qm >= kFltMax / 4.0 || km >= kFltMax / 4.0);  // the float rotation overflows
           }
           // The score in the order of docs/spec.md 2.4, and the size of each term the kernels round.
           double logit = dot * double(scale);
@@ -141,15 +150,26 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
           a_max = std::max(a_max, a);
           if (logits[j] > m) m = logits[j];
         }
-        double sum = 0.0;
+        // An empty row (no visible key, no NaN score): every kernel hands it to the reference, or (with a
+        // sink) gives out 0 as the reference does: exactly, either way.
+        const bool empty_row = m == -INFINITY && !row_nan;
+        // The sink: one more logit in the max and the sum, exact in both (u |sink| when log2(e) is folded in).
+        const bool has_sink = args.sinks != nullptr;
+        const double sink = has_sink ? double(args.sinks[h]) : 0.0;
+        if (has_sink) {
+          m = std::max(m, sink);
+          score_max = std::max(score_max, std::abs(sink));
+        }
+        double sum = has_sink ? std::exp(sink - m) : 0.0;
         for (int32_t j = 0; j < T; ++j) {
           weights[j] = visible[j] ? std::exp(logits[j] - m) : 0.0;
           sum += weights[j];
         }
         for (int32_t j = 0; j < T; ++j) weights[j] /= sum;
         const double A = std::abs(double(scale)) * a_max;
-        const bool logit_range = (a_max >= kFltMax / 4.0 || A >= kFltMax / 4.0 || option_terms >= kFltMax / 16.0);
-        const double E = 2.0 * ((Dh + 5) * kU * A + (tiles + 2) * 4.0 * kU +
+        const bool logit_range =
+            (a_max >= kFltMax / 4.0 || A >= kFltMax / 4.0 || option_terms >= kFltMax / 16.0 || rotation_range);
+        const double E = 2.0 * ((Dh + (rope ? 9 : 5)) * kU * A + (tiles + 2) * 4.0 * kU +
                                 std::abs(double(scale)) * Dh * std::ldexp(1.0, -149) + kU * (option_terms + score_max));
 
         // lse: same class, -inf exactly, finite within the logit error and the rounding of the sum.
@@ -170,17 +190,16 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
             }
           }
         }
-        // An empty row (no visible key, no NaN score): every kernel hands it to the reference, exactly.
-        const bool empty_row = m == -INFINITY && !row_nan;
-
-        for (int32_t e = 0; e < Dh; ++e) {
-          const int32_t c = h * Dh + e;
+        for (int32_t e = 0; e < Dv; ++e) {
+          const int32_t c = h * Dv + e;
           const float r = ref.at(b, i, c);
-          double v1 = 0.0, vmin = INFINITY, vmax = -INFINITY, vabs = 0.0, vabs_finite = 0.0;
+          // A sink is a key whose value is 0 (its weight joins the sum, its value row is none): both
+          // results are convex combinations of the visible v and that 0.
+          double v1 = 0.0, vmin = has_sink ? 0.0 : INFINITY, vmax = has_sink ? 0.0 : -INFINITY, vabs = 0.0, vabs_finite = 0.0;
           bool col_finite = true;
           for (int32_t j = 0; j < T; ++j) {
             if (!visible[j]) continue;
-            const double x = v.at(b, j, g * Dh + e);
+            const double x = v.at(b, j, g * Dv + e);
             if (!std::isfinite(x)) col_finite = false;
             v1 += weights[j] * std::abs(x);
             vmin = std::min(vmin, x);
@@ -219,7 +238,7 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
               // `weight_underflow`.
               bool underflow = false;
               for (int32_t j = 0; j < T; ++j) {
-                if (!visible[j] || !std::isinf(v.at(b, j, g * Dh + e))) continue;
+                if (!visible[j] || !std::isinf(v.at(b, j, g * Dv + e))) continue;
                 const double gap = m - logits[j];
                 underflow |= std::isnan(f) ? gap > 87.3 - E : (weights[j] == 0.0 && gap < 87.3 + E);
               }
@@ -236,7 +255,7 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
                            double(r), row_finite, col_finite);
               if (std::getenv("MHA_FUZZ_VERBOSE")) {
                 for (int32_t j = 0; j < T; ++j) {
-                  std::fprintf(stderr, "  key %d visible=%d logit=%g v=%g:", j, visible[j], logits[j], double(v.at(b, j, g * Dh + e)));
+                  std::fprintf(stderr, "  key %d visible=%d logit=%g v=%g:", j, visible[j], logits[j], double(v.at(b, j, g * Dv + e)));
                   for (int32_t x = 0; x < Dh; ++x) std::fprintf(stderr, " %g*%g", double(q.at(b, i, h * Dh + x)), double(k.at(b, j, g * Dh + x)));
                   std::fprintf(stderr, "\n");
                 }
@@ -260,9 +279,9 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
             } else {
               // Non-finite q/k (some logits -inf, weight 0 in both) or v: only the convex-hull bound over
               // the finite visible values is checked.
-              double fmin = INFINITY, fmax = -INFINITY, fabs_max = 0.0;
+              double fmin = has_sink ? 0.0 : INFINITY, fmax = has_sink ? 0.0 : -INFINITY, fabs_max = 0.0;
               for (int32_t j = 0; j < T; ++j) {
-                const double x = v.at(b, j, g * Dh + e);
+                const double x = v.at(b, j, g * Dv + e);
                 if (!visible[j] || !std::isfinite(x)) continue;
                 fmin = std::min(fmin, x);
                 fmax = std::max(fmax, x);

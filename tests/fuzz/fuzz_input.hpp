@@ -155,8 +155,106 @@ int32_t window_bound(uint8_t byte) {
 // The buffers the options point into (kept alive for the call).
 struct OptionBuffers {
   std::vector<int32_t> kv_lengths;
-  std::vector<float> slopes, bias;
+  std::vector<float> slopes, bias, sinks, cos, sin;
 };
+
+// The v0.3 options of an input's "V3OP" tail (docs/spec.md Part 4): just before the OPTS tail, or at the
+// end without one. Inputs without it (every older corpus file) decode as before.
+struct V3Options {
+  bool present = false;
+  uint8_t bytes[4] = {};
+};
+constexpr char kV3Magic[4] = {'V', '3', 'O', 'P'};
+constexpr size_t kV3Bytes = sizeof(V3Options::bytes);
+
+inline V3Options split_v3(const uint8_t* data, size_t& size) {
+  V3Options o;
+  if (size >= 19 + sizeof kV3Magic + kV3Bytes && std::memcmp(data + size - kV3Bytes - sizeof kV3Magic, kV3Magic, sizeof kV3Magic) == 0) {
+    o.present = true;
+    std::memcpy(o.bytes, data + size - kV3Bytes, kV3Bytes);
+    size -= kV3Bytes + sizeof kV3Magic;
+  }
+  return o;
+}
+
+// Byte 0 of the V3 tail: Dv (b % 6): Dh; 1; 5; 13; 20; 1 + (b / 6) % 70.
+inline int32_t pick_value_dim(const V3Options& v3) {
+  if (!v3.present) return 0;
+  constexpr int32_t kDims[] = {0, 1, 5, 13, 20};
+  const uint8_t b = v3.bytes[0];
+  return b % 6 < 5 ? kDims[b % 6] : 1 + (b / 6) % 70;
+}
+
+// Bytes 1-3 of the V3 tail on args (whose shape, query_offset and the other options are set):
+//   1: sinks (b % 5): none; 2 * normal; 30 (dominating every ordinary logit); -1e30 (none, in effect);
+//      each a special finite value (0, FLT_MAX, -FLT_MAX, 1e30, denorm_min, 88)
+//   2: rope (b % 3): none, rotate_half, interleaved; rotary_dim = 2 * (1 + (b / 3) % (Dh / 2))
+//   3: rope tables (b % 3): angles p * 10000^(-2r / rotary_dim); cos 1 sin 0; standard-normal values
+// Rope needs Dh >= 2 and positions below 4096 (the tables hold max(query_offset + S, T) rows).
+inline void apply_v3(const V3Options& v3, uint64_t seed, mha::AttentionArgs& args, OptionBuffers& buffers) {
+  if (!v3.present) return;
+  const uint8_t* o = v3.bytes;
+  const mha::AttentionShape& shape = args.shape;
+  std::mt19937_64 rng(seed ^ 0x5851f42d4c957f2dull);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  if (o[1] % 5 != 0) {
+    constexpr float kSpecial[] = {0.0f, kFltMax, -kFltMax, 1e30f, std::numeric_limits<float>::denorm_min(), 88.0f};
+    for (int32_t h = 0; h < shape.num_heads; ++h) {
+      const float x = o[1] % 5 == 1 ? 2.0f * normal(rng) : o[1] % 5 == 2 ? 30.0f : o[1] % 5 == 3 ? -1e30f : kSpecial[rng() % 6];
+      buffers.sinks.push_back(x);
+    }
+    args.sinks = buffers.sinks.data();
+  }
+  const int32_t dh = shape.head_dim();
+  const int64_t positions = std::max<int64_t>(int64_t{args.query_offset} + shape.seq_len, shape.kv_seq_len);
+  if (o[2] % 3 == 0 || dh < 2 || positions > 4096) return;
+  const int32_t rotary = 2 * (1 + (o[2] / 3) % (dh / 2));
+  for (int64_t p = 0; p < positions; ++p) {
+    for (int32_t r = 0; r < rotary / 2; ++r) {
+      const double angle = double(p) * std::pow(10000.0, -2.0 * r / rotary);
+      const int kind = o[3] % 3;
+      buffers.cos.push_back(kind == 0 ? float(std::cos(angle)) : kind == 1 ? 1.0f : normal(rng));
+      buffers.sin.push_back(kind == 0 ? float(std::sin(angle)) : kind == 1 ? 0.0f : normal(rng));
+    }
+  }
+  args.rope = mha::RotaryTables{buffers.cos.data(), buffers.sin.data(), int32_t(positions), rotary, o[2] % 3 == 2};
+}
+
+// q or k rotated in double as the reference does, with each entry's magnitude bound |a c| + |b s| (what
+// the float32 rotation's rounding is relative to): (B, rows, width) dense, heads of head_dim.
+struct RotatedTensor {
+  std::vector<double> value, magnitude;
+  int32_t rows = 0, width = 0;
+  double at(int32_t b, int32_t r, int32_t c) const { return value[(size_t(b) * rows + r) * width + c]; }
+  double mag(int32_t b, int32_t r, int32_t c) const { return magnitude[(size_t(b) * rows + r) * width + c]; }
+};
+
+inline RotatedTensor rotate_tensor(const Strided& t, const mha::RotaryTables& rope, int32_t head_dim, int64_t first_position) {
+  RotatedTensor out;
+  out.rows = t.rows;
+  out.width = t.d;
+  out.value.resize(size_t(t.batch) * t.rows * t.d);
+  out.magnitude.resize(out.value.size());
+  const int32_t half = rope.rotary_dim / 2;
+  for (int32_t b = 0; b < t.batch; ++b)
+    for (int32_t r = 0; r < t.rows; ++r)
+      for (int32_t c = 0; c < t.d; ++c) {
+        const int32_t d = c % head_dim, base = c - d;
+        const size_t at = (size_t(b) * t.rows + r) * t.d + c;
+        const double x = t.at(b, r, c);
+        out.value[at] = x;
+        out.magnitude[at] = std::abs(x);
+        if (!rope.enabled() || d >= rope.rotary_dim) continue;
+        const int32_t pair = rope.interleaved ? d / 2 : d % half;
+        const bool first = rope.interleaved ? d % 2 == 0 : d < half;
+        const int32_t other = rope.interleaved ? (first ? d + 1 : d - 1) : (first ? d + half : d - half);
+        const int64_t row = (first_position + r) * half + pair;
+        const double cs = rope.cos[row], sn = rope.sin[row], y = t.at(b, r, base + other);
+        out.value[at] = first ? x * cs - y * sn : x * cs + y * sn;
+        out.magnitude[at] = std::abs(x * cs) + std::abs(y * sn);
+      }
+  return out;
+}
 
 // Sets the options of the tail on args (whose shape, q, k, v and mask are set), from the tail's bytes and a
 // PRNG stream of their own (seeded from the input's seed), so the bulk values do not depend on them.

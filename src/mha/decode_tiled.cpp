@@ -1,0 +1,148 @@
+// The parts of cache_attend (decode.hpp) around the decode kernel: the validation of a call, the tiled
+// prefill into an empty cache, and the rotated copy of q that the decode kernel reads with rope.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "mha/decode.hpp"
+#include "mha/rope.hpp"
+
+namespace mha {
+namespace {
+
+// docs/spec.md 4.4 and 4.5 for a cache call whose tokens take positions [length, length + n).
+Status validate_cache_v3(const KVCache& cache, const CacheAttendArgs& args) {
+  const CacheAttendOptions& o = args.options;
+  if (o.sinks != nullptr) {
+    for (int32_t h = 0; h < o.num_heads; ++h)
+      if (!std::isfinite(o.sinks[h])) return Status::kBadSinks;
+  }
+  const RotaryTables& rope = o.rope;
+  if (!rope.enabled()) return Status::kOk;
+  if (rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > cache.config().head_dim) {
+    return Status::kBadRotaryDim;
+  }
+  if (int64_t{cache.length()} + args.new_tokens > rope.positions) return Status::kRopePosition;
+  return Status::kOk;
+}
+
+// The (B, n, Hkv*Dh) rows of k rotated at positions [0, n) and rounded to halves into dst (float16 cache:
+// exactly the keys append stores).
+void rotate_and_round_keys(const KVCacheConfig& c, const CacheAttendArgs& args, float* dst) {
+  const int32_t n = args.new_tokens;
+  const int64_t width = int64_t{c.num_kv_heads} * c.head_dim;
+  for (int32_t b = 0; b < c.batch; ++b)
+    for (int32_t t = 0; t < n; ++t) {
+      float* row = dst + (int64_t{b} * n + t) * width;
+      std::copy_n(args.k.data + b * args.k.batch_stride + t * args.k.row_stride, width, row);
+      for (int32_t g = 0; args.options.rope.enabled() && g < c.num_kv_heads; ++g) {
+        rotate_head(row + int64_t{g} * c.head_dim, 1, args.options.rope, t);
+      }
+      round_to_f16(row, row, width);
+    }
+}
+
+// The stateless call equal to attending the new tokens of a call into an empty cache.
+AttentionArgs tiled_args(const KVCacheConfig& c, const CacheAttendArgs& args) {
+  const CacheAttendOptions& o = args.options;
+  const int32_t n = args.new_tokens;
+  AttentionArgs tiled;
+  tiled.shape = AttentionShape{c.batch, n, n, o.num_heads * c.head_dim, o.num_heads, c.num_kv_heads, c.value_dim};
+  tiled.q = args.q;
+  tiled.k = args.k;
+  tiled.v = args.v;
+  tiled.out = args.out;
+  tiled.causal = o.causal;
+  tiled.scale = o.scale;
+  tiled.query_offset = 0;
+  tiled.window_left = o.window_left;
+  tiled.window_right = o.window_right;
+  tiled.softcap = o.softcap;
+  tiled.alibi_slopes = o.alibi_slopes;
+  tiled.empty_rows = o.empty_rows_zero ? EmptyRows::kZero : EmptyRows::kNaN;
+  tiled.sinks = o.sinks;
+  tiled.rope = o.rope;  // a key at cache position j is rotated at j by the kernel as by append
+  return tiled;
+}
+
+}  // namespace
+
+TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position,
+                                        DecodeScratch& scratch) {
+  const KVCacheConfig& c = cache.config();
+  const int32_t n = args.new_tokens, dh = c.head_dim;
+  const int64_t width = int64_t{args.options.num_heads} * dh;
+  float* q = scratch.staged_q.data();
+  for (int32_t b = 0; b < c.batch; ++b)
+    for (int32_t i = 0; i < n; ++i) {
+      float* row = q + (int64_t{b} * n + i) * width;
+      std::copy_n(args.q.data + b * args.q.batch_stride + i * args.q.row_stride, width, row);
+      for (int32_t h = 0; h < args.options.num_heads; ++h) {
+        rotate_head(row + int64_t{h} * dh, 1, args.options.rope, int64_t{first_position} + i);
+      }
+    }
+  return TensorView<const float>{q, n * width, width};
+}
+
+// A prefill into an empty cache: once appended, the cache holds exactly the new tokens (float16: rounded,
+// after the rotation with rope), so the tiled kernel attends over them where they are (float16: over a
+// copy of the new keys rotated and rounded, and of the values rounded, O(n); q then rotated into
+// staged_q and the kernel given no rope), then they are stored. Query i sits at position i = old length +
+// i. An error leaves the cache untouched.
+Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
+                     Workspace& tiled_scratch) {
+  const KVCacheConfig& c = cache.config();
+  const int32_t n = args.new_tokens;
+  AttentionArgs tiled = tiled_args(c, args);
+  if (c.dtype == CacheDType::kFloat16) {
+    const int64_t k_width = int64_t{c.num_kv_heads} * c.head_dim, v_width = int64_t{c.num_kv_heads} * c.v_dim();
+    const int64_t k_elements = int64_t{c.batch} * n * k_width, v_elements = int64_t{c.batch} * n * v_width;
+    if (!scratch.rounded_kv.reserve(static_cast<size_t>(k_elements + v_elements))) return Status::kOutOfMemory;
+    const bool rope = args.options.rope.enabled();
+    if (rope && !scratch.staged_q.reserve(size_t(c.batch) * n * args.options.num_heads * c.head_dim)) {
+      return Status::kOutOfMemory;
+    }
+    float* k = scratch.rounded_kv.data();
+    float* v = k + k_elements;
+    rotate_and_round_keys(c, args, k);
+    for (int32_t b = 0; b < c.batch; ++b)
+      for (int32_t t = 0; t < n; ++t) {
+        round_to_f16(args.v.data + b * args.v.batch_stride + t * args.v.row_stride, v + (int64_t{b} * n + t) * v_width, v_width);
+      }
+    tiled.k = dense_view(static_cast<const float*>(k), n, static_cast<int32_t>(k_width));
+    tiled.v = dense_view(static_cast<const float*>(v), n, static_cast<int32_t>(v_width));
+    if (rope) {
+      tiled.q = stage_rotated_q(cache, args, 0, scratch);
+      tiled.rope = RotaryTables{};
+    }
+  }
+  const Status run = parallel != nullptr ? parallel->run(tiled) : attention(tiled, tiled_scratch);
+  if (run != Status::kOk) return run;
+  if (test_seam::kEnabled) ++scratch.counters.tiled_prefills;
+  return cache.append(args.k, args.v, n, &args.options.rope);
+}
+
+Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
+  const KVCacheConfig& c = cache.config();
+  const CacheAttendOptions& o = args.options;
+  if (args.new_tokens <= 0) return Status::kNonPositiveDim;
+  if (o.num_heads <= 0 || o.num_heads % c.num_kv_heads != 0) return Status::kCacheHeadsMismatch;
+  if (args.q.data == nullptr || args.k.data == nullptr || args.v.data == nullptr || args.out.data == nullptr)
+    return Status::kNullPointer;
+  if (!std::isfinite(o.scale)) return Status::kBadScale;
+  if (o.window_left < -1 || o.window_right < -1 || !std::isfinite(o.softcap) || o.softcap < 0.0f)
+    return Status::kCacheBadOption;
+  if (o.alibi_slopes != nullptr) {
+    for (int32_t h = 0; h < o.num_heads; ++h)
+      if (!std::isfinite(o.alibi_slopes[h])) return Status::kCacheBadOption;
+  }
+  // (B, n, H*Dh) and (B, n, H*Dv) must stay below kMaxElements, as every tensor of the stateless call.
+  const double rows = double(c.batch) * args.new_tokens * o.num_heads;
+  if (rows * std::max(c.head_dim, c.v_dim()) >= double(kMaxElements)) return Status::kTooLarge;
+  const Status v3 = validate_cache_v3(cache, args);
+  if (v3 != Status::kOk) return v3;
+  if (args.new_tokens > c.capacity - cache.length()) return Status::kCacheFull;
+  return Status::kOk;
+}
+
+}  // namespace mha
