@@ -20,18 +20,6 @@ export const SKIPPED_CASES = Object.freeze({
   cache_ragged_f16_sinks_window_b2_h2: 'sequences of different lengths (docs/spec.md 4.6): attend has no newTokens yet',
 });
 
-/**
- * What the core says (mha::status_message of kNotInKernels, through the API's RangeError) while its fast
- * kernels do not compute vHeadDim != headDim, sinks and rope; the reference (attentionWeights) does. While
- * a call with those options gets exactly this refusal, the golden check of its output records the refusal
- * instead of comparing numbers; once the kernels compute them it compares by itself.
- */
-export const NOT_IN_KERNELS = "vHeadDim other than headDim, sinks and rope are not in this build's kernels yet";
-
-/** Whether case `c` sets an option of docs/spec.md 4.1, 4.4 or 4.5 that the kernels may still refuse. */
-export const needsKernels = (c) => (c.options?.vHeadDim !== undefined && c.options.vHeadDim !== c.headDim) ||
-  c.options?.sinks !== undefined || c.options?.rope !== undefined;
-
 /** Whether a case is one stateless call (every v1 case), not a sequence of KV-cache steps. */
 export const isStateless = (c) => (c.kind ?? 'stateless') === 'stateless';
 
@@ -251,21 +239,8 @@ export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
   const out64f32 = has('out64f32') ? await readRole(read, c, 'out64f32') : undefined;
   const half = out64 instanceof Uint16Array;
   const checkAnyOut = (out) => (half ? checkHalfOut(out, out64, out64f32, out32) : checkOut(out, out64, out32));
-  // A call the kernels refuse (NOT_IN_KERNELS) while they lack an option of the case: recorded as such.
-  const kernelCall = (what, call) => {
-    try {
-      return call();
-    } catch (error) {
-      if (!(needsKernels(c) && error instanceof RangeError && error.message.includes(NOT_IN_KERNELS))) throw error;
-      checks.push({ what: `${what}: refused by the core until its kernels compute ${Object.keys(c.options).filter((o) => ['vHeadDim', 'sinks', 'rope'].includes(o)).join(', ')}`,
-        pass: true, refused: true, problem: error.message });
-      return undefined;
-    }
-  };
   if (!isStateless(c)) {
-    const result = kernelCall(`KV cache (${c.cache.dtype}, steps ${c.cache.steps.join('+')})`, () => runCacheCase(mha, c, q, k, v, { rope }));
-    if (result === undefined) return { name: c.name, checks };
-    const { out, lengths } = result;
+    const { out, lengths } = runCacheCase(mha, c, q, k, v, { rope });
     onOutput(out);
     let total = 0;
     const expectedLengths = c.cache.steps.map((n) => (total += n));
@@ -275,8 +250,8 @@ export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
   }
 
   const lse = has('lse64') ? new Float32Array(c.batch * c.numHeads * c.seqLen) : undefined;
-  const out = kernelCall('multiHeadAttention', () => mha.multiHeadAttention(q, k, v, lse ? { ...options, lse } : options));
-  if (out !== undefined) {
+  const out = mha.multiHeadAttention(q, k, v, lse ? { ...options, lse } : options);
+  {
     onOutput(out);
     record(half ? 'multiHeadAttention binary16 out vs out64 and out64f32' : 'multiHeadAttention vs out64', checkAnyOut(out));
     if (lse) record('lse vs lse64', checkLse(lse, await readRole(read, c, 'lse64')));

@@ -35,14 +35,8 @@ UnitViews unit_views(const AttentionArgs& args, const KernelPlan& plan, const Wo
   };
 }
 
-Status validate_kernel_args(const AttentionArgs& args) {
-  const Status status = validate_args(args);
-  if (status != Status::kOk) return status;
-  return args.needs_reference() ? Status::kNotInKernels : Status::kOk;
-}
-
 Status attention(const AttentionArgs& args, Workspace& workspace, const KernelVariant& kernel) {
-  const Status status = validate_kernel_args(args);
+  const Status status = validate_args(args);
   if (status != Status::kOk) return status;
   const KernelPlan plan = kernel.plan(args);
   if (!workspace.reserve(plan.scratch.total)) return Status::kOutOfMemory;

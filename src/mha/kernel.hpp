@@ -109,10 +109,6 @@ KernelList kernel_variants();
 // The build's kernel: the first of kernel_variants().
 const KernelVariant& default_kernel();
 
-// validate_args, and kNotInKernels for the options that only the reference computes
-// (AttentionArgs::needs_reference, none since v0.3): what every driver of the kernels checks first.
-Status validate_kernel_args(const AttentionArgs& args);
-
 // All units of a call on the calling thread, with the scratch grown in `workspace` as needed
 // (kOutOfMemory if it cannot grow).
 Status attention(const AttentionArgs& args, Workspace& workspace, const KernelVariant& kernel = default_kernel());

@@ -222,7 +222,7 @@ Status ParallelAttention::run(const AttentionArgs& args) {
 
 Status ParallelAttention::begin(const AttentionArgs& args) {
   if (pending() == ThreadPool::kMaxLoops) join();
-  const Status status = validate_kernel_args(args);
+  const Status status = validate_args(args);
   if (status != Status::kOk) return status;
   const KernelPlan plan = kernel_->plan(args);
   const bool parallel =

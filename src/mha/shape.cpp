@@ -34,7 +34,6 @@ const char* status_name(Status status) {
     case Status::kBadRotaryDim: return "bad rope tables or rotary_dim";
     case Status::kRopePosition: return "position past the rope tables";
     case Status::kBadStage: return "bad score stage";
-    case Status::kNotInKernels: return "option computed by the reference only";
   }
   return "unknown status";
 }
@@ -69,7 +68,6 @@ const char* status_message(Status status) {
     case Status::kBadRotaryDim: return "rope needs cos and sin tables and an even rotaryDim in [2, headDim]";
     case Status::kRopePosition: return "a query or key position is not below the rope tables' row count";
     case Status::kBadStage: return "stage must be 'scaled', 'softcapped', 'biased' or 'softmax'";
-    case Status::kNotInKernels: return "vHeadDim other than headDim, sinks and rope are not in this build's kernels yet";
   }
   return nullptr;
 }

@@ -44,9 +44,8 @@ enum class Status : int32_t {
   kBadRotaryDim = 24,        // rotary_dim odd, < 2 or > Dh, or rope tables missing
   kRopePosition = 25,        // a query or key position is not below the rope tables' rows
   kBadStage = 26,            // attention_weights: no such score stage
-  kNotInKernels = 27,        // an option only the reference computes so far (Dv != Dh, sinks, rope)
 };
-constexpr Status kLastStatus = Status::kNotInKernels;  // every number in [0, kLastStatus] is a Status
+constexpr Status kLastStatus = Status::kBadStage;  // every number in [0, kLastStatus] is a Status
 
 const char* status_name(Status status);
 
@@ -162,10 +161,6 @@ struct AttentionArgs {
   float* lse = nullptr;                 // (B, H, S) output, natural log; nullptr = not wanted
   const float* sinks = nullptr;         // (H) finite logits without a value row; nullptr = none
   RotaryTables rope;
-
-  // The options that only the reference computes (kernels refuse them: kNotInKernels). None since every
-  // kernel computes Dv != Dh, sinks and rope (v0.3); kept so that a future option can start there.
-  bool needs_reference() const { return false; }
 
   // Whether the visible keys of a row depend on the row (causal or a bounded window).
   bool ranged() const { return causal || window_left >= 0 || window_right >= 0; }

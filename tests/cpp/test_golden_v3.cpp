@@ -1,5 +1,5 @@
 // The v3 golden vectors (tests/golden/v3: docs/spec.md Part 4, made by tests/golden/generate.py) against
-// the reference, and every kernel variant on the cases it computes. Float16 cases are read widened
+// the reference and every kernel variant. Float16 cases are read widened
 // exactly to float32; their float32 result, rounded once more to binary16, is within one binary16 step
 // of out64 rounded from float64.
 #include <catch2/catch.hpp>
@@ -91,7 +91,7 @@ TEST_CASE("golden v3: the reference matches PyTorch on every stateless case (out
   CHECK(worst_out < 0.1);
 }
 
-TEST_CASE("golden v3: every kernel variant matches PyTorch on the cases it computes, and refuses the others", "[golden][v3][kernels]") {
+TEST_CASE("golden v3: every kernel variant matches PyTorch on every stateless case (out, lse)", "[golden][v3][kernels]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   mha::Workspace workspace;
@@ -104,10 +104,6 @@ TEST_CASE("golden v3: every kernel variant matches PyTorch on the cases it compu
     g.args.out = g.out_view(out);
     g.args.lse = lse.data();
     const mha::Status status = mha::attention(g.args, workspace, kernel);
-    if (g.args.needs_reference()) {
-      REQUIRE(status == mha::Status::kNotInKernels);
-      continue;
-    }
     REQUIRE(status == mha::Status::kOk);
     const double ratio = mha_test::error_ratio(out, g);
     REQUIRE(ratio <= 1.0);
@@ -118,5 +114,5 @@ TEST_CASE("golden v3: every kernel variant matches PyTorch on the cases it compu
   }
   WARN("kernel " << kernel.name << " over the v3 stateless set: " << computed << " cases, worst out error / tolerance "
                  << worst_out << ", lse " << worst_lse);
-  CHECK(computed >= 4);
+  CHECK(computed >= 18);
 }

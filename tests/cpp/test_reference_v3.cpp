@@ -307,5 +307,4 @@ TEST_CASE("reference v3: bad options are statuses; the kernels refuse what they 
   CHECK(mha::attention(q.args(), workspace) == Status::kOk);
   q.base.shape.v_head_dim = -1;
   CHECK(mha::reference_attention(q.args()) == Status::kBadVHeadDim);
-  CHECK(std::string(mha::status_message(Status::kNotInKernels)).find("sinks") != std::string::npos);
 }

@@ -78,9 +78,6 @@ function tooLarge(c: CacheConfig, bytes: number, why = 'more than it can provide
     `and values, ${why}`);
 }
 
-/** kNotInKernels (src/mha/shape.hpp): an option this build's core does not compute yet. */
-const NOT_IN_KERNELS = 27;
-
 /** Creates the C++ cache of a checked config and returns its id. */
 export function createCache(host: CacheHost, config: CacheConfig): number {
   const { wasm, arena } = host;
@@ -89,7 +86,6 @@ export function createCache(host: CacheHost, config: CacheConfig): number {
   const c = config;
   const status = wasm._mha_kv_cache_create(c.batch, c.numKvHeads, c.headDim, c.capacity, c.dtype === 'float16' ? 1 : 0, valueDimOf(c),
     idAt);
-  if (status === NOT_IN_KERNELS) checkStatus(wasm, 'createKVCache', status);
   // The dims passed the checks above, so what the core can still refuse is the memory (the heap cannot grow
   // that far, or the size check): said with the bytes and the core's own message.
   if (status !== 0) throw tooLarge(c, cacheBytes(wasm, c), `which the wasm core refused: ${wasm.statusMessage(status)}`);
