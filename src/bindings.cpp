@@ -14,6 +14,7 @@
 
 #include "call_abi.hpp"
 #include "mha/decode.hpp"
+#include "mha/f16_tensor.hpp"
 #include "mha/kernel.hpp"
 #include "mha/heads.hpp"
 #include "mha/kv_cache.hpp"
@@ -163,6 +164,15 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_attention_weights(uintptr_t call_address) {
   const auto args = make_args(call, 0, 0);
   return static_cast<int32_t>(
       mha::reference_attention_weights(args, at<float>(call.out), static_cast<mha::ScoreStage>(call.stage)));
+}
+
+// float16 tensors (docs/spec.md 4.2), in place over one staging slot (f16_tensor.hpp says how far apart
+// the two may start): n binary16 values at `halves` widened to float32 at `floats`, and back, rounded once.
+EMSCRIPTEN_KEEPALIVE void mha_widen_halves(uintptr_t halves, uintptr_t floats, int32_t n) {
+  mha::widen_halves(at<const uint16_t>(halves), at<float>(floats), n);
+}
+EMSCRIPTEN_KEEPALIVE void mha_narrow_floats(uintptr_t floats, uintptr_t halves, int32_t n) {
+  mha::narrow_floats(at<const float>(floats), at<uint16_t>(halves), n);
 }
 
 EMSCRIPTEN_KEEPALIVE int32_t mha_split_heads(uintptr_t x, uintptr_t xh, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {

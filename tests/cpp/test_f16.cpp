@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mha/f16.hpp"
+#include "mha/f16_tensor.hpp"
 
 namespace {
 
@@ -213,3 +214,40 @@ TEST_CASE("f16 SIMD: encode equals the scalar encode on random bit patterns and 
   CHECK(flagged);
 }
 #endif
+
+TEST_CASE("f16 tensors: widen_halves and narrow_floats equal decode and encode, in place and out of place, every length",
+          "[f16]") {
+  // Every binary16 code, then floats around every rounding boundary and the specials.
+  std::vector<uint16_t> codes(65536);
+  for (uint32_t h = 0; h < 65536; ++h) codes[h] = static_cast<uint16_t>(h);
+  std::vector<float> floats;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (int i = 0; i < 20000; ++i) floats.push_back(std::ldexp(unit(rng), int(rng() % 60) - 30));
+  for (float x : {0.0f, -0.0f, 65504.0f, 65520.0f, -65520.0f, 1e-8f, 2.98e-8f, std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()})
+    floats.push_back(x);
+  for (const size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(23), codes.size()}) {
+    INFO("n = " << n);
+    std::vector<float> out(n);
+    mha::widen_halves(codes.data(), out.data(), int64_t(n));
+    for (size_t i = 0; i < n; ++i) {
+      const float want = mha::f16::decode(codes[i]);
+      REQUIRE((std::memcmp(&out[i], &want, 4) == 0 || (std::isnan(out[i]) && std::isnan(want))));
+    }
+    // In place: the halves in the upper half of the float slot, as web/src/staging.ts stages them.
+    std::vector<float> slot(n + 1);
+    std::memcpy(reinterpret_cast<char*>(slot.data()) + 2 * n, codes.data(), 2 * n);
+    mha::widen_halves(reinterpret_cast<const uint16_t*>(reinterpret_cast<char*>(slot.data()) + 2 * n), slot.data(), int64_t(n));
+    for (size_t i = 0; i < n; ++i) REQUIRE((std::memcmp(&slot[i], &out[i], 4) == 0));
+  }
+  for (const size_t n : {size_t(1), size_t(8), size_t(13), floats.size()}) {
+    INFO("n = " << n);
+    std::vector<uint16_t> halves(n);
+    mha::narrow_floats(floats.data(), halves.data(), int64_t(n));
+    for (size_t i = 0; i < n; ++i) REQUIRE(halves[i] == mha::f16::encode(floats[i]));
+    std::vector<float> in_place(floats.begin(), floats.begin() + long(n));
+    mha::narrow_floats(in_place.data(), reinterpret_cast<uint16_t*>(in_place.data()), int64_t(n));
+    REQUIRE(std::memcmp(in_place.data(), halves.data(), 2 * n) == 0);
+  }
+}

@@ -1,60 +1,7 @@
-// IEEE binary16 tensors (docs/spec.md 4.2): the exact widening of binary16 bits to float32 as they are
-// staged into the wasm heap, and the one rounding of a float32 result to binary16 (nearest even, overflow
-// to ±Infinity, NaN stays NaN) as it is copied out. The package's only float16 code; no wasm is involved.
+// IEEE binary16 tensors (docs/spec.md 4.2) as the API takes them: Uint16Array bits or the engine's
+// Float16Array, viewed as bits. The widening to float32 as they are staged and the one rounding of a
+// result to binary16 run in the core (src/mha/f16_tensor.hpp), called by staging.ts.
 import type { Float16Tensor } from './types.js';
-
-/** float32 value of every binary16 bit pattern, built on first use (256 KiB). */
-let widened: Float32Array | undefined;
-
-function widenTable(): Float32Array {
-  if (widened !== undefined) return widened;
-  const table = new Float32Array(65536);
-  const bits = new Uint32Array(table.buffer);
-  for (let h = 0; h < 65536; h++) {
-    const sign = (h & 0x8000) << 16;
-    const exponent = (h >>> 10) & 0x1f;
-    const mantissa = h & 0x3ff;
-    if (exponent === 0x1f) bits[h] = sign | 0x7f800000 | (mantissa << 13);  // ±Infinity, NaN (payload kept)
-    else if (exponent !== 0) bits[h] = sign | ((exponent + 112) << 23) | (mantissa << 13);
-    else table[h] = (sign !== 0 ? -1 : 1) * mantissa * 2 ** -24;  // zero and subnormals, exact
-  }
-  widened = table;
-  return table;
-}
-
-/** The binary16 bits nearest (ties to even) to the float32 whose bits are `x`; ±Infinity past 65504. */
-export function float32BitsToFloat16(x: number): number {
-  const sign = (x >>> 16) & 0x8000;
-  const exponent = (x >>> 23) & 0xff;
-  let mantissa = x & 0x7fffff;
-  if (exponent === 0xff) return sign | 0x7c00 | (mantissa !== 0 ? 0x200 | (mantissa >>> 13) : 0);
-  const e = exponent - 112;  // the binary16 exponent field
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;  // below 2^-25: rounds to ±0
-    mantissa |= 0x800000;
-    const shift = 14 - e;
-    const kept = mantissa >>> shift;
-    const rest = mantissa & ((1 << shift) - 1);
-    const middle = 1 << (shift - 1);
-    return sign | (rest > middle || (rest === middle && (kept & 1) !== 0) ? kept + 1 : kept);
-  }
-  const half = (e << 10) | (mantissa >>> 13);
-  const rest = mantissa & 0x1fff;
-  // A carry out of the mantissa steps the exponent (up to Infinity, 0x7c00): still the nearest.
-  return sign | (rest > 0x1000 || (rest === 0x1000 && (half & 1) !== 0) ? half + 1 : half);
-}
-
-/** heap[at + i] = the float32 value of the binary16 bits source[start + i], for i in [0, length). */
-export function widenInto(heap: Float32Array, at: number, source: Uint16Array, start: number, length: number): void {
-  const table = widenTable();
-  for (let i = 0; i < length; i++) heap[at + i] = table[source[start + i]!]!;
-}
-
-/** target[start + i] = bits[from + i] (float32 bits) rounded once to binary16, for i in [0, length). */
-export function roundInto(target: Uint16Array, start: number, bits: Int32Array, from: number, length: number): void {
-  for (let i = 0; i < length; i++) target[start + i] = float32BitsToFloat16(bits[from + i]!);
-}
 
 /** The engine's Float16Array constructor (ES2025), or undefined where it has none (Node 20, older engines). */
 export const Float16ArrayCtor: (new (buffer: ArrayBufferLike, byteOffset: number, length: number) => ArrayBufferView & { length: number }) |

@@ -42,14 +42,13 @@ interface StagedCall {
  */
 function stageGroup(wasm: MhaWasmModule, L: CallLayout, callAt: number, plan: AttentionStaging, c: StagedCall, b0: number,
   items: number, set: number): void {
-  const heap = wasm.HEAPF32;
-  const qAddress = place(heap, c.qIn, c.qOffset, b0 * c.qPer, items * c.qPer, plan.qAt(set));
-  const kAddress = plan.kIsQ ? qAddress : place(heap, c.kIn, c.kOffset, b0 * c.kvPer, items * c.kvPer, plan.kAt(set));
+  const qAddress = place(wasm, c.qIn, c.qOffset, b0 * c.qPer, items * c.qPer, plan.qAt(set));
+  const kAddress = plan.kIsQ ? qAddress : place(wasm, c.kIn, c.kOffset, b0 * c.kvPer, items * c.kvPer, plan.kAt(set));
   const vAddress = plan.vIsK ? kAddress : plan.vIsQ ? qAddress
-    : place(heap, c.vIn, c.vOffset, b0 * c.vPer, items * c.vPer, plan.vAt(set));
+    : place(wasm, c.vIn, c.vOffset, b0 * c.vPer, items * c.vPer, plan.vAt(set));
   if (c.mask) copyIn(wasm.HEAPU8, c.mask, c.maskOffset, b0 * c.maskPer, items * c.maskPer, plan.maskAt(set));
   const biasAddress = plan.biasSliced
-    ? place(heap, c.biasIn!, c.biasOffset, b0 * c.biasPer, items * c.biasPer, plan.biasAt(set)) : c.wholeBias;
+    ? place(wasm, c.biasIn!, c.biasOffset, b0 * c.biasPer, items * c.biasPer, plan.biasAt(set)) : c.wholeBias;
   const lse = c.lseIn;
   writeCallOperands(wasm, L, callAt, qAddress, kAddress, vAddress,
     typeof c.outIn === 'number' ? c.outIn + b0 * c.outPer * 4 : plan.outAt(set), c.mask ? plan.maskAt(set) : 0, biasAddress,
@@ -213,7 +212,7 @@ export class WasmMHA implements MHA, CacheHost {
     if (model.alibiSlopes) wasm.HEAPF32.set(model.alibiSlopes, alibiSlopesAt >>> 2);
     if (model.sinks) wasm.HEAPF32.set(model.sinks, sinksAt >>> 2);
     if (model.rope) stageRope(wasm.HEAPF32, model.rope, model.ropeRows, ropeCosAt, ropeSinAt);
-    const wholeBias = biasIn === undefined || biasSliced ? 0 : place(wasm.HEAPF32, biasIn, biasOffset, 0, biasPer, plan.biasAt(0));
+    const wholeBias = biasIn === undefined || biasSliced ? 0 : place(wasm, biasIn, biasOffset, 0, biasPer, plan.biasAt(0));
     writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? alibiSlopesAt : 0, model.sinks ? sinksAt : 0,
       model.rope ? ropeCosAt : 0, model.rope ? ropeSinAt : 0);
     const staged: StagedCall = {
@@ -344,7 +343,7 @@ export class WasmMHA implements MHA, CacheHost {
     copyIn(heap, qIn, qOffset, 0, qLength, qAt);
     copyIn(heap, kIn, kOffset, 0, kLength, kAt);
     if (mask) copyIn(wasm.HEAPU8, mask, maskOffset, 0, mask.length, maskAt);
-    const biasAddress = biasIn === undefined ? 0 : place(heap, biasIn, biasOffset, 0, biasLength, biasAt);
+    const biasAddress = biasIn === undefined ? 0 : place(wasm, biasIn, biasOffset, 0, biasLength, biasAt);
     if (kvLengths) wasm.HEAP32.set(kvLengths, kvLengthsAt >>> 2);
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
     if (sinks) heap.set(sinks, sinksAt >>> 2);

@@ -198,9 +198,9 @@ export class WasmKVCache implements KVCache {
     const heap = wasm.HEAPF32;
     const i32 = wasm.HEAP32;
     const at = callAt >>> 2;
-    const qAddress = place(heap, qIn, qOffset, 0, qLength, qAt);
-    const kAddress = place(heap, kIn, kOffset, 0, kvLength, kAt);
-    const vAddress = place(heap, vIn, vOffset, 0, vLength, vAt);
+    const qAddress = place(wasm, qIn, qOffset, 0, qLength, qAt);
+    const kAddress = place(wasm, kIn, kOffset, 0, kvLength, kAt);
+    const vAddress = place(wasm, vIn, vOffset, 0, vLength, vAt);
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
     if (sinks) heap.set(sinks, sinksAt >>> 2);
     if (rope) stageRope(heap, rope, ropeRows, cosAt, sinAt);

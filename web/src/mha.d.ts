@@ -11,6 +11,10 @@ export interface MhaWasmModule {
   _mha_attention_begin(call: number): number;
   _mha_attention_join(): void;
   _mha_attention_weights(call: number): number;
+  // float16 tensors: n binary16 values widened to float32 (in place: halves may sit in the upper half of
+  // the floats' slot), and float32 rounded once to binary16 (in place: halves may be floats).
+  _mha_widen_halves(halves: number, floats: number, n: number): void;
+  _mha_narrow_floats(floats: number, halves: number, n: number): void;
   _mha_split_heads(x: number, xh: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
   _mha_merge_heads(xh: number, x: number, batch: number, seqLen: number, dModel: number, numHeads: number): number;
   // The KV cache (src/bindings.cpp): caches are uint32 ids of the instance's registry. dtype 0 = float32,
