@@ -70,7 +70,7 @@ mha::Status call_status(const AttentionCallAbi& call, bool weights) {
 template <typename Call>
 mha::RotaryTables rotary_tables(const Call& call) {
   return mha::RotaryTables{at<const float>(call.rope_cos), at<const float>(call.rope_sin), call.rope_positions,
-                           call.rope_rotary_dim, call.rope_interleaved != 0};
+                           call.rope_rotary_dim, call.rope_interleaved != 0, call.rope_first_position};
 }
 
 // q (B, S, D), k (B, T, Hkv*Dh), v (B, T, Hkv*Dv), out (B, S, H*Dv), bias [bias_batch, bias_heads, S, T] with zero

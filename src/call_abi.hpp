@@ -21,7 +21,8 @@
   X(uint32_t, rope_sin, "0 = no rope; float32 (rope_positions, rope_rotary_dim / 2)")                   \
   X(int32_t, rope_positions, "P, the rows of the rope tables (0 without rope)")                         \
   X(int32_t, rope_rotary_dim, "even, in [2, Dh] (0 without rope)")                                      \
-  X(int32_t, rope_interleaved, "0 = rotate_half pairs, 1 = interleaved pairs")
+  X(int32_t, rope_interleaved, "0 = rotate_half pairs, 1 = interleaved pairs")                        \
+  X(int32_t, rope_first_position, "the position of the tables' first row (a cache attend: the old length)")
 
 // One attention call as web/src writes it into the instance's staging arena; mha_attention,
 // mha_attention_begin and mha_attention_weights read it, so a new option adds a field instead of changing

@@ -22,7 +22,10 @@ Status validate_cache_v3(const KVCache& cache, const CacheAttendArgs& args) {
   if (rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > cache.config().head_dim) {
     return Status::kBadRotaryDim;
   }
-  if (int64_t{cache.length()} + args.new_tokens > rope.positions) return Status::kRopePosition;
+  if (int64_t{cache.length()} + args.new_tokens > rope.positions || rope.first_position < 0 ||
+      rope.first_position > cache.length()) {
+    return Status::kRopePosition;
+  }
   return Status::kOk;
 }
 

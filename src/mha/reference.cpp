@@ -29,7 +29,7 @@ int64_t query_position(const ReferenceRow& row) { return int64_t{row.visibility.
 // The row's q rotated at its position into rotated_q (Dh doubles); nullptr without rope (q is read as is).
 const double* rotate_query(const ReferenceRow& row, double* rotated_q) {
   if (!row.rope.enabled()) return nullptr;
-  const int64_t table_row = query_position(row) * (row.rope.rotary_dim / 2);
+  const int64_t table_row = row.rope.row_offset(query_position(row));
   for (int32_t d = 0; d < row.head_dim; ++d) {
     rotated_q[d] = rotated(row.q_row, d, row.rope.cos + table_row, row.rope.sin + table_row, row.rope);
   }
@@ -43,7 +43,7 @@ double scaled_dot(const ReferenceRow& row, const double* rotated_q, int32_t j) {
   if (rotated_q == nullptr) {
     for (int32_t d = 0; d < row.head_dim; ++d) dot += double{row.q_row[d]} * double{k_row[d]};
   } else {
-    const int64_t table_row = int64_t{j} * (row.rope.rotary_dim / 2);
+    const int64_t table_row = row.rope.row_offset(j);
     const float* c = row.rope.cos + table_row;
     const float* s = row.rope.sin + table_row;
     for (int32_t d = 0; d < row.head_dim; ++d) dot += rotated_q[d] * rotated(k_row, d, c, s, row.rope);

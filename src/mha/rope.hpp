@@ -15,8 +15,8 @@ namespace mha {
 // module for every caller (it runs once per packed row, beside a whole row of dot products).
 [[gnu::noinline]] inline void rotate_head(float* x, int64_t stride, const RotaryTables& rope, int64_t position) {
   const int32_t half = rope.rotary_dim / 2;
-  const float* c = rope.cos + position * half;
-  const float* s = rope.sin + position * half;
+  const float* c = rope.cos + rope.row_offset(position);
+  const float* s = rope.sin + rope.row_offset(position);
   for (int32_t r = 0; r < half; ++r) {
     const int64_t i0 = (rope.interleaved ? 2 * r : r) * stride;
     const int64_t i1 = (rope.interleaved ? 2 * r + 1 : r + half) * stride;

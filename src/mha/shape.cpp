@@ -137,7 +137,7 @@ Status validate_rope(const AttentionArgs& args) {
   if (!rope.enabled() && rope.sin == nullptr) return Status::kOk;
   const int32_t dh = args.shape.head_dim();
   if (rope.cos == nullptr || rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 ||
-      rope.rotary_dim > dh || rope.positions < 0) {
+      rope.rotary_dim > dh || rope.positions < 0 || rope.first_position != 0) {
     return Status::kBadRotaryDim;
   }
   if (int64_t{rope.positions} * (rope.rotary_dim / 2) >= kMaxElements) return Status::kTooLarge;

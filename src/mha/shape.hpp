@@ -118,13 +118,18 @@ struct BiasView {
 // (interleaved: (x[2r], x[2r + 1])) turned into (a*c - b*s, b*c + a*s), c = cos[p, r], s = sin[p, r];
 // entries from rotary_dim on stay. q rows rotate at their position p_i, k rows at j; v never rotates.
 struct RotaryTables {
-  const float* cos = nullptr;  // (positions, rotary_dim / 2); nullptr = no rope
-  const float* sin = nullptr;  // (positions, rotary_dim / 2)
-  int32_t positions = 0;       // P
+  const float* cos = nullptr;  // (positions - first_position, rotary_dim / 2); nullptr = no rope
+  const float* sin = nullptr;  // (positions - first_position, rotary_dim / 2)
+  int32_t positions = 0;       // P: one past the last position the tables hold
   int32_t rotary_dim = 0;      // even, in [2, Dh]
   bool interleaved = false;
+  // The position of the tables' first row: 0 for a stateless call (its keys start at 0); a cache attend
+  // passes only the rows of its new tokens, [length, length + n), so a decode step copies n rows, not P.
+  int32_t first_position = 0;
 
   bool enabled() const { return cos != nullptr; }
+  // Row `position` of cos and sin (first_position <= position < positions, checked by the callers).
+  int64_t row_offset(int64_t position) const { return (position - first_position) * (rotary_dim / 2); }
 };
 
 // What a row with no visible key (or only -inf scores) yields: NaN (PyTorch <= 2.4) or 0 (SDPA >= 2.5).

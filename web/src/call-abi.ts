@@ -84,6 +84,7 @@ export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number,
   i32[base + L.rope_positions] = m.rope ? m.ropeRows : 0;
   i32[base + L.rope_rotary_dim] = m.rope ? m.rope.rotaryDim : 0;
   i32[base + L.rope_interleaved] = m.rope?.interleaved ? 1 : 0;
+  i32[base + L.rope_first_position] = 0;  // a stateless call's tables start at position 0
   i32[base + L.stage] = stage;
 }
 

@@ -211,7 +211,7 @@ export class WasmMHA implements MHA, CacheHost {
     if (model.kvLengths) wasm.HEAP32.set(model.kvLengths, kvLengthsAt >>> 2);
     if (model.alibiSlopes) wasm.HEAPF32.set(model.alibiSlopes, alibiSlopesAt >>> 2);
     if (model.sinks) wasm.HEAPF32.set(model.sinks, sinksAt >>> 2);
-    if (model.rope) stageRope(wasm.HEAPF32, model.rope, model.ropeRows, ropeCosAt, ropeSinAt);
+    if (model.rope) stageRope(wasm.HEAPF32, model.rope, 0, model.ropeRows, ropeCosAt, ropeSinAt);
     const wholeBias = biasIn === undefined || biasSliced ? 0 : place(wasm, biasIn, biasOffset, 0, biasPer, plan.biasAt(0));
     writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? alibiSlopesAt : 0, model.sinks ? sinksAt : 0,
       model.rope ? ropeCosAt : 0, model.rope ? ropeSinAt : 0);
@@ -347,7 +347,7 @@ export class WasmMHA implements MHA, CacheHost {
     if (kvLengths) wasm.HEAP32.set(kvLengths, kvLengthsAt >>> 2);
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
     if (sinks) heap.set(sinks, sinksAt >>> 2);
-    if (rope) stageRope(heap, rope, ropeRows, cosAt, sinAt);
+    if (rope) stageRope(heap, rope, 0, ropeRows, cosAt, sinAt);
     writeCallOptions(wasm, this.callLayout, callAt, call, alibiSlopes ? alibiAt : 0, sinks ? sinksAt : 0, rope ? cosAt : 0,
       rope ? sinAt : 0, stage);
     writeCallOperands(wasm, this.callLayout, callAt, qAt, kAt, 0, wAt, mask ? maskAt : 0, biasAddress,

@@ -180,13 +180,13 @@ export class WasmKVCache implements KVCache {
       throw new RangeError(`${fn}: k: ${n} new tokens would pass the cache's capacity: length ${this.#length} + ${n} > ` +
         `capacity ${c.capacity} (nothing was stored; truncate() or a larger cache makes room)`);
     }
-    // The call's queries and new keys are at positions [length, length + n).
+    // The call's queries and new keys are at positions [length, length + n): only those rows are staged.
     const ropeRows = this.#length + n;
     if (rope) checkRopeRows(fn, rope, ropeRows, () => `the last new token's, length + n - 1 = ${this.#length} + ${n} - 1`,
       'nothing was stored');
 
     const staged = (operand: Operand | undefined, length: number) => (typeof operand === 'number' ? 0 : length * 4);
-    const ropeBytes = rope ? ropeRows * rope.half * 4 : 0;
+    const ropeBytes = rope ? n * rope.half * 4 : 0;
     const sizes = [staged(qIn, qLength), staged(kIn, kvLength), staged(vIn, vLength), staged(outIn, outLength),
       alibiSlopes ? alibiSlopes.byteLength : 0, sinks ? sinks.byteLength : 0, ropeBytes, ropeBytes];
     // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
@@ -203,7 +203,7 @@ export class WasmKVCache implements KVCache {
     const vAddress = place(wasm, vIn, vOffset, 0, vLength, vAt);
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
     if (sinks) heap.set(sinks, sinksAt >>> 2);
-    if (rope) stageRope(heap, rope, ropeRows, cosAt, sinAt);
+    if (rope) stageRope(heap, rope, this.#length, ropeRows, cosAt, sinAt);
     i32[at + L.cache] = this.#id | 0;  // a uint32 id in an int32 view
     i32[at + L.q] = qAddress;
     i32[at + L.k] = kAddress;
@@ -224,6 +224,7 @@ export class WasmKVCache implements KVCache {
     i32[at + L.rope_positions] = rope ? ropeRows : 0;
     i32[at + L.rope_rotary_dim] = rope ? rope.rotaryDim : 0;
     i32[at + L.rope_interleaved] = rope?.interleaved ? 1 : 0;
+    i32[at + L.rope_first_position] = rope ? this.#length : 0;
     checkStatus(wasm, fn, wasm._mha_kv_cache_attend(callAt));
     this.#length += n;
     if (typeof outIn === 'number') return (outValue as HeapTensor).data;

@@ -358,9 +358,9 @@ export class AttentionStaging {
   get ropeSinAt(): number { return this.at[Slot.ropeSin]!; }
 }
 
-/** Copies rows [0, rows) of the rope tables into the staging slots at byte addresses `cosAt` and `sinAt`. */
-export function stageRope(heap: Float32Array, rope: Rope, rows: number, cosAt: number, sinAt: number): void {
-  const entries = rows * rope.half;
-  heap.set(entries === rope.cos.length ? rope.cos : rope.cos.subarray(0, entries), cosAt >>> 2);
-  heap.set(entries === rope.sin.length ? rope.sin : rope.sin.subarray(0, entries), sinAt >>> 2);
+/** Copies rows [fromRow, toRow) of the rope tables into the staging slots at byte addresses `cosAt` and `sinAt`. */
+export function stageRope(heap: Float32Array, rope: Rope, fromRow: number, toRow: number, cosAt: number, sinAt: number): void {
+  const [begin, end] = [fromRow * rope.half, toRow * rope.half];
+  heap.set(begin === 0 && end === rope.cos.length ? rope.cos : rope.cos.subarray(begin, end), cosAt >>> 2);
+  heap.set(begin === 0 && end === rope.sin.length ? rope.sin : rope.sin.subarray(begin, end), sinAt >>> 2);
 }
