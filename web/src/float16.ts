@@ -1,7 +1,7 @@
 // IEEE binary16 tensors (docs/spec.md 4.2) as the API takes them: Uint16Array bits or the engine's
 // Float16Array, viewed as bits. The widening to float32 as they are staged and the one rounding of a
 // result to binary16 run in the core (src/mha/f16_tensor.hpp), called by staging.ts.
-import type { Float16Tensor } from './types.js';
+import type { Float16Tensor } from './tensor-types.js';
 
 /** The engine's Float16Array constructor (ES2025), or undefined where it has none (Node 20, older engines). */
 export const Float16ArrayCtor: (new (buffer: ArrayBufferLike, byteOffset: number, length: number) => ArrayBufferView & { length: number }) |

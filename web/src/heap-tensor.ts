@@ -7,7 +7,7 @@ import type { MhaWasmModule } from './mha.js';
 import { bitsView, isFloat16Array } from './float16.js';
 import { copyOut } from './staging.js';
 import type { Rope } from './attention-options.js';
-import type { HeapTensor } from './types.js';
+import type { HeapTensor } from './tensor-types.js';
 import { checkFloat32, checkNotDetached } from './validate.js';
 
 /** The HeapTensor of the public API: `length` float32 elements at a 16-byte aligned address of one instance's heap. */

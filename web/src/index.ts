@@ -14,10 +14,10 @@
  * @packageDocumentation
  */
 export type {
-  CreateOptions, MHAInfo, BuildName, HeadShape, AttentionBaseOptions, AttentionWeightsOptions, AttentionOptions, HeapTensor, MHA,
-  KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions, Float16ArrayLike, Float16Tensor, RopeOptions, TensorDType, TensorIn,
-  TensorOut,
+  CreateOptions, MHAInfo, BuildName, HeadShape, AttentionBaseOptions, AttentionWeightsOptions, AttentionOptions, MHA,
+  KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions,
 } from './types.js';
+export type { Float16ArrayLike, Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 export type { RopeTables, RopeTablesOptions } from './rope.js';
 export { createMHA, version } from './create.js';
 export { ropeTables } from './rope.js';

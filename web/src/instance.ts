@@ -16,8 +16,8 @@ import type { Operand } from './staging.js';
 import { checkCacheOptions, createCache, WasmKVCache } from './kv-cache.js';
 import type { CacheHost } from './kv-cache.js';
 import { checkStatus } from './status.js';
-import type { AttentionOptions, AttentionWeightsOptions, BuildName, Float16Tensor, HeadShape, HeapTensor, KVCache, KVCacheOptions,
-  MHA, MHAInfo, TensorDType, TensorIn, TensorOut } from './types.js';
+import type { AttentionOptions, AttentionWeightsOptions, BuildName, HeadShape, KVCache, KVCacheOptions, MHA, MHAInfo } from './types.js';
+import type { Float16Tensor, HeapTensor, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 import { ATTENTION_KEYS, checkDim, checkDims, checkOptionsObject, HEAD_KEYS, MAX_ELEMENTS, outFormula, qFormula,
   WEIGHTS_KEYS } from './validate.js';
 

@@ -13,8 +13,8 @@ import type { MhaWasmModule } from './mha.js';
 import { byteOffsetOf, copyResult, layout, place, StagingArena, stageRope, totalBytes, unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
 import { checkStatus } from './status.js';
-import type { Float16Tensor, HeapTensor, KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions, TensorDType,
-  TensorIn, TensorOut } from './types.js';
+import type { KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions } from './types.js';
+import type { Float16Tensor, HeapTensor, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 import { checkDim, checkOptionsObject } from './validate.js';
 
 export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype', 'vHeadDim'] as const;
