@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "mha/f16_tensor.hpp"
 #include "mha/rope.hpp"
 
 #if MHA_F16_SIMD
@@ -71,20 +72,14 @@ Status validate_cache_config(const KVCacheConfig& c) {
 }
 
 void round_to_f16(const float* x, float* y, int64_t count) {
-  int64_t i = 0;
-#if MHA_F16_SIMD
-  const f16::simd::Constants constants;
-  alignas(16) uint16_t halves[8];
-  for (; i + 8 <= count; i += 8) {
-    encode8(f16::simd::VecF::load_unaligned(x + i), f16::simd::VecF::load_unaligned(x + i + 4), halves);
-    f16::simd::VecF lo, hi;
-    f16::simd::load8<true, false>(halves, lo, hi, constants);
-    lo.store_unaligned(y + i);
-    hi.store_unaligned(y + i + 4);
+  // Through the float16 tensors' codec (f16_tensor.hpp), a chunk at a time: narrowed, then widened back
+  // (the same encoder and decoder as the stored halves, so exactly the values append stores). y may be x.
+  uint16_t halves[256];
+  for (int64_t i = 0; i < count; i += 256) {
+    const int64_t n = std::min<int64_t>(256, count - i);
+    narrow_floats(x + i, halves, n);
+    widen_halves(halves, y + i, n);
   }
-#endif
-  bool specials = false;  // unused: the rounded copy only needs the values (encode_half keeps one encoder)
-  for (; i < count; ++i) y[i] = f16::decode(encode_half(x[i], specials));
 }
 
 KVCache::KVCache(const KVCacheConfig& config)
