@@ -1,12 +1,18 @@
 // tiny-gpt runner: loads config.json + model.safetensors and runs the decoder of issue 17 in plain JS, with
-// attention delegated to a pluggable backend (attention-backends.mjs, on mha-wasm). Plain ESM whose only
-// import is the project's seeded PRNG (scripts/lib/prng.mjs, itself import-free), so the same file runs in
-// Node, in a page and in a Worker.
+// attention delegated to a pluggable backend (attention-backends.mjs, on mha-wasm). Plain ESM importing
+// only the code that every runner of models/ shares (models/lib: safetensors, the dense products, the
+// generation loop), itself free of Node imports, so the same file runs in Node, in a page and in a Worker.
 //
 // Shapes, with the letters of docs/spec.md (batch B is always 1 here): S new tokens of one forward call
 // (n in the code), T tokens held, D = d_model, H query heads, Hkv KV heads, Dh = D / H; F = d_ff,
 // V = vocab_size.
-import { mulberry32 } from '../../scripts/lib/prng.mjs';
+import { parseSafetensors, takeTensor as takeNamedTensor } from '../lib/safetensors.mjs';
+import { addInPlace, linear } from '../lib/dense.mjs';
+import { generate as generateTokens } from '../lib/generate.mjs';
+
+export { float16Value as float16BitsToFloat32 } from '../../scripts/lib/float16.mjs';
+export { parseSafetensors } from '../lib/safetensors.mjs';
+export { argmax, sampleToken } from '../lib/generate.mjs';
 
 // ---------------------------------------------------------------------------------------------------
 // Loading
@@ -23,52 +29,6 @@ import { mulberry32 } from '../../scripts/lib/prng.mjs';
  * @property {number} vocab_size
  * @property {number} layer_norm_eps
  */
-
-/** binary16 bits -> the float32 value they encode (exact). */
-export function float16BitsToFloat32(bits) {
-  const sign = bits & 0x8000 ? -1 : 1;
-  const exponent = (bits >> 10) & 0x1f;
-  const mantissa = bits & 0x3ff;
-  if (exponent === 0) return sign * mantissa * 2 ** -24; // zero and subnormals
-  if (exponent === 31) return mantissa ? NaN : sign * Infinity;
-  return sign * (1024 + mantissa) * 2 ** (exponent - 25);
-}
-
-/**
- * Parses a safetensors file: u64 little-endian header length, a JSON header of
- * {name: {dtype, shape, data_offsets}}, then the raw little-endian data. F16 and F32 become Float32Array.
- * @param {ArrayBuffer} buffer
- * @returns {Map<string, {shape: number[], data: Float32Array}>}
- */
-export function parseSafetensors(buffer) {
-  const view = new DataView(buffer);
-  const headerLength = Number(view.getBigUint64(0, true));
-  if (8 + headerLength > buffer.byteLength) {
-    throw new RangeError(`parseSafetensors: header length ${headerLength} runs past the ${buffer.byteLength}-byte file`);
-  }
-  const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 8, headerLength)));
-  const dataStart = 8 + headerLength;
-  const tensors = new Map();
-  for (const [name, info] of Object.entries(header)) {
-    if (name === '__metadata__') continue;
-    const [start, end] = info.data_offsets;
-    const count = info.shape.reduce((a, b) => a * b, 1);
-    const data = new Float32Array(count);
-    if (info.dtype === 'F16') {
-      if (end - start !== 2 * count) throw new RangeError(`parseSafetensors: ${name}: ${end - start} bytes for ${count} F16 values`);
-      const src = new DataView(buffer, dataStart + start, end - start);
-      for (let i = 0; i < count; i++) data[i] = float16BitsToFloat32(src.getUint16(2 * i, true));
-    } else if (info.dtype === 'F32') {
-      if (end - start !== 4 * count) throw new RangeError(`parseSafetensors: ${name}: ${end - start} bytes for ${count} F32 values`);
-      const src = new DataView(buffer, dataStart + start, end - start);
-      for (let i = 0; i < count; i++) data[i] = src.getFloat32(4 * i, true);
-    } else {
-      throw new TypeError(`parseSafetensors: ${name}: expected dtype F16 or F32, got ${info.dtype}`);
-    }
-    tensors.set(name, { shape: info.shape, data });
-  }
-  return tensors;
-}
 
 /** The weights of one block, by the tensor names of issue 17. */
 function blockWeights(tensors, config, i) {
@@ -88,12 +48,7 @@ function blockWeights(tensors, config, i) {
 }
 
 function takeTensor(tensors, name, shape) {
-  const t = tensors.get(name);
-  if (!t) throw new RangeError(`tiny-gpt: model.safetensors has no tensor ${name}`);
-  if (t.shape.length !== shape.length || t.shape.some((n, i) => n !== shape[i])) {
-    throw new RangeError(`tiny-gpt: ${name}: expected shape [${shape}], got [${t.shape}]`);
-  }
-  return t.data;
+  return takeNamedTensor(tensors, name, shape, 'tiny-gpt');
 }
 
 /**
@@ -134,51 +89,6 @@ export async function fetchTinyGPT(folderUrl) {
 // The dense parts of the forward pass
 // ---------------------------------------------------------------------------------------------------
 
-/**
- * y = x W^T + b, as torch.nn.Linear: x (n, In), W (Out, In), b (Out) -> y (n, Out). Four rows of x share
- * each pass over a row of W, so a prefill reads W n/4 times instead of n times; a single row (a decode
- * step) runs four rows of W at once. Either way four sums are independent, which V8's scalar code needs
- * to overlap the additions. Sums run in float64.
- */
-function linear(x, n, weight, bias, inWidth, outWidth, y = new Float32Array(n * outWidth)) {
-  let i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const x0 = i * inWidth, x1 = x0 + inWidth, x2 = x1 + inWidth, x3 = x2 + inWidth;
-    for (let o = 0; o < outWidth; o++) {
-      const w = o * inWidth;
-      let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (let e = 0; e < inWidth; e++) {
-        const we = weight[w + e];
-        s0 += x[x0 + e] * we; s1 += x[x1 + e] * we; s2 += x[x2 + e] * we; s3 += x[x3 + e] * we;
-      }
-      const b = bias ? bias[o] : 0;
-      y[i * outWidth + o] = s0 + b; y[(i + 1) * outWidth + o] = s1 + b;
-      y[(i + 2) * outWidth + o] = s2 + b; y[(i + 3) * outWidth + o] = s3 + b;
-    }
-  }
-  for (; i < n; i++) { // the last rows: four rows of W at a time instead, for four independent sums
-    const xi = i * inWidth, yi = i * outWidth;
-    let o = 0;
-    for (; o + 4 <= outWidth; o += 4) {
-      const w0 = o * inWidth, w1 = w0 + inWidth, w2 = w1 + inWidth, w3 = w2 + inWidth;
-      let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (let e = 0; e < inWidth; e++) {
-        const xe = x[xi + e];
-        s0 += xe * weight[w0 + e]; s1 += xe * weight[w1 + e]; s2 += xe * weight[w2 + e]; s3 += xe * weight[w3 + e];
-      }
-      y[yi + o] = s0 + (bias ? bias[o] : 0); y[yi + o + 1] = s1 + (bias ? bias[o + 1] : 0);
-      y[yi + o + 2] = s2 + (bias ? bias[o + 2] : 0); y[yi + o + 3] = s3 + (bias ? bias[o + 3] : 0);
-    }
-    for (; o < outWidth; o++) {
-      const w = o * inWidth;
-      let s = 0;
-      for (let e = 0; e < inWidth; e++) s += x[xi + e] * weight[w + e];
-      y[yi + o] = s + (bias ? bias[o] : 0);
-    }
-  }
-  return y;
-}
-
 /** LayerNorm over the last axis: x (n, D) -> (n, D), biased variance, as torch.nn.LayerNorm. */
 function layerNorm(x, n, D, { weight, bias }, eps, y = new Float32Array(n * D)) {
   for (let i = 0; i < n; i++) {
@@ -203,10 +113,6 @@ function geluTanh(x) {
     x[i] = 0.5 * v * (1 + Math.tanh(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)));
   }
   return x;
-}
-
-function addInPlace(x, y) {
-  for (let i = 0; i < x.length; i++) x[i] += y[i];
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -331,6 +237,21 @@ export class Session {
     return logits;
   }
 
+  /** The one sequence of this session, for models/lib/generate.mjs. */
+  get batch() { return 1; }
+
+  get contextLength() { return this.model.config.n_ctx; }
+
+  /** forward for a batch of one: [the last row's logits (V)]. */
+  forwardBatch(lists, options) {
+    if (lists.length !== 1) throw new RangeError(`Session.forwardBatch: lists: expected 1 (tiny-gpt runs one sequence), got ${lists.length}`);
+    return [this.forward(lists[0], options)];
+  }
+
+  truncateEach([n]) {
+    this.truncate(n);
+  }
+
   /** Keeps the first n tokens (the backend drops their K/V). */
   truncate(n) {
     this.backend.truncate(n);
@@ -343,38 +264,12 @@ export class Session {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Sampling
+// Generation
 // ---------------------------------------------------------------------------------------------------
 
-/** The index of the largest logit; the first one on a tie (as torch.argmax). */
-export function argmax(logits) {
-  let best = 0;
-  for (let i = 1; i < logits.length; i++) if (logits[i] > logits[best]) best = i;
-  return best;
-}
-
 /**
- * Draws a token from softmax(logits / temperature) restricted to the topK largest logits.
- * @param {Float32Array} logits (V)
- * @param {{temperature: number, topK: number, random: () => number}} options
- */
-export function sampleToken(logits, { temperature, topK, random }) {
-  if (!(temperature > 0)) return argmax(logits);
-  const order = Array.from(logits.keys()).sort((a, b) => logits[b] - logits[a] || a - b);
-  const kept = order.slice(0, Math.max(1, Math.min(topK || logits.length, logits.length)));
-  const max = logits[kept[0]];
-  const weights = kept.map((i) => Math.exp((logits[i] - max) / temperature));
-  let r = random() * weights.reduce((a, b) => a + b, 0);
-  for (let j = 0; j < kept.length; j++) {
-    r -= weights[j];
-    if (r < 0) return kept[j];
-  }
-  return kept[kept.length - 1];
-}
-
-/**
- * Generates `count` tokens after `prompt`. When the context is full, the older half of it is dropped and the
- * rest is prefilled again (learned positions cannot go past n_ctx).
+ * Generates `count` tokens after `prompt` (models/lib/generate.mjs): when the context is full, the older
+ * half of it is dropped and the rest is prefilled again (learned positions cannot go past n_ctx).
  * @param {Session} session a fresh session
  * @param {ArrayLike<number>} prompt byte ids, at least one
  * @param {number} count
@@ -383,27 +278,6 @@ export function sampleToken(logits, { temperature, topK, random }) {
  *   weights of the call whose logits gave that token
  * @returns {number[]} the generated tokens
  */
-export function generate(session, prompt, count, { greedy = false, temperature = 0.8, topK = 40, seed = 1, attentionWeights = false, onToken } = {}) {
-  const nCtx = session.model.config.n_ctx;
-  const random = mulberry32(seed);
-  let context = Array.from(prompt);
-  if (context.length === 0) throw new RangeError('generate: prompt: expected at least 1 token, got 0');
-  if (context.length > nCtx) context = context.slice(context.length - nCtx);
-  const forwardOptions = { attentionWeights };
-  let logits = session.forward(context, forwardOptions);
-  const out = [];
-  for (let i = 0; i < count; i++) {
-    const token = greedy ? argmax(logits) : sampleToken(logits, { temperature, topK, random });
-    out.push(token);
-    onToken?.(token);
-    if (i === count - 1) break;
-    if (session.tokens.length === nCtx) {
-      const kept = session.tokens.slice(nCtx - Math.floor(nCtx / 2));
-      session.truncate(0);
-      logits = session.forward([...kept, token], forwardOptions);
-    } else {
-      logits = session.forward([token], forwardOptions);
-    }
-  }
-  return out;
+export function generate(session, prompt, count, { attentionWeights = false, ...options } = {}) {
+  return generateTokens(session, prompt, count, { ...options, forwardOptions: { attentionWeights } });
 }
