@@ -1,10 +1,13 @@
 // The PyTorch checks of tiny-gpt (models/tiny-gpt/golden, made by make_golden.py): the one golden reader
 // and the one checker, shared by the Node test (tests/js/tiny-gpt.test.mjs) and the page of the browser
-// test (tests/browser/tiny-gpt.test.mjs). ESM importing only runner.mjs, for Node, pages and Workers; every check returns
-// {ok, message, worst, ...} and leaves the asserting to the caller.
+// test (tests/browser/tiny-gpt.test.mjs). ESM importing only runner.mjs and models/lib, for Node, pages
+// and Workers; every check returns {ok, message, worst, ...} and leaves the asserting to the caller.
 //
 // Shapes: V = vocab_size; a logits block of `rows` positions is (rows, V), row-major.
 import { generate } from './runner.mjs';
+import { compareLogits, goldenFetcher } from '../lib/golden.mjs';
+
+export { compareLogits } from '../lib/golden.mjs';
 
 /**
  * Reads golden/index.json and the float32 logits files it names.
@@ -18,36 +21,11 @@ export async function readGolden(readFile) {
 
 /** golden/ fetched from `folderUrl` (the model's folder), for pages and Workers. */
 export function fetchGolden(folderUrl) {
-  const base = new URL('golden/', new URL(folderUrl, globalThis.location?.href));
-  return readGolden(async (file) => {
-    const response = await fetch(new URL(file, base));
-    if (!response.ok) throw new Error(`tiny-gpt golden: fetching ${response.url} failed: HTTP ${response.status}`);
-    return response.arrayBuffer();
-  });
+  return readGolden(goldenFetcher(folderUrl, 'tiny-gpt'));
 }
 
 /** The 200 bytes of the golden logits prompt. */
 export const goldenPromptBytes = (golden) => [...new TextEncoder().encode(golden.logits.prompt)];
-
-/**
- * Logits (rows, V) against the reference rows [firstRow, firstRow + rows) of (positions, V): every one
- * within tolerance * max(1, |reference|). worst = the largest |diff| / allowed; message names the first
- * logit out of tolerance, or the length mismatch.
- */
-export function compareLogits(actual, reference, firstRow, rows, V, tolerance = 1e-4) {
-  if (actual.length !== rows * V) return { ok: false, worst: Infinity, message: `logits length: expected ${rows * V}, got ${actual.length}` };
-  let worst = 0;
-  for (let r = 0; r < rows; r++) {
-    for (let t = 0; t < V; t++) {
-      const expected = reference[(firstRow + r) * V + t];
-      const got = actual[r * V + t];
-      const ratio = Math.abs(got - expected) / (tolerance * Math.max(1, Math.abs(expected)));
-      if (!(ratio <= 1)) return { ok: false, worst: ratio, message: `position ${firstRow + r}, byte ${t}: got ${got}, PyTorch ${expected}` };
-      worst = Math.max(worst, ratio);
-    }
-  }
-  return { ok: true, worst, message: '' };
-}
 
 /** Both splits run one after the other: the second starts where the first failed, if it did. */
 function combine(label, parts) {

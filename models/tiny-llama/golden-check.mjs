@@ -1,0 +1,124 @@
+// The PyTorch checks of tiny-llama (models/tiny-llama/golden, made by make_golden.py): the one golden
+// reader and the one checker, shared by the Node test (tests/js/tiny-llama.test.mjs) and the page of the
+// browser test (tests/browser/tiny-llama.test.mjs). ESM importing only runner.mjs and models/lib, for Node,
+// pages and Workers; every check returns {ok, message, worst, worstAbs, ...} and leaves the asserting to
+// the caller.
+//
+// Shapes: V = vocab_size; P prompt bytes, then `decodeSteps` tokens: a run's logits are (P + steps, V).
+import { generate, generateBatch } from './runner.mjs';
+import { compareLogits, goldenFetcher } from '../lib/golden.mjs';
+import { decodeBytes, encodeBytes } from '../lib/generate.mjs';
+
+/**
+ * Tolerance of each K/V dtype, as a fraction of max(1, |PyTorch's logit|).
+ * f32: the JS dense products sum in float64 and mha-wasm in float32, PyTorch in float32 with another
+ * order; measured worst is below a quarter of 1e-4 (tests/js/tiny-llama.test.mjs reports it).
+ * f16: a k or v within float rounding of a binary16 rounding boundary rounds one way here and the other
+ * in PyTorch, which moves it by one f16 step (2^-11 relative) instead of 1e-7; a few such flips among the
+ * 4 x 2 x 64 values per token move a logit by up to a few 1e-4.
+ */
+export const TOLERANCE = { float32: 1e-4, float16: 1e-3 };
+
+/**
+ * Reads golden/index.json and the float32 logits files it names (runs.f32.values, runs.f16.values).
+ * @param {(file: string) => Promise<ArrayBuffer> | ArrayBuffer} readFile bytes of a file of golden/
+ */
+export async function readGolden(readFile) {
+  const index = JSON.parse(new TextDecoder().decode(await readFile('index.json')));
+  for (const run of Object.values(index.runs)) run.values = new Float32Array(await readFile(run.file));
+  return index;
+}
+
+/** golden/ fetched from `folderUrl` (the model's folder), for pages and Workers. */
+export const fetchGolden = (folderUrl) => readGolden(goldenFetcher(folderUrl, 'tiny-llama'));
+
+const KEYS = { float32: 'f32', float16: 'f16' };
+
+/** Several comparisons in order: the first failure, else the largest errors. */
+function combine(label, parts) {
+  const failed = parts.find((p) => !p.ok);
+  return {
+    ok: !failed, worst: Math.max(...parts.map((p) => p.worst)), worstAbs: Math.max(...parts.map((p) => p.worstAbs ?? Infinity)),
+    message: failed ? `${label}: ${failed.message}` : '',
+  };
+}
+
+/**
+ * Prefill of the prompt (logits at every position), then `decodeSteps` single-token steps fed PyTorch's
+ * greedy tokens of the same K/V dtype, each step's logits against PyTorch's row.
+ * @param {import('./runner.mjs').Llama} model
+ * @param {object} mha an instance from createMHA()
+ * @param {object} golden from readGolden
+ * @param {'float32' | 'float16'} dtype the KV cache's
+ */
+export function checkPrefillAndSteps(model, mha, golden, dtype) {
+  const run = golden.runs[KEYS[dtype]], V = model.dims.V, tolerance = TOLERANCE[dtype];
+  const prompt = encodeBytes(golden.prompt);
+  const session = model.createSession(mha, { dtype });
+  try {
+    const parts = [compareLogits(session.forward(prompt, { allLogits: true }), run.values, 0, prompt.length, V, tolerance)];
+    for (let i = 0; i < run.tokens.length && parts.at(-1).ok; i++) {
+      parts.push(compareLogits(session.forward([run.tokens[i]]), run.values, prompt.length + i, 1, V, tolerance));
+    }
+    return combine(`${dtype} K/V, prefill(${prompt.length}) + ${run.tokens.length} steps`, parts);
+  } finally {
+    session.free();
+  }
+}
+
+/** Every golden prompt with what PyTorch generated from it greedily: {prompt, tokens} per prompt. */
+function goldenGenerations(golden, key) {
+  return [{ prompt: golden.prompt, tokens: golden.runs[key].tokens },
+    ...golden.generations.map((g) => ({ prompt: g.prompt, tokens: g[key].tokens }))];
+}
+
+const sameTokens = (a, b) => a.length === b.length && a.every((t, i) => t === b[i]);
+
+/**
+ * Greedy generation from every golden prompt, one session each: exactly PyTorch's tokens.
+ * @param {'float32' | 'float16'} dtype
+ */
+export function checkGreedy(model, mha, golden, dtype) {
+  const texts = [];
+  for (const g of goldenGenerations(golden, KEYS[dtype])) {
+    const session = model.createSession(mha, { dtype });
+    try {
+      const tokens = generate(session, encodeBytes(g.prompt), g.tokens.length, { greedy: true });
+      texts.push(decodeBytes(tokens));
+      if (!sameTokens(tokens, g.tokens)) {
+        return { ok: false, worst: Infinity, texts, message: `greedy ${dtype}, prompt ${JSON.stringify(g.prompt)}: got ${JSON.stringify(decodeBytes(tokens))}, PyTorch ${JSON.stringify(decodeBytes(g.tokens))}` };
+      }
+    } finally {
+      session.free();
+    }
+  }
+  return { ok: true, worst: 0, texts, message: '' };
+}
+
+/**
+ * All golden prompts (of different lengths) prefilled and decoded together in one ragged session of
+ * batch B = the number of prompts: each sequence's greedy tokens are PyTorch's, and the logits of the
+ * first prompt's ragged prefill are PyTorch's at every position.
+ * @param {'float32' | 'float16'} dtype
+ */
+export function checkRaggedBatch(model, mha, golden, dtype) {
+  const generations = goldenGenerations(golden, KEYS[dtype]);
+  const count = Math.min(...generations.map((g) => g.tokens.length));
+  const prompts = generations.map((g) => encodeBytes(g.prompt));
+  const session = model.createSession(mha, { dtype, batch: prompts.length });
+  try {
+    const prefill = session.forwardBatch(prompts, { allLogits: true });
+    const logits = compareLogits(prefill[0], golden.runs[KEYS[dtype]].values, 0, prompts[0].length, model.dims.V, TOLERANCE[dtype]);
+    if (!logits.ok) return { ...logits, message: `ragged prefill of ${prompts.length} prompts, ${dtype} K/V: ${logits.message}` };
+    session.truncateEach(prompts.map(() => 0));
+    const outputs = generateBatch(session, prompts, count, { greedy: true });
+    for (const [b, g] of generations.entries()) {
+      if (!sameTokens(outputs[b], g.tokens.slice(0, count))) {
+        return { ok: false, worst: Infinity, message: `ragged batch of ${prompts.length}, ${dtype} K/V, prompt ${b} ${JSON.stringify(g.prompt)}: got ${JSON.stringify(decodeBytes(outputs[b]))}, PyTorch ${JSON.stringify(decodeBytes(g.tokens.slice(0, count)))}` };
+      }
+    }
+    return { ok: true, worst: logits.worst, worstAbs: logits.worstAbs, texts: outputs.map(decodeBytes), message: '' };
+  } finally {
+    session.free();
+  }
+}
