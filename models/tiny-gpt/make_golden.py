@@ -93,12 +93,13 @@ def forward(cfg, w, tokens, kv_dtype=torch.float32, return_attention=False):
 
 
 @torch.no_grad()
-def greedy(cfg, w, prompt_tokens, n, kv_dtype):
+def greedy(cfg, w, prompt_tokens, n, kv_dtype, forward_fn=None):
     """n greedy bytes, each from a full causal pass over everything so far (no cache: the reference).
-    Returns (tokens, top-1 minus top-2 logit gap for each)."""
+    Returns (tokens, top-1 minus top-2 logit gap for each). forward_fn(cfg, w, tokens, kv_dtype) -> logits
+    is another model's forward pass (tiny-llama's make_golden.py), by default this file's."""
     tokens, out, gaps = list(prompt_tokens), [], []
     for _ in range(n):
-        last = forward(cfg, w, tokens, kv_dtype)[-1]
+        last = (forward_fn or forward)(cfg, w, tokens, kv_dtype)[-1]
         top2 = torch.topk(last, 2)
         nxt = int(torch.argmax(last))  # first index of the maximum, as the JS runner picks
         out.append(nxt)

@@ -4,8 +4,9 @@
     /usr/bin/python3 models/tiny-llama/make_golden.py
 
 This file does not import train.py: it reads the safetensors file with plain struct/json (the reader of
-models/tiny-gpt/make_golden.py, which handles F16, BF16 and F32) and runs the Hugging Face Llama forward
-pass with plain torch ops, to show that any PyTorch user can load the published files.
+models/tiny-gpt/make_golden.py, which handles F16, BF16 and F32, and whose greedy loop it also uses) and
+runs the Hugging Face Llama forward pass with plain torch ops, to show that any PyTorch user can load the
+published files.
 
 Writes models/tiny-llama/golden/:
 - index.json: the prompts, the greedy tokens and, per generated token, the gap between the two largest
@@ -37,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("tiny_gpt_make_golden", os.path.join(HERE, "..", "tiny-gpt", "make_golden.py"))
 _gpt_golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_gpt_golden)
-load_safetensors = _gpt_golden.load_safetensors
+load_safetensors = _gpt_golden.load_safetensors  # the plain struct/json reader (F16, BF16, F32)
 
 # 148 bytes of ASCII (checked below): in the style of the training text, but not a verse of it.
 PROMPT = ("And the king sent messengers unto the city, saying, Bring forth the men that came unto thee. "
@@ -106,19 +107,9 @@ def forward(cfg, w, tokens, kv_dtype=torch.float32, hf_float32_tables=False):
     return rms_norm(x, w["model.norm.weight"], eps) @ head.t()
 
 
-@torch.no_grad()
 def greedy(cfg, w, prompt_tokens, n, kv_dtype):
-    """n greedy bytes, each from a full causal pass over everything so far (no cache: the reference).
-    Returns (tokens, top-1 minus top-2 logit gap for each)."""
-    tokens, out, gaps = list(prompt_tokens), [], []
-    for _ in range(n):
-        last = forward(cfg, w, tokens, kv_dtype)[-1]
-        top2 = torch.topk(last, 2)
-        nxt = int(torch.argmax(last))  # first index of the maximum, as the JS runner picks
-        out.append(nxt)
-        gaps.append(float(top2.values[0] - top2.values[1]))
-        tokens.append(nxt)
-    return out, gaps
+    """n greedy bytes from full causal passes (no cache): tiny-gpt's loop over this file's forward."""
+    return _gpt_golden.greedy(cfg, w, prompt_tokens, n, kv_dtype, forward_fn=forward)
 
 
 def as_text(tokens):
