@@ -108,6 +108,14 @@ def greedy(cfg, w, prompt_tokens, n, kv_dtype, forward_fn=None):
     return out, gaps
 
 
+def write_index(path, index):
+    """index.json, indented, with each list of numbers on one line."""
+    text = json.dumps(index, indent=1)
+    text = re.sub(r"\[\s*([-0-9.,\s]+?)\s*\]", lambda m: "[" + ",".join(m.group(1).split()).replace(",,", ",") + "]", text)
+    with open(path, "w") as f:
+        f.write(text + "\n")
+
+
 @torch.no_grad()
 def main():
     ap = argparse.ArgumentParser()
@@ -146,10 +154,7 @@ def main():
         "generatedBytes": GENERATED_BYTES,
         "generations": generations,
     }
-    text = json.dumps(index, indent=1)
-    text = re.sub(r"\[\s*([-0-9.,\s]+?)\s*\]", lambda m: "[" + ",".join(m.group(1).split()).replace(",,", ",") + "]", text)
-    with open(os.path.join(out_dir, "index.json"), "w") as f:
-        f.write(text + "\n")
+    write_index(os.path.join(out_dir, "index.json"), index)
 
 
 if __name__ == "__main__":

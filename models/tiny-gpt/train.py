@@ -215,6 +215,62 @@ def batch_from(data_tensor, batch, seq, generator):
     return rows[:, :-1], rows[:, 1:]
 
 
+def adamw(model, lr):
+    """AdamW, weight decay 0.1 on the matrices only (not on biases and norm weights)."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.99))
+
+
+def make_train_step(model, opt, train_t, batch, seq, generator):
+    """train_step(lr) -> loss: one optimizer step on a random batch, gradients clipped to norm 1."""
+    def train_step(lr):
+        for group in opt.param_groups:
+            group["lr"] = lr
+        x, y = batch_from(train_t, batch, seq, generator)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, 256), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return float(loss)
+    return train_step
+
+
+WARMUP_STEPS = 50
+
+
+def scheduled_lr(peak, s, progress):
+    """Linear warmup over the first WARMUP_STEPS steps, then cosine from peak down to peak / 10 as
+    progress goes from 0 to 1."""
+    if s < WARMUP_STEPS:
+        return peak * (s + 1) / WARMUP_STEPS
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def bench(train_step, peak, steps, tokens_per_step):
+    """Times `steps` warmup steps and prints s/step and tokens/s."""
+    t0 = time.time()
+    for s in range(steps):
+        train_step(scheduled_lr(peak, s, 0.0))
+    dt = (time.time() - t0) / steps
+    print("bench: %.3f s/step, %.0f tokens/s" % (dt, tokens_per_step / dt))
+
+
+def training_report(corpus, data, train, val, run, uni, bi):
+    """training.json: the corpus and its split, the run's fields (seed, steps, ..., val_bits_per_byte),
+    then the baselines."""
+    report = {"corpus": "bible-kjv-text 4.38 (Debian), King James Version, public domain" if not corpus
+              else os.path.basename(corpus),
+              "corpus_bytes": len(data), "train_bytes": len(train), "val_bytes": len(val)}
+    report.update(run)
+    report.update({"unigram_bits_per_byte": round(uni, 4), "bigram_bits_per_byte": round(bi, 4),
+                   "torch": torch.__version__})
+    return report
+
+
 @torch.no_grad()
 def validation_bits_per_byte(model, val_tensor, seq, batches=None):
     """Mean loss over non-overlapping windows of the validation text (each window's first tokens have
@@ -309,33 +365,13 @@ def main():
         model = TinyGPT(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     print("config %s, %d parameters" % (json.dumps(cfg), n_params), flush=True)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.99))
+    opt = adamw(model, args.lr)
     gen = torch.Generator().manual_seed(args.seed)
-
-    def train_step(lr):
-        for group in opt.param_groups:
-            group["lr"] = lr
-        x, y = batch_from(train_t, args.batch, train_seq, gen)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, 256), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return float(loss)
-
-    warmup = 50
-    t0 = time.time()
+    train_step = make_train_step(model, opt, train_t, args.batch, train_seq, gen)
     if args.bench:
-        for s in range(args.bench):
-            train_step(args.lr * min(1.0, (s + 1) / warmup))
-        dt = (time.time() - t0) / args.bench
-        print("bench: %.3f s/step, %.0f tokens/s" % (dt, args.batch * train_seq / dt))
-        return
+        return bench(train_step, args.lr, args.bench, args.batch * train_seq)
 
+    t0 = time.time()
     # The schedule follows the fraction of the wall-clock budget spent (a shared machine's speed varies
     # too much to turn minutes into steps up front), unless --steps fixes it in steps for an exact repeat.
     budget_s = args.minutes * 60
@@ -350,10 +386,7 @@ def main():
             if elapsed >= budget_s:
                 break
             progress = elapsed / budget_s
-        if s < warmup:
-            lr = args.lr * (s + 1) / warmup
-        else:
-            lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        lr = scheduled_lr(args.lr, s, progress)
         losses.append(train_step(lr))
         s += 1
         if s % 50 == 0:
@@ -375,14 +408,10 @@ def main():
         f.write("\n")
     state = {k: v for k, v in model.state_dict().items()}
     write_safetensors_f16(os.path.join(args.out, "model.safetensors"), state, {"format": "pt"})
-    report = {"corpus": "bible-kjv-text 4.38 (Debian), King James Version, public domain" if not args.corpus
-              else os.path.basename(args.corpus),
-              "corpus_bytes": len(data), "train_bytes": len(train), "val_bytes": len(val),
-              "seed": args.seed, "steps": total_steps, "batch": args.batch, "train_seq": train_seq,
-              "lr": args.lr, "threads": args.threads, "train_minutes": round(train_minutes, 1),
-              "parameters": n_params, "val_bits_per_byte": round(val_bpb, 4),
-              "unigram_bits_per_byte": round(uni, 4), "bigram_bits_per_byte": round(bi, 4),
-              "torch": torch.__version__}
+    report = training_report(args.corpus, data, train, val, {
+        "seed": args.seed, "steps": total_steps, "batch": args.batch, "train_seq": train_seq, "lr": args.lr,
+        "threads": args.threads, "train_minutes": round(train_minutes, 1), "parameters": n_params,
+        "val_bits_per_byte": round(val_bpb, 4)}, uni, bi)
     if previous is not None:
         report["init"] = args.init
         report["previous_phase"] = previous

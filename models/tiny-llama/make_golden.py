@@ -28,7 +28,6 @@ import importlib.util
 import json
 import math
 import os
-import re
 
 import torch
 import torch.nn.functional as F
@@ -166,10 +165,7 @@ def main():
         "generatedTokens": GENERATED_TOKENS,
         "generations": generations,
     }
-    text = json.dumps(index, indent=1)
-    text = re.sub(r"\[\s*([-0-9.,\s]+?)\s*\]", lambda m: "[" + ",".join(m.group(1).split()).replace(",,", ",") + "]", text)
-    with open(os.path.join(out_dir, "index.json"), "w") as f:
-        f.write(text + "\n")
+    _gpt_golden.write_index(os.path.join(out_dir, "index.json"), index)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ the reference BLAS that libblas.so.3 is on a fresh machine):
     LD_LIBRARY_PATH=/tmp/openblas/usr/lib/x86_64-linux-gnu/openblas-serial \\
         /usr/bin/python3 models/tiny-llama/train.py --steps 600 --checkpoint-at 60
 
-Corpus, split, batch order and the safetensors writer are tiny-gpt's (imported from its train.py, so
-both models see the same bytes and are compared on the same validation text).
+Corpus, split, batch order, optimizer, learning-rate schedule, training step, validation loss and the
+safetensors writer are tiny-gpt's (imported from its train.py, so both models see the same bytes and are
+compared on the same validation text).
 
 The model is the Llama architecture as Hugging Face's LlamaForCausalLM defines it: RMSNorm (computed in
 float32), rotary position embeddings on q and k in the non-interleaved layout (rotate_half: the first
@@ -243,37 +244,20 @@ def main():
     model = TinyLlama(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     print("config %s, %d parameters" % (json.dumps(cfg), n_params), flush=True)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.99))
+    opt = gpt.adamw(model, args.lr)
     gen = torch.Generator().manual_seed(args.seed)
-
-    def train_step(lr):
-        for group in opt.param_groups:
-            group["lr"] = lr
-        x, y = gpt.batch_from(train_t, args.batch, args.seq, gen)
-        loss = F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return float(loss)
-
-    warmup = 50
-    t0 = time.time()
+    train_step = gpt.make_train_step(model, opt, train_t, args.batch, args.seq, gen)
     if args.bench:
-        for s in range(args.bench):
-            train_step(args.lr * min(1.0, (s + 1) / warmup))
-        dt = (time.time() - t0) / args.bench
-        print("bench: %.3f s/step, %.0f tokens/s" % (dt, args.batch * args.seq / dt))
-        return
+        return gpt.bench(train_step, args.lr, args.bench, args.batch * args.seq)
 
+    t0 = time.time()
     losses = []
     for s in range(args.steps):
-        if s < warmup:
-            lr = args.lr * (s + 1) / warmup
-        else:  # cosine from lr to lr / 10
+        # tiny-gpt's schedule (gpt.scheduled_lr), written out because the committed run computed the
+        # cosine's angle as pi * s / steps, which differs in the last bits from pi * (s / steps)
+        if s < gpt.WARMUP_STEPS:
+            lr = args.lr * (s + 1) / gpt.WARMUP_STEPS
+        else:
             lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / args.steps)))
         losses.append(train_step(lr))
         if (s + 1) % 25 == 0:
@@ -293,15 +277,10 @@ def main():
     val_f16 = gpt.validation_bits_per_byte(f16_rounded_copy(model), val_t, args.seq)
     print("final: val %.4f bits/byte (f16 weights %.4f; unigram %.4f, bigram %.4f), %d steps, %.1f min" % (
         val_bpb, val_f16, uni, bi, args.steps, train_minutes), flush=True)
-    report = {"corpus": "bible-kjv-text 4.38 (Debian), King James Version, public domain" if not args.corpus
-              else os.path.basename(args.corpus),
-              "corpus_bytes": len(data), "train_bytes": len(train), "val_bytes": len(val),
-              "seed": args.seed, "steps": args.steps, "batch": args.batch, "train_seq": args.seq,
-              "lr": args.lr, "threads": args.threads, "train_minutes": round(train_minutes, 1),
-              "parameters": n_params, "val_bits_per_byte": round(val_bpb, 4),
-              "val_bits_per_byte_f16_weights": round(val_f16, 4),
-              "unigram_bits_per_byte": round(uni, 4), "bigram_bits_per_byte": round(bi, 4),
-              "torch": torch.__version__}
+    report = gpt.training_report(args.corpus, data, train, val, {
+        "seed": args.seed, "steps": args.steps, "batch": args.batch, "train_seq": args.seq, "lr": args.lr,
+        "threads": args.threads, "train_minutes": round(train_minutes, 1), "parameters": n_params,
+        "val_bits_per_byte": round(val_bpb, 4), "val_bits_per_byte_f16_weights": round(val_f16, 4)}, uni, bi)
     with open(os.path.join(args.out, "training.json"), "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
