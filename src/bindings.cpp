@@ -7,6 +7,7 @@
 #include <emscripten/val.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -211,24 +212,34 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_free(uint32_t id) { return static_cast
 // Frees every cache of the instance (dispose).
 EMSCRIPTEN_KEEPALIVE void mha_kv_cache_free_all() { g_caches.free_all(); }
 
-// The cache's length (>= 0), or -kCacheInvalid (-18) when there is no such cache.
-EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_length(uint32_t id) {
+// Writes the B per-sequence lengths at `lengths_out` (int32).
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_lengths(uint32_t id, uintptr_t lengths_out) {
   const mha::KVCache* cache = g_caches.find(id);
-  return cache != nullptr ? cache->length() : -static_cast<int32_t>(mha::Status::kCacheInvalid);
+  if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
+  std::copy_n(cache->lengths(), cache->config().batch, at<int32_t>(lengths_out));
+  return static_cast<int32_t>(mha::Status::kOk);
 }
 
+// Keeps min(length(b), length) tokens of every sequence.
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_truncate(uint32_t id, int32_t length) {
   mha::KVCache* cache = g_caches.find(id);
   return static_cast<int32_t>(cache != nullptr ? cache->truncate(length) : mha::Status::kCacheInvalid);
 }
 
-// Copies the stored tokens out as k, v (B, length, Hkv*Dh) float32 (f16 caches decoded exactly).
-EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_read(uint32_t id, uintptr_t k_out, uintptr_t v_out) {
+// Sets every sequence's length from `lengths` (int32 (B), each at most the current one).
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_truncate_each(uint32_t id, uintptr_t lengths) {
+  mha::KVCache* cache = g_caches.find(id);
+  return static_cast<int32_t>(cache != nullptr ? cache->truncate_each(at<const int32_t>(lengths)) : mha::Status::kCacheInvalid);
+}
+
+// Copies tokens [start, end) of every sequence out as k (B, end - start, Hkv*Dh), v (B, end - start,
+// Hkv*Dv): float32, or with `stored` the cache's own elements (float16 bits for a float16 cache).
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_read(uint32_t id, uintptr_t k_out, uintptr_t v_out, int32_t start, int32_t end,
+                                               int32_t stored) {
   const mha::KVCache* cache = g_caches.find(id);
   if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
-  if (cache->length() > 0 && (k_out == 0 || v_out == 0)) return static_cast<int32_t>(mha::Status::kNullPointer);
-  cache->read(at<float>(k_out), at<float>(v_out));
-  return static_cast<int32_t>(mha::Status::kOk);
+  if (stored != 0) return static_cast<int32_t>(cache->read_stored(at<void>(k_out), at<void>(v_out), start, end));
+  return static_cast<int32_t>(cache->read(at<float>(k_out), at<float>(v_out), start, end));
 }
 
 // Appends the call's k, v to its cache and writes out; on any error nothing changed (cache nor out).
@@ -257,6 +268,7 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
   args.options.empty_rows_zero = call.empty_rows != 0;
   args.options.sinks = at<const float>(call.sinks);
   args.options.rope = rotary_tables(call);
+  args.new_token_counts = at<const int32_t>(call.new_token_counts);
   return static_cast<int32_t>(mha::cache_attend(*cache, args, g_decode, g_parallel.get(), g_workspace));
 }
 

@@ -22,7 +22,7 @@
   X(int32_t, rope_positions, "P, the rows of the rope tables (0 without rope)")                         \
   X(int32_t, rope_rotary_dim, "even, in [2, Dh] (0 without rope)")                                      \
   X(int32_t, rope_interleaved, "0 = rotate_half pairs, 1 = interleaved pairs")                        \
-  X(int32_t, rope_first_position, "the position of the tables' first row (a cache attend: the old length)")
+  X(int32_t, rope_first_position, "the position of the tables' first row (a cache attend: min of the old lengths)")
 
 // One attention call as web/src writes it into the instance's staging arena; mha_attention,
 // mha_attention_begin and mha_attention_weights read it, so a new option adds a field instead of changing
@@ -72,7 +72,8 @@
   X(int32_t, empty_rows, "0 = 'nan', 1 = 'zero'")                                                       \
   X(float, scale, "resolved by the caller (1/sqrt(Dh) default)")                                        \
   X(float, softcap, "0 = none")                                                                        \
-  MHA_SINKS_ROPE_FIELDS(X)
+  MHA_SINKS_ROPE_FIELDS(X)                                                                             \
+  X(uint32_t, new_token_counts, "0 = n for every sequence; int32 (B), each in [0, n]")
 
 #define MHA_ABI_MEMBER(type, name, doc) type name;
 #define MHA_ABI_FOUR_BYTES(type, name, doc) static_assert(sizeof(type) == 4, "call struct fields are 4 bytes: " #name);

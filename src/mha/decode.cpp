@@ -1,10 +1,13 @@
 // The decode driver: validation, the choice of kernel, the plan of work items, the parallel run, the exact
 // merge of key blocks, and the exact path for rows whose float32 result is not finite.
 //
-// Work items: (b, g, row block, key block), enumerated batch-major, then KV head, then row block, then
-// key block. An item writes its partial (m, l, o) to its own slot, so items run in any order on any
-// thread. The merge then runs per (b, g, row block) and sums the key blocks in block order: the result
-// does not depend on the thread count. Plans that would need more partial results than
+// Work items: (row block, g, key block), where a row block holds up to kDecodeMaxRowsPerItem rows of one
+// sequence b (docs/spec.md 4.6: each sequence has its own length and its own real rows), enumerated
+// sequence-major, then row block, then KV head, then key block. A sequence's items cover only its own
+// keys, so a short sequence beside a long one costs its own length, and the pool spreads the items by
+// their real key counts. An item writes its partial (m, l, o) to its own slot, so items run in any order
+// on any thread. The merge then runs per (row block, g) and sums the key blocks in block order: the
+// result does not depend on the thread count. Plans that would need more partial results than
 // DecodeScratch::max_partial_floats (long prefills through this kernel) run in waves of row blocks.
 #include "mha/decode.hpp"
 
@@ -49,7 +52,7 @@ constexpr int32_t kTiledPrefillMinTokens = 16;
 // rows would mean copying `length` of them per call (which the cache never does) or a tiled-kernel
 // variant that packs from K^T panels.
 bool tiled_prefill_applies(const KVCache& cache, const CacheAttendArgs& args) {
-  return args.path == CachePath::kAuto && cache.length() == 0 && args.new_tokens >= kTiledPrefillMinTokens;
+  return args.path == CachePath::kAuto && cache.max_length() == 0 && args.new_tokens >= kTiledPrefillMinTokens;
 }
 
 // Everything a work item or a merge needs; shared read-only by the threads (partials excepted).
@@ -62,12 +65,10 @@ struct DecodeJob {
   int32_t head_dim = 0, value_dim = 0, dv8 = 0;  // Dh, Dv, Dv8
   int32_t keys_per_block = 0;  // decode_keys_per_block(max(Dh8, Dv8))
   TensorView<const float> q;   // args->q, or with rope its rotated copy (stage_rotated_q)
-  int32_t length = 0;          // keys [0, length)
-  int32_t first_position = 0;  // of query 0
+  const int32_t* lengths = nullptr;          // (B) sequence b sees keys [0, lengths[b])
+  const int32_t* first_positions = nullptr;  // (B) the position of sequence b's query 0
   const DecodeRowBlock* row_blocks = nullptr;  // the wave's row blocks
   int32_t wave_row_blocks = 0;
-  int64_t items_per_head = 0;   // work items of one (b, g) in this wave
-  int64_t floats_per_head = 0;  // their partial results
   float* partials = nullptr;
   float score_scale = 0.0f, softcap_in = 0.0f, softcap_out = 0.0f;
   bool exact_only = false;  // the scale cannot be folded into a normal float: every row takes the exact path
@@ -86,33 +87,34 @@ inline const float* q_row(const DecodeJob& job, int32_t b, const RowInfo& ri) {
   return q.data + b * q.batch_stride + ri.query * q.row_stride + int64_t{ri.head} * job.head_dim;
 }
 
-inline KeySpan row_keys(const DecodeJob& job, int32_t query) {
+inline KeySpan row_keys(const DecodeJob& job, int32_t b, int32_t query) {
   const CacheAttendOptions& o = job.args->options;
-  return visible_keys(int64_t{job.first_position} + query, job.length, o.causal, o.window_left, o.window_right);
+  return visible_keys(int64_t{job.first_positions[b]} + query, job.lengths[b], o.causal, o.window_left, o.window_right);
 }
 
-// The partial results (m, l, o) of item (bg, row block, key block).
+// The partial results (m, l, o) of item (row block, g, key block).
 struct Partial {
   float* m;
   float* l;
   float* o;
 };
-inline Partial partial_at(const DecodeJob& job, int64_t bg, const DecodeRowBlock& rb, int32_t block) {
-  float* base = job.partials + bg * job.floats_per_head + rb.partial_begin + int64_t{block - rb.first_block} * rb.item_floats;
+inline Partial partial_at(const DecodeJob& job, const DecodeRowBlock& rb, int32_t g, int32_t block) {
+  float* base = job.partials + rb.partial_begin + (int64_t{g} * rb.blocks + (block - rb.first_block)) * rb.item_floats;
   return Partial{base, base + kDecodeMaxRowsPerItem, base + 2 * kDecodeMaxRowsPerItem};
 }
 
 void run_item(void* ctx, int64_t index, int worker) {
   const DecodeJob& job = *static_cast<const DecodeJob*>(ctx);
-  const int64_t bg = index / job.items_per_head;
-  const int64_t local = index % job.items_per_head;
-  int32_t w = 0;
-  while (local >= job.row_blocks[w].item_begin + job.row_blocks[w].blocks) ++w;
-  const DecodeRowBlock& rb = job.row_blocks[w];
-  const int32_t block = rb.first_block + static_cast<int32_t>(local - rb.item_begin);
+  // The row block holding item `index`: the last whose item_begin <= index (one without key blocks has
+  // no items and shares its item_begin with the next).
+  const DecodeRowBlock* wave_end = job.row_blocks + job.wave_row_blocks;
+  const DecodeRowBlock& rb = *(std::upper_bound(job.row_blocks, wave_end, index,
+                                                [](int64_t i, const DecodeRowBlock& r) { return i < r.item_begin; }) - 1);
+  const int64_t local = index - rb.item_begin;
+  const int32_t g = static_cast<int32_t>(local / rb.blocks);
+  const int32_t block = rb.first_block + static_cast<int32_t>(local % rb.blocks);
+  const int32_t b = rb.batch;
   const KVCacheConfig& config = job.cache->config();
-  const int32_t b = static_cast<int32_t>(bg / config.num_kv_heads);
-  const int32_t g = static_cast<int32_t>(bg % config.num_kv_heads);
 
   const float* q_rows[kDecodeMaxRowsPerItem];
   KeySpan visible[kDecodeMaxRowsPerItem];
@@ -122,8 +124,8 @@ void run_item(void* ctx, int64_t index, int worker) {
   for (int32_t r = 0; r < rb.rows; ++r) {
     const RowInfo ri = row_info(job, g, rb.row_begin + r);
     q_rows[r] = q_row(job, b, ri);
-    visible[r] = row_keys(job, ri.query);
-    position[r] = job.first_position + ri.query;
+    visible[r] = row_keys(job, b, ri.query);
+    position[r] = job.first_positions[b] + ri.query;
     alibi[r] = slopes != nullptr ? static_cast<float>(double{slopes[ri.head]} * kLog2e) : 0.0f;
   }
 
@@ -144,11 +146,11 @@ void run_item(void* ctx, int64_t index, int worker) {
   blk.alibi = slopes != nullptr ? alibi : nullptr;
   blk.key_begin = std::max(block * job.keys_per_block, rb.keys.first);
   blk.key_end = std::min((block + 1) * job.keys_per_block, rb.keys.last + 1);
-  blk.specials = f16 && job.cache->special_from() < blk.key_end;
+  blk.specials = f16 && job.cache->special_from(b) < blk.key_end;
   blk.score_scale = job.score_scale;
   blk.softcap_in = job.softcap_in;
   blk.softcap_out = job.softcap_out;
-  const Partial partial = partial_at(job, bg, rb, block);
+  const Partial partial = partial_at(job, rb, g, block);
   blk.m = partial.m;
   blk.l = partial.l;
   blk.o = partial.o;
@@ -168,8 +170,8 @@ void count_exact_row(const DecodeJob& job) {
 void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, float* out) {
   const KVCache& cache = *job.cache;
   const CacheAttendOptions& o = job.args->options;
-  const KeySpan keys = row_keys(job, ri.query);
-  const int64_t position = int64_t{job.first_position} + ri.query;
+  const KeySpan keys = row_keys(job, b, ri.query);
+  const int64_t position = int64_t{job.first_positions[b]} + ri.query;
   const float* q = q_row(job, b, ri);  // rotated with rope, as the stored keys
   const int32_t dh = job.head_dim, dv = job.value_dim;
   const bool sink = o.sinks != nullptr;
@@ -204,14 +206,13 @@ void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, fl
   }
 }
 
-// Merges the key blocks of every row of one (b, g, row block) and writes the rows of out.
+// Merges the key blocks of every row of one (row block, g) and writes the rows of out.
 void merge_row_block(void* ctx, int64_t index, int worker) {
   const DecodeJob& job = *static_cast<const DecodeJob*>(ctx);
-  const int64_t bg = index / job.wave_row_blocks;
-  const DecodeRowBlock& rb = job.row_blocks[index % job.wave_row_blocks];
-  const KVCacheConfig& config = job.cache->config();
-  const int32_t b = static_cast<int32_t>(bg / config.num_kv_heads);
-  const int32_t g = static_cast<int32_t>(bg % config.num_kv_heads);
+  const int32_t heads = job.cache->config().num_kv_heads;
+  const DecodeRowBlock& rb = job.row_blocks[index / heads];
+  const int32_t b = rb.batch;
+  const int32_t g = static_cast<int32_t>(index % heads);
   const int32_t dv = job.value_dim, dv8 = job.dv8;
   const float* sinks = job.args->options.sinks;
   float* merged = job.scratch->workers[static_cast<size_t>(worker)].data();  // (Dv8)
@@ -227,12 +228,12 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
     // The sink is one more partial: m = sink * log2(e), l = 1, o = 0 (merged after the key blocks).
     const float sink = sinks != nullptr ? static_cast<float>(double{sinks[ri.head]} * kLog2e) : kNegInf;
     float m = sink;
-    for (int32_t k = 0; k < rb.blocks; ++k) m = std::max(m, partial_at(job, bg, rb, rb.first_block + k).m[r]);
+    for (int32_t k = 0; k < rb.blocks; ++k) m = std::max(m, partial_at(job, rb, g, rb.first_block + k).m[r]);
     const float m_sub = m == kNegInf ? 0.0f : m;
     float l = 0.0f;
     std::fill(merged, merged + dv8, 0.0f);
     for (int32_t k = 0; k < rb.blocks; ++k) {
-      const Partial p = partial_at(job, bg, rb, rb.first_block + k);
+      const Partial p = partial_at(job, rb, g, rb.first_block + k);
       const float weight = std::exp2(p.m[r] - m_sub);  // 1 for the block holding the max
       l += p.l[r] * weight;
       const float* o = p.o + int64_t{r} * dv8;
@@ -255,24 +256,28 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
   }
 }
 
-// Cuts the G*n rows into row blocks and finds their key blocks.
-void plan_row_blocks(const DecodeJob& job, int32_t rows_total, std::vector<DecodeRowBlock>& row_blocks) {
+// Cuts the G * count_b real rows of every sequence b into row blocks and finds their key blocks.
+void plan_row_blocks(const DecodeJob& job, std::vector<DecodeRowBlock>& row_blocks) {
   row_blocks.clear();
-  for (int32_t begin = 0; begin < rows_total; begin += kDecodeMaxRowsPerItem) {
-    DecodeRowBlock rb;
-    rb.row_begin = begin;
-    rb.rows = std::min(kDecodeMaxRowsPerItem, rows_total - begin);
-    // Visible ranges only move forward with the query (docs/spec.md 2.3), and none is empty in a cache
-    // call (a query sees its own position), so the union is [first of the first, last of the last].
-    const KeySpan first = row_keys(job, begin / job.group);
-    const KeySpan last = row_keys(job, (begin + rb.rows - 1) / job.group);
-    rb.keys = KeySpan{first.first, last.last};
-    if (rb.keys.first <= rb.keys.last) {
-      rb.first_block = rb.keys.first / job.keys_per_block;
-      rb.blocks = rb.keys.last / job.keys_per_block - rb.first_block + 1;
+  for (int32_t b = 0; b < job.cache->config().batch; ++b) {
+    const int32_t rows_total = job.group * new_token_count(*job.args, b);
+    for (int32_t begin = 0; begin < rows_total; begin += kDecodeMaxRowsPerItem) {
+      DecodeRowBlock rb;
+      rb.batch = b;
+      rb.row_begin = begin;
+      rb.rows = std::min(kDecodeMaxRowsPerItem, rows_total - begin);
+      // Visible ranges only move forward with the query (docs/spec.md 2.3), and none is empty in a cache
+      // call (a query sees its own position), so the union is [first of the first, last of the last].
+      const KeySpan first = row_keys(job, b, begin / job.group);
+      const KeySpan last = row_keys(job, b, (begin + rb.rows - 1) / job.group);
+      rb.keys = KeySpan{first.first, last.last};
+      if (rb.keys.first <= rb.keys.last) {
+        rb.first_block = rb.keys.first / job.keys_per_block;
+        rb.blocks = rb.keys.last / job.keys_per_block - rb.first_block + 1;
+      }
+      rb.item_floats = static_cast<int32_t>(whole_lines_of_floats(size_t{2} * kDecodeMaxRowsPerItem + size_t(rb.rows) * job.dv8));
+      row_blocks.push_back(rb);
     }
-    rb.item_floats = static_cast<int32_t>(whole_lines_of_floats(size_t{2} * kDecodeMaxRowsPerItem + size_t(rb.rows) * job.dv8));
-    row_blocks.push_back(rb);
   }
 }
 
@@ -285,23 +290,24 @@ size_t worker_floats(const DecodeKernel& kernel, int32_t head_dim, int32_t value
 
 struct Wave {
   size_t begin = 0, end = 0;  // row blocks
-  int64_t items_per_head = 0, floats_per_head = 0;
+  int64_t items = 0, floats = 0;
 };
 
 // The next wave from row block `begin`: as many row blocks as fit max_floats (at least one); sets each
-// row block's item_begin and partial_begin relative to the wave.
+// row block's item_begin and partial_begin relative to the wave. Each row block has `heads` (Hkv) times
+// its key blocks of items.
 Wave next_wave(std::vector<DecodeRowBlock>& row_blocks, size_t begin, int64_t heads, int64_t max_floats) {
   Wave wave;
   wave.begin = begin;
   wave.end = begin;
   while (wave.end < row_blocks.size()) {
     DecodeRowBlock& rb = row_blocks[wave.end];
-    const int64_t floats = int64_t{rb.blocks} * rb.item_floats;
-    if (wave.end > begin && heads * (wave.floats_per_head + floats) > max_floats) break;
-    rb.item_begin = wave.items_per_head;
-    rb.partial_begin = wave.floats_per_head;
-    wave.items_per_head += rb.blocks;
-    wave.floats_per_head += floats;
+    const int64_t floats = heads * rb.blocks * rb.item_floats;
+    if (wave.end > begin && wave.floats + floats > max_floats) break;
+    rb.item_begin = wave.items;
+    rb.partial_begin = wave.floats;
+    wave.items += heads * rb.blocks;
+    wave.floats += floats;
     ++wave.end;
   }
   return wave;
@@ -312,13 +318,13 @@ int64_t largest_wave_floats(std::vector<DecodeRowBlock>& row_blocks, int64_t hea
   int64_t largest = 0;
   for (size_t begin = 0; begin < row_blocks.size();) {
     const Wave wave = next_wave(row_blocks, begin, heads, max_floats);
-    largest = std::max(largest, heads * wave.floats_per_head);
+    largest = std::max(largest, wave.floats);
     begin = wave.end;
   }
   return largest;
 }
 
-DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, int32_t length,
+DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions, const int32_t* lengths,
                    DecodeScratch& scratch) {
   DecodeJob job;
   job.cache = &cache;
@@ -331,8 +337,8 @@ DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, int32_t fi
   job.dv8 = round_up(job.value_dim, 8);
   job.keys_per_block = decode_keys_per_block(std::max(round_up(job.head_dim, 8), job.dv8));
   job.q = args.q;
-  job.length = length;
-  job.first_position = first_position;
+  job.lengths = lengths;
+  job.first_positions = first_positions;
   const CacheAttendOptions& o = args.options;
   // Scores in log2 units. Where a folded factor is not a normal float it no longer carries the given
   // scale to float precision (or overflows): such calls take the exact path for every row.
@@ -352,12 +358,12 @@ DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, int32_t fi
   return job;
 }
 
-// Reserves everything the decode kernel will need for a call over `length` keys.
-Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, int32_t length,
+// Reserves everything the decode kernel will need for a call over lengths[b] keys of each sequence.
+Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions, const int32_t* lengths,
                       DecodeScratch& scratch, ThreadPool* pool) {
-  DecodeJob job = make_job(cache, args, first_position, length, scratch);
-  plan_row_blocks(job, job.group * args.new_tokens, scratch.row_blocks);
-  const int64_t heads = int64_t{cache.config().batch} * cache.config().num_kv_heads;
+  DecodeJob job = make_job(cache, args, first_positions, lengths, scratch);
+  plan_row_blocks(job, scratch.row_blocks);
+  const int64_t heads = cache.config().num_kv_heads;
   const int64_t partial_floats = largest_wave_floats(scratch.row_blocks, heads, scratch.max_partial_floats);
   const size_t threads = static_cast<size_t>(pool != nullptr ? pool->size() : 1);
   if (scratch.workers.size() < threads) scratch.workers = std::vector<Workspace>(threads);
@@ -371,30 +377,39 @@ Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t
   return Status::kOk;
 }
 
+// Zeroes the out rows of the padding rows (index >= count_b) of every sequence (docs/spec.md 4.6).
+void zero_padding_rows(const KVCache& cache, const CacheAttendArgs& args) {
+  const int64_t width = int64_t{args.options.num_heads} * cache.config().v_dim();
+  for (int32_t b = 0; b < cache.config().batch; ++b)
+    for (int32_t i = new_token_count(args, b); i < args.new_tokens; ++i) {
+      std::fill_n(args.out.data + b * args.out.batch_stride + i * args.out.row_stride, width, 0.0f);
+    }
+}
+
 // Runs the planned call (scratch reserved by reserve_decode for the same arguments).
-void run_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, DecodeScratch& scratch,
+void run_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions, DecodeScratch& scratch,
                 ThreadPool* pool) {
-  DecodeJob job = make_job(cache, args, first_position, cache.length(), scratch);
-  plan_row_blocks(job, job.group * args.new_tokens, scratch.row_blocks);
-  const int64_t heads = int64_t{cache.config().batch} * cache.config().num_kv_heads;
+  DecodeJob job = make_job(cache, args, first_positions, cache.lengths(), scratch);
+  plan_row_blocks(job, scratch.row_blocks);
+  const int64_t heads = cache.config().num_kv_heads;
   job.partials = scratch.partials.data();
-  if (args.options.rope.enabled()) job.q = stage_rotated_q(cache, args, first_position, scratch);
+  if (args.options.rope.enabled()) job.q = stage_rotated_q(cache, args, first_positions, scratch);
   // Work below kParallelMinFlops runs on the calling thread: waking workers costs more. Same bits.
-  const double flops = 4.0 * double(heads) * job.group * args.new_tokens * job.length * job.head_dim;
+  double query_keys = 0.0;  // sum over b of count_b * length(b)
+  for (int32_t b = 0; b < cache.config().batch; ++b) query_keys += double(new_token_count(args, b)) * job.lengths[b];
+  const double flops = 4.0 * double(heads) * job.group * query_keys * job.head_dim;
   const bool parallel = pool != nullptr && pool->size() > 1 && flops >= kParallelMinFlops;
   for (size_t begin = 0; begin < scratch.row_blocks.size();) {
     const Wave wave = next_wave(scratch.row_blocks, begin, heads, scratch.max_partial_floats);
     job.row_blocks = scratch.row_blocks.data() + wave.begin;
     job.wave_row_blocks = static_cast<int32_t>(wave.end - wave.begin);
-    job.items_per_head = wave.items_per_head;
-    job.floats_per_head = wave.floats_per_head;
-    const int64_t items = heads * wave.items_per_head;
+    const int64_t items = wave.items;
     const int64_t merges = heads * job.wave_row_blocks;
     if (parallel) {
       if (!job.exact_only) pool->parallel_for(items, &run_item, &job);
       // A decode step's merge reads a few thousand partial floats: the calling thread does it sooner
       // than a second round trip through the pool (same bits either way).
-      if (job.exact_only || heads * wave.floats_per_head > kParallelMergeFloats) {
+      if (job.exact_only || wave.floats > kParallelMergeFloats) {
         pool->parallel_for(merges, &merge_row_block, &job);
       } else {
         for (int64_t i = 0; i < merges; ++i) merge_row_block(&job, i, 0);
@@ -406,15 +421,16 @@ void run_decode(const KVCache& cache, const CacheAttendArgs& args, int32_t first
     }
     begin = wave.end;
   }
+  zero_padding_rows(cache, args);
 }
 
 }  // namespace
 
-Status decode_attention(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, DecodeScratch& scratch,
-                        ThreadPool* pool) {
-  const Status status = reserve_decode(cache, args, first_position, cache.length(), scratch, pool);
+Status decode_attention(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
+                        DecodeScratch& scratch, ThreadPool* pool) {
+  const Status status = reserve_decode(cache, args, first_positions, cache.lengths(), scratch, pool);
   if (status != Status::kOk) return status;
-  run_decode(cache, args, first_position, scratch, pool);
+  run_decode(cache, args, first_positions, scratch, pool);
   return Status::kOk;
 }
 
@@ -422,15 +438,18 @@ Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& 
                     Workspace& tiled_scratch) {
   const Status status = validate_cache_attend(cache, args);
   if (status != Status::kOk) return status;
-  const int32_t n = args.new_tokens;
   if (tiled_prefill_applies(cache, args)) return tiled_prefill(cache, args, scratch, parallel, tiled_scratch);
   ThreadPool* pool = parallel != nullptr ? &parallel->pool() : nullptr;
-  const int32_t old_length = cache.length();
-  const Status reserved = reserve_decode(cache, args, old_length, old_length + n, scratch, pool);
+  // The sequences' old lengths are their queries' first positions; the new ones the keys they see.
+  const int32_t batch = cache.config().batch;
+  scratch.first_positions.assign(cache.lengths(), cache.lengths() + batch);
+  scratch.key_counts.resize(size_t(batch));
+  for (int32_t b = 0; b < batch; ++b) scratch.key_counts[size_t(b)] = cache.length(b) + new_token_count(args, b);
+  const Status reserved = reserve_decode(cache, args, scratch.first_positions.data(), scratch.key_counts.data(), scratch, pool);
   if (reserved != Status::kOk) return reserved;
-  const Status appended = cache.append(args.k, args.v, n, &args.options.rope);
+  const Status appended = cache.append(args.k, args.v, args.new_tokens, &args.options.rope, args.new_token_counts);
   if (appended != Status::kOk) return appended;
-  run_decode(cache, args, old_length, scratch, pool);
+  run_decode(cache, args, scratch.first_positions.data(), scratch, pool);
   return Status::kOk;
 }
 

@@ -83,7 +83,11 @@ const char* decode_kernel_name(const DecodeKernel& kernel);
 enum class CachePath { kAuto, kDecodeKernel, kExactRows };
 
 struct CacheAttendArgs {
-  int32_t new_tokens = 0;          // n >= 1
+  int32_t new_tokens = 0;          // n >= 1: the rows of q, k, v and out per sequence
+  // (B) real rows of each sequence, each in [0, n]; nullptr = n for all (docs/spec.md 4.6). Rows at index
+  // >= new_token_counts[b] are padding: not read, not stored, their out rows 0. Sequence b's real rows
+  // take positions length(b) + i.
+  const int32_t* new_token_counts = nullptr;
   TensorView<const float> q;       // (B, n, H*Dh)
   TensorView<const float> k, v;    // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv): the new tokens
   TensorView<float> out;           // (B, n, H*Dv); may be q itself (when Dv = Dh), must not overlap k or v
@@ -98,13 +102,16 @@ struct CacheAttendArgs {
 // The rows of one (batch item, KV head) are cut into row blocks of at most kDecodeMaxRowsPerItem rows;
 // a row block runs against the key blocks that meet the union of its rows' visible keys.
 struct DecodeRowBlock {
+  int32_t batch = 0;        // b
   int32_t row_begin = 0;    // rows [row_begin, row_begin + rows) of the G*n rows, r = query * G + head
   int32_t rows = 0;
   KeySpan keys;            // union of the rows' visible keys
   int32_t first_block = 0;  // key blocks [first_block, first_block + blocks)
   int32_t blocks = 0;
-  int64_t item_begin = 0;     // first work item of this row block within its (b, g)
-  int64_t partial_begin = 0;  // its partial results within those of its (b, g), in floats
+  // Within the wave: the first work item of (this row block, g = 0) and its partial results, in floats.
+  // The row block's items are Hkv * blocks, g-major: item_begin + g * blocks + (block - first_block).
+  int64_t item_begin = 0;
+  int64_t partial_begin = 0;
   int32_t item_floats = 0;    // floats of one item's partial results
 };
 
@@ -114,6 +121,7 @@ struct DecodeScratch {
   Workspace rounded_kv;            // a float16 prefill's new k (rotated with rope) and v, rounded to halves
   Workspace staged_q;              // with rope: q rotated at its positions (B, n, H*Dh)
   std::vector<DecodeRowBlock> row_blocks;
+  std::vector<int32_t> first_positions, key_counts;  // (B) a cache_attend's old and new lengths
   // Partial results per wave; long prefills through the decode kernel run in several waves (tests lower it).
   int64_t max_partial_floats = int64_t{1} << 22;
   test_seam::DecodeCounters counters;  // counted only in the tests' cores (test_seam.hpp)
@@ -124,24 +132,31 @@ struct DecodeScratch {
 // (kBadSinks, kBadRotaryDim and kRopePosition for the v0.3 options).
 Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args);
 
+// Real rows of sequence b in a call (args.new_token_counts[b], or n).
+inline int32_t new_token_count(const CacheAttendArgs& args, int32_t b) {
+  return args.new_token_counts != nullptr ? args.new_token_counts[b] : args.new_tokens;
+}
+
 // Part of cache_attend (decode_tiled.cpp): a prefill into an empty cache by the tiled kernel, then the
-// append; and q rotated at positions [first_position, first_position + n) into scratch.staged_q (reserved
-// by the caller), as a (B, n, H*Dh) view.
+// append; and the real rows of q, sequence b's rotated at positions [first_positions[b], ... + count_b),
+// into scratch.staged_q (reserved by the caller), as a (B, n, H*Dh) view.
 Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
                      Workspace& tiled_scratch);
-TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position,
+TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
                                         DecodeScratch& scratch);
 
-// Appends args.k, args.v to the cache and writes out = attention of q over keys [0, new length), queries
-// at positions old length + i. On any error status nothing changed: not the cache, not out.
+// Appends args.k, args.v to the cache and writes out = attention of q over keys [0, new length(b)) of
+// each sequence, queries at positions old length(b) + i. On any error status nothing changed: not the
+// cache, not out.
 // `parallel` (nullable) lends its thread pool and runs the tiled prefill; without it everything runs on
 // the calling thread (the tiled prefill with `tiled_scratch`).
 Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
                     Workspace& tiled_scratch);
 
-// The decode kernel alone over the cache as it is: q (B, n, H*Dh) at positions [first_position,
-// first_position + n) against keys [0, cache.length()). cache_attend calls it after appending.
-Status decode_attention(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position, DecodeScratch& scratch,
-                        ThreadPool* pool);
+// The decode kernel alone over the cache as it is: sequence b's real rows of q (B, n, H*Dh) at positions
+// [first_positions[b], ... + count_b) against its keys [0, cache.length(b)). cache_attend calls it after
+// appending.
+Status decode_attention(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
+                        DecodeScratch& scratch, ThreadPool* pool);
 
 }  // namespace mha

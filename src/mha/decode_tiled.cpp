@@ -10,7 +10,7 @@
 namespace mha {
 namespace {
 
-// docs/spec.md 4.4 and 4.5 for a cache call whose tokens take positions [length, length + n).
+// docs/spec.md 4.4 and 4.5 for a cache call whose tokens take positions [length(b), length(b) + count_b).
 Status validate_cache_v3(const KVCache& cache, const CacheAttendArgs& args) {
   const CacheAttendOptions& o = args.options;
   if (o.sinks != nullptr) {
@@ -22,22 +22,33 @@ Status validate_cache_v3(const KVCache& cache, const CacheAttendArgs& args) {
   if (rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > cache.config().head_dim) {
     return Status::kBadRotaryDim;
   }
-  if (int64_t{cache.length()} + args.new_tokens > rope.positions || rope.first_position < 0 ||
-      rope.first_position > cache.length()) {
-    return Status::kRopePosition;
-  }
+  if (rope.first_position < 0 || rope.first_position > cache.min_length()) return Status::kRopePosition;
+  for (int32_t b = 0; b < cache.config().batch; ++b)
+    if (int64_t{cache.length(b)} + new_token_count(args, b) > rope.positions) return Status::kRopePosition;
   return Status::kOk;
 }
 
-// The (B, n, Hkv*Dh) rows of k rotated at positions [0, n) and rounded to halves into dst (float16 cache:
-// exactly the keys append stores).
-void rotate_and_round_keys(const KVCacheConfig& c, const CacheAttendArgs& args, float* dst) {
-  const int32_t n = args.new_tokens;
+// The sequences [first, first + batch) of a prefill, all with the same count of real rows: the tiled
+// kernel's batch. A prefill whose sequences all have n real rows is one segment; a ragged one is a
+// segment per sequence, so that no padding row is computed.
+struct Segment {
+  int32_t first = 0, batch = 0, rows = 0;
+};
+
+template <typename T>
+TensorView<T> segment_view(TensorView<T> view, const Segment& segment) {
+  return TensorView<T>{view.data + segment.first * view.batch_stride, view.batch_stride, view.row_stride};
+}
+
+// The (batch, rows, Hkv*Dh) keys of a segment rotated at positions [0, rows) and rounded to halves into
+// dst (float16 cache: exactly the keys append stores).
+void rotate_and_round_keys(const KVCacheConfig& c, const CacheAttendArgs& args, const Segment& segment, float* dst) {
   const int64_t width = int64_t{c.num_kv_heads} * c.head_dim;
-  for (int32_t b = 0; b < c.batch; ++b)
-    for (int32_t t = 0; t < n; ++t) {
-      float* row = dst + (int64_t{b} * n + t) * width;
-      std::copy_n(args.k.data + b * args.k.batch_stride + t * args.k.row_stride, width, row);
+  const TensorView<const float> k = segment_view(args.k, segment);
+  for (int32_t b = 0; b < segment.batch; ++b)
+    for (int32_t t = 0; t < segment.rows; ++t) {
+      float* row = dst + (int64_t{b} * segment.rows + t) * width;
+      std::copy_n(k.data + b * k.batch_stride + t * k.row_stride, width, row);
       for (int32_t g = 0; args.options.rope.enabled() && g < c.num_kv_heads; ++g) {
         rotate_head(row + int64_t{g} * c.head_dim, 1, args.options.rope, t);
       }
@@ -45,16 +56,16 @@ void rotate_and_round_keys(const KVCacheConfig& c, const CacheAttendArgs& args, 
     }
 }
 
-// The stateless call equal to attending the new tokens of a call into an empty cache.
-AttentionArgs tiled_args(const KVCacheConfig& c, const CacheAttendArgs& args) {
+// The stateless call equal to attending a segment's new tokens into an empty cache.
+AttentionArgs tiled_args(const KVCacheConfig& c, const CacheAttendArgs& args, const Segment& segment) {
   const CacheAttendOptions& o = args.options;
-  const int32_t n = args.new_tokens;
+  const int32_t n = segment.rows;
   AttentionArgs tiled;
-  tiled.shape = AttentionShape{c.batch, n, n, o.num_heads * c.head_dim, o.num_heads, c.num_kv_heads, c.value_dim};
-  tiled.q = args.q;
-  tiled.k = args.k;
-  tiled.v = args.v;
-  tiled.out = args.out;
+  tiled.shape = AttentionShape{segment.batch, n, n, o.num_heads * c.head_dim, o.num_heads, c.num_kv_heads, c.value_dim};
+  tiled.q = segment_view(args.q, segment);
+  tiled.k = segment_view(args.k, segment);
+  tiled.v = segment_view(args.v, segment);
+  tiled.out = segment_view(args.out, segment);
   tiled.causal = o.causal;
   tiled.scale = o.scale;
   tiled.query_offset = 0;
@@ -70,59 +81,101 @@ AttentionArgs tiled_args(const KVCacheConfig& c, const CacheAttendArgs& args) {
 
 }  // namespace
 
-TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, int32_t first_position,
+TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
                                         DecodeScratch& scratch) {
   const KVCacheConfig& c = cache.config();
   const int32_t n = args.new_tokens, dh = c.head_dim;
   const int64_t width = int64_t{args.options.num_heads} * dh;
   float* q = scratch.staged_q.data();
   for (int32_t b = 0; b < c.batch; ++b)
-    for (int32_t i = 0; i < n; ++i) {
+    for (int32_t i = 0; i < new_token_count(args, b); ++i) {  // padding rows are not read
       float* row = q + (int64_t{b} * n + i) * width;
       std::copy_n(args.q.data + b * args.q.batch_stride + i * args.q.row_stride, width, row);
       for (int32_t h = 0; h < args.options.num_heads; ++h) {
-        rotate_head(row + int64_t{h} * dh, 1, args.options.rope, int64_t{first_position} + i);
+        rotate_head(row + int64_t{h} * dh, 1, args.options.rope, int64_t{first_positions[b]} + i);
       }
     }
   return TensorView<const float>{q, n * width, width};
 }
 
-// A prefill into an empty cache: once appended, the cache holds exactly the new tokens (float16: rounded,
-// after the rotation with rope), so the tiled kernel attends over them where they are (float16: over a
-// copy of the new keys rotated and rounded, and of the values rounded, O(n); q then rotated into
-// staged_q and the kernel given no rope), then they are stored. Query i sits at position i = old length +
-// i. An error leaves the cache untouched.
-Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
-                     Workspace& tiled_scratch) {
+namespace {
+
+// One segment of a prefill into an empty cache (tiled_prefill): attention over the segment's own new
+// tokens, which are exactly what the cache will hold.
+Status tiled_segment(const KVCache& cache, const CacheAttendArgs& args, const Segment& segment, DecodeScratch& scratch,
+                     ParallelAttention* parallel, Workspace& tiled_scratch) {
   const KVCacheConfig& c = cache.config();
-  const int32_t n = args.new_tokens;
-  AttentionArgs tiled = tiled_args(c, args);
+  const int32_t n = segment.rows;
+  AttentionArgs tiled = tiled_args(c, args, segment);
   if (c.dtype == CacheDType::kFloat16) {
     const int64_t k_width = int64_t{c.num_kv_heads} * c.head_dim, v_width = int64_t{c.num_kv_heads} * c.v_dim();
-    const int64_t k_elements = int64_t{c.batch} * n * k_width, v_elements = int64_t{c.batch} * n * v_width;
+    const int64_t k_elements = int64_t{segment.batch} * n * k_width, v_elements = int64_t{segment.batch} * n * v_width;
     if (!scratch.rounded_kv.reserve(static_cast<size_t>(k_elements + v_elements))) return Status::kOutOfMemory;
     const bool rope = args.options.rope.enabled();
-    if (rope && !scratch.staged_q.reserve(size_t(c.batch) * n * args.options.num_heads * c.head_dim)) {
-      return Status::kOutOfMemory;
-    }
+    const int64_t q_width = int64_t{args.options.num_heads} * c.head_dim;
+    if (rope && !scratch.staged_q.reserve(size_t(segment.batch) * n * q_width)) return Status::kOutOfMemory;
     float* k = scratch.rounded_kv.data();
     float* v = k + k_elements;
-    rotate_and_round_keys(c, args, k);
-    for (int32_t b = 0; b < c.batch; ++b)
+    rotate_and_round_keys(c, args, segment, k);
+    const TensorView<const float> v_in = segment_view(args.v, segment);
+    for (int32_t b = 0; b < segment.batch; ++b)
       for (int32_t t = 0; t < n; ++t) {
-        round_to_f16(args.v.data + b * args.v.batch_stride + t * args.v.row_stride, v + (int64_t{b} * n + t) * v_width, v_width);
+        round_to_f16(v_in.data + b * v_in.batch_stride + t * v_in.row_stride, v + (int64_t{b} * n + t) * v_width, v_width);
       }
     tiled.k = dense_view(static_cast<const float*>(k), n, static_cast<int32_t>(k_width));
     tiled.v = dense_view(static_cast<const float*>(v), n, static_cast<int32_t>(v_width));
-    if (rope) {
-      tiled.q = stage_rotated_q(cache, args, 0, scratch);
+    if (rope) {  // q rotated at positions [0, n), the kernel then given no rope
+      float* q = scratch.staged_q.data();
+      for (int32_t b = 0; b < segment.batch; ++b)
+        for (int32_t i = 0; i < n; ++i) {
+          float* row = q + (int64_t{b} * n + i) * q_width;
+          std::copy_n(tiled.q.data + b * tiled.q.batch_stride + i * tiled.q.row_stride, q_width, row);
+          for (int32_t h = 0; h < args.options.num_heads; ++h) rotate_head(row + int64_t{h} * c.head_dim, 1, args.options.rope, i);
+        }
+      tiled.q = TensorView<const float>{q, n * q_width, q_width};
       tiled.rope = RotaryTables{};
     }
   }
   const Status run = parallel != nullptr ? parallel->run(tiled) : attention(tiled, tiled_scratch);
   if (run != Status::kOk) return run;
   if (test_seam::kEnabled) ++scratch.counters.tiled_prefills;
-  return cache.append(args.k, args.v, n, &args.options.rope);
+  return Status::kOk;
+}
+
+bool uniform_counts(const CacheAttendArgs& args, int32_t batch) {
+  for (int32_t b = 0; b < batch; ++b)
+    if (new_token_count(args, b) != args.new_tokens) return false;
+  return true;
+}
+
+}  // namespace
+
+// A prefill into an empty cache: once appended, the cache holds exactly the new tokens (float16: rounded,
+// after the rotation with rope), so the tiled kernel attends over them where they are (float16: over a
+// copy of the new keys rotated and rounded, and of the values rounded, O(n); q then rotated too and the
+// kernel given no rope), then they are stored. Query i sits at position i = old length + i. A ragged
+// prefill runs a segment per sequence of its real rows only, and its padding out rows are zeroed. An
+// error leaves the cache untouched; out may then hold the segments already run.
+Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
+                     Workspace& tiled_scratch) {
+  const int32_t batch = cache.config().batch;
+  if (uniform_counts(args, batch)) {
+    const Status run = tiled_segment(cache, args, Segment{0, batch, args.new_tokens}, scratch, parallel, tiled_scratch);
+    if (run != Status::kOk) return run;
+  } else {
+    const int64_t width = int64_t{args.options.num_heads} * cache.config().v_dim();
+    for (int32_t b = 0; b < batch; ++b) {
+      const int32_t rows = new_token_count(args, b);
+      if (rows > 0) {
+        const Status run = tiled_segment(cache, args, Segment{b, 1, rows}, scratch, parallel, tiled_scratch);
+        if (run != Status::kOk) return run;
+      }
+      for (int32_t i = rows; i < args.new_tokens; ++i) {
+        std::fill_n(args.out.data + b * args.out.batch_stride + i * args.out.row_stride, width, 0.0f);
+      }
+    }
+  }
+  return cache.append(args.k, args.v, args.new_tokens, &args.options.rope, args.new_token_counts);
 }
 
 Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
@@ -142,9 +195,13 @@ Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) 
   // (B, n, H*Dh) and (B, n, H*Dv) must stay below kMaxElements, as every tensor of the stateless call.
   const double rows = double(c.batch) * args.new_tokens * o.num_heads;
   if (rows * std::max(c.head_dim, c.v_dim()) >= double(kMaxElements)) return Status::kTooLarge;
+  for (int32_t b = 0; args.new_token_counts != nullptr && b < c.batch; ++b) {
+    if (args.new_token_counts[b] < 0 || args.new_token_counts[b] > args.new_tokens) return Status::kCacheBadNewTokens;
+  }
   const Status v3 = validate_cache_v3(cache, args);
   if (v3 != Status::kOk) return v3;
-  if (args.new_tokens > c.capacity - cache.length()) return Status::kCacheFull;
+  for (int32_t b = 0; b < c.batch; ++b)
+    if (new_token_count(args, b) > c.capacity - cache.length(b)) return Status::kCacheFull;
   return Status::kOk;
 }
 

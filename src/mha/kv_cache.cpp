@@ -83,7 +83,10 @@ void round_to_f16(const float* x, float* y, int64_t count) {
 }
 
 KVCache::KVCache(const KVCacheConfig& config)
-    : config_(config), panels_((int64_t{config.capacity} + kKeysPerPanel - 1) / kKeysPerPanel) {}
+    : config_(config),
+      lengths_(size_t(config.batch), 0),
+      special_from_(size_t(config.batch), kNoSpecialValues),
+      panels_((int64_t{config.capacity} + kKeysPerPanel - 1) / kKeysPerPanel) {}
 
 KVCache::~KVCache() {
   std::free(keys_);
@@ -201,23 +204,31 @@ const float* KVCache::key_to_store(const float* k_row, int32_t g, const RotaryTa
   return rotated_;
 }
 
-Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope) {
+int32_t KVCache::min_length() const { return *std::min_element(lengths_.begin(), lengths_.end()); }
+int32_t KVCache::max_length() const { return *std::max_element(lengths_.begin(), lengths_.end()); }
+
+Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
+                       const int32_t* new_tokens) {
   if (n <= 0) return Status::kNonPositiveDim;
   if (k.data == nullptr || v.data == nullptr) return Status::kNullPointer;
-  if (n > config_.capacity - length_) return Status::kCacheFull;
   if (rope != nullptr && !rope->enabled()) rope = nullptr;
-  if (rope != nullptr && int64_t{length_} + n > rope->positions) return Status::kRopePosition;
-  const int32_t dh = config_.head_dim, dv = config_.v_dim(), heads = config_.num_kv_heads;
-  // The first position of a group or token that stored an inf/NaN half: at or before the real one, so
-  // special_from stays conservative.
-  int32_t first_special = kNoSpecialValues;
+  auto count_of = [&](int32_t b) { return new_tokens != nullptr ? new_tokens[b] : n; };
   for (int32_t b = 0; b < config_.batch; ++b) {
-    for (int32_t t = 0; t < n;) {
-      const int32_t position = length_ + t;
+    if (count_of(b) > config_.capacity - lengths_[size_t(b)]) return Status::kCacheFull;
+    if (rope != nullptr && int64_t{lengths_[size_t(b)]} + count_of(b) > rope->positions) return Status::kRopePosition;
+  }
+  const int32_t dh = config_.head_dim, dv = config_.v_dim(), heads = config_.num_kv_heads;
+  for (int32_t b = 0; b < config_.batch; ++b) {
+    const int32_t length = lengths_[size_t(b)], count = count_of(b);
+    // The first position of a group or token that stored an inf/NaN half: at or before the real one, so
+    // special_from stays conservative.
+    int32_t first_special = kNoSpecialValues;
+    for (int32_t t = 0; t < count;) {
+      const int32_t position = length + t;
       const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
 #if MHA_F16_SIMD
       // Rotated keys go one by one through rotated_ (the copy-in is O(n * Hkv * Dh) either way).
-      const int32_t tokens = (rope == nullptr && position % 8 == 0 && n - t >= 8) ? 8 : 1;
+      const int32_t tokens = (rope == nullptr && position % 8 == 0 && count - t >= 8) ? 8 : 1;
 #else
       const int32_t tokens = 1;
 #endif
@@ -234,23 +245,35 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
       if (specials) first_special = std::min(first_special, position);
       t += tokens;
     }
-    for (int32_t t = 0; t < n; ++t) {
+    for (int32_t t = 0; t < count; ++t) {
       const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
       bool specials = false;
-      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dv, b, g, length_ + t);
-      if (specials) first_special = std::min(first_special, length_ + t);
+      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dv, b, g, length + t);
+      if (specials) first_special = std::min(first_special, length + t);
     }
+    special_from_[size_t(b)] = std::min(special_from_[size_t(b)], first_special);
+    lengths_[size_t(b)] = length + count;
   }
-  special_from_ = std::min(special_from_, first_special);
-  length_ += n;
   return Status::kOk;
 }
 
+void KVCache::set_length(int32_t b, int32_t length) {
+  lengths_[size_t(b)] = length;
+  // Every inf/NaN half of sequence b was at special_from(b) or later: all are gone when that position is.
+  if (special_from_[size_t(b)] >= length) special_from_[size_t(b)] = kNoSpecialValues;
+}
+
 Status KVCache::truncate(int32_t length) {
-  if (length < 0 || length > length_) return Status::kCacheBadLength;
-  length_ = length;
-  // Every inf/NaN half was at special_from or later: all are gone when that position is.
-  if (special_from_ >= length) special_from_ = kNoSpecialValues;
+  if (length < 0 || length > max_length()) return Status::kCacheBadLength;
+  for (int32_t b = 0; b < config_.batch; ++b) set_length(b, std::min(lengths_[size_t(b)], length));
+  return Status::kOk;
+}
+
+Status KVCache::truncate_each(const int32_t* lengths) {
+  if (lengths == nullptr) return Status::kNullPointer;
+  for (int32_t b = 0; b < config_.batch; ++b)
+    if (lengths[b] < 0 || lengths[b] > lengths_[size_t(b)]) return Status::kCacheBadLength;
+  for (int32_t b = 0; b < config_.batch; ++b) set_length(b, lengths[b]);
   return Status::kOk;
 }
 
@@ -266,15 +289,43 @@ float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {
   return f16::decode(static_cast<const uint16_t*>(values_)[row + d]);
 }
 
-void KVCache::read(float* k, float* v) const {
-  const int32_t hkv = config_.num_kv_heads, dh = config_.head_dim, dv = config_.v_dim();
-  for (int32_t b = 0; b < config_.batch; ++b)
-    for (int32_t j = 0; j < length_; ++j)
+namespace {
+
+// Tokens [start, end) of every sequence in read's layout, each element as E; `element(b, g, j, d, is_key)`
+// gives it.
+template <typename E, typename Element>
+void read_tokens(const KVCacheConfig& c, E* k, E* v, int32_t start, int32_t end, Element element) {
+  const int32_t hkv = c.num_kv_heads, dh = c.head_dim, dv = c.v_dim(), tokens = end - start;
+  for (int32_t b = 0; b < c.batch; ++b)
+    for (int32_t j = start; j < end; ++j)
       for (int32_t g = 0; g < hkv; ++g) {
-        const int64_t token = (int64_t{b} * length_ + j) * hkv + g;
-        for (int32_t d = 0; d < dh; ++d) k[token * dh + d] = key(b, g, j, d);
-        for (int32_t d = 0; d < dv; ++d) v[token * dv + d] = value(b, g, j, d);
+        const int64_t token = (int64_t{b} * tokens + (j - start)) * hkv + g;
+        for (int32_t d = 0; d < dh; ++d) k[token * dh + d] = element(b, g, j, d, true);
+        for (int32_t d = 0; d < dv; ++d) v[token * dv + d] = element(b, g, j, d, false);
       }
+}
+
+}  // namespace
+
+Status KVCache::read(float* k, float* v, int32_t start, int32_t end) const {
+  if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;
+  if (end > start && (k == nullptr || v == nullptr)) return Status::kNullPointer;
+  read_tokens(config_, k, v, start, end, [this](int32_t b, int32_t g, int32_t j, int32_t d, bool is_key) {
+    return is_key ? key(b, g, j, d) : value(b, g, j, d);
+  });
+  return Status::kOk;
+}
+
+Status KVCache::read_stored(void* k, void* v, int32_t start, int32_t end) const {
+  if (config_.dtype == CacheDType::kFloat32) return read(static_cast<float*>(k), static_cast<float*>(v), start, end);
+  if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;
+  if (end > start && (k == nullptr || v == nullptr)) return Status::kNullPointer;
+  read_tokens(config_, static_cast<uint16_t*>(k), static_cast<uint16_t*>(v), start, end,
+              [this](int32_t b, int32_t g, int32_t j, int32_t d, bool is_key) {
+                return is_key ? key_panels<uint16_t>(b, g)[key_panel_offset(j, d, config_.head_dim)]
+                              : value_rows<uint16_t>(b, g)[int64_t{j} * value_row_elements() + d];
+              });
+  return Status::kOk;
 }
 
 Status KVCacheRegistry::create(const KVCacheConfig& config, uint32_t* id) {

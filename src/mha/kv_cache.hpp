@@ -1,5 +1,7 @@
 // The KV cache of docs/spec.md Part 3: the keys and values of every token so far, stored once on the
-// heap and appended in place. All batch items advance together.
+// heap and appended in place. Each batch item (sequence) has its own length (docs/spec.md 4.6): a batch of
+// prompts of different lengths is prefilled and decoded together, each sequence's keys ending at its own
+// length.
 //
 // Layout, per batch item b and KV head g (P = kKeysPerPanel = 32, Dv8 = Dv rounded up to 8):
 //   K  (B, Hkv, ceil(capacity / P), Dh, P)   K^T in panels of 32 keys: row d of a panel holds element d
@@ -13,7 +15,7 @@
 // are then single linear streams (the prefetchers' best case), a panel row of an f16 cache is exactly one
 // 64-byte line, and head g's keys never interleave with other heads'. Appending writes Dh scattered
 // elements per token and head into K and one row into V: O(n * Hkv * Dh). Truncating only moves
-// `length`. Nothing is ever copied in proportion to the length.
+// the lengths. Nothing is ever copied in proportion to the length.
 // The tiled prefill kernel (kernel.hpp) reads K as rows through strides, so it cannot read these
 // panels; a prefill into an empty cache runs it on the new tokens' own k and v instead (float16: rounded
 // with round_to_f16; see decode.hpp). Reading panels there would need its K packing to copy 8-key panel
@@ -81,18 +83,29 @@ class KVCache {
   KVCache& operator=(const KVCache&) = delete;
 
   const KVCacheConfig& config() const { return config_; }
-  int32_t length() const { return length_; }
+  // Sequence b's length (tokens stored), and the extremes over the B sequences.
+  int32_t length(int32_t b) const { return lengths_[size_t(b)]; }
+  const int32_t* lengths() const { return lengths_.data(); }  // (B)
+  int32_t min_length() const;
+  int32_t max_length() const;
+  bool uniform() const { return min_length() == max_length(); }
 
-  // Stores n new tokens at positions [length, length + n) and adds n to length.
-  // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv) through strides (head g of a row at g*Dh, g*Dv). With rope (not
-  // null, enabled, validated against Dh by the caller) each key is rotated at its position first, then
-  // stored (float16: rounded after the rotation). kCacheFull when length + n passes the capacity,
-  // kRopePosition when length + n passes the rope tables' rows: then nothing is written. float16 caches
-  // round to nearest even.
-  Status append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope = nullptr);
+  // Stores the new tokens of sequence b at positions [length(b), length(b) + count_b) and adds count_b to
+  // its length, count_b = new_tokens[b] (new_tokens null: n for every b; else each in [0, n], checked by
+  // the caller). k (B, n, Hkv*Dh), v (B, n, Hkv*Dv) through strides (head g of a row at g*Dh, g*Dv); rows
+  // at index >= count_b are padding and not read. With rope (not null, enabled, validated against Dh by
+  // the caller) each key is rotated at its position first, then stored (float16: rounded after the
+  // rotation). kCacheFull when a sequence would pass the capacity, kRopePosition when one would pass the
+  // rope tables' rows: then nothing is written. float16 caches round to nearest even.
+  Status append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope = nullptr,
+                const int32_t* new_tokens = nullptr);
 
-  // Keeps the first `length` tokens. O(1).
+  // Keeps min(length(b), length) tokens of every sequence; kCacheBadLength when length < 0 or
+  // > max_length(). O(B).
   Status truncate(int32_t length);
+  // Sets sequence b's length to lengths[b] (B of them, each in [0, length(b)], else kCacheBadLength and
+  // nothing changes). O(B).
+  Status truncate_each(const int32_t* lengths);
 
   // Storage of KV head g of batch item b, for the kernels: float (kFloat32) or uint16_t (kFloat16).
   template <typename E>
@@ -106,17 +119,20 @@ class KVCache {
   int64_t panel_elements() const { return int64_t{config_.head_dim} * kKeysPerPanel; }  // (Dh, P)
   int32_t value_row_elements() const { return round_up(config_.v_dim(), 8); }        // Dv8
 
-  // Smallest position whose K or V holds an inf or NaN half (float16), or kNoSpecialValues. Conservative
-  // after a truncate that keeps some of them.
-  int32_t special_from() const { return special_from_; }
+  // Smallest position of sequence b whose K or V holds an inf or NaN half (float16), or
+  // kNoSpecialValues. Conservative after a truncate that keeps some of them.
+  int32_t special_from(int32_t b) const { return special_from_[size_t(b)]; }
 
   // Element d of key / value j of head g of batch item b, exactly as stored (tests, exact kernel path).
   float key(int32_t b, int32_t g, int32_t j, int32_t d) const;
   float value(int32_t b, int32_t g, int32_t j, int32_t d) const;
 
-  // Copies tokens [0, length) out as k (B, length, Hkv*Dh), v (B, length, Hkv*Dv) floats (tests, read-back
-  // exports); keys as stored (rotated with rope).
-  void read(float* k, float* v) const;
+  // Copies tokens [start, end) of every sequence out as k (B, end - start, Hkv*Dh), v (B, end - start,
+  // Hkv*Dv) floats, keys as stored (rotated with rope): docs/spec.md 4.7. kCacheBadLength unless
+  // 0 <= start <= end <= min_length().
+  Status read(float* k, float* v, int32_t start, int32_t end) const;
+  // The same tokens in the layout of read, as the cache's own elements: float32, or float16 bits.
+  Status read_stored(void* k, void* v, int32_t start, int32_t end) const;
 
  private:
   explicit KVCache(const KVCacheConfig& config);
@@ -130,12 +146,15 @@ class KVCache {
   bool store_key(const float* k, int32_t b, int32_t g, int32_t position);
   bool store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position);  // SIMD builds
   bool store_value(const float* v, int32_t b, int32_t g, int32_t position);
+  void set_length(int32_t b, int32_t length);
   // The key of head g of one token as stored: k_row + g*Dh itself, or rotated at `position` into rotated_.
   const float* key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position);
 
+  friend class KVCacheStorage;  // kv_cache_io.cpp: save and load copy the stored tokens in and out
+
   KVCacheConfig config_;
-  int32_t length_ = 0;
-  int32_t special_from_ = kNoSpecialValues;
+  std::vector<int32_t> lengths_;       // (B)
+  std::vector<int32_t> special_from_;  // (B)
   int64_t panels_ = 0;  // ceil(capacity / P)
   void* keys_ = nullptr;
   void* values_ = nullptr;

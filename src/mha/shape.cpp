@@ -26,7 +26,7 @@ const char* status_name(Status status) {
     case Status::kCacheFull: return "KV cache capacity exceeded";
     case Status::kCacheTooLarge: return "KV cache too large for the heap";
     case Status::kCacheInvalid: return "no such KV cache (freed, or of another instance)";
-    case Status::kCacheBadLength: return "truncate length outside [0, length]";
+    case Status::kCacheBadLength: return "length outside the stored lengths";
     case Status::kCacheHeadsMismatch: return "num_heads is not a multiple of the cache's num_kv_heads";
     case Status::kCacheBadOption: return "bad KV cache option";
     case Status::kBadVHeadDim: return "bad v_head_dim";
@@ -34,6 +34,8 @@ const char* status_name(Status status) {
     case Status::kBadRotaryDim: return "bad rope tables or rotary_dim";
     case Status::kRopePosition: return "position past the rope tables";
     case Status::kBadStage: return "bad score stage";
+    case Status::kCacheBadNewTokens: return "new_tokens entry outside [0, n]";
+    case Status::kCacheBadSave: return "not a saved KV cache";
   }
   return "unknown status";
 }
@@ -60,7 +62,8 @@ const char* status_message(Status status) {
     case Status::kCacheFull: return "the new tokens would pass the KV cache's capacity (nothing was written)";
     case Status::kCacheTooLarge: return "the KV cache's capacity x dims do not fit the 2 GiB wasm heap";
     case Status::kCacheInvalid: return "the KV cache was freed or belongs to another instance";
-    case Status::kCacheBadLength: return "truncate(n) needs an integer n in [0, length]";
+    case Status::kCacheBadLength:
+      return "truncate(n) needs an integer n in [0, max(lengths)], truncate([...]) each entry in [0, lengths[b]], read an end <= min(lengths)";
     case Status::kCacheHeadsMismatch: return "numHeads must be a positive multiple of the cache's numKvHeads";
     case Status::kCacheBadOption: return "a KV cache option is out of range (window, softcap, alibiSlopes or dtype)";
     case Status::kBadVHeadDim: return "vHeadDim must be a positive integer";
@@ -68,6 +71,8 @@ const char* status_message(Status status) {
     case Status::kBadRotaryDim: return "rope needs cos and sin tables and an even rotaryDim in [2, headDim]";
     case Status::kRopePosition: return "a query or key position is not below the rope tables' row count";
     case Status::kBadStage: return "stage must be 'scaled', 'softcapped', 'biased' or 'softmax'";
+    case Status::kCacheBadNewTokens: return "every newTokens entry must be an integer in [0, n] (n = the rows of q)";
+    case Status::kCacheBadSave: return "the bytes are not a KV cache that save() wrote";
   }
   return nullptr;
 }

@@ -35,7 +35,7 @@ enum class Status : int32_t {
   kCacheFull = 16,           // appending n tokens would pass the capacity (nothing was written)
   kCacheTooLarge = 17,       // K and V storage beyond kMaxCacheBytes (kv_cache_bytes says how many)
   kCacheInvalid = 18,        // no such cache: never created, already freed, or another instance's
-  kCacheBadLength = 19,      // truncate to a length outside [0, length]
+  kCacheBadLength = 19,      // truncate or read outside the stored lengths
   kCacheHeadsMismatch = 20,  // num_heads is not a positive multiple of the cache's num_kv_heads
   kCacheBadOption = 21,      // window bound < -1, softcap not finite or < 0, a non-finite ALiBi slope, bad dtype
   // The v0.3 options (docs/spec.md Part 4).
@@ -44,8 +44,11 @@ enum class Status : int32_t {
   kBadRotaryDim = 24,        // rotary_dim odd, < 2 or > Dh, or rope tables missing
   kRopePosition = 25,        // a query or key position is not below the rope tables' rows
   kBadStage = 26,            // attention_weights: no such score stage
+  // The serving cache (docs/spec.md 4.6, 4.7).
+  kCacheBadNewTokens = 27,   // a new_tokens entry outside [0, n]
+  kCacheBadSave = 28,        // saved cache bytes that are not exactly what save wrote (kv_cache_io.hpp says why)
 };
-constexpr Status kLastStatus = Status::kBadStage;  // every number in [0, kLastStatus] is a Status
+constexpr Status kLastStatus = Status::kCacheBadSave;  // every number in [0, kLastStatus] is a Status
 
 const char* status_name(Status status);
 

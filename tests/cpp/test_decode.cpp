@@ -124,7 +124,7 @@ std::vector<float> run_cache(const CacheCase& c, const CacheData& data, const Ru
     args.path = run.path;
     INFO("step at " << t0 << " of " << n << " tokens");
     REQUIRE(mha::cache_attend(*cache, args, scratch, run.parallel, tiled) == Status::kOk);
-    REQUIRE(cache->length() == t0 + n);
+    REQUIRE(cache->max_length() == t0 + n);
     t0 += n;
   }
   if (run.out_is_q) out = q;
@@ -511,14 +511,14 @@ TEST_CASE("decode: bad calls get a status and change nothing", "[decode]") {
   };
   REQUIRE(mha::cache_attend(*cache, args_for(5), scratch, nullptr, tiled) == Status::kOk);
   std::vector<float> k_before(5 * 16), v_before(5 * 16);
-  cache->read(k_before.data(), v_before.data());
+  cache->read(k_before.data(), v_before.data(), 0, cache->min_length());
   out.assign(out.size(), -7.0f);
   auto expect = [&](mha::CacheAttendArgs a, Status status) {
     REQUIRE(mha::validate_cache_attend(*cache, a) == status);
     REQUIRE(mha::cache_attend(*cache, a, scratch, nullptr, tiled) == status);
-    REQUIRE(cache->length() == 5);
+    REQUIRE(cache->max_length() == 5);
     std::vector<float> k_now(5 * 16), v_now(5 * 16);
-    cache->read(k_now.data(), v_now.data());
+    cache->read(k_now.data(), v_now.data(), 0, cache->min_length());
     REQUIRE(bit_equal(k_now, k_before));
     REQUIRE(bit_equal(v_now, v_before));
     for (float x : out) REQUIRE(x == -7.0f);
@@ -553,7 +553,7 @@ TEST_CASE("decode: bad calls get a status and change nothing", "[decode]") {
   expect(a, Status::kNullPointer);
   // And the cache still works.
   REQUIRE(mha::cache_attend(*cache, args_for(3), scratch, nullptr, tiled) == Status::kOk);
-  REQUIRE(cache->length() == 8);
+  REQUIRE(cache->max_length() == 8);
 }
 
 TEST_CASE("decode: 20,000 steps of appends, truncates, creates and frees leave the heap where it started", "[decode][memory]") {
@@ -573,7 +573,7 @@ TEST_CASE("decode: 20,000 steps of appends, truncates, creates and frees leave t
         }
         mha::KVCache& cache = *registry.find(id);
         const int32_t n = step % 7 == 0 ? 5 : 1;
-        if (cache.length() + n > 64) REQUIRE(cache.truncate(step % 13) == Status::kOk);
+        if (cache.max_length() + n > 64) REQUIRE(cache.truncate(step % 13) == Status::kOk);
         mha::CacheAttendArgs args;
         args.new_tokens = n;
         args.q = {data.q.data(), 64 * 64, 64};
@@ -583,7 +583,7 @@ TEST_CASE("decode: 20,000 steps of appends, truncates, creates and frees leave t
         args.out = {out.data(), int64_t{n} * 64, 64};
         args.options = c.options();
         REQUIRE(mha::cache_attend(cache, args, scratch, nullptr, tiled) == Status::kOk);
-        if (step % 3 == 0) REQUIRE(cache.truncate(cache.length() / 2) == Status::kOk);
+        if (step % 3 == 0) REQUIRE(cache.truncate(cache.max_length() / 2) == Status::kOk);
       }
       REQUIRE(registry.free(id) == Status::kOk);
     };

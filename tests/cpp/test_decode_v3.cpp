@@ -236,13 +236,13 @@ TEST_CASE("decode v3: keys are stored rotated; bad sinks, rope and Dv change not
   bad = args;
   bad.options.rope.positions = 2;
   CHECK(mha::cache_attend(*cache, bad, scratch, nullptr, tiled) == Status::kRopePosition);
-  CHECK(cache->length() == 0);
+  CHECK(cache->max_length() == 0);
   REQUIRE(mha::cache_attend(*cache, args, scratch, nullptr, tiled) == Status::kOk);
   args.new_tokens = 2;  // positions 3 and 4: the tables hold 4 rows (checked before the capacity)
   CHECK(mha::cache_attend(*cache, args, scratch, nullptr, tiled) == Status::kRopePosition);
-  CHECK(cache->length() == 3);
+  CHECK(cache->max_length() == 3);
   std::vector<float> k(size_t(3) * c.kw()), v(size_t(3) * c.vw());
-  cache->read(k.data(), v.data());
+  cache->read(k.data(), v.data(), 0, cache->min_length());
   std::vector<float> rotated = c.k;
   for (int32_t j = 0; j < 3; ++j)
     for (int32_t g = 0; g < 2; ++g) mha::rotate_head(&rotated[size_t(j) * c.kw() + g * 8], 1, c.tables(), j);

@@ -75,14 +75,14 @@ void require_contents(const KVCache& cache, const std::vector<const Tokens*>& ap
           }
     }
   }
-  REQUIRE(position == cache.length());
+  REQUIRE(position == cache.max_length());
 }
 
 std::vector<float> read_all(const KVCache& cache) {
   const KVCacheConfig& c = cache.config();
-  const size_t count = size_t(c.batch) * cache.length() * c.num_kv_heads * c.head_dim;
+  const size_t count = size_t(c.batch) * cache.max_length() * c.num_kv_heads * c.head_dim;
   std::vector<float> both(2 * count);
-  cache.read(both.data(), both.data() + count);
+  cache.read(both.data(), both.data() + count, 0, cache.min_length());
   return both;
 }
 
@@ -128,7 +128,7 @@ TEST_CASE("kv cache: appends read back exactly (f32) or rounded to nearest even 
       const KVCacheConfig config{2, 3, head_dim, 70, dtype};
       INFO("dtype " << int(dtype) << " Dh " << head_dim);
       auto cache = make_cache(config);
-      REQUIRE(cache->length() == 0);
+      REQUIRE(cache->max_length() == 0);
       // Steps that cross panel boundaries (32) and end exactly at the capacity.
       const Tokens a(config, 31, 10), b(config, 1, 20), c(config, 33, 30), d(config, 5, 40);
       std::vector<const Tokens*> appended;
@@ -137,8 +137,8 @@ TEST_CASE("kv cache: appends read back exactly (f32) or rounded to nearest even 
         appended.push_back(t);
         require_contents(*cache, appended);
       }
-      REQUIRE(cache->length() == 70);
-      REQUIRE(cache->special_from() == mha::kNoSpecialValues);
+      REQUIRE(cache->max_length() == 70);
+      REQUIRE(cache->special_from(0) == mha::kNoSpecialValues);
       // read() gives the same values as key()/value(), in (B, length, Hkv*Dh).
       const auto both = read_all(*cache);
       const size_t count = both.size() / 2;
@@ -162,7 +162,7 @@ TEST_CASE("kv cache: an append past the capacity is kCacheFull and changes nothi
     const auto before = read_all(*cache);
     const Tokens too_many(config, 4, 60);  // 37 + 4 > 40
     REQUIRE(cache->append(too_many.k(), too_many.v(), too_many.n) == Status::kCacheFull);
-    REQUIRE(cache->length() == 37);
+    REQUIRE(cache->max_length() == 37);
     REQUIRE(read_all(*cache) == before);
     // The storage past the length was not written either: a fitting append then reads back cleanly.
     const Tokens fits(config, 3, 70);
@@ -170,7 +170,7 @@ TEST_CASE("kv cache: an append past the capacity is kCacheFull and changes nothi
     require_contents(*cache, {&first, &fits});
     const Tokens one(config, 1, 80);
     REQUIRE(cache->append(one.k(), one.v(), 1) == Status::kCacheFull);
-    REQUIRE(cache->length() == 40);
+    REQUIRE(cache->max_length() == 40);
     REQUIRE(cache->append(one.k(), one.v(), 0) == Status::kNonPositiveDim);
     REQUIRE(cache->append(mha::TensorView<const float>{}, one.v(), 1) == Status::kNullPointer);
     require_contents(*cache, {&first, &fits});
@@ -185,13 +185,13 @@ TEST_CASE("kv cache: truncate keeps a prefix in O(1); later appends overwrite th
   REQUIRE(cache->append(b.k(), b.v(), b.n) == Status::kOk);
   REQUIRE(cache->truncate(31) == Status::kCacheBadLength);
   REQUIRE(cache->truncate(-1) == Status::kCacheBadLength);
-  REQUIRE(cache->length() == 30);
+  REQUIRE(cache->max_length() == 30);
   REQUIRE(cache->truncate(10) == Status::kOk);
-  REQUIRE(cache->length() == 10);
+  REQUIRE(cache->max_length() == 10);
   REQUIRE(cache->append(c.k(), c.v(), c.n) == Status::kOk);
   require_contents(*cache, {&a, &c});
   REQUIRE(cache->truncate(0) == Status::kOk);
-  REQUIRE(cache->length() == 0);
+  REQUIRE(cache->max_length() == 0);
   REQUIRE(cache->append(b.k(), b.v(), b.n) == Status::kOk);
   require_contents(*cache, {&b});
 }
@@ -201,34 +201,34 @@ TEST_CASE("kv cache: f16 caches track the first inf/NaN position through appends
   auto cache = make_cache(config);
   Tokens a(config, 8, 120, 0, 0);
   REQUIRE(cache->append(a.k(), a.v(), a.n) == Status::kOk);
-  REQUIRE(cache->special_from() == mha::kNoSpecialValues);
+  REQUIRE(cache->special_from(0) == mha::kNoSpecialValues);
   Tokens b(config, 4, 130, 0, 0);
   b.v_buf[b.at(0, 2, 17)] = 70000.0f;  // overflows to inf: token 8 + 2, in V, the tail lane of Dh = 9
   b.k_buf[b.at(0, 3, 0)] = kNaN;       // token 11, in K
   REQUIRE(cache->append(b.k(), b.v(), b.n) == Status::kOk);
-  REQUIRE(cache->special_from() == 10);
+  REQUIRE(cache->special_from(0) == 10);
   REQUIRE(cache->value(0, 1, 10, 8) == kInf);
   REQUIRE(std::isnan(cache->key(0, 0, 11, 0)));
   REQUIRE(cache->truncate(11) == Status::kOk);  // token 10 stays
-  REQUIRE(cache->special_from() == 10);
+  REQUIRE(cache->special_from(0) == 10);
   REQUIRE(cache->truncate(10) == Status::kOk);
-  REQUIRE(cache->special_from() == mha::kNoSpecialValues);
+  REQUIRE(cache->special_from(0) == mha::kNoSpecialValues);
   Tokens c(config, 40, 140, 0, 0);
   c.k_buf[c.at(0, 39, 4)] = -kInf;  // token 49, in K
   c.v_buf[c.at(0, 20, 3)] = kNaN;    // token 30, in a V group that the SIMD encoder writes
   REQUIRE(cache->append(c.k(), c.v(), c.n) == Status::kOk);
-  REQUIRE(cache->special_from() == 30);
+  REQUIRE(cache->special_from(0) == 30);
   REQUIRE(cache->key(0, 0, 49, 4) == -kInf);
   REQUIRE(cache->truncate(10) == Status::kOk);
   c.k_buf[c.at(0, 15, 10)] = kInf;  // token 25: keys 24..31 are stored as one group of 8
   REQUIRE(cache->append(c.k(), c.v(), c.n) == Status::kOk);
-  REQUIRE(cache->special_from() <= 25);
-  REQUIRE(cache->special_from() >= 24);
+  REQUIRE(cache->special_from(0) <= 25);
+  REQUIRE(cache->special_from(0) >= 24);
   REQUIRE(cache->key(0, 1, 25, 1) == kInf);
   // A float32 cache never reports any: its kernel needs no conversion fix-up.
   auto f32 = make_cache(KVCacheConfig{1, 2, 9, 64, CacheDType::kFloat32});
   REQUIRE(f32->append(c.k(), c.v(), c.n) == Status::kOk);
-  REQUIRE(f32->special_from() == mha::kNoSpecialValues);
+  REQUIRE(f32->special_from(0) == mha::kNoSpecialValues);
   REQUIRE(std::isnan(f32->value(0, 0, 20, 3)));
 }
 

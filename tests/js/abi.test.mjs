@@ -84,7 +84,7 @@ function v1Call() {
     batch: B, seq_len: S, kv_seq_len: T, d_model: D, num_heads: H, num_kv_heads: H, query_offset: 0, causal: 0,
     window_left: -1, window_right: -1, bias_batch: 1, bias_heads: 1, empty_rows: 0, scale: Math.fround(1 / Math.sqrt(Dh)),
     softcap: 0, mask: 0, bias: 0, kv_lengths: 0, alibi_slopes: 0, lse: 0,
-    v_head_dim: 0, sinks: 0, rope_cos: 0, rope_sin: 0, rope_positions: 0, rope_rotary_dim: 0, rope_interleaved: 0, stage: 3,
+    v_head_dim: 0, sinks: 0, rope_cos: 0, rope_sin: 0, rope_positions: 0, rope_rotary_dim: 0, rope_interleaved: 0, rope_first_position: 0, stage: 3,
   };
 }
 
@@ -108,6 +108,9 @@ function runCall(wasm, fields) {
   for (const [name, value] of Object.entries(call)) if (ArrayBuffer.isView(value)) call[name] = stage(value);
   const callAt = wasm._malloc(layout.size);
   blocks.push(callAt);
+  for (const name of Object.keys(layout)) {
+    if (name !== 'size') assert.ok(name in call, `the test's v1 call has no value for the module's field ${name}`);
+  }
   for (const [name, value] of Object.entries(call)) {
     assert.ok(name in layout, `the module's struct has no field ${name}`);
     if (name === 'scale' || name === 'softcap') wasm.HEAPF32[(callAt + layout[name]) >>> 2] = value;

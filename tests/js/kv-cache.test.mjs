@@ -170,7 +170,7 @@ test('errors: each bad input gets a precise error and changes nothing', async ()
     expectError(attend(row(2, 2), row(2, 2), row(2, 2), { numHeads: 2 }), RangeError,
       ['KVCache.attend: k', 'capacity', 'length 3 + 2 > capacity 4', 'nothing was stored']);
     assert.equal(cache.length, 3);
-    expectError(() => cache.truncate(4), RangeError, ['KVCache.truncate: n', '[0, length = 3]', 'got 4']);
+    expectError(() => cache.truncate(4), RangeError, ['KVCache.truncate: n', '[0, max(lengths) = 3]', 'got 4']);
     expectError(() => cache.truncate('1'), TypeError, ['KVCache.truncate: n']);
     // After every refusal the cache holds what it held: rolling back and redoing gives the same bits.
     cache.truncate(0);

@@ -100,7 +100,7 @@ export const BAD_V3_OPTIONS = [
   ['rope with rotaryDim 2: 10 rows, offset past them', () => weights({ rope: { ...rope, rotaryDim: 2 }, queryOffset: 6 }), RangeError,
     ['attentionWeights: rope: position 10', "tables' 10 rows"]],
   ['cache: rope tables too short', () => cacheAttend({ rope: { cos: tables.cos.subarray(0, 2), sin: tables.sin.subarray(0, 2) } }, step2, step2, step2),
-    RangeError, ['KVCache.attend: rope: position 1', 'length + n - 1 = 0 + 2 - 1', "tables' 1 rows", 'nothing was stored']],
+    RangeError, ['KVCache.attend: rope: position 1', 'lengths[0] + n - 1 = 0 + 2 - 1', "tables' 1 rows", 'nothing was stored']],
   ['cache: rope rotaryDim odd', () => cacheAttend({ rope: { ...rope, rotaryDim: 1 } }), RangeError, ['KVCache.attend: rope: rotaryDim', 'got 1']],
   // KVCache.attend dtype and vHeadDim
   ['cache: dtype unknown', () => cacheAttend({ dtype: 'int8' }), RangeError, ['KVCache.attend: dtype', '"int8"']],

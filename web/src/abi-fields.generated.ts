@@ -72,7 +72,7 @@ export function attentionCallSlots(offsets: Readonly<Record<string, number>>) {
     rope_rotary_dim: slot(offsets, 'rope_rotary_dim'),
     /** int32_t: 0 = rotate_half pairs, 1 = interleaved pairs */
     rope_interleaved: slot(offsets, 'rope_interleaved'),
-    /** int32_t: the position of the tables' first row (a cache attend: the old length) */
+    /** int32_t: the position of the tables' first row (a cache attend: min of the old lengths) */
     rope_first_position: slot(offsets, 'rope_first_position'),
     /** int32_t: attention_weights only: 0 scaled, 1 softcapped, 2 biased, 3 softmax */
     stage: slot(offsets, 'stage'),
@@ -124,8 +124,10 @@ export function cacheAttendCallSlots(offsets: Readonly<Record<string, number>>) 
     rope_rotary_dim: slot(offsets, 'rope_rotary_dim'),
     /** int32_t: 0 = rotate_half pairs, 1 = interleaved pairs */
     rope_interleaved: slot(offsets, 'rope_interleaved'),
-    /** int32_t: the position of the tables' first row (a cache attend: the old length) */
+    /** int32_t: the position of the tables' first row (a cache attend: min of the old lengths) */
     rope_first_position: slot(offsets, 'rope_first_position'),
+    /** uint32_t: 0 = n for every sequence; int32 (B), each in [0, n] */
+    new_token_counts: slot(offsets, 'new_token_counts'),
     /** The struct's size in bytes. */
     bytes: offsets.size ?? NaN,
   };

@@ -15,8 +15,10 @@
  */
 export type {
   CreateOptions, MHAInfo, BuildName, HeadShape, AttentionBaseOptions, AttentionWeightsOptions, AttentionOptions, MHA,
-  KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions,
 } from './types.js';
+export type {
+  KVCache, KVCacheAttendOptions, KVCacheContents, KVCacheDType, KVCacheOptions, KVCacheReadOptions, LoadKVCacheOptions,
+} from './kv-cache-types.js';
 export type { Float16ArrayLike, Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 export type { RopeTables, RopeTablesOptions } from './rope.js';
 export { createMHA, version } from './create.js';

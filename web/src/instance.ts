@@ -16,7 +16,9 @@ import type { Operand } from './staging.js';
 import { checkCacheOptions, createCache, WasmKVCache } from './kv-cache.js';
 import type { CacheHost } from './kv-cache.js';
 import { checkStatus } from './status.js';
-import type { AttentionOptions, AttentionWeightsOptions, BuildName, HeadShape, KVCache, KVCacheOptions, MHA, MHAInfo } from './types.js';
+import { loadCache } from './cache-io.js';
+import type { KVCache, KVCacheOptions, LoadKVCacheOptions } from './kv-cache-types.js';
+import type { AttentionOptions, AttentionWeightsOptions, BuildName, HeadShape, MHA, MHAInfo } from './types.js';
 import type { Float16Tensor, HeapTensor, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 import { ATTENTION_KEYS, checkDim, checkDims, checkOptionsObject, HEAD_KEYS, MAX_ELEMENTS, outFormula, qFormula,
   WEIGHTS_KEYS } from './validate.js';
@@ -299,15 +301,25 @@ export class WasmMHA implements MHA, CacheHost {
     return this.cacheCallLayout;
   }
 
+  /** A random first cache id per instance: another instance's ids are then unknown to this one's registry. */
+  private seedCacheIds(): void {
+    if (this.cacheIdsSeeded) return;
+    this.wasm._mha_kv_cache_set_next_id(1 + Math.floor(Math.random() * 0xfffffff0));
+    this.cacheIdsSeeded = true;
+  }
+
   createKVCache(options: KVCacheOptions): KVCache {
     void this.cacheLayout;  // throws for a module of another release
     const config = checkCacheOptions(this.wasm, options);
-    if (!this.cacheIdsSeeded) {
-      // A random first id per instance: another instance's ids are then unknown to this one's registry.
-      this.wasm._mha_kv_cache_set_next_id(1 + Math.floor(Math.random() * 0xfffffff0));
-      this.cacheIdsSeeded = true;
-    }
+    this.seedCacheIds();
     return new WasmKVCache(this, createCache(this, config), config);
+  }
+
+  loadKVCache(bytes: Uint8Array, options?: LoadKVCacheOptions): KVCache {
+    void this.cacheLayout;  // throws for a module of another release
+    this.seedCacheIds();
+    const loaded = loadCache(this.wasm, this.arena, bytes, options);
+    return new WasmKVCache(this, loaded.id, loaded.config, loaded.lengths);
   }
 
   attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array {

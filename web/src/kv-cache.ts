@@ -6,6 +6,7 @@
 import { checkAlibiSlopes, checkEmptyRows, checkRope, checkRopeRows, checkScale, checkSinks, checkSoftcap, checkTensorDType,
   checkWindow } from './attention-options.js';
 import type { CacheCallLayout } from './call-abi.js';
+import { saveCache } from './cache-io.js';
 import { describe } from './describe.js';
 import { halfResult } from './float16.js';
 import { checkHalf, checkOperand, checkRopeStillUsable, checkStillUsable } from './heap-tensor.js';
@@ -13,13 +14,43 @@ import type { MhaWasmModule } from './mha.js';
 import { byteOffsetOf, copyResult, layout, place, StagingArena, stageRope, totalBytes, unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
 import { checkStatus } from './status.js';
-import type { KVCache, KVCacheAttendOptions, KVCacheDType, KVCacheOptions } from './types.js';
+import type { KVCache, KVCacheAttendOptions, KVCacheContents, KVCacheDType, KVCacheOptions, KVCacheReadOptions } from './kv-cache-types.js';
 import type { Float16Tensor, HeapTensor, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 import { checkDim, checkOptionsObject } from './validate.js';
 
 export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype', 'vHeadDim'] as const;
 const ATTEND_KEYS = ['numHeads', 'causal', 'window', 'softcap', 'alibiSlopes', 'scale', 'emptyRows', 'out', 'sinks', 'rope',
-  'dtype'] as const;
+  'dtype', 'newTokens'] as const;
+const READ_KEYS = ['start', 'end'] as const;
+
+/** `[a, b, c]` for a message: the first 8 entries of a length list. */
+function listOf(values: ArrayLike<number>): string {
+  const shown = Array.from({ length: Math.min(values.length, 8) }, (_, i) => values[i]);
+  return `[${shown.join(', ')}${values.length > 8 ? ', ...' : ''}]`;
+}
+
+/**
+ * An array (or Int32Array / other typed array) of `count` integers, entry b in [0, bound(b)], as an
+ * Int32Array: newTokens of attend and the array form of truncate.
+ */
+function checkIntegerList(name: string, value: unknown, count: number, bound: (b: number) => number,
+  expected: string): Int32Array {
+  const isList = Array.isArray(value) || (ArrayBuffer.isView(value) && !(value instanceof DataView));
+  if (!isList) throw new TypeError(`${name}: expected ${expected}, got ${describe(value)}`);
+  const list = value as ArrayLike<unknown>;
+  if (list.length !== count) throw new RangeError(`${name}: expected ${expected}, got ${list.length} entries`);
+  const out = new Int32Array(count);
+  for (let b = 0; b < count; b++) {
+    const entry = list[b];
+    if (typeof entry !== 'number' && typeof entry !== 'bigint') {
+      throw new TypeError(`${name}: entry ${b}: expected an integer in [0, ${bound(b)}], got ${describe(entry)}`);
+    }
+    const x = Number(entry);
+    if (!Number.isInteger(x) || x < 0 || x > bound(b)) throw new RangeError(`${name}: entry ${b}: expected an integer in [0, ${bound(b)}], got ${x}`);
+    out[b] = x;
+  }
+  return out;
+}
 
 /** What a cache needs of its instance: the module, the staging arena, the call layout and its registry. */
 export interface CacheHost {
@@ -96,19 +127,40 @@ export function createCache(host: CacheHost, config: CacheConfig): number {
 export class WasmKVCache implements KVCache {
   #host: CacheHost;
   #id: number;
-  #length = 0;
+  /** The per-sequence lengths, as the C++ cache holds them (every change goes through this class). */
+  readonly #lengths: Int32Array;
   #freedBy = '';
   readonly #config: CacheConfig;
 
-  constructor(host: CacheHost, id: number, config: CacheConfig) {
+  constructor(host: CacheHost, id: number, config: CacheConfig, lengths?: Int32Array) {
     this.#host = host;
     this.#id = id;
     this.#config = config;
+    this.#lengths = lengths ?? new Int32Array(config.batch);
     host.caches.add(this);
   }
 
   get length(): number {
-    return this.#length;
+    const first = this.#lengths[0]!;
+    if (this.#lengths.some((x) => x !== first)) {
+      throw new RangeError(`KVCache.length: the sequences have different lengths ${listOf(this.#lengths)}; read cache.lengths`);
+    }
+    return first;
+  }
+
+  get lengths(): Int32Array {
+    return this.#lengths.slice();
+  }
+
+  /** The cache's dims (for save and tests). */
+  get config(): Readonly<CacheConfig> {
+    return this.#config;
+  }
+
+  /** The C++ cache's id, for cache-io.ts; throws a TypeError naming `fn` once the cache was freed. */
+  liveId(fn: string): number {
+    this.#checkLive(fn);
+    return this.#id;
   }
 
   get capacity(): number {
@@ -162,6 +214,8 @@ export class WasmKVCache implements KVCache {
     const emptyRows = checkEmptyRows(fn, o.emptyRows);
     const sinks = checkSinks(fn, o.sinks, { numHeads });
     const rope = checkRope(fn, o.rope, c.headDim);
+    const counts = o.newTokens === undefined ? undefined
+      : checkIntegerList(`${fn}: newTokens`, o.newTokens, c.batch, () => n, `batch = ${c.batch} integers in [0, n = ${n}] (an Int32Array or an array)`);
     const outValue = o.out;
     const outIn = outValue === undefined ? undefined : check('out', outValue, outLength, outFormula);
     for (const [name, input] of [['q', qIn], ['k', kIn], ['v', vIn]] as const) {
@@ -176,25 +230,37 @@ export class WasmKVCache implements KVCache {
     checkStillUsable(`${fn}: v`, v, vIn, vLength);
     if (outIn !== undefined) checkStillUsable(`${fn}: out`, outValue, outIn, outLength);
     if (rope) checkRopeStillUsable(fn, rope);
-    if (this.#length + n > c.capacity) {
-      throw new RangeError(`${fn}: k: ${n} new tokens would pass the cache's capacity: length ${this.#length} + ${n} > ` +
-        `capacity ${c.capacity} (nothing was stored; truncate() or a larger cache makes room)`);
+    const lengths = this.#lengths;
+    const count = (b: number) => (counts ? counts[b]! : n);
+    let firstRow = Infinity, ropeRows = 0, longest = 0;  // positions [firstRow, ropeRows) hold the call's tokens
+    for (let b = 0; b < c.batch; b++) {
+      if (lengths[b]! + count(b) > c.capacity) {
+        const which = c.batch > 1 ? ` of sequence ${b}` : '';
+        throw new RangeError(`${fn}: k: ${count(b)} new tokens${which} would pass the cache's capacity: length ${lengths[b]} + ` +
+          `${count(b)} > capacity ${c.capacity} (nothing was stored; truncate() or a larger cache makes room)`);
+      }
+      firstRow = Math.min(firstRow, lengths[b]!);
+      if (lengths[b]! + count(b) > ropeRows) [ropeRows, longest] = [lengths[b]! + count(b), b];
     }
-    // The call's queries and new keys are at positions [length, length + n): only those rows are staged.
-    const ropeRows = this.#length + n;
-    if (rope) checkRopeRows(fn, rope, ropeRows, () => `the last new token's, length + n - 1 = ${this.#length} + ${n} - 1`,
-      'nothing was stored');
+    ropeRows = Math.max(ropeRows, firstRow);
+    // Sequence b's queries and new keys are at positions [lengths[b], lengths[b] + n_b): only the rows
+    // from the shortest sequence's length to the longest new end are staged.
+    if (rope) {
+      checkRopeRows(fn, rope, ropeRows, () => c.batch > 1
+        ? `the last new token's of sequence ${longest}, lengths[${longest}] + n - 1 = ${lengths[longest]} + ${count(longest)} - 1`
+        : `the last new token's, length + n - 1 = ${lengths[0]} + ${n} - 1`, 'nothing was stored');
+    }
 
     const staged = (operand: Operand | undefined, length: number) => (typeof operand === 'number' ? 0 : length * 4);
-    const ropeBytes = rope ? n * rope.half * 4 : 0;
+    const ropeBytes = rope ? (ropeRows - firstRow) * rope.half * 4 : 0;
     const sizes = [staged(qIn, qLength), staged(kIn, kvLength), staged(vIn, vLength), staged(outIn, outLength),
-      alibiSlopes ? alibiSlopes.byteLength : 0, sinks ? sinks.byteLength : 0, ropeBytes, ropeBytes];
+      alibiSlopes ? alibiSlopes.byteLength : 0, sinks ? sinks.byteLength : 0, ropeBytes, ropeBytes, counts ? counts.byteLength : 0];
     // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
     const [qOffset, kOffset, vOffset, outOffset] = [byteOffsetOf(qIn), byteOffsetOf(kIn), byteOffsetOf(vIn), byteOffsetOf(outIn)];
     const base = arena.reserve(fn, totalBytes(sizes));
     const callAt = arena.callAt();
-    const [qAt, kAt, vAt, outAt, alibiAt, sinksAt, cosAt, sinAt] = layout(base, sizes) as
-      [number, number, number, number, number, number, number, number];
+    const [qAt, kAt, vAt, outAt, alibiAt, sinksAt, cosAt, sinAt, countsAt] = layout(base, sizes) as
+      [number, number, number, number, number, number, number, number, number];
     const heap = wasm.HEAPF32;
     const i32 = wasm.HEAP32;
     const at = callAt >>> 2;
@@ -203,7 +269,8 @@ export class WasmKVCache implements KVCache {
     const vAddress = place(wasm, vIn, vOffset, 0, vLength, vAt);
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
     if (sinks) heap.set(sinks, sinksAt >>> 2);
-    if (rope) stageRope(heap, rope, this.#length, ropeRows, cosAt, sinAt);
+    if (rope) stageRope(heap, rope, firstRow, ropeRows, cosAt, sinAt);
+    if (counts) i32.set(counts, countsAt >>> 2);
     i32[at + L.cache] = this.#id | 0;  // a uint32 id in an int32 view
     i32[at + L.q] = qAddress;
     i32[at + L.k] = kAddress;
@@ -224,9 +291,10 @@ export class WasmKVCache implements KVCache {
     i32[at + L.rope_positions] = rope ? ropeRows : 0;
     i32[at + L.rope_rotary_dim] = rope ? rope.rotaryDim : 0;
     i32[at + L.rope_interleaved] = rope?.interleaved ? 1 : 0;
-    i32[at + L.rope_first_position] = rope ? this.#length : 0;
+    i32[at + L.rope_first_position] = rope ? firstRow : 0;
+    i32[at + L.new_token_counts] = counts ? countsAt : 0;
     checkStatus(wasm, fn, wasm._mha_kv_cache_attend(callAt));
-    this.#length += n;
+    for (let b = 0; b < c.batch; b++) lengths[b]! += count(b);
     if (typeof outIn === 'number') return (outValue as HeapTensor).data;
     // The decode scratch may have grown memory: copyResult takes fresh views.
     const target = outIn ?? (half ? new Uint16Array(outLength) : unfilledFloat32Array(outLength));
@@ -238,15 +306,63 @@ export class WasmKVCache implements KVCache {
     return half ? halfResult(outValue, target as Uint16Array, q) : target as Float32Array;
   }
 
-  truncate(n: number): void {
+  truncate(n: number | Int32Array | readonly number[]): void {
     const fn = 'KVCache.truncate';
     this.#checkLive(fn);
-    if (typeof n !== 'number') throw new TypeError(`${fn}: n: expected an integer in [0, length = ${this.#length}], got ${describe(n)}`);
-    if (!Number.isInteger(n) || n < 0 || n > this.#length) {
-      throw new RangeError(`${fn}: n: expected an integer in [0, length = ${this.#length}], got ${n}`);
+    const { wasm, arena } = this.#host;
+    const lengths = this.#lengths;
+    if (typeof n === 'number') {
+      const longest = Math.max(...lengths);
+      if (!Number.isInteger(n) || n < 0 || n > longest) {
+        throw new RangeError(`${fn}: n: expected an integer in [0, max(lengths) = ${longest}], got ${n}`);
+      }
+      checkStatus(wasm, fn, wasm._mha_kv_cache_truncate(this.#id, n));
+      for (let b = 0; b < lengths.length; b++) lengths[b] = Math.min(lengths[b]!, n);
+      return;
     }
-    checkStatus(this.#host.wasm, fn, this.#host.wasm._mha_kv_cache_truncate(this.#id, n));
-    this.#length = n;
+    if (typeof n !== 'object' || n === null) {
+      throw new TypeError(`${fn}: n: expected an integer or batch = ${lengths.length} integers, got ${describe(n)}`);
+    }
+    const wanted = checkIntegerList(`${fn}: n`, n, lengths.length, (b) => lengths[b]!,
+      `batch = ${lengths.length} integers, entry b in [0, lengths[b]] (lengths = ${listOf(lengths)})`);
+    const at = arena.reserve(fn, wanted.byteLength);
+    wasm.HEAP32.set(wanted, at >>> 2);
+    checkStatus(wasm, fn, wasm._mha_kv_cache_truncate_each(this.#id, at));
+    lengths.set(wanted);
+  }
+
+  read(options: KVCacheReadOptions = {}): KVCacheContents {
+    const fn = 'KVCache.read';
+    this.#checkLive(fn);
+    const o = checkOptionsObject(`${fn}: options`, options, READ_KEYS);
+    const shortest = Math.min(...this.#lengths);
+    const bound = (name: string, value: unknown, fallback: number, low: number): number => {
+      if (value === undefined) return fallback;
+      const expected = `an integer in [${low}, min(lengths) = ${shortest}]`;
+      if (typeof value !== 'number') throw new TypeError(`${fn}: ${name}: expected ${expected}, got ${describe(value)}`);
+      if (!Number.isInteger(value) || value < low || value > shortest) throw new RangeError(`${fn}: ${name}: expected ${expected}, got ${value}`);
+      return value;
+    };
+    const start = bound('start', o.start, 0, 0);
+    const end = bound('end', o.end, shortest, start);
+    const c = this.#config;
+    const tokens = c.batch * (end - start) * c.numKvHeads;
+    const [kLength, vLength] = [tokens * c.headDim, tokens * c.valueDim];
+    const half = c.dtype === 'float16';
+    const bytes = half ? 2 : 4;
+    const { wasm, arena } = this.#host;
+    const kAt = arena.reserve(fn, (kLength + vLength) * bytes + 16);
+    const vAt = kAt + kLength * bytes;
+    checkStatus(wasm, fn, wasm._mha_kv_cache_read(this.#id, kAt, vAt, start, end, 1));
+    // Copies (slice) of fresh views: the arena's malloc may have grown memory.
+    if (half) {
+      return { k: new Uint16Array(wasm.HEAPU8.buffer, kAt, kLength).slice(), v: new Uint16Array(wasm.HEAPU8.buffer, vAt, vLength).slice() };
+    }
+    return { k: new Float32Array(wasm.HEAPU8.buffer, kAt, kLength).slice(), v: new Float32Array(wasm.HEAPU8.buffer, vAt, vLength).slice() };
+  }
+
+  save(): Uint8Array {
+    return saveCache(this.#host.wasm, this.#host.arena, this.liveId('KVCache.save'));
   }
 
   free(): void {

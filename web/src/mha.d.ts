@@ -27,9 +27,11 @@ export interface MhaWasmModule {
   _mha_kv_cache_set_next_id(id: number): void;
   _mha_kv_cache_free(id: number): number;
   _mha_kv_cache_free_all(): void;
-  _mha_kv_cache_length(id: number): number;
+  _mha_kv_cache_lengths(id: number, lengthsOut: number): number;
   _mha_kv_cache_truncate(id: number, length: number): number;
-  _mha_kv_cache_read(id: number, kOut: number, vOut: number): number;
+  _mha_kv_cache_truncate_each(id: number, lengths: number): number;
+  // stored: 1 = the cache's own elements (float16 bits), 0 = float32.
+  _mha_kv_cache_read(id: number, kOut: number, vOut: number, start: number, end: number, stored: number): number;
   _mha_kv_cache_attend(call: number): number;
   // Starts the thread pool (threaded build; returns the threads it got, 1 elsewhere or for threads <= 1).
   _mha_set_threads(threads: number): number;

@@ -3,6 +3,7 @@
 // outermost first: B batch, S query length, T key/value length, H heads, Dh = D / H head size, D model size,
 // Dv the value head size (vHeadDim, default Dh).
 import type { RopeTables, RopeTablesOptions } from './rope.js';
+import type { KVCache, KVCacheOptions, LoadKVCacheOptions } from './kv-cache-types.js';
 import type { Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 
 /** Options of {@link createMHA}. */
@@ -215,114 +216,6 @@ export interface AttentionOptions extends AttentionBaseOptions {
 }
 
 
-/** How a {@link KVCache} stores keys and values: float32, or IEEE binary16 (rounded to nearest even, overflow to ±Infinity). */
-export type KVCacheDType = 'float32' | 'float16';
-
-/** Options of {@link MHA.createKVCache} (docs/spec.md Part 3). */
-export interface KVCacheOptions {
-  /** B: batch items; all advance together. */
-  batch: number;
-  /** Hkv: key/value heads. A query may have any multiple of them as heads (grouped-query attention). */
-  numKvHeads: number;
-  /** Dh: the size of one head. */
-  headDim: number;
-  /** Tokens per batch item the cache can hold; appending past it is a RangeError that changes nothing. */
-  capacity: number;
-  /** Storage type, default `'float32'`. The math always runs in float32 on the exact stored values. */
-  dtype?: KVCacheDType;
-  /**
-   * Dv, the size of a value head (docs/spec.md 4.1): a positive integer, default headDim. attend's v is
-   * then (batch, n, numKvHeads * vHeadDim) and its out (batch, n, numHeads * vHeadDim).
-   */
-  vHeadDim?: number;
-}
-
-/** Options of {@link KVCache.attend}: the options of docs/spec.md Part 2 that apply to a cache. */
-export interface KVCacheAttendOptions {
-  /** H: query heads, a multiple of the cache's numKvHeads. */
-  numHeads: number;
-  /** Default **true**: query i of the call, at position length + i, sees keys at positions <= its own. */
-  causal?: boolean;
-  /** [left, right]: a query at position p sees keys in [p - left, p + right]; each a non-negative integer or Infinity. */
-  window?: [number, number];
-  /** c > 0: each score s becomes c * tanh(s / c). */
-  softcap?: number;
-  /** One finite slope per query head: score - slope[h] * |p - j|. */
-  alibiSlopes?: Float32Array | number[];
-  /** Multiplies q·k; default 1/sqrt(headDim). */
-  scale?: number;
-  /** A query row with no visible key: NaN (default `'nan'`) or `'zero'`. */
-  emptyRows?: 'nan' | 'zero';
-  /**
-   * Attention sinks (docs/spec.md 4.4): numHeads finite numbers, one extra logit per query head with no
-   * value row, as in {@link AttentionBaseOptions.sinks}. Wrong length or a non-finite entry: RangeError.
-   */
-  sinks?: Float32Array | readonly number[];
-  /**
-   * Rotary position embedding (docs/spec.md 4.5), as in {@link AttentionBaseOptions.rope}: the call's query
-   * row i rotates at position length + i, and each new key once, when it is stored, at its cache position
-   * (the cache keeps rotated keys). Use the same tables on every call of a cache. A position past the
-   * tables (length + n > P) is a RangeError that stores nothing.
-   */
-  rope?: RopeOptions;
-  /**
-   * The element type of q, k, v and out: `'float32'` (default) or `'float16'` (each a {@link Float16Tensor},
-   * widened exactly as it is staged; out rounded once to binary16). Independent of the cache's own dtype:
-   * float16 k and v into a float16 cache are stored as given.
-   */
-  dtype?: TensorDType;
-  /**
-   * Where to write the (batch, n, numHeads*vHeadDim) result: a Float32Array or a HeapTensor of this
-   * instance; with `dtype: 'float16'` a Uint16Array or Float16Array.
-   */
-  out?: Float32Array | HeapTensor | Float16Tensor;
-}
-
-/**
- * Keys and values of a decoder's past tokens, on the instance's wasm heap (docs/spec.md Part 3). Made by
- * {@link MHA.createKVCache}; freed by {@link KVCache.free} or {@link MHA.dispose}.
- */
-export interface KVCache {
-  /** Tokens stored per batch item (0 when created). */
-  readonly length: number;
-  readonly capacity: number;
-  readonly dtype: KVCacheDType;
-  /**
-   * Stores the n new tokens' k and v at positions [length, length + n), adds n to `length`, and returns
-   * the attention of q over all stored keys, with query positions starting at the old length. A prefill of
-   * S tokens followed by single-token steps gives what one stateless causal call over the whole sequence
-   * gives, up to float rounding.
-   *
-   * @param q - (batch, n, numHeads * headDim): a Float32Array or a HeapTensor of this instance (dtype
-   *   'float16': a Uint16Array or Float16Array)
-   * @param k - (batch, n, numKvHeads * headDim), n >= 1: its length gives n
-   * @param v - (batch, n, numKvHeads * vHeadDim)
-   * @param options - numHeads and the options of {@link KVCacheAttendOptions}
-   * @returns (batch, n, numHeads * vHeadDim): `options.out` (a HeapTensor's `data`), else a new Float32Array
-   *   (dtype 'float16': a new Uint16Array, or Float16Array when q is one)
-   * @throws TypeError when an argument has the wrong type (or kind for the dtype), or a HeapTensor was freed
-   *   or is another instance's, or when the cache was freed (by `free()` or its instance's `dispose()`)
-   * @throws RangeError when a length or option is wrong (sinks, rope), numHeads is not a multiple of
-   *   numKvHeads, the tokens would pass `capacity` or the rope tables' rows (then nothing is stored)
-   * @example
-   * ```ts
-   * const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 64, capacity: 1024 });
-   * const first = cache.attend(qPrompt, kPrompt, vPrompt, { numHeads: 8 }); // prefill
-   * const next = cache.attend(qToken, kToken, vToken, { numHeads: 8 });     // one decode step
-   * ```
-   */
-  attend<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
-    options: KVCacheAttendOptions & { dtype?: D }): TensorOut<D>;
-  /**
-   * Keeps the first n tokens (rollback for speculative decoding or beam search), in O(1).
-   * @param n - an integer in [0, length]; 0 resets the cache
-   * @throws TypeError / RangeError for another n; TypeError when the cache was freed
-   */
-  truncate(n: number): void;
-  /** Releases the cache's memory. Calling it again does nothing; any other use then throws a TypeError. */
-  free(): void;
-}
-
 /** A loaded mha-wasm instance. Each has its own wasm memory; none shares state with another. */
 export interface MHA {
   /** What was loaded. */
@@ -404,6 +297,18 @@ export interface MHA {
    * ```
    */
   createKVCache(options: KVCacheOptions): KVCache;
+  /**
+   * A new cache equal to the one that {@link KVCache.save} wrote these bytes of (docs/spec.md 4.7,
+   * docs/cache-format.md): its options, lengths and tokens. The bytes are untrusted: everything is
+   * checked before anything is allocated.
+   *
+   * @param bytes - a Uint8Array view (a subarray, a Node Buffer) holding exactly what save() returned
+   * @param options - capacity (default: the saved cache's)
+   * @throws TypeError for a non-Uint8Array; RangeError, saying what is wrong, for bytes that are not
+   *   exactly a save (header, version, dims, lengths, size, checksum) or a capacity below the longest
+   *   saved sequence. Nothing outlives the failed call.
+   */
+  loadKVCache(bytes: Uint8Array, options?: LoadKVCacheOptions): KVCache;
   /**
    * The spec's `_split_heads`: (batch, seqLen, dModel) -> (batch, numHeads, seqLen, headDim).
    *

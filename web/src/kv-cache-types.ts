@@ -1,0 +1,166 @@
+// The public types of the KV cache (docs/spec.md Part 3, 4.6, 4.7): the options of createKVCache,
+// attend, read and loadKVCache and the KVCache interface. No runtime code; kv-cache.ts implements them.
+// Shapes: B sequences (batch), n new tokens per call, T tokens held, H query heads, Hkv KV heads, Dh head
+// size, Dv value head size.
+import type { Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
+
+/** How a {@link KVCache} stores keys and values: float32, or IEEE binary16 (rounded to nearest even, overflow to ±Infinity). */
+export type KVCacheDType = 'float32' | 'float16';
+
+/** Options of {@link MHA.createKVCache} (docs/spec.md Part 3). */
+export interface KVCacheOptions {
+  /** B: sequences (batch items). Each has its own length (docs/spec.md 4.6). */
+  batch: number;
+  /** Hkv: key/value heads. A query may have any multiple of them as heads (grouped-query attention). */
+  numKvHeads: number;
+  /** Dh: the size of one head. */
+  headDim: number;
+  /** Tokens per batch item the cache can hold; appending past it is a RangeError that changes nothing. */
+  capacity: number;
+  /** Storage type, default `'float32'`. The math always runs in float32 on the exact stored values. */
+  dtype?: KVCacheDType;
+  /**
+   * Dv, the size of a value head (docs/spec.md 4.1): a positive integer, default headDim. attend's v is
+   * then (batch, n, numKvHeads * vHeadDim) and its out (batch, n, numHeads * vHeadDim).
+   */
+  vHeadDim?: number;
+}
+
+/** Options of {@link KVCache.attend}: the options of docs/spec.md Part 2 that apply to a cache. */
+export interface KVCacheAttendOptions {
+  /** H: query heads, a multiple of the cache's numKvHeads. */
+  numHeads: number;
+  /** Default **true**: query i of sequence b, at position lengths[b] + i, sees keys at positions <= its own. */
+  causal?: boolean;
+  /** [left, right]: a query at position p sees keys in [p - left, p + right]; each a non-negative integer or Infinity. */
+  window?: [number, number];
+  /** c > 0: each score s becomes c * tanh(s / c). */
+  softcap?: number;
+  /** One finite slope per query head: score - slope[h] * |p - j|. */
+  alibiSlopes?: Float32Array | number[];
+  /** Multiplies q·k; default 1/sqrt(headDim). */
+  scale?: number;
+  /** A query row with no visible key: NaN (default `'nan'`) or `'zero'`. */
+  emptyRows?: 'nan' | 'zero';
+  /**
+   * Attention sinks (docs/spec.md 4.4): numHeads finite numbers, one extra logit per query head with no
+   * value row, as in {@link AttentionBaseOptions.sinks}. Wrong length or a non-finite entry: RangeError.
+   */
+  sinks?: Float32Array | readonly number[];
+  /**
+   * Rotary position embedding (docs/spec.md 4.5), as in {@link AttentionBaseOptions.rope}: the call's query
+   * row i rotates at position length + i, and each new key once, when it is stored, at its cache position
+   * (the cache keeps rotated keys). Use the same tables on every call of a cache. A position past the
+   * tables (length + n > P) is a RangeError that stores nothing.
+   */
+  rope?: RopeOptions;
+  /**
+   * The element type of q, k, v and out: `'float32'` (default) or `'float16'` (each a {@link Float16Tensor},
+   * widened exactly as it is staged; out rounded once to binary16). Independent of the cache's own dtype:
+   * float16 k and v into a float16 cache are stored as given.
+   */
+  dtype?: TensorDType;
+  /**
+   * Where to write the (batch, n, numHeads*vHeadDim) result: a Float32Array or a HeapTensor of this
+   * instance; with `dtype: 'float16'` a Uint16Array or Float16Array.
+   */
+  out?: Float32Array | HeapTensor | Float16Tensor;
+  /**
+   * Sequences of different lengths (docs/spec.md 4.6, FlashAttention's `cache_seqlens`): batch integers,
+   * entry b in [0, n], how many of the n rows of sequence b are real. Rows at index >= newTokens[b] are
+   * padding: their k and v are not stored, nothing is computed for them and their out rows are 0.
+   * Sequence b's real rows take positions lengths[b] + i. Default: n for every sequence.
+   */
+  newTokens?: Int32Array | readonly number[];
+}
+
+/** Options of {@link KVCache.read}: tokens [start, end) of every sequence. */
+export interface KVCacheReadOptions {
+  /** Default 0. */
+  start?: number;
+  /** Default and at most min(lengths). */
+  end?: number;
+}
+
+/**
+ * What {@link KVCache.read} returns: k (batch, end - start, numKvHeads * headDim) and v (batch, end -
+ * start, numKvHeads * vHeadDim), ONNX's present_key / present_value in the (B, T, H*D) layout. Keys as
+ * stored: rotated when `rope` was used. float32 caches give Float32Arrays, float16 caches the binary16
+ * bits as Uint16Arrays.
+ */
+export interface KVCacheContents<T extends Float32Array | Uint16Array = Float32Array | Uint16Array> {
+  k: T;
+  v: T;
+}
+
+/** Options of {@link MHA.loadKVCache}. */
+export interface LoadKVCacheOptions {
+  /** Tokens per sequence the new cache can hold: at least the longest saved sequence; default the saved cache's capacity. */
+  capacity?: number;
+}
+
+/**
+ * Keys and values of a decoder's past tokens, on the instance's wasm heap (docs/spec.md Part 3). Made by
+ * {@link MHA.createKVCache}; freed by {@link KVCache.free} or {@link MHA.dispose}.
+ */
+export interface KVCache {
+  /**
+   * Tokens stored per sequence (0 when created), while every sequence has the same length; reading it
+   * when they differ is a RangeError (use {@link KVCache.lengths}).
+   */
+  readonly length: number;
+  /** A copy of the batch per-sequence lengths. */
+  readonly lengths: Int32Array;
+  readonly capacity: number;
+  readonly dtype: KVCacheDType;
+  /**
+   * Stores sequence b's new tokens' k and v at positions [lengths[b], lengths[b] + n_b), adds n_b to its
+   * length (n_b = n, or newTokens[b]), and returns the attention of q over all of its stored keys, with
+   * query positions starting at its old length. A prefill of S tokens followed by single-token steps
+   * gives what one stateless causal call over the whole sequence gives, up to float rounding; each
+   * sequence of a batch gives what it gives alone in a batch of 1.
+   *
+   * @param q - (batch, n, numHeads * headDim): a Float32Array or a HeapTensor of this instance (dtype
+   *   'float16': a Uint16Array or Float16Array)
+   * @param k - (batch, n, numKvHeads * headDim), n >= 1: its length gives n
+   * @param v - (batch, n, numKvHeads * vHeadDim)
+   * @param options - numHeads and the options of {@link KVCacheAttendOptions}
+   * @returns (batch, n, numHeads * vHeadDim): `options.out` (a HeapTensor's `data`), else a new Float32Array
+   *   (dtype 'float16': a new Uint16Array, or Float16Array when q is one)
+   * @throws TypeError when an argument has the wrong type (or kind for the dtype), or a HeapTensor was freed
+   *   or is another instance's, or when the cache was freed (by `free()` or its instance's `dispose()`)
+   * @throws RangeError when a length or option is wrong (sinks, rope, newTokens), numHeads is not a
+   *   multiple of numKvHeads, the tokens would pass `capacity` or the rope tables' rows (then nothing is
+   *   stored)
+   * @example
+   * ```ts
+   * const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 64, capacity: 1024 });
+   * const first = cache.attend(qPrompt, kPrompt, vPrompt, { numHeads: 8 }); // prefill
+   * const next = cache.attend(qToken, kToken, vToken, { numHeads: 8 });     // one decode step
+   * ```
+   */
+  attend<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
+    options: KVCacheAttendOptions & { dtype?: D }): TensorOut<D>;
+  /**
+   * Rollback for speculative decoding or beam search, in O(batch): a number n keeps min(lengths[b], n)
+   * tokens of every sequence; an array sets each sequence's length.
+   * @param n - an integer in [0, max(lengths)] (0 resets the cache), or batch integers, entry b in
+   *   [0, lengths[b]]
+   * @throws TypeError / RangeError for another n (nothing changes); TypeError when the cache was freed
+   */
+  truncate(n: number | Int32Array | readonly number[]): void;
+  /**
+   * Copies tokens [start, end) of every sequence out (docs/spec.md 4.7), in the cache's dtype: float16
+   * caches give the stored binary16 bits.
+   * @throws RangeError unless 0 <= start <= end <= min(lengths)
+   */
+  read(options?: KVCacheReadOptions): KVCacheContents;
+  /**
+   * The cache's options, lengths and stored tokens (not its spare capacity) as bytes of the format of
+   * docs/cache-format.md, ending with a CRC-32; {@link MHA.loadKVCache} makes an equal cache of them.
+   */
+  save(): Uint8Array;
+  /** Releases the cache's memory. Calling it again does nothing; any other use then throws a TypeError. */
+  free(): void;
+}
+
