@@ -10,7 +10,7 @@ import path from 'node:path';
 import { createMHA } from '../../dist/index.js';
 import { bfloat16BitsToFloat32, parseSafetensors } from '../../models/lib/safetensors.mjs';
 import { encodeBytes } from '../../models/lib/generate.mjs';
-import { loadLlama } from '../../models/tiny-llama/runner.mjs';
+import { generate, generateBatch, loadLlama } from '../../models/tiny-llama/runner.mjs';
 import { TOLERANCE, checkGreedy, checkPrefillAndSteps, checkRaggedBatch } from '../../models/tiny-llama/golden-check.mjs';
 import { readLlamaConfig, readLlamaWeights, readTinyLlamaGolden, tinyLlamaDir } from '../../models/tiny-llama/load-node.mjs';
 import { repoRoot } from './helpers.mjs';
@@ -57,6 +57,21 @@ for (const dtype of ['float32', 'float16']) {
     t.diagnostic(`ragged prefill, first prompt: worst |diff| = ${result.worstAbs.toExponential(2)}`);
   });
 }
+
+test('ragged batch past the context: each sequence drops its older half when it is full, while the others step, as it would alone', { skip: ragged }, () => {
+  // Prompts of 17 and 87 bytes reach the 256-token context at different steps: each refill is a ragged
+  // call of 129 rows for one sequence and 1 for the other, after truncate([0, n]) or truncate([n, 0])
+  const prompts = [golden.generations[0].prompt, golden.generations[2].prompt].map(encodeBytes);
+  const count = 300, options = { temperature: 0.8, topK: 40, seed: 9 };
+  const session = model.createSession(mha, { batch: 2, dtype: 'float16' });
+  const together = generateBatch(session, prompts, count, options);
+  session.free();
+  prompts.forEach((p, b) => {
+    const alone = model.createSession(mha, { dtype: 'float16' });
+    assert.deepEqual(together[b], generate(alone, p, count, options), `prompt ${b}`);
+    alone.free();
+  });
+});
 
 // ---------------------------------------------------------------------------------------------------
 // The loader, on checkpoints derived from tiny-llama's in memory
