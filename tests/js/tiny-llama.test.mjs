@@ -43,7 +43,8 @@ for (const dtype of ['float32', 'float16']) {
   test(`${dtype} KV cache: prefill of the prompt, then 100 decode steps, give PyTorch's logits at every position`, (t) => {
     const result = checkPrefillAndSteps(model, mha, golden, dtype);
     assert.ok(result.ok, result.message);
-    t.diagnostic(`worst |diff| = ${result.worstAbs.toExponential(2)}, worst |diff| / allowed = ${result.worst.toFixed(4)} (tolerance ${TOLERANCE[dtype]} * max(1, |logit|))`);
+    t.diagnostic(`worst |diff| = ${result.worstAbs.toExponential(2)}, worst |diff| / allowed = ${result.worst.toFixed(4)} (tolerance ${TOLERANCE[dtype]} * max(1, |logit|))` +
+      (result.meanOwn === undefined ? '' : `; mean |diff| to PyTorch with this K/V dtype ${result.meanOwn.toExponential(2)}, with the other ${result.meanOther.toExponential(2)}`));
   });
 
   test(`${dtype} KV cache: greedy generations from the 4 golden prompts are PyTorch's tokens`, () => {
