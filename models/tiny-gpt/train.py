@@ -189,11 +189,18 @@ class TinyGPT(nn.Module):
 # safetensors writer (the standard layout: u64 LE header length, JSON header, raw little-endian data)
 # ---------------------------------------------------------------------------------------------------
 
-def write_safetensors_f16(path, tensors, metadata):
+# torch dtype -> (safetensors name, the integer type of the same width whose bytes numpy can write)
+_SAFETENSORS_DTYPES = {torch.float16: ("F16", torch.int16, "<i2"), torch.bfloat16: ("BF16", torch.int16, "<i2"),
+                       torch.float32: ("F32", torch.int32, "<i4")}
+
+
+def write_safetensors_f16(path, tensors, metadata, dtype=torch.float16):
+    """Every tensor as `dtype` (float16 by default; bfloat16 or float32 for test checkpoints)."""
+    name_of, as_int, layout = _SAFETENSORS_DTYPES[dtype]
     header, blobs, offset = {"__metadata__": metadata}, [], 0
     for name, t in tensors.items():
-        data = t.detach().to(torch.float16).contiguous().numpy().astype("<f2").tobytes()
-        header[name] = {"dtype": "F16", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        data = t.detach().to(dtype).contiguous().view(as_int).numpy().astype(layout).tobytes()
+        header[name] = {"dtype": name_of, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
     header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")

@@ -38,6 +38,7 @@ _spec = importlib.util.spec_from_file_location("tiny_gpt_make_golden", os.path.j
 _gpt_golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_gpt_golden)
 load_safetensors = _gpt_golden.load_safetensors  # the plain struct/json reader (F16, BF16, F32)
+write_index = _gpt_golden.write_index
 
 # 148 bytes of ASCII (checked below): in the style of the training text, but not a verse of it.
 PROMPT = ("And the king sent messengers unto the city, saying, Bring forth the men that came unto thee. "
@@ -72,6 +73,16 @@ def rms_norm(x, weight, eps):
     return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
+def sliding(cfg, i):
+    """Whether layer i has a sliding window, as Hugging Face decides it: Mistral's every layer; Qwen2's with
+    use_sliding_window, from layer max_window_layers on; or the config's layer_types."""
+    if cfg.get("sliding_window") is None or cfg.get("use_sliding_window") is False:
+        return False
+    if cfg.get("layer_types"):
+        return cfg["layer_types"][i] == "sliding_attention"
+    return i >= (cfg.get("max_window_layers", 0) if cfg.get("use_sliding_window") else 0)
+
+
 def forward(cfg, w, tokens, kv_dtype=torch.float32, hf_float32_tables=False):
     """tokens: list of byte ids (S) -> logits (S, vocab), the HF Llama forward pass in float32.
 
@@ -82,10 +93,11 @@ def forward(cfg, w, tokens, kv_dtype=torch.float32, hf_float32_tables=False):
     cos, sin = rope_tables(S, Dh, cfg["rope_theta"], hf_float32_tables)
     x = w["model.embed_tokens.weight"][torch.tensor(tokens, dtype=torch.long)]
     causal_hidden = torch.ones(S, S, dtype=torch.bool).triu(1)
-    if cfg.get("sliding_window"):  # Mistral-style: a query sees its own key and the W - 1 before it
-        causal_hidden |= torch.ones(S, S, dtype=torch.bool).tril(-cfg["sliding_window"])
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
+        hidden = causal_hidden
+        if sliding(cfg, i):  # a query sees its own key and the W - 1 before it (HF's Mistral and Qwen2 mask)
+            hidden = hidden | torch.ones(S, S, dtype=torch.bool).tril(-cfg["sliding_window"])
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
         q = F.linear(h, w[p + "self_attn.q_proj.weight"], w.get(p + "self_attn.q_proj.bias")).view(S, H, Dh).transpose(0, 1)
         k = F.linear(h, w[p + "self_attn.k_proj.weight"], w.get(p + "self_attn.k_proj.bias")).view(S, Hkv, Dh).transpose(0, 1)
@@ -96,7 +108,7 @@ def forward(cfg, w, tokens, kv_dtype=torch.float32, hf_float32_tables=False):
         # query head h reads KV head h // (H / Hkv)
         k, v = k.repeat_interleave(H // Hkv, dim=0), v.repeat_interleave(H // Hkv, dim=0)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(Dh)
-        y = F.softmax(scores.masked_fill(causal_hidden, float("-inf")), dim=-1) @ v
+        y = F.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ v
         x = x + F.linear(y.transpose(0, 1).reshape(S, H * Dh), w[p + "self_attn.o_proj.weight"])
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         g = F.linear(h, w[p + "mlp.gate_proj.weight"])
@@ -165,7 +177,7 @@ def main():
         "generatedTokens": GENERATED_TOKENS,
         "generations": generations,
     }
-    _gpt_golden.write_index(os.path.join(out_dir, "index.json"), index)
+    write_index(os.path.join(out_dir, "index.json"), index)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,21 @@
 // tiny-llama (models/tiny-llama) run by the Llama runner on mha-wasm, against PyTorch's golden data
 // (models/tiny-llama/golden, made by make_golden.py): logits at every prefill position and at 100 decode
 // steps, greedy generations token for token, with f32 and f16 KV caches; prompts of different lengths
-// decoded together in one ragged cache; and the loader on F32 and BF16 checkpoints, an untied lm_head, q/k/v
-// biases and a sliding window (checkpoints made from tiny-llama's in memory).
+// decoded together in one ragged cache; the loader on F32 and BF16 checkpoints, an untied lm_head, q/k/v
+// biases and a sliding window (checkpoints made from tiny-llama's in memory); and a random Qwen2-style
+// checkpoint against PyTorch (golden/qwen2-fixture, make_fixture.py).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { createMHA } from '../../dist/index.js';
 import { bfloat16BitsToFloat32, parseSafetensors } from '../../models/lib/safetensors.mjs';
 import { encodeBytes } from '../../models/lib/generate.mjs';
 import { generate, generateBatch, loadLlama } from '../../models/tiny-llama/runner.mjs';
 import { TOLERANCE, checkGreedy, checkPrefillAndSteps, checkRaggedBatch } from '../../models/tiny-llama/golden-check.mjs';
-import { readLlamaConfig, readLlamaWeights, readTinyLlamaGolden, tinyLlamaDir } from '../../models/tiny-llama/load-node.mjs';
+import { readLlama, readLlamaConfig, readLlamaWeights, readTinyLlamaGolden, tinyLlamaDir } from '../../models/tiny-llama/load-node.mjs';
+import { compareLogits } from '../../models/lib/golden.mjs';
 import { repoRoot } from './helpers.mjs';
 
 const mha = await createMHA();
@@ -168,6 +171,34 @@ test('an untied lm_head, zero q/k/v biases and a window wider than the text chan
   assert.deepEqual(narrow.subarray(0, V8), baseLogits.subarray(0, V8));
   assert.notDeepEqual(narrow.subarray(V8), baseLogits.subarray(V8));
   assert.throws(() => loadLlama({ ...config, tie_word_embeddings: false }, weights), /llama: model.safetensors has no tensor lm_head.weight/);
+});
+
+test('a Qwen2-style checkpoint (BF16, q/k/v biases, untied lm_head, head_dim * heads != hidden, theta 1e6, a window of 8 on layer 1): PyTorch\'s logits', (t) => {
+  // golden/qwen2-fixture, made by make_fixture.py with make_golden.py's forward pass
+  const dir = path.join(tinyLlamaDir, 'golden', 'qwen2-fixture');
+  const index = JSON.parse(fs.readFileSync(path.join(dir, 'index.json'), 'utf8'));
+  const bytes = fs.readFileSync(path.join(dir, index.file));
+  const reference = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  const fixture = readLlama(dir);
+  const tokens = encodeBytes(index.prompt), [S, Vf] = index.shape;
+  assert.equal(tokens.length, S);
+  const worst = [];
+  for (const dtype of ['float32', 'float16']) {
+    // float16: the window and rope path with rounded K/V, against the f32 reference at a loose bound
+    const tolerance = dtype === 'float32' ? 1e-4 : 2e-2;
+    const full = fixture.createSession(mha, { dtype });
+    const result = compareLogits(full.forward(tokens, { allLogits: true }), reference, 0, S, Vf, tolerance);
+    full.free();
+    assert.ok(result.ok, `${dtype}, full prefill: ${result.message}`);
+    const split = fixture.createSession(mha, { dtype });
+    const parts = [compareLogits(split.forward(tokens.slice(0, 13), { allLogits: true }), reference, 0, 13, Vf, tolerance)];
+    for (let i = 13; i < S; i++) parts.push(compareLogits(split.forward([tokens[i]]), reference, i, 1, Vf, tolerance));
+    split.free();
+    const failed = parts.find((r) => !r.ok);
+    assert.ok(!failed, `${dtype}, prefill(13) + steps: ${failed?.message}`);
+    worst.push(`${dtype} ${Math.max(result.worstAbs, ...parts.map((r) => r.worstAbs)).toExponential(2)}`);
+  }
+  t.diagnostic(`worst |diff|: ${worst.join(', ')} (the window moves logits by up to ${index.windowMaxAbsEffect})`);
 });
 
 test('the loader names what is wrong: config fields, tensor shapes, dtypes', () => {
