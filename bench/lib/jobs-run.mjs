@@ -12,6 +12,7 @@ import { lastLevelCacheBytes } from './env.mjs';
 import { jobByName, decodeShapeByName, decodeBytes, decodeFlops, evictionBytes, LOOP,
   MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, MHA_F32_ROPE, ORT_GQA, PLAIN_JS } from './jobs.mjs';
 import { IMPLS } from '../impls/index.mjs';
+import { raggedContestants, saveLoadContestants } from './jobs-serving.mjs';
 import { float16Bits, float16Value, roundToFloat16 } from '../../scripts/lib/float16.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 
@@ -32,7 +33,8 @@ function checkSummary(got, want, rows, D) {
  */
 export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () => {} }) {
   const job = jobByName(name);
-  const setups = { stateless: statelessContestants, decode: decodeContestants, loop: loopContestants, prefill: prefillContestants };
+  const setups = { stateless: statelessContestants, decode: decodeContestants, loop: loopContestants, prefill: prefillContestants,
+    ragged: (j, context) => raggedContestants(j, { ...context, evict: evictor() }), saveload: saveLoadContestants };
   const disposers = [];
   const failed = [];
   const ready = [];

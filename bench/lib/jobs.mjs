@@ -68,6 +68,17 @@ function decodeJob(s) {
   return { name: s.name, group: 'decode', kind: 'decode', shape: s.name, contestants, ratios };
 }
 
+/** ragged-decode (issue #31): one step of 4 sequences of these lengths (after the step) in one cache. */
+export const RAGGED = { T: 4096, H: 32, Hkv: 8, Dh: 64, lengths: [4096, 1024, 256, 64] };
+export const RAGGED_ONE = 'one ragged cache (B 4)';
+export const RAGGED_SEPARATE = 'four batch-1 caches, one after another';
+export const RAGGED_PADDED = 'one cache padded to 4096 keys (B 4)';
+/** cache-save-load (issue #31): a 32-layer model's float16 caches of one 4096-token sequence. */
+export const SAVE_LOAD = { caches: 32, tokens: 4096, Hkv: 8, Dh: 64 };
+export const SAVE = 'save() x 32';
+export const LOAD = 'loadKVCache x 32';
+export const COPY = 'copy of the saved bytes x 32';
+
 const pair = (name, a, b, ratio) => ({
   name, group: 'pairs', kind: 'stateless',
   contestants: [a, b].map(([impl, shape]) => ({ name: `${impl} ${shape}`, impl, shape })),
@@ -90,6 +101,17 @@ export const JOBS = [
   pair('threads-bert-b8', ['mha-wasm-2t', 'bert-b8'], ['mha-wasm', 'bert-b8'], { speed: true, target: '>= 1.8x (2 threads / 1 thread, copy mode)', atLeast: 1.8 }),
   ...DECODE_SHAPES.map(decodeJob),
   { name: 'decode-loop', group: 'decode', kind: 'loop', contestants: [MHA_F32, MHA_F16], ratios: [speed(MHA_F16, MHA_F32, '—')] },
+  {
+    name: 'ragged-decode', group: 'decode', kind: 'ragged', contestants: [RAGGED_ONE, RAGGED_SEPARATE, RAGGED_PADDED],
+    ratios: [
+      speed(RAGGED_ONE, RAGGED_SEPARATE, '<= 1.1x the time of the four separate steps', { atMost: 1.1, speed: false }),
+      speed(RAGGED_ONE, RAGGED_PADDED, '>= 2.5x faster than padded (keys: 3x)', { atLeast: 2.5 }),
+    ],
+  },
+  {
+    name: 'cache-save-load', group: 'decode', kind: 'saveload', contestants: [SAVE, LOAD, COPY],
+    ratios: [speed(SAVE, COPY, '— (speed against a plain copy of the bytes: 1 = copy bandwidth)'), speed(LOAD, COPY, '—')],
+  },
   {
     // A call takes about a second, so the budget alone gives the 5 rounds of the minimum, whose median
     // moved by 0.9-1.1 between runs of identical code (its 5% margin is inside that): 11 rounds.

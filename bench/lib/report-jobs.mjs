@@ -1,6 +1,6 @@
 // Markdown sections of the interleaved jobs (bench/lib/jobs.mjs): every ratio with its median and range
 // over rounds and its target, the decode steps against their roofline, the generation loop.
-import { decodeShapeByName, evictionBytes, meets, ROOFLINE_TARGET, LOOP, ORT_GQA, PLAIN_JS } from './jobs.mjs';
+import { decodeShapeByName, evictionBytes, meets, ROOFLINE_TARGET, LOOP, ORT_GQA, PLAIN_JS, RAGGED, SAVE_LOAD } from './jobs.mjs';
 
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
 const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
@@ -91,6 +91,7 @@ export function jobSections(run) {
     }
     lines.push('', 'f16 rows are checked against the reference over the binary16-rounded K and V.', '');
   }
+  lines.push(...servingSections(ok, run.ceiling));
   const loop = ok.find((j) => j.kind === 'loop');
   if (loop) {
     lines.push(`## Generation loop (B ${LOOP.B}, H ${LOOP.H}, Hkv ${LOOP.Hkv}, Dh ${LOOP.Dh}: a prefill of ${LOOP.prefill} tokens, then ${LOOP.steps} single-token steps)`, '');
@@ -109,6 +110,38 @@ export function jobSections(run) {
     for (const j of bad) {
       if (j.status !== 'ok') lines.push(`- **${j.job}**: ${j.status}${j.phase ? ` (phase ${j.phase})` : ''}: \`${String(j.error ?? '').replace(/`/g, "'").slice(0, 400)}\``);
       for (const f of j.failed ?? []) lines.push(`- **${j.job} / ${f.name}**: \`${String(f.error).replace(/`/g, "'").slice(0, 400)}\``);
+    }
+    lines.push('');
+  }
+  return lines;
+}
+
+/** The serving cache's jobs (issue #31): the ragged step's rows against the bandwidth, save/load's bytes and speed. */
+function servingSections(ok, c) {
+  const lines = [];
+  const ragged = ok.find((j) => j.kind === 'ragged');
+  if (ragged) {
+    lines.push(`## Ragged decode (H ${RAGGED.H}, Hkv ${RAGGED.Hkv}, Dh ${RAGGED.Dh}: sequences of ${RAGGED.lengths.join(', ')} keys, float32, 1 thread)`, '');
+    lines.push('One step of 4 sequences: one cache with `newTokens`, the same steps in four batch-1 caches one after another, and one cache ' +
+      'with all four padded to 4096 keys. The last-level cache is evicted before each step, as in the decode steps. GB/s = K and V bytes the ' +
+      `row must read / median time; the 1-thread read bandwidth of this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s.`, '');
+    lines.push('| contestant | step ms (median) | range | K/V bytes | GB/s | check (max abs err) |', '| --- | ---: | ---: | ---: | ---: | --- |');
+    for (const row of ragged.contestants) {
+      lines.push(`| ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ${(row.bytes / 2 ** 20).toFixed(1)} MiB | ` +
+        `${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${row.check?.ok ? 'pass' : 'FAIL'} ${row.check?.maxAbsErr?.toExponential(1) ?? ''} |`);
+    }
+    lines.push('');
+  }
+  const io = ok.find((j) => j.kind === 'saveload');
+  if (io) {
+    const info = io.contestants.find((r) => r.info?.savedBytes)?.info ?? {};
+    lines.push(`## Saving and loading caches (${SAVE_LOAD.caches} float16 caches of ${SAVE_LOAD.tokens} tokens, Hkv ${SAVE_LOAD.Hkv}, Dh ${SAVE_LOAD.Dh})`, '');
+    lines.push(`Saved bytes ${info.savedBytes ?? '—'} for ${info.rawBytes ?? '—'} bytes of stored tokens: **${fmt(info.bytesPerRaw, 4)}×** the raw size` +
+      `${mark(info.bytesPerRaw === undefined ? undefined : info.bytesPerRaw <= 1.01)} (target ≤ 1.01×). The copy row is \`Uint8Array.set\` of the ` +
+      'same bytes: the memory-bandwidth ceiling of a save (one read of the cache, one write of the bytes) or a load.', '');
+    lines.push('| contestant | ms (median, all caches) | range | GB/s of stored tokens | check |', '| --- | ---: | ---: | ---: | --- |');
+    for (const row of io.contestants) {
+      lines.push(`| ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${row.check?.ok ? 'pass' : 'FAIL'} |`);
     }
     lines.push('');
   }

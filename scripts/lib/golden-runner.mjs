@@ -16,8 +16,6 @@ export const GOLDEN_SETS = Object.freeze(['v1', 'v2', 'v3']);
 export const SKIPPED_CASES = Object.freeze({
   cache_bf16_b2_h2_kv2_dh8: "a bfloat16 cache (docs/spec.md 4.8): createKVCache has no dtype 'bfloat16' yet",
   cache_int8_b1_h2_kv1_dh40_dv24: "an int8 cache (docs/spec.md 4.8): createKVCache has no dtype 'int8' yet",
-  cache_ragged_rope_b3_h4_kv2: 'sequences of different lengths (docs/spec.md 4.6): attend has no newTokens yet',
-  cache_ragged_f16_sinks_window_b2_h2: 'sequences of different lengths (docs/spec.md 4.6): attend has no newTokens yet',
 });
 
 /** Whether a case is one stateless call (every v1 case), not a sequence of KV-cache steps. */
@@ -52,16 +50,18 @@ export function runCacheCase(mha, c, q, k, v, { stage = (x) => x, release = () =
   const lengths = [];
   try {
     let t = 0;
-    for (const n of c.cache.steps) {
+    for (const [i, n] of c.cache.steps.entries()) {
       const parts = [sliceRows(q, B, S, H * Dh, t, n), sliceRows(k, B, S, Hkv * Dh, t, n), sliceRows(v, B, S, Hkv * Dv, t, n)].map(stage);
+      // A ragged case (docs/spec.md 4.6) says per step how many of the n rows of each sequence are real.
+      const stepOptions = c.cache.newTokens ? { ...options, newTokens: c.cache.newTokens[i] } : options;
       try {
-        const step = cache.attend(parts[0], parts[1], parts[2], options);
+        const step = cache.attend(parts[0], parts[1], parts[2], stepOptions);
         for (let b = 0; b < B; b++) out.set(step.subarray(b * n * H * Dv, (b + 1) * n * H * Dv), (b * S + t) * H * Dv);
       } finally {
         parts.forEach(release);
       }
       t += n;
-      lengths.push(cache.length);
+      lengths.push(c.cache.newTokens ? [...cache.lengths] : cache.length);
     }
   } finally {
     cache.free();
@@ -243,9 +243,11 @@ export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
     const { out, lengths } = runCacheCase(mha, c, q, k, v, { rope });
     onOutput(out);
     let total = 0;
-    const expectedLengths = c.cache.steps.map((n) => (total += n));
-    checks.push({ what: `cache length after each step is ${expectedLengths.join(', ')}`, pass: lengths.join() === expectedLengths.join() });
-    record(`KV cache (${c.cache.dtype}, steps ${c.cache.steps.join('+')}) vs out64`, checkAnyOut(out));
+    const expectedLengths = c.cache.lengths ?? c.cache.steps.map((n) => (total += n));
+    const shown = JSON.stringify(expectedLengths);
+    checks.push({ what: `cache length(s) after each step: ${shown}`, pass: JSON.stringify(lengths) === shown });
+    const ragged = c.cache.newTokens ? `, newTokens ${JSON.stringify(c.cache.newTokens)}` : '';
+    record(`KV cache (${c.cache.dtype}, steps ${c.cache.steps.join('+')}${ragged}) vs out64`, checkAnyOut(out));
     return { name: c.name, checks };
   }
 

@@ -47,12 +47,13 @@ constexpr int32_t kTiledPrefillMinTokens = 16;
 
 
 // The tiled kernel reads K and V as (T, Dh) rows through strides; the cache's K is in panels of K^T
-// (kv_cache.hpp), so the tiled kernel serves only a prefill into an empty cache, where the keys it must
-// see are exactly the new tokens. A non-empty cache keeps the decode kernel: reading the cached keys as
-// rows would mean copying `length` of them per call (which the cache never does) or a tiled-kernel
-// variant that packs from K^T panels.
-bool tiled_prefill_applies(const KVCache& cache, const CacheAttendArgs& args) {
-  return args.path == CachePath::kAuto && cache.max_length() == 0 && args.new_tokens >= kTiledPrefillMinTokens;
+// (kv_cache.hpp), so the tiled kernel serves only a prefill into an empty sequence, where the keys it
+// must see are exactly the new tokens. A non-empty sequence keeps the decode kernel: reading the cached
+// keys as rows would mean copying `length` of them per call (which the cache never does) or a
+// tiled-kernel variant that packs from K^T panels. The choice is per sequence, on its own length and
+// rows, so that each sequence of a batch takes the path (and gives the bits) it would alone.
+bool tiled_sequence(const KVCache& cache, const CacheAttendArgs& args, int32_t b) {
+  return args.path == CachePath::kAuto && cache.length(b) == 0 && new_token_count(args, b) >= kTiledPrefillMinTokens;
 }
 
 // Everything a work item or a merge needs; shared read-only by the threads (partials excepted).
@@ -421,7 +422,6 @@ void run_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t
     }
     begin = wave.end;
   }
-  zero_padding_rows(cache, args);
 }
 
 }  // namespace
@@ -431,6 +431,7 @@ Status decode_attention(const KVCache& cache, const CacheAttendArgs& args, const
   const Status status = reserve_decode(cache, args, first_positions, cache.lengths(), scratch, pool);
   if (status != Status::kOk) return status;
   run_decode(cache, args, first_positions, scratch, pool);
+  zero_padding_rows(cache, args);
   return Status::kOk;
 }
 
@@ -438,18 +439,37 @@ Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& 
                     Workspace& tiled_scratch) {
   const Status status = validate_cache_attend(cache, args);
   if (status != Status::kOk) return status;
-  if (tiled_prefill_applies(cache, args)) return tiled_prefill(cache, args, scratch, parallel, tiled_scratch);
-  ThreadPool* pool = parallel != nullptr ? &parallel->pool() : nullptr;
-  // The sequences' old lengths are their queries' first positions; the new ones the keys they see.
   const int32_t batch = cache.config().batch;
+  int32_t tiled = 0;
+  bool uniform = true;
+  for (int32_t b = 0; b < batch; ++b) {
+    tiled += tiled_sequence(cache, args, b) ? 1 : 0;
+    uniform &= new_token_count(args, b) == args.new_tokens;
+  }
+  if (tiled == batch && uniform) return tiled_prefill(cache, args, scratch, parallel, tiled_scratch);
+  ThreadPool* pool = parallel != nullptr ? &parallel->pool() : nullptr;
+  // The sequences' old lengths are their queries' first positions; the new ones the keys they see. The
+  // decode kernel computes the rows of every sequence that does not take the tiled kernel.
   scratch.first_positions.assign(cache.lengths(), cache.lengths() + batch);
   scratch.key_counts.resize(size_t(batch));
-  for (int32_t b = 0; b < batch; ++b) scratch.key_counts[size_t(b)] = cache.length(b) + new_token_count(args, b);
-  const Status reserved = reserve_decode(cache, args, scratch.first_positions.data(), scratch.key_counts.data(), scratch, pool);
+  scratch.decode_counts.resize(size_t(batch));
+  for (int32_t b = 0; b < batch; ++b) {
+    scratch.key_counts[size_t(b)] = cache.length(b) + new_token_count(args, b);
+    scratch.decode_counts[size_t(b)] = tiled_sequence(cache, args, b) ? 0 : new_token_count(args, b);
+  }
+  CacheAttendArgs decoded = args;
+  decoded.new_token_counts = scratch.decode_counts.data();
+  const Status reserved = reserve_decode(cache, decoded, scratch.first_positions.data(), scratch.key_counts.data(), scratch, pool);
   if (reserved != Status::kOk) return reserved;
+  for (int32_t b = 0; b < batch && tiled > 0; ++b) {  // before the append: they read only their new tokens
+    if (!tiled_sequence(cache, args, b)) continue;
+    const Status run = tiled_attend(cache, args, b, 1, new_token_count(args, b), scratch, parallel, tiled_scratch);
+    if (run != Status::kOk) return run;
+  }
   const Status appended = cache.append(args.k, args.v, args.new_tokens, &args.options.rope, args.new_token_counts);
   if (appended != Status::kOk) return appended;
-  run_decode(cache, args, scratch.first_positions.data(), scratch, pool);
+  run_decode(cache, decoded, scratch.first_positions.data(), scratch, pool);
+  zero_padding_rows(cache, args);
   return Status::kOk;
 }
 

@@ -122,6 +122,7 @@ struct DecodeScratch {
   Workspace staged_q;              // with rope: q rotated at its positions (B, n, H*Dh)
   std::vector<DecodeRowBlock> row_blocks;
   std::vector<int32_t> first_positions, key_counts;  // (B) a cache_attend's old and new lengths
+  std::vector<int32_t> decode_counts;                // (B) its rows the decode kernel computes
   // Partial results per wave; long prefills through the decode kernel run in several waves (tests lower it).
   int64_t max_partial_floats = int64_t{1} << 22;
   test_seam::DecodeCounters counters;  // counted only in the tests' cores (test_seam.hpp)
@@ -137,11 +138,14 @@ inline int32_t new_token_count(const CacheAttendArgs& args, int32_t b) {
   return args.new_token_counts != nullptr ? args.new_token_counts[b] : args.new_tokens;
 }
 
-// Part of cache_attend (decode_tiled.cpp): a prefill into an empty cache by the tiled kernel, then the
-// append; and the real rows of q, sequence b's rotated at positions [first_positions[b], ... + count_b),
-// into scratch.staged_q (reserved by the caller), as a (B, n, H*Dh) view.
+// Parts of cache_attend (decode_tiled.cpp): a prefill into an empty cache by the tiled kernel, then the
+// append; the tiled kernel alone on sequences [first, first + batch), empty and with `rows` real rows
+// each (no append); and the real rows of q, sequence b's rotated at positions [first_positions[b], ... +
+// count_b), into scratch.staged_q (reserved by the caller), as a (B, n, H*Dh) view.
 Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
                      Workspace& tiled_scratch);
+Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t first, int32_t batch, int32_t rows,
+                    DecodeScratch& scratch, ParallelAttention* parallel, Workspace& tiled_scratch);
 TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
                                         DecodeScratch& scratch);
 

@@ -28,9 +28,8 @@ Status validate_cache_v3(const KVCache& cache, const CacheAttendArgs& args) {
   return Status::kOk;
 }
 
-// The sequences [first, first + batch) of a prefill, all with the same count of real rows: the tiled
-// kernel's batch. A prefill whose sequences all have n real rows is one segment; a ragged one is a
-// segment per sequence, so that no padding row is computed.
+// The sequences [first, first + batch) of a call, all empty and with the same count of real rows: the
+// tiled kernel's batch.
 struct Segment {
   int32_t first = 0, batch = 0, rows = 0;
 };
@@ -98,12 +97,11 @@ TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendA
   return TensorView<const float>{q, n * width, width};
 }
 
-namespace {
-
-// One segment of a prefill into an empty cache (tiled_prefill): attention over the segment's own new
-// tokens, which are exactly what the cache will hold.
-Status tiled_segment(const KVCache& cache, const CacheAttendArgs& args, const Segment& segment, DecodeScratch& scratch,
-                     ParallelAttention* parallel, Workspace& tiled_scratch) {
+// Sequences [first, first + batch) of a call, each empty and with `rows` real rows: attention over their
+// own new tokens, which are exactly what the cache will hold once appended.
+Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t first, int32_t batch, int32_t rows,
+                    DecodeScratch& scratch, ParallelAttention* parallel, Workspace& tiled_scratch) {
+  const Segment segment{first, batch, rows};
   const KVCacheConfig& c = cache.config();
   const int32_t n = segment.rows;
   AttentionArgs tiled = tiled_args(c, args, segment);
@@ -142,39 +140,15 @@ Status tiled_segment(const KVCache& cache, const CacheAttendArgs& args, const Se
   return Status::kOk;
 }
 
-bool uniform_counts(const CacheAttendArgs& args, int32_t batch) {
-  for (int32_t b = 0; b < batch; ++b)
-    if (new_token_count(args, b) != args.new_tokens) return false;
-  return true;
-}
-
-}  // namespace
-
-// A prefill into an empty cache: once appended, the cache holds exactly the new tokens (float16: rounded,
-// after the rotation with rope), so the tiled kernel attends over them where they are (float16: over a
-// copy of the new keys rotated and rounded, and of the values rounded, O(n); q then rotated too and the
-// kernel given no rope), then they are stored. Query i sits at position i = old length + i. A ragged
-// prefill runs a segment per sequence of its real rows only, and its padding out rows are zeroed. An
-// error leaves the cache untouched; out may then hold the segments already run.
+// A prefill into an empty cache whose sequences all have n real rows: once appended, the cache holds
+// exactly the new tokens (float16: rounded, after the rotation with rope), so the tiled kernel attends
+// over them where they are (float16: over a copy of the new keys rotated and rounded, and of the values
+// rounded, O(n); q then rotated too and the kernel given no rope), then they are stored. Query i sits at
+// position i = old length + i. An error leaves the cache untouched.
 Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
                      Workspace& tiled_scratch) {
-  const int32_t batch = cache.config().batch;
-  if (uniform_counts(args, batch)) {
-    const Status run = tiled_segment(cache, args, Segment{0, batch, args.new_tokens}, scratch, parallel, tiled_scratch);
-    if (run != Status::kOk) return run;
-  } else {
-    const int64_t width = int64_t{args.options.num_heads} * cache.config().v_dim();
-    for (int32_t b = 0; b < batch; ++b) {
-      const int32_t rows = new_token_count(args, b);
-      if (rows > 0) {
-        const Status run = tiled_segment(cache, args, Segment{b, 1, rows}, scratch, parallel, tiled_scratch);
-        if (run != Status::kOk) return run;
-      }
-      for (int32_t i = rows; i < args.new_tokens; ++i) {
-        std::fill_n(args.out.data + b * args.out.batch_stride + i * args.out.row_stride, width, 0.0f);
-      }
-    }
-  }
+  const Status run = tiled_attend(cache, args, 0, cache.config().batch, args.new_tokens, scratch, parallel, tiled_scratch);
+  if (run != Status::kOk) return run;
   return cache.append(args.k, args.v, args.new_tokens, &args.options.rope, args.new_token_counts);
 }
 

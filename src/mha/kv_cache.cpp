@@ -83,15 +83,12 @@ void round_to_f16(const float* x, float* y, int64_t count) {
 }
 
 KVCache::KVCache(const KVCacheConfig& config)
-    : config_(config),
-      lengths_(size_t(config.batch), 0),
-      special_from_(size_t(config.batch), kNoSpecialValues),
-      panels_((int64_t{config.capacity} + kKeysPerPanel - 1) / kKeysPerPanel) {}
+    : config_(config), panels_((int64_t{config.capacity} + kKeysPerPanel - 1) / kKeysPerPanel) {}
 
 KVCache::~KVCache() {
   std::free(keys_);
   std::free(values_);
-  std::free(rotated_);
+  std::free(state_);
 }
 
 Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& cache) {
@@ -103,10 +100,16 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
   const double element = config.dtype == CacheDType::kFloat16 ? 2.0 : 4.0;
   fresh->keys_ = allocate_zeroed(static_cast<size_t>(key_bytes(config, element)));
   fresh->values_ = allocate_zeroed(static_cast<size_t>(value_bytes(config, element)));
-  fresh->rotated_ = static_cast<float*>(allocate_zeroed(sizeof(float) * size_t(config.head_dim)));
-  if (fresh->keys_ == nullptr || fresh->values_ == nullptr || fresh->rotated_ == nullptr) {
+  // lengths (B, zero), special_from (B), rotated key (Dh), each part 4-byte aligned in a 64-byte aligned block.
+  const size_t batch = size_t(config.batch);
+  fresh->state_ = allocate_zeroed(sizeof(int32_t) * 2 * batch + sizeof(float) * size_t(config.head_dim));
+  if (fresh->keys_ == nullptr || fresh->values_ == nullptr || fresh->state_ == nullptr) {
     return Status::kOutOfMemory;  // fresh frees them
   }
+  fresh->lengths_ = static_cast<int32_t*>(fresh->state_);
+  fresh->special_from_ = fresh->lengths_ + batch;
+  fresh->rotated_ = reinterpret_cast<float*>(fresh->special_from_ + batch);
+  std::fill_n(fresh->special_from_, batch, kNoSpecialValues);
   cache = std::move(fresh);
   return Status::kOk;
 }
@@ -204,8 +207,8 @@ const float* KVCache::key_to_store(const float* k_row, int32_t g, const RotaryTa
   return rotated_;
 }
 
-int32_t KVCache::min_length() const { return *std::min_element(lengths_.begin(), lengths_.end()); }
-int32_t KVCache::max_length() const { return *std::max_element(lengths_.begin(), lengths_.end()); }
+int32_t KVCache::min_length() const { return *std::min_element(lengths_, lengths_ + config_.batch); }
+int32_t KVCache::max_length() const { return *std::max_element(lengths_, lengths_ + config_.batch); }
 
 Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
                        const int32_t* new_tokens) {
@@ -214,12 +217,12 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
   if (rope != nullptr && !rope->enabled()) rope = nullptr;
   auto count_of = [&](int32_t b) { return new_tokens != nullptr ? new_tokens[b] : n; };
   for (int32_t b = 0; b < config_.batch; ++b) {
-    if (count_of(b) > config_.capacity - lengths_[size_t(b)]) return Status::kCacheFull;
-    if (rope != nullptr && int64_t{lengths_[size_t(b)]} + count_of(b) > rope->positions) return Status::kRopePosition;
+    if (count_of(b) > config_.capacity - lengths_[b]) return Status::kCacheFull;
+    if (rope != nullptr && int64_t{lengths_[b]} + count_of(b) > rope->positions) return Status::kRopePosition;
   }
   const int32_t dh = config_.head_dim, dv = config_.v_dim(), heads = config_.num_kv_heads;
   for (int32_t b = 0; b < config_.batch; ++b) {
-    const int32_t length = lengths_[size_t(b)], count = count_of(b);
+    const int32_t length = lengths_[b], count = count_of(b);
     // The first position of a group or token that stored an inf/NaN half: at or before the real one, so
     // special_from stays conservative.
     int32_t first_special = kNoSpecialValues;
@@ -251,28 +254,28 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
       for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dv, b, g, length + t);
       if (specials) first_special = std::min(first_special, length + t);
     }
-    special_from_[size_t(b)] = std::min(special_from_[size_t(b)], first_special);
-    lengths_[size_t(b)] = length + count;
+    special_from_[b] = std::min(special_from_[b], first_special);
+    lengths_[b] = length + count;
   }
   return Status::kOk;
 }
 
 void KVCache::set_length(int32_t b, int32_t length) {
-  lengths_[size_t(b)] = length;
+  lengths_[b] = length;
   // Every inf/NaN half of sequence b was at special_from(b) or later: all are gone when that position is.
-  if (special_from_[size_t(b)] >= length) special_from_[size_t(b)] = kNoSpecialValues;
+  if (special_from_[b] >= length) special_from_[b] = kNoSpecialValues;
 }
 
 Status KVCache::truncate(int32_t length) {
   if (length < 0 || length > max_length()) return Status::kCacheBadLength;
-  for (int32_t b = 0; b < config_.batch; ++b) set_length(b, std::min(lengths_[size_t(b)], length));
+  for (int32_t b = 0; b < config_.batch; ++b) set_length(b, std::min(lengths_[b], length));
   return Status::kOk;
 }
 
 Status KVCache::truncate_each(const int32_t* lengths) {
   if (lengths == nullptr) return Status::kNullPointer;
   for (int32_t b = 0; b < config_.batch; ++b)
-    if (lengths[b] < 0 || lengths[b] > lengths_[size_t(b)]) return Status::kCacheBadLength;
+    if (lengths[b] < 0 || lengths[b] > lengths_[b]) return Status::kCacheBadLength;
   for (int32_t b = 0; b < config_.batch; ++b) set_length(b, lengths[b]);
   return Status::kOk;
 }

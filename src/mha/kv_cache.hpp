@@ -84,8 +84,8 @@ class KVCache {
 
   const KVCacheConfig& config() const { return config_; }
   // Sequence b's length (tokens stored), and the extremes over the B sequences.
-  int32_t length(int32_t b) const { return lengths_[size_t(b)]; }
-  const int32_t* lengths() const { return lengths_.data(); }  // (B)
+  int32_t length(int32_t b) const { return lengths_[b]; }
+  const int32_t* lengths() const { return lengths_; }  // (B)
   int32_t min_length() const;
   int32_t max_length() const;
   bool uniform() const { return min_length() == max_length(); }
@@ -121,7 +121,7 @@ class KVCache {
 
   // Smallest position of sequence b whose K or V holds an inf or NaN half (float16), or
   // kNoSpecialValues. Conservative after a truncate that keeps some of them.
-  int32_t special_from(int32_t b) const { return special_from_[size_t(b)]; }
+  int32_t special_from(int32_t b) const { return special_from_[b]; }
 
   // Element d of key / value j of head g of batch item b, exactly as stored (tests, exact kernel path).
   float key(int32_t b, int32_t g, int32_t j, int32_t d) const;
@@ -153,12 +153,15 @@ class KVCache {
   friend class KVCacheStorage;  // kv_cache_io.cpp: save and load copy the stored tokens in and out
 
   KVCacheConfig config_;
-  std::vector<int32_t> lengths_;       // (B)
-  std::vector<int32_t> special_from_;  // (B)
+  // One block for the small state: lengths (B), special_from (B), then one rotated key (Dh floats). One
+  // allocation instead of three keeps a cache's create/free from fragmenting the wasm heap's small blocks.
+  void* state_ = nullptr;
+  int32_t* lengths_ = nullptr;       // (B)
+  int32_t* special_from_ = nullptr;  // (B)
   int64_t panels_ = 0;  // ceil(capacity / P)
   void* keys_ = nullptr;
   void* values_ = nullptr;
-  float* rotated_ = nullptr;  // one rotated key (Dh)
+  float* rotated_ = nullptr;  // one rotated key (Dh), in state_
 };
 
 // The caches of one instance, by id. Ids are never reused, so a freed cache's id stays invalid; the

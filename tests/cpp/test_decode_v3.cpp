@@ -29,6 +29,7 @@ struct V3CacheCase {
   int32_t batch = 1, heads = 4, kv_heads = 2, dh = 8, dv = 0;  // dv 0 = Dh
   CacheDType dtype = CacheDType::kFloat32;
   std::vector<int32_t> steps;
+  std::vector<std::vector<int32_t>> new_tokens;  // per step (B) real rows (docs/spec.md 4.6), or empty
   int32_t window_left = -1;
   std::vector<float> sinks, cos, sin;  // sinks (H), rope tables (P, rotary_dim / 2), or empty
   mha::RotaryTables rope;              // positions, rotary_dim, interleaved; tables() points at cos, sin
@@ -85,9 +86,11 @@ std::vector<float> run_cache(const V3CacheCase& c, const mha::DecodeKernel* kern
   mha::Workspace tiled;
   std::vector<float> out(size_t(c.batch) * T * c.ow(), -12345.0f);
   int32_t t0 = 0;
-  for (int32_t n : c.steps) {
+  for (size_t step = 0; step < c.steps.size(); ++step) {
+    const int32_t n = c.steps[step];
     mha::CacheAttendArgs args;
     args.new_tokens = n;
+    args.new_token_counts = c.new_tokens.empty() ? nullptr : c.new_tokens[step].data();
     args.q = {c.q.data() + int64_t{t0} * c.qw(), int64_t{T} * c.qw(), c.qw()};
     args.k = {c.k.data() + int64_t{t0} * c.kw(), int64_t{T} * c.kw(), c.kw()};
     args.v = {c.v.data() + int64_t{t0} * c.vw(), int64_t{T} * c.vw(), c.vw()};
@@ -252,13 +255,13 @@ TEST_CASE("decode v3: keys are stored rotated; bad sinks, rope and Dv change not
   CHECK(mha::KVCache::create({1, 2, 8, 4, CacheDType::kFloat32, -1}, none) == Status::kBadVHeadDim);
 }
 
-TEST_CASE("decode v3: golden cache cases with rope, vHeadDim, sinks and float16 storage", "[decode][v3][golden]") {
+TEST_CASE("decode v3: golden cache cases with rope, vHeadDim, sinks, float16 storage and ragged lengths", "[decode][v3][golden]") {
   int ran = 0;
   for (const mha_test::GoldenCase& g : mha_test::load_golden_set("v3")) {
     if (g.kind != "cache") continue;
     const mha_test::Json& cache = g.entry.at("cache");
     const std::string dtype = cache.at("dtype").string;
-    if (cache.find("newTokens") != nullptr || (dtype != "float32" && dtype != "float16")) continue;  // not core options
+    if (dtype != "float32" && dtype != "float16") continue;  // not core options yet
     INFO("golden case " << g.name);
     V3CacheCase c;
     c.batch = g.shape.batch;
@@ -267,6 +270,12 @@ TEST_CASE("decode v3: golden cache cases with rope, vHeadDim, sinks and float16 
     c.dh = g.entry.at("headDim").as_int();
     c.dtype = dtype == "float16" ? CacheDType::kFloat16 : CacheDType::kFloat32;
     for (const mha_test::Json& n : cache.at("steps").array) c.steps.push_back(n.as_int());
+    if (const mha_test::Json* counts = cache.find("newTokens")) {
+      for (const mha_test::Json& step : counts->array) {
+        c.new_tokens.emplace_back();
+        for (const mha_test::Json& x : step.array) c.new_tokens.back().push_back(x.as_int());
+      }
+    }
     const mha_test::Json& options = g.entry.at("options");
     bool f16_inputs = false;
     for (const auto& [name, value] : options.object) {
@@ -319,5 +328,5 @@ TEST_CASE("decode v3: golden cache cases with rope, vHeadDim, sinks and float16 
     REQUIRE(tiled <= 1.0);
     ++ran;
   }
-  REQUIRE(ran == 4);
+  REQUIRE(ran == 6);
 }
