@@ -122,8 +122,9 @@ export function checkGreedy(model, mha, golden, dtype) {
 
 /**
  * All golden prompts (of different lengths) prefilled and decoded together in one ragged session of
- * batch B = the number of prompts: each sequence's greedy tokens are PyTorch's, and the logits of the
- * first prompt's ragged prefill are PyTorch's at every position.
+ * batch B = the number of prompts: each sequence's greedy tokens are PyTorch's, the logits of the first
+ * prompt's ragged prefill are PyTorch's at every position, and every sequence's prefill logits are, bit
+ * for bit, those of the same prompt alone.
  * @param {'float32' | 'float16'} dtype
  */
 export function checkRaggedBatch(model, mha, golden, dtype) {
@@ -135,6 +136,14 @@ export function checkRaggedBatch(model, mha, golden, dtype) {
     const prefill = session.forwardBatch(prompts, { allLogits: true });
     const logits = compareLogits(prefill[0], golden.runs[KEYS[dtype]].values, 0, prompts[0].length, model.dims.V, TOLERANCE[dtype]);
     if (!logits.ok) return { ...logits, message: `ragged prefill of ${prompts.length} prompts, ${dtype} K/V: ${logits.message}` };
+    // docs/spec.md 4.6: each sequence's rows are those of a batch of 1 (the dense layers are row by row)
+    for (const [b, prompt] of prompts.entries()) {
+      const alone = model.createSession(mha, { dtype });
+      const own = alone.forward(prompt, { allLogits: true });
+      alone.free();
+      const at = own.findIndex((x, i) => !Object.is(x, prefill[b][i]));
+      if (at >= 0) return { ok: false, worst: Infinity, message: `ragged prefill, ${dtype} K/V, prompt ${b}: logit ${at} is ${prefill[b][at]}, alone ${own[at]}` };
+    }
     session.truncateEach(prompts.map(() => 0));
     const outputs = generateBatch(session, prompts, count, { greedy: true });
     for (const [b, g] of generations.entries()) {
