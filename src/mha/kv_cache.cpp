@@ -336,6 +336,12 @@ Status KVCacheRegistry::create(const KVCacheConfig& config, uint32_t* id) {
   std::unique_ptr<KVCache> cache;
   const Status status = KVCache::create(config, cache);
   if (status != Status::kOk) return status;
+  return adopt(std::move(cache), id);
+}
+
+Status KVCacheRegistry::adopt(std::unique_ptr<KVCache> cache, uint32_t* id) {
+  *id = 0;
+  if (!cache) return Status::kNullPointer;
   while (next_id_ == 0 || find(next_id_) != nullptr) ++next_id_;  // 0 is "no cache"
   *id = next_id_++;
   caches_.emplace_back(*id, std::move(cache));

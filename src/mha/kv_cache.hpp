@@ -172,6 +172,9 @@ class KVCacheRegistry {
 
   // Creates a cache and returns its id in *id (0 on failure).
   Status create(const KVCacheConfig& config, uint32_t* id);
+  // Takes a cache made elsewhere (a load: kv_cache_io.hpp) and returns its new id in *id (kNullPointer and 0
+  // for a null cache).
+  Status adopt(std::unique_ptr<KVCache> cache, uint32_t* id);
   KVCache* find(uint32_t id) const;  // nullptr: no such cache
   Status free(uint32_t id);          // kCacheInvalid when there is no such cache
   void free_all();
