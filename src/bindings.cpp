@@ -19,6 +19,7 @@
 #include "mha/kernel.hpp"
 #include "mha/heads.hpp"
 #include "mha/kv_cache.hpp"
+#include "mha/kv_cache_io.hpp"
 #include "mha/parallel.hpp"
 #include "mha/reference.hpp"  // attention weights come from the reference
 
@@ -37,6 +38,10 @@ std::unique_ptr<mha::ParallelAttention> g_parallel;
 // The instance's KV caches, and the decode kernel's scratch (reused by every attend call).
 mha::KVCacheRegistry g_caches;
 mha::DecodeScratch g_decode;
+
+// Why the last mha_kv_cache_load refused its bytes (kv_cache_io.hpp), for the RangeError: a fixed buffer, so
+// that a failed load keeps nothing on the heap.
+char g_load_error[512];
 
 template <typename T>
 T* at(uintptr_t address) {
@@ -242,6 +247,50 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_read(uint32_t id, uintptr_t k_out, uin
   return static_cast<int32_t>(cache->read(at<float>(k_out), at<float>(v_out), start, end));
 }
 
+// The dims of a cache (for loadKVCache): batch, num_kv_heads, head_dim, capacity, dtype, Dv (never 0) as
+// int32 at `config_out`.
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_config(uint32_t id, uintptr_t config_out) {
+  const mha::KVCache* cache = g_caches.find(id);
+  if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
+  const mha::KVCacheConfig& c = cache->config();
+  const int32_t fields[] = {c.batch, c.num_kv_heads, c.head_dim, c.capacity, static_cast<int32_t>(c.dtype), c.v_dim()};
+  std::copy_n(fields, 6, at<int32_t>(config_out));
+  return static_cast<int32_t>(mha::Status::kOk);
+}
+
+// Bytes mha_kv_cache_save writes for the cache (docs/cache-format.md), or -1 for no such cache.
+EMSCRIPTEN_KEEPALIVE double mha_kv_cache_saved_bytes(uint32_t id) {
+  const mha::KVCache* cache = g_caches.find(id);
+  return cache != nullptr ? static_cast<double>(mha::KVCacheStorage::saved_bytes(*cache)) : -1.0;
+}
+
+// Writes the save, exactly mha_kv_cache_saved_bytes(id) bytes, at `dst`.
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_save(uint32_t id, uintptr_t dst, int32_t size) {
+  const mha::KVCache* cache = g_caches.find(id);
+  if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
+  return static_cast<int32_t>(mha::KVCacheStorage::save(*cache, at<uint8_t>(dst), size));
+}
+
+// A new cache of the `size` saved bytes at `src` (capacity 0: the saved one); its id at `id_out`, or 0 and
+// the reason in kvCacheLoadError(), led by the parameter at fault ("bytes: ..." or "capacity: ...").
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_load(uintptr_t src, int32_t size, int32_t capacity, uintptr_t id_out) {
+  *at<uint32_t>(id_out) = 0;
+  std::unique_ptr<mha::KVCache> cache;
+  mha::Status status;
+  {
+    std::string why;
+    status = mha::KVCacheStorage::load(at<const uint8_t>(src), size, capacity, cache, &why);
+    // The parameter at fault, as the RangeError names it: the bytes, unless they are a save and the
+    // requested capacity is what cannot be (below the longest sequence, or too large).
+    if (status != mha::Status::kOk) why.insert(0, status == mha::Status::kCacheBadSave || capacity == 0 ? "bytes: " : "capacity: ");
+    const size_t n = std::min(why.size(), sizeof g_load_error - 1);
+    std::copy_n(why.data(), n, g_load_error);
+    g_load_error[n] = 0;
+  }
+  if (status != mha::Status::kOk) return static_cast<int32_t>(status);
+  return static_cast<int32_t>(g_caches.adopt(std::move(cache), at<uint32_t>(id_out)));
+}
+
 // Appends the call's k, v to its cache and writes out; on any error nothing changed (cache nor out).
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
   const CacheAttendCallAbi& call = *at<const CacheAttendCallAbi>(call_address);
@@ -295,6 +344,10 @@ double heap_bytes_in_use() { return static_cast<double>(mallinfo().uordblks); }
 
 std::string version() { return MHA_VERSION; }
 
+// Why the last mha_kv_cache_load failed ('' after a success), in the API's terms: "bytes: ..." or
+// "capacity: ...".
+std::string kv_cache_load_error() { return g_load_error; }
+
 // {field name: byte offset} of AttentionCallAbi, and its `size` in bytes.
 emscripten::val attention_call_layout() {
   emscripten::val layout = emscripten::val::object();
@@ -329,4 +382,5 @@ EMSCRIPTEN_BINDINGS(mha_wasm) {
   emscripten::function("attentionCallLayout", &attention_call_layout);
   emscripten::function("kvCacheAttendCallLayout", &kv_cache_attend_call_layout);
   emscripten::function("statusMessage", &status_message);
+  emscripten::function("kvCacheLoadError", &kv_cache_load_error);
 }

@@ -33,6 +33,14 @@ export interface MhaWasmModule {
   // stored: 1 = the cache's own elements (float16 bits), 0 = float32.
   _mha_kv_cache_read(id: number, kOut: number, vOut: number, start: number, end: number, stored: number): number;
   _mha_kv_cache_attend(call: number): number;
+  // Saving and loading (docs/cache-format.md): the save's byte count (-1: no such cache), the save written at
+  // `dst` (exactly that many bytes), a load of `size` bytes at `src` (capacity 0 = the saved one; the id at
+  // `idOut`, kvCacheLoadError() says why on failure), and a cache's dims as 6 int32 at `configOut`: batch,
+  // numKvHeads, headDim, capacity, dtype, Dv.
+  _mha_kv_cache_saved_bytes(id: number): number;
+  _mha_kv_cache_save(id: number, dst: number, size: number): number;
+  _mha_kv_cache_load(src: number, size: number, capacity: number, idOut: number): number;
+  _mha_kv_cache_config(id: number, configOut: number): number;
   // Starts the thread pool (threaded build; returns the threads it got, 1 elsewhere or for threads <= 1).
   _mha_set_threads(threads: number): number;
   HEAPU8: Uint8Array;
@@ -45,6 +53,8 @@ export interface MhaWasmModule {
   kvCacheAttendCallLayout(): Record<string, number>;
   // The message of an mha::Status code, '' for a number that is none.
   statusMessage(status: number): string;
+  // Why the last _mha_kv_cache_load failed, in the API's terms ('' after a success).
+  kvCacheLoadError(): string;
   releaseScratch(): void;
   heapBytesInUse(): number;
   version(): string;

@@ -56,6 +56,11 @@ export class StagingArena {
     return this.block + this.callSlot;
   }
 
+  /** Staging bytes the current block has room for (-1: no block). */
+  get room(): number {
+    return this.bytes;
+  }
+
   /** The address of the call struct's slot, once reserve() has returned. */
   callAt(): number {
     return this.block;
