@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { startTestServer, RELAXED_SIMD_PROBE } from '../../scripts/lib/engines.mjs';
 import { forEachEngine } from './suites.mjs';
-import { loadGoldenCases, readGolden, compare, expectedLastRow, repoRoot } from '../js/helpers.mjs';
+import { loadGoldenCases, readGolden, compare, expectedLastRow, mulberry32, randomNormal, repoRoot } from '../js/helpers.mjs';
 
 const { version } = JSON.parse(readFileSync(`${repoRoot}/package.json`, 'utf8'));
 let server;
@@ -69,6 +69,43 @@ forEachEngine((engine) => {
     const page = await engine.open(new URL('examples/browser.html', server.url).href);
     await page.waitFor(() => !document.querySelector('#result').textContent.includes('computing'));
     assert.equal(await page.evaluate(() => document.querySelector('#result').textContent), `last row: ${expectedLastRow()}`);
+    assert.deepEqual(await page.problems(), []);
+    await page.close();
+  });
+
+  test('KVCache.save and loadKVCache: the page saves the bytes Node saves, loads them back, refuses a changed byte', async () => {
+    // The same float16 cache (ragged, Dv != Dh) in Node and in the page: its save has the same bytes on every
+    // engine and build (docs/cache-format.md).
+    const cache = { batch: 2, numKvHeads: 2, headDim: 8, capacity: 24, dtype: 'float16', vHeadDim: 5 };
+    const random = mulberry32(31);
+    const [q, k, v] = [2 * 6 * 4 * 8, 2 * 6 * 2 * 8, 2 * 6 * 2 * 5].map((n) => Array.from(randomNormal(n, random)));
+    const run = async (createMHA, [qa, ka, va], options) => {
+      const mha = await createMHA();
+      const c = mha.createKVCache(options);
+      c.attend(new Float32Array(qa), new Float32Array(ka), new Float32Array(va), { numHeads: 4, newTokens: [6, 3] });
+      const bytes = c.save();
+      const copy = mha.loadKVCache(bytes.subarray(0), { capacity: 30 });
+      const resaved = mha.loadKVCache(copy.save(), { capacity: 24 }).save();
+      const changed = bytes.slice();
+      changed[70] ^= 1;
+      let refused = '';
+      try { mha.loadKVCache(changed); } catch (error) { refused = `${error.constructor.name}: ${error.message}`; }
+      const out = { bytes: Array.from(bytes), same: resaved.every((x, i) => x === bytes[i]) && resaved.length === bytes.length,
+        lengths: Array.from(copy.lengths), refused, build: mha.info.build };
+      mha.dispose();
+      return out;
+    };
+    const { createMHA } = await import('../../dist/index.js');
+    const expected = await run(createMHA, [q, k, v], cache);
+    const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
+    const r = await page.evaluate(async ([source, inputs, options]) => {
+      const { createMHA } = await import('/dist/index.js');
+      return (0, eval)(`(${source})`)(createMHA, inputs, options);
+    }, [run.toString(), [q, k, v], cache]);
+    assert.deepEqual(r.lengths, [6, 3]);
+    assert.ok(r.same, `${r.build}: the load of the save saves other bytes`);
+    assert.deepEqual(r.bytes, expected.bytes, `${r.build} saves other bytes than Node's ${expected.build}`);
+    assert.match(r.refused, /^RangeError: loadKVCache: bytes: checksum mismatch/);
     assert.deepEqual(await page.problems(), []);
     await page.close();
   });
