@@ -145,23 +145,25 @@ void require_round_trip(KVCache& cache) {
 
 }  // namespace
 
-TEST_CASE("kv cache io: CRC-32 is IEEE 802.3's (zlib's), in any split", "[kv_cache_io]") {
+TEST_CASE("kv cache io: CRC-32 is IEEE 802.3's (zlib's), in any split and any size", "[kv_cache_io]") {
   const char* check = "123456789";
   REQUIRE(mha::crc32(reinterpret_cast<const uint8_t*>(check), 9) == 0xCBF43926u);
   REQUIRE(mha::crc32(nullptr, 0) == 0u);
-  Bytes data(1000);
+  Bytes data(5000);
   for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 131 + (i >> 3));
-  const uint32_t whole = mha::crc32(data.data(), int64_t(data.size()));
-  for (int64_t split : {1, 7, 8, 9, 500, 999}) {
-    REQUIRE(mha::crc32(data.data() + split, int64_t(data.size()) - split, mha::crc32(data.data(), split)) == whole);
-  }
-  // The bytewise definition.
+  // The bitwise definition, prefix by prefix: every size below and above the four-stream threshold (1 KiB).
   uint32_t crc = 0xffffffffu;
-  for (uint8_t byte : data) {
-    crc ^= byte;
+  for (size_t size = 0; size <= data.size(); ++size) {
+    INFO("size " << size);
+    REQUIRE(mha::crc32(data.data(), int64_t(size)) == ~crc);
+    if (size == data.size()) break;
+    crc ^= data[size];
     for (int k = 0; k < 8; ++k) crc = (crc & 1) ? 0xEDB88320u ^ (crc >> 1) : crc >> 1;
   }
-  REQUIRE(~crc == whole);
+  const uint32_t whole = mha::crc32(data.data(), int64_t(data.size()));
+  for (int64_t split : {1, 7, 8, 9, 500, 1023, 1024, 2100, 4999}) {
+    REQUIRE(mha::crc32(data.data() + split, int64_t(data.size()) - split, mha::crc32(data.data(), split)) == whole);
+  }
 }
 
 TEST_CASE("kv cache io: round trips keep every bit and every later attend's bits", "[kv_cache_io]") {
