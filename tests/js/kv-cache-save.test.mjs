@@ -22,7 +22,7 @@ for (const [label, createOptions] of BUILDS) {
     test(`${label}: ${spec.name}: the loaded copy has the same tokens, saves to the same bytes and decodes with the same bits`, () => {
       const cache = buildCache(mha, spec);
       const bytes = cache.save();
-      assert.ok(bytes instanceof Uint8Array);
+      assert.ok(bytes instanceof Uint8Array && bytes.buffer instanceof ArrayBuffer, 'a Uint8Array of its own (not of the shared heap)');
       assert.equal(bytes.length, expectedSaveBytes(spec, Array.from(cache.lengths)), 'header, the stored tokens only, checksum');
       const copy = mha.loadKVCache(bytes);
       assert.deepEqual(copy.lengths, cache.lengths);
