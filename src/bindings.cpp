@@ -39,9 +39,10 @@ std::unique_ptr<mha::ParallelAttention> g_parallel;
 mha::KVCacheRegistry g_caches;
 mha::DecodeScratch g_decode;
 
-// Why the last mha_kv_cache_load refused its bytes (kv_cache_io.hpp), for the RangeError: a fixed buffer, so
-// that a failed load keeps nothing on the heap.
-char g_load_error[512];
+// Why the last mha_kv_cache_load refused its bytes (kv_cache_io.hpp), for the RangeError, and the parameter
+// at fault ("bytes: " or "capacity: "): fixed buffers, so that a failed load keeps nothing on the heap.
+mha::LoadMessage g_load_error;
+const char* g_load_parameter = "";
 
 template <typename T>
 T* at(uintptr_t address) {
@@ -276,17 +277,10 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_save(uint32_t id, uintptr_t dst, int32
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_load(uintptr_t src, int32_t size, int32_t capacity, uintptr_t id_out) {
   *at<uint32_t>(id_out) = 0;
   std::unique_ptr<mha::KVCache> cache;
-  mha::Status status;
-  {
-    std::string why;
-    status = mha::KVCacheStorage::load(at<const uint8_t>(src), size, capacity, cache, &why);
-    // The parameter at fault, as the RangeError names it: the bytes, unless they are a save and the
-    // requested capacity is what cannot be (below the longest sequence, or too large).
-    if (status != mha::Status::kOk) why.insert(0, status == mha::Status::kCacheBadSave || capacity == 0 ? "bytes: " : "capacity: ");
-    const size_t n = std::min(why.size(), sizeof g_load_error - 1);
-    std::copy_n(why.data(), n, g_load_error);
-    g_load_error[n] = 0;
-  }
+  const mha::Status status = mha::KVCacheStorage::load(at<const uint8_t>(src), size, capacity, cache, &g_load_error);
+  // The parameter at fault, as the RangeError names it: the bytes, unless they are a save and the requested
+  // capacity is what cannot be (below the longest sequence, or too large).
+  g_load_parameter = status == mha::Status::kCacheBadSave || capacity == 0 ? "bytes: " : "capacity: ";
   if (status != mha::Status::kOk) return static_cast<int32_t>(status);
   return static_cast<int32_t>(g_caches.adopt(std::move(cache), at<uint32_t>(id_out)));
 }
@@ -346,7 +340,11 @@ std::string version() { return MHA_VERSION; }
 
 // Why the last mha_kv_cache_load failed ('' after a success), in the API's terms: "bytes: ..." or
 // "capacity: ...".
-std::string kv_cache_load_error() { return g_load_error; }
+std::string kv_cache_load_error() {
+  if (g_load_error.empty()) return std::string();
+  std::string text(g_load_parameter);
+  return text.append(g_load_error.text);
+}
 
 // {field name: byte offset} of AttentionCallAbi, and its `size` in bytes.
 emscripten::val attention_call_layout() {

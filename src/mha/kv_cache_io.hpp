@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 
 #include "mha/kv_cache.hpp"
 #include "mha/shape.hpp"
@@ -23,6 +22,17 @@ constexpr uint32_t kCacheFormatVersion = 1;
 // CRC-32 of IEEE 802.3 (zlib's crc32, reflected polynomial 0xEDB88320) of `size` bytes, continuing from
 // `crc` (0 to start): crc32("123456789") = 0xCBF43926.
 uint32_t crc32(const uint8_t* data, int64_t size, uint32_t crc = 0);
+
+// Why a load refused its bytes, in the API's terms: a NUL-terminated message in a fixed buffer (longer ones
+// are cut), so that neither a refusal nor the bindings' copy of it allocates, and no string code of libc++
+// is linked into the modules for it.
+struct LoadMessage {
+  static constexpr int kCapacity = 400;
+  char text[kCapacity] = {};
+  int length = 0;
+  bool empty() const { return length == 0; }
+  void clear() { text[length = 0] = 0; }
+};
 
 // What a save's header says, once every check of load has passed (nothing allocated: the lengths are read
 // from the input).
@@ -52,10 +62,10 @@ class KVCacheStorage {
   //   kNonPositiveDim  capacity < 0
   //   kCacheBadLength  capacity (given) below the longest saved sequence
   //   kCacheTooLarge   the cache would not fit the 2 GiB heap (kMaxCacheBytes)
-  static Status check(const uint8_t* bytes, int64_t size, int32_t capacity, SavedCacheHeader& header, std::string* why);
+  static Status check(const uint8_t* bytes, int64_t size, int32_t capacity, SavedCacheHeader& header, LoadMessage* why);
   // check(), then a new cache holding the saved tokens (and kOutOfMemory when the heap cannot hold it).
   // `out` is null unless kOk. A float16 cache's special_from is recomputed from its halves.
-  static Status load(const uint8_t* bytes, int64_t size, int32_t capacity, std::unique_ptr<KVCache>& out, std::string* why);
+  static Status load(const uint8_t* bytes, int64_t size, int32_t capacity, std::unique_ptr<KVCache>& out, LoadMessage* why);
 
  private:
   // Copies the checked save's tokens into a new, zeroed cache of header.config and sets its lengths and

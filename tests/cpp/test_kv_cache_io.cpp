@@ -35,9 +35,9 @@ Bytes save(const KVCache& cache) {
 
 std::unique_ptr<KVCache> load(const Bytes& bytes, int32_t capacity = 0) {
   std::unique_ptr<KVCache> cache;
-  std::string why;
+  mha::LoadMessage why;
   const Status status = KVCacheStorage::load(bytes.data(), int64_t(bytes.size()), capacity, cache, &why);
-  INFO(why);
+  INFO(why.text);
   REQUIRE(status == Status::kOk);
   REQUIRE(why.empty());
   REQUIRE(cache);
@@ -47,8 +47,11 @@ std::unique_ptr<KVCache> load(const Bytes& bytes, int32_t capacity = 0) {
 // The status and message of a load that must fail; the cache stays null.
 Status refused(const Bytes& bytes, std::string& why, int32_t capacity = 0) {
   std::unique_ptr<KVCache> cache;
-  const Status status = KVCacheStorage::load(bytes.data(), int64_t(bytes.size()), capacity, cache, &why);
+  mha::LoadMessage message;
+  const Status status = KVCacheStorage::load(bytes.data(), int64_t(bytes.size()), capacity, cache, &message);
   REQUIRE(!cache);
+  why = message.text;
+  REQUIRE(int(why.size()) == message.length);
   return status;
 }
 

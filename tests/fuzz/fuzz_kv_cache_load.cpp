@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "mha/kv_cache.hpp"
@@ -25,8 +24,8 @@
 
 namespace {
 
-void fail(const char* what, const std::string& why) {
-  std::fprintf(stderr, "fuzz_kv_cache_load: %s (%s)\n", what, why.c_str());
+void fail(const char* what, const mha::LoadMessage& why) {
+  std::fprintf(stderr, "fuzz_kv_cache_load: %s (%s)\n", what, why.text);
   std::abort();
 }
 
@@ -35,7 +34,7 @@ constexpr double kMaxFuzzCacheBytes = 64.0 * 1024 * 1024;
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string why;
+  mha::LoadMessage why;
   mha::SavedCacheHeader header;
   const mha::Status checked = mha::KVCacheStorage::check(data, int64_t(size), 0, header, &why);
   if (checked != mha::Status::kOk) {
