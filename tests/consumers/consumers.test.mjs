@@ -122,10 +122,12 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
   // decode loaders' inf/NaN and unscaled variants, libc++'s mutex/condition_variable/chrono and tanhf, the
   // pthread runtime's stdout and emcc's unused proxying exports: 37.8 kB for mha-relaxed-threads.wasm);
   // v0.3's value heads of their own size, sinks, rope and float16 tensors in every kernel added 3.3 kB
-  // (41.2 kB). Each is also held to its SIMD128 twin: a relaxed module is that build with fused
-  // multiply-adds, at most 10% larger.
+  // (41.2 kB). The serving cache of docs/spec.md 4.6-4.7 added 8.6 kB to mha-relaxed-threads.wasm: per-sequence
+  // lengths, the per-sequence decode plan and read (43.8 kB), then save/load with its parser, its reasons and
+  // the CRC-32 (49.8 kB); hence 51 kB. Each is also held to its SIMD128 twin: a relaxed module is that build
+  // with fused multiply-adds, at most 10% larger.
   for (const f of ['dist/mha-relaxed.wasm', 'dist/mha-relaxed-threads.wasm']) {
-    assert.ok(gzippedSize[f] < 42000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 42 kB`);
+    assert.ok(gzippedSize[f] < 51000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 51 kB`);
   }
   for (const [relaxed, twin] of [['dist/mha-relaxed.wasm', 'dist/mha.wasm'], ['dist/mha-relaxed-threads.wasm', 'dist/mha-threads.wasm']]) {
     assert.ok(gzippedSize[relaxed] <= 1.1 * gzippedSize[twin], `${relaxed}: ${gzippedSize[relaxed]} bytes gzipped, ${twin}: ${gzippedSize[twin]}`);
