@@ -35,6 +35,10 @@ void DecodeScratch::release() {
   staged_q.release();
   row_blocks.clear();
   row_blocks.shrink_to_fit();
+  for (std::vector<int32_t>* v : {&first_positions, &key_counts, &decode_counts}) {
+    v->clear();
+    v->shrink_to_fit();
+  }
 }
 
 namespace {
