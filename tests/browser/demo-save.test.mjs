@@ -48,6 +48,7 @@ async function generateInPage(page, { count, cache }) {
 async function saveReloadContinue(page, { model, cache, N, M }) {
   await pick(page, model);
   const whole = await generateInPage(page, { count: N + M, cache });
+  const prefill = await page.textContent('#real-prefill'); // the prompt's, for the diagnostic beside the restore's
   const head = await generateInPage(page, { count: N, cache });
   assert.equal(await page.isDisabled('#real-save'), false);
   await page.click('#real-save');
@@ -65,7 +66,7 @@ async function saveReloadContinue(page, { model, cache, N, M }) {
     return s.dataset.state === 'done' && s.dataset.generated === String(n) && s.dataset.prefillTokens !== undefined;
   }, N + M, { timeout: 60_000 }); // generated: the conversation's bytes after the prompt, saved ones included
   const dataset = await page.$eval(section, (s) => ({ ...s.dataset }));
-  return { whole, head, continued: await page.textContent('#real-text-generated'), dataset, status: await page.textContent('#real-save-status'), prefillCell: await page.textContent('#real-prefill') };
+  return { whole, head, continued: await page.textContent('#real-text-generated'), dataset, status: await page.textContent('#real-save-status'), prefill, prefillCell: await page.textContent('#real-prefill') };
 }
 
 test('tiny-llama: the picker loads it without the heads view; N greedy, Save, reload, Continue M == N + M (page and Node), no prefill after the reload; then tiny-gpt the same, with its head rows', async (t) => {
@@ -102,7 +103,7 @@ test('tiny-llama: the picker loads it without the heads view; N greedy, Save, re
   assert.match(llama.status, new RegExp(`^Restored ${held} tokens from IndexedDB in \\d+\\.\\d ms \\(mha\\.loadKVCache per layer\\), no prefill`));
   assert.match(llama.prefillCell, new RegExp(`^none: ${held} tokens restored from IndexedDB in \\d+\\.\\d ms$`));
   assert.match(await page.textContent('#real-cache-info'), new RegExp(`^4 layers × ${held + M} of 256 tokens, float16: [\\d,]+ KB$`));
-  t.diagnostic(`tiny-llama: ${llama.status}`);
+  t.diagnostic(`tiny-llama: ${llama.status} Without a save, the prompt's prefill: ${llama.prefill}`);
 
   // back to tiny-gpt: its rows are built and drawn again, and its save continues as well (K rows read back)
   const gpt = await saveReloadContinue(page, { model: 'tiny-gpt', cache: 'float32', N: 20, M: 25 });
@@ -116,7 +117,7 @@ test('tiny-llama: the picker loads it without the heads view; N greedy, Save, re
   const rows = await canvasStats(page, '#real-heads canvas.head-row');
   assert.equal(rows.length, 32);
   for (const [i, r] of rows.entries()) assert.ok(r.nonWhite > r.total / 2 && r.colors >= 3, `head row ${i} is blank after the continue: ${JSON.stringify(r)}`);
-  t.diagnostic(`tiny-gpt: ${gpt.status}`);
+  t.diagnostic(`tiny-gpt: ${gpt.status} Without a save, the prompt's prefill: ${gpt.prefill}`);
 
   // the tiny-llama conversation is still there beside tiny-gpt's
   await pick(page, 'tiny-llama');

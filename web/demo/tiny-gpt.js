@@ -403,8 +403,12 @@ ui.verify.addEventListener('click', () => {
   state.worker.postMessage({ type: 'reference' });
 });
 ui.picker.addEventListener('change', () => {
-  state.running = false;
+  // another model: the last one's text, speed and rows do not describe it (Stop keeps them: same model)
+  Object.assign(state, { running: false, tokens: [], promptLength: 0, rows: null, prefillWeights: null, timing: null, prefillTiming: null, restored: null });
   ui.run.textContent = 'Generate';
+  ui.cacheInfo.textContent = '–';
+  for (const id of ['real-rate', 'real-attention-rate', 'real-share', 'real-prefill']) $(id).textContent = '–';
+  drawText();
   startWorker();
 });
 ui.save.addEventListener('click', () => {
