@@ -125,7 +125,7 @@ function onMessage(data) {
     const c = data.cache;
     ui.cacheInfo.textContent = `${c.layers} layers × ${c.tokens} of ${c.capacity} tokens, ${c.dtype}: ${Math.round(c.bytes / 1024).toLocaleString('en-US')} KB`;
     if (state.restored) {
-      // every token the model ran was a new one: the restored history was not run again
+      // the tokens the model ran beyond one per new byte: 0 when the restored history was not run again
       section.dataset.prefillTokens = String(data.timing.tokens - (state.tokens.length - state.restored.tokens - 1));
       state.restoring = false;
     }
