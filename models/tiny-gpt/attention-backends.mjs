@@ -1,10 +1,12 @@
 // The attention backend of the tiny-gpt runner (runner.mjs): it holds the K/V of every layer of one
 // sequence in mha-wasm KV caches and runs causal attention over them. The interface (AttentionBackend) is documented
-// in runner.mjs. Plain ESM without imports, for Node, pages and Workers alike; the caller passes the
-// mha-wasm instance in.
+// in runner.mjs. Plain ESM importing only scripts/lib/float16.mjs (itself import-free), for Node, pages and
+// Workers alike; the caller passes the mha-wasm instance in.
 //
 // Shapes, with the letters of docs/spec.md (B = 1): S new tokens of one call (n in the code), T tokens
 // held, H query heads, Hkv KV heads, Dh head size, D = H * Dh.
+
+import { float16Value } from '../../scripts/lib/float16.mjs';
 
 const float16Scratch = new Float32Array(1);
 const float16ScratchBits = new Uint32Array(float16Scratch.buffer);
@@ -40,9 +42,14 @@ export function roundToFloat16(x) {
  * `queryOffset: T - n`: the softmax the cache computed, up to the float32-vs-float64 rounding of the
  * reference. One decode step costs H * T * Dh multiply-adds.
  *
- * @param {{createKVCache: Function, attentionWeights: Function, info?: {version: string}}} mha an instance from createMHA()
+ * Given `saved` (one `cache.save()` per layer, from `save()`: TinyGPT.restoreSession), the caches are
+ * loaded from those bytes (`mha.loadKVCache`) instead of created empty, and the K rows kept in JS are read
+ * back from them (`cache.read()`: float32 values, or a float16 cache's binary16 bits widened), the values
+ * the generation that saved them had kept.
+ *
+ * @param {{createKVCache: Function, loadKVCache?: Function, attentionWeights: Function, info?: {version: string}}} mha an instance from createMHA()
  * @param {{dtype?: 'float32' | 'float16'}} [options]
- * @returns {(geometry: {numLayers: number, numHeads: number, numKvHeads: number, headDim: number, capacity: number}) => import('./runner.mjs').AttentionBackend}
+ * @returns {(geometry: {numLayers: number, numHeads: number, numKvHeads: number, headDim: number, capacity: number}, saved?: Uint8Array[]) => import('./runner.mjs').AttentionBackend}
  */
 export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
   if (typeof mha?.createKVCache !== 'function') {
@@ -50,11 +57,21 @@ export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
   }
   if (dtype !== 'float32' && dtype !== 'float16') throw new RangeError(`kvCacheBackend: dtype: expected 'float32' or 'float16', got ${dtype}`);
   const round = dtype === 'float16' ? roundToFloat16 : (x) => x;
-  return ({ numLayers, numHeads: H, numKvHeads: Hkv, headDim: Dh, capacity }) => {
-    const caches = Array.from({ length: numLayers }, () => mha.createKVCache({ batch: 1, numKvHeads: Hkv, headDim: Dh, capacity, dtype }));
+  return ({ numLayers, numHeads: H, numKvHeads: Hkv, headDim: Dh, capacity }, saved) => {
     const kvWidth = Hkv * Dh;
+    const caches = saved === undefined
+      ? Array.from({ length: numLayers }, () => mha.createKVCache({ batch: 1, numKvHeads: Hkv, headDim: Dh, capacity, dtype }))
+      : loadCaches(mha, saved, { numLayers, kvWidth, capacity, dtype });
     // Per layer: the K rows the cache holds, (capacity, Hkv*Dh)
-    const keys = Array.from({ length: numLayers }, () => new Float32Array(capacity * kvWidth));
+    const keys = caches.map((cache) => {
+      const stored = new Float32Array(capacity * kvWidth);
+      if (cache.length > 0) {
+        const { k } = cache.read();
+        if (dtype === 'float16') for (let i = 0; i < k.length; i++) stored[i] = float16Value(k[i]);
+        else stored.set(k);
+      }
+      return stored;
+    });
 
     /** q (n, H*Dh), k and v (n, Hkv*Dh) -> (n, H*Dh); keeps k's rows for `weights`. */
     function attend(layer, q, k, v) {
@@ -76,8 +93,48 @@ export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
         return { weights, kvLength: T };
       },
       length: () => caches[numLayers - 1].length,
+      save: () => caches.map((cache) => cache.save()),
       truncate(n) { for (const cache of caches) cache.truncate(n); },
       free() { for (const cache of caches) cache.free(); },
     };
   };
+}
+
+/**
+ * The saved caches of one sequence, loaded and checked against the model: one per layer, batch 1, the
+ * backend's dtype, K/V of Hkv * Dh per token, the same length in every layer. Frees what it loaded when
+ * one is refused.
+ */
+function loadCaches(mha, saved, { numLayers, kvWidth, capacity, dtype }) {
+  const fn = 'kvCacheBackend';
+  if (typeof mha.loadKVCache !== 'function') throw new TypeError(`${fn}: mha: expected an mha-wasm instance with loadKVCache (docs/spec.md 4.7), got ${mha?.info?.version ?? typeof mha}`);
+  if (!Array.isArray(saved) || !saved.every((bytes) => bytes instanceof Uint8Array)) {
+    throw new TypeError(`${fn}: saved: expected an array of Uint8Array (one cache.save() per layer), got ${Array.isArray(saved) ? saved.map((b) => b?.constructor?.name ?? typeof b).join(', ') : typeof saved}`);
+  }
+  if (saved.length !== numLayers) throw new RangeError(`${fn}: saved: expected ${numLayers} caches (one per layer), got ${saved.length}`);
+  const caches = [];
+  try {
+    saved.forEach((bytes, i) => {
+      const what = `${fn}: saved[${i}]`;
+      let cache;
+      try {
+        cache = mha.loadKVCache(bytes, { capacity });
+      } catch (error) {
+        throw new error.constructor(`${what}: ${error.message}`);
+      }
+      caches.push(cache);
+      const lengths = [...cache.lengths];
+      if (lengths.length !== 1) throw new RangeError(`${what}: expected a cache of batch 1 (one sequence), got batch ${lengths.length}`);
+      if (cache.dtype !== dtype) throw new RangeError(`${what}: expected dtype ${dtype} (this backend's), got ${cache.dtype}`);
+      if (lengths[0] !== caches[0].length) throw new RangeError(`${what}: expected ${caches[0].length} tokens (layer 0's), got ${lengths[0]}`);
+      if (lengths[0] > 0) {
+        const { k, v } = cache.read({ start: 0, end: 1 }); // the cache has no numKvHeads getter: one token tells its widths
+        if (k.length !== kvWidth || v.length !== kvWidth) throw new RangeError(`${what}: expected K and V of ${kvWidth} values per token (the model's), got ${k.length} and ${v.length}`);
+      }
+    });
+  } catch (error) {
+    for (const cache of caches) cache.free();
+    throw error;
+  }
+  return caches;
 }

@@ -132,6 +132,8 @@ function geluTanh(x) {
  *   optional, after that layer's prefill/step of n tokens: the attention weights (H, n, T) of those
  *   queries over the T = kvLength keys held, for visualization
  * @property {() => number} length tokens held
+ * @property {() => Uint8Array[]} [save] optional: the K/V held as bytes (kvCacheBackend: one `cache.save()`
+ *   per layer) that the backend factory rebuilds the backend from, as its second argument `saved`
  * @property {(n: number) => void} truncate keep the first n tokens
  * @property {() => void} free
  */
@@ -149,9 +151,41 @@ export class TinyGPT {
    */
   createSession(createBackend) {
     const c = this.config;
-    return new Session(this, createBackend({
-      numLayers: c.n_layer, numHeads: c.n_head, numKvHeads: c.n_kv_head, headDim: c.d_model / c.n_head, capacity: c.n_ctx,
-    }));
+    return new Session(this, createBackend(this.geometry()));
+  }
+
+  /** The attention geometry a backend factory receives. */
+  geometry() {
+    const c = this.config;
+    return { numLayers: c.n_layer, numHeads: c.n_head, numKvHeads: c.n_kv_head, headDim: c.d_model / c.n_head, capacity: c.n_ctx };
+  }
+
+  /**
+   * A session rebuilt from what Session.saveState returned (here or in another page, Worker or process):
+   * createBackend gets the saved bytes as its second argument (kvCacheBackend loads one cache per layer
+   * from them), no token is run again. generate continues it (see models/lib/generate.mjs).
+   * @param {(geometry: object, saved: Uint8Array[]) => AttentionBackend} createBackend e.g. kvCacheBackend(mha, { dtype }), the saved caches' dtype
+   * @param {{tokens: number[], caches: Uint8Array[]}} state
+   */
+  restoreSession(createBackend, state) {
+    const fn = 'TinyGPT.restoreSession';
+    const { n_ctx, vocab_size: V } = this.config;
+    if (typeof state !== 'object' || state === null) throw new TypeError(`${fn}: state: expected what Session.saveState returned, got ${state === null ? 'null' : typeof state}`);
+    const { tokens, caches } = state;
+    if (!Array.isArray(tokens)) throw new TypeError(`${fn}: state.tokens: expected an array of token ids, got ${typeof tokens}`);
+    if (tokens.length > n_ctx) throw new RangeError(`${fn}: state.tokens: expected at most ${n_ctx} tokens (the context), got ${tokens.length}`);
+    tokens.forEach((t, i) => {
+      if (!Number.isInteger(t) || t < 0 || t >= V) throw new RangeError(`${fn}: state.tokens[${i}]: expected an integer in [0, ${V}), got ${t}`);
+    });
+    if (!Array.isArray(caches)) throw new TypeError(`${fn}: state.caches: expected an array of Uint8Array (one cache.save() per layer), got ${typeof caches}`);
+    const backend = createBackend(this.geometry(), caches);
+    if (backend.length() !== tokens.length) {
+      backend.free();
+      throw new RangeError(`${fn}: state.caches: expected caches of ${tokens.length} tokens (state.tokens'), got ${backend.length()}`);
+    }
+    const session = new Session(this, backend);
+    session.tokens = tokens.slice();
+    return session;
   }
 }
 
@@ -237,8 +271,22 @@ export class Session {
     return logits;
   }
 
+  /**
+   * What TinyGPT.restoreSession rebuilds this session from: its tokens and the backend's bytes (one
+   * `cache.save()` per layer). The token a generation chose last is not in it (generate returns it but
+   * never feeds it): keep it beside the state and pass it as the prompt that continues the restored session.
+   * @returns {{tokens: number[], caches: Uint8Array[]}}
+   */
+  saveState() {
+    if (!this.backend.save) throw new TypeError('Session.saveState: this attention backend cannot save its K/V (it has no save())');
+    return { tokens: this.tokens.slice(), caches: this.backend.save() };
+  }
+
   /** The one sequence of this session, for models/lib/generate.mjs. */
   get batch() { return 1; }
+
+  /** Its tokens, for models/lib/generate.mjs (a session holding some is continued). */
+  get sequences() { return [this.tokens]; }
 
   get contextLength() { return this.model.config.n_ctx; }
 
@@ -270,10 +318,11 @@ export class Session {
 /**
  * Generates `count` tokens after `prompt` (models/lib/generate.mjs): when the context is full, the older
  * half of it is dropped and the rest is prefilled again (learned positions cannot go past n_ctx).
- * @param {Session} session a fresh session
+ * @param {Session} session a fresh session, or one holding tokens (restored from a saved state, or left by
+ *   an earlier call) that `prompt` continues: see models/lib/generate.mjs
  * @param {ArrayLike<number>} prompt byte ids, at least one
  * @param {number} count
- * @param {{greedy?: boolean, temperature?: number, topK?: number, seed?: number, attentionWeights?: boolean, onToken?: (token: number) => void}} [options]
+ * @param {{greedy?: boolean, temperature?: number, topK?: number, seed?: number, drawn?: number, attentionWeights?: boolean, onToken?: (token: number) => void}} [options]
  *   attentionWeights: every forward call sets session.attentionWeights, so onToken(token) can read the
  *   weights of the call whose logits gave that token
  * @returns {number[]} the generated tokens

@@ -143,21 +143,95 @@ export class Llama {
     if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`Llama.createSession: capacity: expected a positive integer, got ${capacity}`);
     return new LlamaSession(this, mha, { batch, dtype, capacity });
   }
+
+  /**
+   * A session rebuilt from what LlamaSession.saveState returned (here or in another page, Worker or
+   * process): each layer's cache loaded from its bytes (mha.loadKVCache), no token run again. Its dtype and
+   * batch are the saved caches'; generate / generateBatch continue it (see models/lib/generate.mjs).
+   * @param {{loadKVCache: Function, ropeTables: Function}} mha an instance from createMHA()
+   * @param {{tokens: number[][], caches: Uint8Array[]}} state
+   * @param {{capacity?: number}} [options] capacity: tokens per sequence, default max_position_embeddings
+   */
+  restoreSession(mha, state, { capacity = this.dims.nCtx } = {}) {
+    const fn = 'Llama.restoreSession';
+    if (typeof mha?.loadKVCache !== 'function' || typeof mha?.ropeTables !== 'function') {
+      throw new TypeError(`${fn}: mha: expected an mha-wasm instance with loadKVCache and ropeTables, got ${mha?.info?.version ?? typeof mha}`);
+    }
+    const { tokens, caches: saved } = checkState(fn, state, this.dims);
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`${fn}: capacity: expected a positive integer, got ${capacity}`);
+    const caches = [];
+    try {
+      saved.forEach((bytes, i) => {
+        caches.push(loadCache(`${fn}: state.caches[${i}]`, mha, bytes, capacity));
+        const cache = caches[i];
+        checkLoadedCache(`${fn}: state.caches[${i}]`, cache, tokens, this.dims, caches[0].dtype);
+      });
+    } catch (error) {
+      for (const cache of caches) cache.free();
+      throw error;
+    }
+    const session = new LlamaSession(this, mha, { batch: tokens.length, dtype: caches[0].dtype, capacity, caches });
+    session.tokens = tokens;
+    return session;
+  }
+}
+
+/** state of restoreSession, checked: B token lists of token ids and one Uint8Array per layer. */
+function checkState(fn, state, { L, V }) {
+  if (typeof state !== 'object' || state === null) throw new TypeError(`${fn}: state: expected what LlamaSession.saveState returned, got ${state === null ? 'null' : typeof state}`);
+  const { tokens, caches } = state;
+  if (!Array.isArray(tokens) || tokens.length < 1 || !tokens.every(Array.isArray)) {
+    throw new TypeError(`${fn}: state.tokens: expected an array of B >= 1 token arrays, got ${Array.isArray(tokens) ? `an array of ${tokens.length} (${tokens.map((t) => (Array.isArray(t) ? 'array' : typeof t)).join(', ')})` : typeof tokens}`);
+  }
+  tokens.forEach((list, b) => list.forEach((t, i) => {
+    if (!Number.isInteger(t) || t < 0 || t >= V) throw new RangeError(`${fn}: state.tokens[${b}][${i}]: expected an integer in [0, ${V}), got ${t}`);
+  }));
+  if (!Array.isArray(caches) || !caches.every((c) => c instanceof Uint8Array)) throw new TypeError(`${fn}: state.caches: expected an array of Uint8Array (one cache.save() per layer), got ${Array.isArray(caches) ? caches.map((c) => c?.constructor?.name ?? typeof c).join(', ') : typeof caches}`);
+  if (caches.length !== L) throw new RangeError(`${fn}: state.caches: expected ${L} (one per layer), got ${caches.length}`);
+  return { tokens: tokens.map((list) => list.slice()), caches };
+}
+
+/** mha.loadKVCache; a refusal (bytes that are no save, too small a capacity) rethrown with `what` in front. */
+function loadCache(what, mha, bytes, capacity) {
+  try {
+    return mha.loadKVCache(bytes, { capacity });
+  } catch (error) {
+    throw new error.constructor(`${what}: ${error.message}`);
+  }
+}
+
+/** A loaded cache against the model and the saved tokens: batch, lengths, dtype and K/V widths. */
+function checkLoadedCache(what, cache, tokens, { Hkv, Dh }, dtype) {
+  const lengths = [...cache.lengths];
+  if (lengths.length !== tokens.length) throw new RangeError(`${what}: expected a cache of batch ${tokens.length} (state.tokens' sequences), got batch ${lengths.length}`);
+  const expected = tokens.map((t) => t.length);
+  if (lengths.some((m, b) => m !== expected[b])) throw new RangeError(`${what}: expected lengths [${expected}] (state.tokens'), got [${lengths}]`);
+  if (cache.dtype !== dtype) throw new RangeError(`${what}: expected dtype ${dtype} (layer 0's), got ${cache.dtype}`);
+  // The cache has no numKvHeads getter: one token read back tells its widths
+  const T = Math.min(...lengths);
+  if (T > 0) {
+    const { k, v } = cache.read({ start: 0, end: 1 });
+    const width = Hkv * Dh * tokens.length;
+    if (k.length !== width || v.length !== width) throw new RangeError(`${what}: expected K and V of ${Hkv} KV heads of ${Dh} (the model's), got ${k.length / tokens.length} and ${v.length / tokens.length} values per token`);
+  }
 }
 
 /** B sequences being run: their tokens, their K/V (in the caches) and the timings. */
 export class LlamaSession {
-  constructor(model, mha, { batch, dtype, capacity }) {
+  /** caches: the loaded ones of restoreSession, else L new ones */
+  constructor(model, mha, { batch, dtype, capacity, caches }) {
     const { L, Hkv, Dh, theta } = model.dims;
     this.model = model;
     this.batch = batch;
     this.contextLength = capacity;
-    this.caches = [];
-    try {
-      for (let i = 0; i < L; i++) this.caches.push(mha.createKVCache({ batch, numKvHeads: Hkv, headDim: Dh, capacity, dtype }));
-    } catch (error) {
-      this.free();
-      throw error;
+    this.caches = caches ?? [];
+    if (!caches) {
+      try {
+        for (let i = 0; i < L; i++) this.caches.push(mha.createKVCache({ batch, numKvHeads: Hkv, headDim: Dh, capacity, dtype }));
+      } catch (error) {
+        this.free();
+        throw error;
+      }
     }
     this.rope = mha.ropeTables({ rotaryDim: Dh, positions: capacity, theta });
     /** @type {number[][]} the tokens of each sequence */
@@ -168,6 +242,23 @@ export class LlamaSession {
   /** Tokens held per sequence. */
   get lengths() {
     return this.tokens.map((t) => t.length);
+  }
+
+  /** The tokens of each sequence, for models/lib/generate.mjs (a session holding some is continued). */
+  get sequences() {
+    return this.tokens;
+  }
+
+  /**
+   * What Llama.restoreSession rebuilds this session from: the tokens of each sequence and one
+   * `cache.save()` per layer (docs/cache-format.md), no reference to this session or its heap. The token
+   * a generation chose last is not in it (generate returns it but never feeds it): keep it beside the
+   * state and pass it as the prompt that continues the restored session.
+   * @returns {{tokens: number[][], caches: Uint8Array[]}}
+   */
+  saveState() {
+    if (this.caches.length === 0) throw new TypeError('LlamaSession.saveState: the session was freed (by free())');
+    return { tokens: this.tokens.map((t) => t.slice()), caches: this.caches.map((cache) => cache.save()) };
   }
 
   /**

@@ -1,11 +1,13 @@
-// The demo's real-model view: tiny-gpt (models/tiny-gpt) generating text byte by byte in a Worker
-// (tiny-gpt-worker.js), with every layer x head's attention of the newest query drawn as one heatmap row,
-// a head's full (S, T) pattern over the prompt on click, and the head labels of the training run backed by
-// scores computed here. Plain DOM + canvas.
+// The demo's real-model view: tiny-gpt (models/tiny-gpt) or tiny-llama (models/tiny-llama) generating text
+// byte by byte in a Worker (tiny-gpt-worker.js); for tiny-gpt, every layer x head's attention of the newest
+// query drawn as one heatmap row, a head's full (S, T) pattern over the prompt on click, and the head labels
+// of the training run backed by scores computed here. A finished conversation can be saved in IndexedDB
+// (real-model-save.js) and, after a reload, continued from its KV caches without a prefill. Plain DOM + canvas.
 //
 // Shapes: L layers, H heads, S prompt bytes, T keys held (the context so far).
 import { RAMP, rampColor } from './colors.js';
 import { accumulateTargetWeights, inductionTargets, previousTokenTargets } from '../../models/tiny-gpt/head-scores.mjs';
+import { saveControls } from './real-model-save.js';
 
 const $ = (id) => document.getElementById(id);
 const section = $('real-model');
@@ -14,12 +16,16 @@ const ui = {
   run: $('real-run'), status: $('real-status'), promptText: $('real-text-prompt'), generatedText: $('real-text-generated'),
   speed: $('real-speed'), heads: $('real-heads'), detail: $('real-detail'), detailTitle: $('real-detail-title'),
   detailCanvas: $('real-detail-canvas'), detailNote: $('real-detail-note'), verify: $('real-verify'),
+  picker: $('real-model-picker'), title: $('real-title'), save: $('real-save'), resume: $('real-continue'), cacheInfo: $('real-cache-info'),
 };
+const saver = saveControls({ section, save: ui.save, resume: ui.resume, status: $('real-save-status') });
+const TITLES = { 'tiny-gpt': 'A real model: tiny-gpt writes, and you watch its heads', 'tiny-llama': 'A real model: tiny-llama writes, from a KV cache you can save' };
 
 const state = {
   worker: null, config: null, heads: null, reference: {}, running: false, job: 0,
   tokens: [], promptLength: 0, prefillWeights: null, rows: null, kvLength: 0, selected: { layer: 0, head: 4 },
   scores: null, prefillTiming: null, timing: null, drawPending: false,
+  model: 'tiny-gpt', dims: null, run: null, restored: null,
 };
 
 /** A byte as a one-character label: printable ASCII as itself, space, newline, else hex. */
@@ -33,6 +39,15 @@ const headInfo = (layer, head) => state.heads.heads.find((e) => e.layer === laye
 
 function startWorker() {
   state.worker?.terminate();
+  state.model = ui.picker.value;
+  // What only tiny-gpt has (heads.json, the K rows for the weights) is hidden for tiny-llama
+  for (const node of section.querySelectorAll('.gpt-only')) node.hidden = state.model !== 'tiny-gpt';
+  for (const node of section.querySelectorAll('p[data-model]')) node.hidden = node.dataset.model !== state.model;
+  ui.title.textContent = TITLES[state.model];
+  section.dataset.model = state.model;
+  ui.save.disabled = true;
+  ui.resume.hidden = true;
+  state.restoring = false;
   state.worker = new Worker(new URL('./tiny-gpt-worker.js', import.meta.url), { type: 'module' });
   state.worker.onmessage = ({ data }) => onMessage(data);
   state.worker.onerror = (e) => fail(e.message || 'the model worker failed to start');
@@ -40,8 +55,8 @@ function startWorker() {
   ui.verify.disabled = false;
   section.dataset.state = 'loading';
   ui.run.disabled = true;
-  ui.status.textContent = 'Loading tiny-gpt (5.8 MB of weights, cached by the browser after the first visit)…';
-  state.worker.postMessage({ type: 'load' });
+  ui.status.textContent = `Loading ${state.model} (5.8 MB of weights, cached by the browser after the first visit)…`;
+  state.worker.postMessage({ type: 'load', model: state.model });
 }
 
 function fail(message) {
@@ -50,20 +65,31 @@ function fail(message) {
   ui.run.disabled = false;
   ui.run.textContent = 'Generate';
   ui.status.textContent = `Error: ${message}`;
+  if (state.restoring) { state.restoring = false; saver.say(`The saved conversation could not be continued: ${message}`); }
 }
 
 function onMessage(data) {
   if (data.type === 'error') return fail(data.message);
   if (data.type === 'loaded') {
-    Object.assign(state, { config: data.config, heads: data.heads });
-    const { n_layer: L, n_head: H, n_kv_head: Hkv, d_model: D, n_ctx } = data.config;
+    if (data.model !== state.model) return; // a Worker of the model picked before
+    Object.assign(state, { config: data.config, heads: data.heads, dims: data.dims });
+    const { layers: L, heads: H, kvHeads: Hkv, dModel: D, context } = data.dims;
     const transfer = data.weightsTransferBytes === null ? '' : data.weightsTransferBytes < 5000 ? ', weights from the browser cache' : `, ${(data.weightsTransferBytes / 1e6).toFixed(1)} MB of weights downloaded`;
-    ui.status.textContent = `tiny-gpt loaded in ${Math.round(data.loadMs)} ms${transfer}: ${L} layers, ${H} query heads sharing ${Hkv} KV heads, d_model ${D}, context ${n_ctx} bytes; mha-wasm ${data.info.version} (${data.info.build}).`;
+    ui.status.textContent = `${data.model} loaded in ${Math.round(data.loadMs)} ms${transfer}: ${L} layers, ${H} query heads sharing ${Hkv} KV heads, d_model ${D}, context ${context} bytes; mha-wasm ${data.info.version} (${data.info.build}).`;
     section.dataset.transferBytes = String(data.weightsTransferBytes);
-    buildHeadRows();
+    if (data.heads) buildHeadRows();
     section.dataset.state = 'ready';
     ui.run.disabled = false;
     if (state.pendingStart) { state.pendingStart = false; start(); }
+    const model = data.model;
+    saver.refresh(model).then(() => { if (model === state.model) section.dataset.savedChecked = model; });
+    return;
+  }
+  if (data.type === 'state') return storeState(data);
+  if (data.type === 'restored') {
+    state.restored = { tokens: data.tokens, ms: data.ms };
+    section.dataset.restoredTokens = String(data.tokens);
+    saver.say(`Restored ${data.tokens} tokens from IndexedDB in ${data.ms.toFixed(1)} ms (mha.loadKVCache per layer), no prefill; generating on from the last byte.`);
     return;
   }
   if (data.type === 'reference') {
@@ -77,14 +103,14 @@ function onMessage(data) {
     state.prefillWeights = data.weights;
     state.prefillTiming = data.timing;
     const S = data.tokens.length;
-    for (let layer = 0; layer < state.config.n_layer; layer++) addScores(layer, data.weights[layer], S, S, 0);
+    if (data.weights) for (let layer = 0; layer < state.dims.layers; layer++) addScores(layer, data.weights[layer], S, S, 0);
     scheduleDraw(true);
     return;
   }
   if (data.type === 'token') {
     const T = data.kvLength;
     // The first token's row is the prompt's last prefill row, counted above; later rows are new queries.
-    if (state.tokens.length > state.promptLength) for (let layer = 0; layer < state.config.n_layer; layer++) addScores(layer, data.rows[layer], 1, T, T - 1);
+    if (data.rows && state.tokens.length > state.promptLength) for (let layer = 0; layer < state.dims.layers; layer++) addScores(layer, data.rows[layer], 1, T, T - 1);
     state.tokens.push(data.token);
     Object.assign(state, { rows: data.rows, kvLength: T, timing: data.timing });
     section.dataset.generated = String(state.tokens.length - state.promptLength);
@@ -96,6 +122,14 @@ function onMessage(data) {
     state.running = false;
     section.dataset.state = 'done';
     ui.run.textContent = 'Generate';
+    const c = data.cache;
+    ui.cacheInfo.textContent = `${c.layers} layers × ${c.tokens} of ${c.capacity} tokens, ${c.dtype}: ${Math.round(c.bytes / 1024).toLocaleString('en-US')} KB`;
+    if (state.restored) {
+      // the tokens the model ran beyond one per new byte: 0 when the restored history was not run again
+      section.dataset.prefillTokens = String(data.timing.tokens - (state.tokens.length - state.restored.tokens - 1));
+      state.restoring = false;
+    }
+    ui.save.disabled = false;
     scheduleDraw(false);
   }
 }
@@ -104,13 +138,13 @@ function onMessage(data) {
 // Live head scores: sums and counts per (layer, head) of the weight each query puts on its target.
 
 function resetScores() {
-  const n = state.config.n_layer * state.config.n_head;
+  const n = state.dims.layers * state.dims.heads;
   state.scores = { previousToken: { sums: new Float64Array(n), counts: new Float64Array(n) }, induction: { sums: new Float64Array(n), counts: new Float64Array(n) } };
 }
 
 /** weights (H, S, T) of queries at positions queryOffset .. + S - 1 of layer. */
 function addScores(layer, weights, S, T, queryOffset) {
-  const H = state.config.n_head;
+  const H = state.dims.heads;
   for (const [name, targetsOf] of [['previousToken', previousTokenTargets], ['induction', inductionTargets]]) {
     const { sums, counts } = state.scores[name];
     const at = [layer * H, (layer + 1) * H];
@@ -120,7 +154,7 @@ function addScores(layer, weights, S, T, queryOffset) {
 
 const liveScore = (name, layer, head) => {
   const { sums, counts } = state.scores[name];
-  const i = layer * state.config.n_head + head;
+  const i = layer * state.dims.heads + head;
   return counts[i] ? sums[i] / counts[i] : NaN;
 };
 
@@ -135,7 +169,7 @@ function start() {
     return;
   }
   const bytes = [...new TextEncoder().encode(ui.prompt.value)];
-  const nCtx = state.config.n_ctx;
+  const nCtx = state.dims.context;
   const count = Number(ui.count.value);
   let problem = '';
   if (bytes.length < 1) problem = 'Type a prompt of at least one character.';
@@ -143,24 +177,67 @@ function start() {
   else if (!Number.isInteger(count) || count < 1 || bytes.length + count > nCtx) problem = `Bytes to generate: expected an integer from 1 to ${nCtx - bytes.length} (the context is ${nCtx} bytes, the prompt takes ${bytes.length}).`;
   ui.status.textContent = problem;
   if (problem) { section.dataset.state = 'invalid'; return; }
+  const run = { dtype: ui.cache.value, greedy: ui.sampling.value === 'greedy', temperature: 0.8, topK: 40, seed: 1 };
+  begin({ tokens: [...bytes], promptLength: bytes.length, run, restored: null });
+  state.worker.postMessage({ type: 'generate', prompt: bytes, count, ...run });
+}
+
+/** The page's side of a new generation (fresh or continued): clears what the last one showed. */
+function begin({ tokens, promptLength, run, restored }) {
   state.job++;
-  Object.assign(state, { running: true, tokens: [...bytes], promptLength: bytes.length, prefillWeights: null, rows: null, kvLength: 0, timing: null, prefillTiming: null });
+  Object.assign(state, { running: true, tokens, promptLength, run, restored, prefillWeights: null, rows: null, kvLength: 0, timing: null, prefillTiming: null });
   resetScores();
   section.dataset.state = 'generating';
   section.dataset.job = String(state.job);
   section.dataset.generated = '0';
+  delete section.dataset.restoredTokens;
+  delete section.dataset.prefillTokens;
   ui.run.textContent = 'Stop';
-  const sampling = ui.sampling.value;
-  state.worker.postMessage({
-    type: 'generate', prompt: bytes, count, dtype: ui.cache.value, greedy: sampling === 'greedy', temperature: 0.8, topK: 40, seed: 1,
+  ui.save.disabled = true;
+  ui.cacheInfo.textContent = '–';
+}
+
+// ---------------------------------------------------------------------------------------------
+// Saving and continuing (the record's fields: saved-conversations.js).
+
+/** The Worker's state of the finished generation, stored with what the page needs to continue it. */
+function storeState({ tokens, caches, pending, dtype }) {
+  const { promptLength, run } = state;
+  saver.store({
+    model: state.model, dtype, promptLength, tokens, pending, caches, savedAt: new Date().toISOString(),
+    // the bytes generated so far: the draws of the sampler's stream a continuation skips
+    generated: tokens.length + 1 - promptLength,
+    sampling: { greedy: run.greedy, temperature: run.temperature, topK: run.topK, seed: run.seed },
   });
+}
+
+/** The saved conversation restored in the Worker (no prefill), then "Bytes to generate" more. */
+function continueSaved() {
+  const record = saver.saved();
+  if (!record || state.running || section.dataset.state === 'loading') return;
+  const held = record.tokens.length + 1, nCtx = state.dims.context, count = Number(ui.count.value);
+  if (!Number.isInteger(count) || count < 1 || held + count > nCtx) {
+    ui.status.textContent = held >= nCtx ? `The saved conversation fills the ${nCtx}-byte context: nothing more fits.`
+      : `Bytes to generate: expected an integer from 1 to ${nCtx - held} (the context is ${nCtx} bytes, the saved conversation takes ${held}).`;
+    section.dataset.state = 'invalid';
+    return;
+  }
+  // the saved settings, so that the bytes are the ones an uninterrupted generation gives
+  ui.cache.value = record.dtype;
+  ui.sampling.value = record.sampling.greedy ? 'greedy' : 'sample';
+  const run = { dtype: record.dtype, ...record.sampling };
+  begin({ tokens: [...record.tokens, record.pending], promptLength: record.promptLength, run, restored: { tokens: record.tokens.length, ms: NaN } });
+  state.restoring = true;
+  state.prefillTiming = { tokens: 0, forwardMs: 0, attentionMs: 0 };
+  scheduleDraw(false);
+  state.worker.postMessage({ type: 'continue', state: { tokens: record.tokens, caches: record.caches }, pending: record.pending, count, ...run, drawn: record.generated });
 }
 
 // ---------------------------------------------------------------------------------------------
 // Drawing.
 
 function buildHeadRows() {
-  const { n_layer: L, n_head: H } = state.config;
+  const { layers: L, heads: H } = state.dims;
   ui.heads.replaceChildren();
   for (let layer = 0; layer < L; layer++) {
     const group = document.createElement('div');
@@ -214,11 +291,13 @@ function drawSpeed() {
   const t = state.timing, p = state.prefillTiming;
   if (!t || !p) return;
   const steps = t.tokens - p.tokens, forwardMs = t.forwardMs - p.forwardMs, attentionMs = t.attentionMs - p.attentionMs;
+  const r = state.restored;
   const cells = {
     'real-rate': fmtRate(steps, forwardMs),
     'real-attention-rate': fmtRate(steps, attentionMs),
     'real-share': forwardMs > 0 ? `${((100 * attentionMs) / forwardMs).toFixed(1)} %` : '–',
-    'real-prefill': `${p.tokens} bytes in ${p.forwardMs.toFixed(1)} ms (attention ${p.attentionMs.toFixed(1)} ms)`,
+    'real-prefill': r ? `none: ${r.tokens} tokens restored from IndexedDB${Number.isFinite(r.ms) ? ` in ${r.ms.toFixed(1)} ms` : ''}`
+      : `${p.tokens} bytes in ${p.forwardMs.toFixed(1)} ms (attention ${p.attentionMs.toFixed(1)} ms)`,
   };
   for (const [id, text] of Object.entries(cells)) $(id).textContent = text;
 }
@@ -238,7 +317,7 @@ function sizeCanvas(canvas, cssWidth, cssHeight) {
 /** Each head's row: the attention of the newest query over the T keys, darkest = that row's maximum. */
 function drawRows() {
   if (!state.rows) return;
-  const { n_head: H } = state.config, T = state.kvLength;
+  const { heads: H } = state.dims, T = state.kvLength;
   for (const canvas of ui.heads.querySelectorAll('canvas.head-row')) {
     const layer = Number(canvas.dataset.layer), head = Number(canvas.dataset.head);
     const width = canvas.clientWidth; // CSS: the rest of the row's width, 14 px high
@@ -269,7 +348,7 @@ function drawRows() {
 function drawDetail() {
   if (!state.prefillWeights) return;
   const { layer, head } = state.selected;
-  const S = state.promptLength, H = state.config.n_head;
+  const S = state.promptLength, H = state.dims.heads;
   const weights = state.prefillWeights[layer].subarray(head * S * S, (head + 1) * S * S);
   const padding = parseFloat(getComputedStyle(ui.detail).paddingLeft) + parseFloat(getComputedStyle(ui.detail).paddingRight);
   const available = Math.min(ui.detail.clientWidth - padding, 720);
@@ -301,7 +380,7 @@ function drawDetail() {
     ctx.fillText(text, label / 2, label + (i + 0.5) * cell);
   }
   const info = headInfo(layer, head);
-  const kvHead = Math.floor(head / (H / state.config.n_kv_head));
+  const kvHead = Math.floor(head / (H / state.dims.kvHeads));
   ui.detailTitle.textContent = `Layer ${layer}, head ${head} (KV head ${kvHead})${info.labels.length ? `: ${info.labels.join(', ')} head` : ''}`;
   canvas.setAttribute('aria-label', `attention pattern of layer ${layer} head ${head} over the ${S}-byte prompt; rows are queries, columns are keys, each row scaled to its maximum`);
   const i = layer * H + head;
@@ -323,6 +402,21 @@ ui.verify.addEventListener('click', () => {
   section.dataset.reference = 'running';
   state.worker.postMessage({ type: 'reference' });
 });
+ui.picker.addEventListener('change', () => {
+  // another model: the last one's text, speed and rows do not describe it (Stop keeps them: same model)
+  Object.assign(state, { running: false, tokens: [], promptLength: 0, rows: null, prefillWeights: null, timing: null, prefillTiming: null, restored: null });
+  ui.run.textContent = 'Generate';
+  ui.cacheInfo.textContent = '–';
+  for (const id of ['real-rate', 'real-attention-rate', 'real-share', 'real-prefill']) $(id).textContent = '–';
+  drawText();
+  startWorker();
+});
+ui.save.addEventListener('click', () => {
+  if (state.running || section.dataset.state !== 'done') return;
+  ui.save.disabled = true;
+  state.worker.postMessage({ type: 'save' });
+});
+ui.resume.addEventListener('click', continueSaved);
 ui.form.addEventListener('submit', (event) => {
   event.preventDefault();
   if (section.dataset.state === 'loading') state.pendingStart = true;
