@@ -39,20 +39,30 @@ TensorView<T> segment_view(TensorView<T> view, const Segment& segment) {
   return TensorView<T>{view.data + segment.first * view.batch_stride, view.batch_stride, view.row_stride};
 }
 
+// Rows [0, rows(b)) of each of `batch` items of x (heads * Dh wide, through strides), copied into dst as a
+// dense (batch, n, heads * Dh) tensor, each head rotated at position first(b) + i when rope is enabled.
+// rows(b) = counts[b] (counts null: n); first(b) = first_positions[b] (null: 0). Rows past rows(b) are
+// not written. The one copy-and-rotate of the cache's staged q and of a float16 prefill's keys.
+void copy_rotated_rows(TensorView<const float> x, int32_t batch, int32_t n, const int32_t* counts, int32_t heads, int32_t dh,
+                       const RotaryTables& rope, const int32_t* first_positions, float* dst) {
+  const int64_t width = int64_t{heads} * dh;
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t rows = counts != nullptr ? counts[b] : n;
+    const int64_t first = first_positions != nullptr ? first_positions[b] : 0;
+    for (int32_t i = 0; i < rows; ++i) {
+      float* row = dst + (int64_t{b} * n + i) * width;
+      std::copy_n(x.data + b * x.batch_stride + i * x.row_stride, width, row);
+      for (int32_t h = 0; rope.enabled() && h < heads; ++h) rotate_head(row + int64_t{h} * dh, 1, rope, first + i);
+    }
+  }
+}
+
 // The (batch, rows, Hkv*Dh) keys of a segment rotated at positions [0, rows) and rounded to halves into
 // dst (float16 cache: exactly the keys append stores).
 void rotate_and_round_keys(const KVCacheConfig& c, const CacheAttendArgs& args, const Segment& segment, float* dst) {
-  const int64_t width = int64_t{c.num_kv_heads} * c.head_dim;
-  const TensorView<const float> k = segment_view(args.k, segment);
-  for (int32_t b = 0; b < segment.batch; ++b)
-    for (int32_t t = 0; t < segment.rows; ++t) {
-      float* row = dst + (int64_t{b} * segment.rows + t) * width;
-      std::copy_n(k.data + b * k.batch_stride + t * k.row_stride, width, row);
-      for (int32_t g = 0; args.options.rope.enabled() && g < c.num_kv_heads; ++g) {
-        rotate_head(row + int64_t{g} * c.head_dim, 1, args.options.rope, t);
-      }
-      round_to_f16(row, row, width);
-    }
+  copy_rotated_rows(segment_view(args.k, segment), segment.batch, segment.rows, nullptr, c.num_kv_heads, c.head_dim,
+                    args.options.rope, nullptr, dst);
+  round_to_f16(dst, dst, int64_t{segment.batch} * segment.rows * c.num_kv_heads * c.head_dim);
 }
 
 // The stateless call equal to attending a segment's new tokens into an empty cache.
@@ -83,17 +93,12 @@ AttentionArgs tiled_args(const KVCacheConfig& c, const CacheAttendArgs& args, co
 TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
                                         DecodeScratch& scratch) {
   const KVCacheConfig& c = cache.config();
-  const int32_t n = args.new_tokens, dh = c.head_dim;
-  const int64_t width = int64_t{args.options.num_heads} * dh;
+  const int32_t n = args.new_tokens;
+  const int64_t width = int64_t{args.options.num_heads} * c.head_dim;
   float* q = scratch.staged_q.data();
-  for (int32_t b = 0; b < c.batch; ++b)
-    for (int32_t i = 0; i < new_token_count(args, b); ++i) {  // padding rows are not read
-      float* row = q + (int64_t{b} * n + i) * width;
-      std::copy_n(args.q.data + b * args.q.batch_stride + i * args.q.row_stride, width, row);
-      for (int32_t h = 0; h < args.options.num_heads; ++h) {
-        rotate_head(row + int64_t{h} * dh, 1, args.options.rope, int64_t{first_positions[b]} + i);
-      }
-    }
+  // Padding rows are not read: only each sequence's real rows are staged.
+  copy_rotated_rows(args.q, c.batch, n, args.new_token_counts, args.options.num_heads, c.head_dim, args.options.rope,
+                    first_positions, q);
   return TensorView<const float>{q, n * width, width};
 }
 
@@ -124,12 +129,7 @@ Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t f
     tiled.v = dense_view(static_cast<const float*>(v), n, static_cast<int32_t>(v_width));
     if (rope) {  // q rotated at positions [0, n), the kernel then given no rope
       float* q = scratch.staged_q.data();
-      for (int32_t b = 0; b < segment.batch; ++b)
-        for (int32_t i = 0; i < n; ++i) {
-          float* row = q + (int64_t{b} * n + i) * q_width;
-          std::copy_n(tiled.q.data + b * tiled.q.batch_stride + i * tiled.q.row_stride, q_width, row);
-          for (int32_t h = 0; h < args.options.num_heads; ++h) rotate_head(row + int64_t{h} * c.head_dim, 1, args.options.rope, i);
-        }
+      copy_rotated_rows(tiled.q, segment.batch, n, nullptr, args.options.num_heads, c.head_dim, args.options.rope, nullptr, q);
       tiled.q = TensorView<const float>{q, n * q_width, q_width};
       tiled.rope = RotaryTables{};
     }
