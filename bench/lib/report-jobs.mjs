@@ -70,7 +70,7 @@ export function jobSections(run) {
       'the last-level cache, so each step reads its K and V from memory, as the layers of a model would. ORT: `com.microsoft.GroupQueryAttention` ' +
       'with past_key/past_value (B, Hkv, T − 1, Dh) fed at every step, 1 thread, its output and present K/V (B, Hkv, T, Dh) read back. ' +
       'Plain JS: scripts/lib/reference.mjs over an f32 cache (B, T, Hkv·Dh), the append included.', '');
-    lines.push(`GB/s = K and V bytes read (2·B·Hkv·T·Dh × 4 bytes, f16 2) / median time. Roofline = max(K/V bytes / bandwidth, 4·B·H·T·Dh / ` +
+    lines.push(`GB/s = K and V bytes read (B·Hkv·T tokens × 8·Dh bytes in f32, 4·Dh in f16 and bf16, 2·Dh + 8·ceil(Dh/32) in int8) / median time. Roofline = max(K/V bytes / bandwidth, 4·B·H·T·Dh / ` +
       `mul+add ceiling), measured in this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s on 1 thread (${fmt(c?.bandwidthAllThreads?.gbps, 1)} on ` +
       `${c?.bandwidthAllThreads?.threads ?? '—'} threads for the 2-thread rows), ${fmt(c?.gflops, 1)} GFLOP/s per thread. ` +
       `Target: every mha-wasm row, 1 thread, at least ${ROOFLINE_TARGET * 100} % of its roofline.`, '');
