@@ -35,6 +35,10 @@ function checkSummary(got, want, rows, D) {
  */
 export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () => {} }) {
   const job = jobByName(name);
+  if (job.kind === 'context') {  // not timed: a search over the capacity (jobs-context.mjs)
+    const { contextRows } = await import('./jobs-context.mjs');
+    return { job: name, kind: job.kind, group: job.group, status: 'ok', failed: [], ratios: [], contestants: [], rows: await contextRows({ onPhase }) };
+  }
   const setups = { stateless: statelessContestants, decode: decodeContestants, loop: loopContestants, prefill: prefillContestants,
     ragged: (j, context) => raggedContestants(j, { ...context, evict: evictor() }), saveload: saveLoadContestants };
   const disposers = [];

@@ -106,6 +106,8 @@ export const SAVE_LOAD = { caches: 32, tokens: 4096, Hkv: 8, Dh: 64 };
 export const SAVE = 'save() x 32';
 export const LOAD = 'loadKVCache x 32';
 export const COPY = 'copy of the saved bytes x 32';
+/** The longest-context job (issue #32): a Llama-3.2-1B-shaped cache, one KVCache per layer. */
+export const LLAMA_1B = { layers: 16, Hkv: 8, Dh: 64 };
 
 const pair = (name, a, b, ratio) => ({
   name, group: 'pairs', kind: 'stateless',
@@ -140,6 +142,7 @@ export const JOBS = [
     name: 'cache-save-load', group: 'decode', kind: 'saveload', contestants: [SAVE, LOAD, COPY],
     ratios: [speed(SAVE, COPY, '— (speed against a plain copy of the bytes: 1 = copy bandwidth)'), speed(LOAD, COPY, '—')],
   },
+  { name: 'context-llama-1b', group: 'decode', kind: 'context', contestants: [], ratios: [] },
   {
     // A call takes about a second, so the budget alone gives the 5 rounds of the minimum, whose median
     // moved by 0.9-1.1 between runs of identical code (its 5% margin is inside that): 11 rounds.
