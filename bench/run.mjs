@@ -168,6 +168,7 @@ function poolRounds(rounds) {
 /** Progress lines of a job: each contestant's median ms per call, then each ratio's median and range. */
 function jobLines(r) {
   if (r.status !== 'ok') return [`${statusText(r)}: ${String(r.error).slice(0, 300)}`];
+  if (r.rows) return [...r.rows.map((x) => `${x.dtype.padEnd(10)} ${x.tokens} tokens (${x.bytesPerToken} bytes/token)`), `(${r.seconds.toFixed(0)} s)`];
   const lines = r.contestants.map((c) => `${c.name.padEnd(38)} ${fmtMs(c.medianMs).padStart(9)} ms  [${fmtMs(c.minMs)} – ${fmtMs(c.maxMs)}] over ${r.rounds} rounds`);
   for (const f of r.failed) lines.push(`${f.name.padEnd(38)} FAILED: ${String(f.error).slice(0, 200)}`);
   for (const q of r.ratios) lines.push(`${q.a} ${q.speed ? 'speed' : 'time'} / ${q.b}: ${q.median.toFixed(2)}x [${q.min.toFixed(2)} – ${q.max.toFixed(2)}]  target ${q.target}`);

@@ -194,7 +194,7 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t 
 // registry; every export takes the id and reports an unknown or freed one as kCacheInvalid.
 
 // Bytes of K and V storage a cache of these dims needs (what mha_kv_cache_create allocates), or -1 for a
-// non-positive dim or an unknown dtype (0 = float32, 1 = float16). value_dim: Dv, 0 = Dh. For the
+// non-positive dim or an unknown dtype (0 = float32, 1 = float16, 2 = bfloat16, 3 = int8). value_dim: Dv, 0 = Dh. For the
 // RangeError of a cache that cannot fit the heap (status kCacheTooLarge at create).
 EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity, int32_t dtype,
                                                int32_t value_dim) {

@@ -12,6 +12,9 @@
 // the medians, and of the 10th percentiles over all calls, which on a loaded machine (load average far above
 // the 2 cores) moves much less than the medians: most calls are then slowed by other processes, unevenly;
 // and the median and quartiles over the rounds of each round's ratio (of the two rows' medians in it).
+// With --decode, the shapes are decode shapes (bench/lib/jobs.mjs, e.g. decode-gqa-4k) and each row is one
+// decode step through a float32 cache of each build (cache.attend of one token, then truncate), the
+// last-level cache evicted by a 64 MiB read before every step as in the Node decode jobs.
 // With --heap it also measures the two ceilings of bench/lib/ceiling.mjs (mul+add and relaxed_madd) in the
 // page, once per round, so that the builds' ratio can be read against the CPU's own FMA speed-up.
 import { option, withBenchPage } from './bench-page.mjs';
@@ -23,6 +26,7 @@ const rounds = Number(option(args, '--rounds', '6'));
 const withOrt = args.includes('--ort');
 const withHeap = args.includes('--heap');
 const withOut = args.includes('--out');
+const withDecode = args.includes('--decode');
 
 const engine = option(args, '--engine', 'chromium');
 await withBenchPage(async (page, browserName) => {
@@ -31,7 +35,7 @@ await withBenchPage(async (page, browserName) => {
     const { standardOpsModel } = await import('../lib/onnx-models.mjs');
     for (const name of shapes) models[name] = Array.from(standardOpsModel(shapeByName(name), false));
   }
-  const result = await page.evaluate(async ({ shapes, rounds, models, withHeap, withOut }) => {
+  const result = await page.evaluate(async ({ shapes, rounds, models, withHeap, withOut, withDecode }) => {
     const { createMHA } = await import('/dist/index.js');
     const { shapeByName, flopsOf } = await import('/bench/lib/shapes.mjs');
     const { makeInputs } = await import('/scripts/lib/prng.mjs');
@@ -42,14 +46,44 @@ await withBenchPage(async (page, browserName) => {
     const out = { builds, shapes: {} };
     const ceilingRuns = { 'mul+add': [], relaxed_madd: [] };
     const ceiling = withHeap ? await import('/bench/lib/ceiling.mjs') : undefined;
+    const { DECODE_SHAPES, decodeFlops } = await import('/bench/lib/jobs.mjs');
+    const evictBuffer = new Float32Array(16 * 2 ** 20);  // 64 MiB
+    const evict = () => { let x = 0; for (let i = 0; i < evictBuffer.length; i += 16) x += evictBuffer[i]; return x; };
     for (const name of shapes) {
-      const shape = shapeByName(name);
+      const decodeShape = withDecode ? DECODE_SHAPES.find((d) => d.name === name) : undefined;
+      if (withDecode && !decodeShape) throw new Error(`no decode shape ${name}`);
+      const shape = decodeShape
+        ? { B: decodeShape.B, S: 1, T: decodeShape.T, D: decodeShape.H * decodeShape.Dh, H: decodeShape.H, Hkv: decodeShape.Hkv }
+        : shapeByName(name);
       const { q, k, v } = makeInputs(shape);
       const options = { batch: shape.B, seqLen: shape.S, kvSeqLen: shape.T, dModel: shape.D, numHeads: shape.H, causal: !!shape.causal };
       const runners = {
         relaxed: async () => impls.relaxed.multiHeadAttention(q, k, v, options),
         fixed: async () => impls.fixed.multiHeadAttention(q, k, v, options),
       };
+      if (decodeShape) {
+        const { B, T, Hkv, Dh } = decodeShape;
+        const kvD = Hkv * Dh;
+        const rows = (x, from, count) => {
+          const out = new Float32Array(B * count * kvD);
+          for (let b = 0; b < B; b++) out.set(x.subarray((b * T + from) * kvD, (b * T + from + count) * kvD), b * count * kvD);
+          return out;
+        };
+        const kFill = rows(k, 0, T - 1), vFill = rows(v, 0, T - 1), kNew = rows(k, T - 1, 1), vNew = rows(v, T - 1, 1);
+        const q1 = q.subarray(0, B * shape.D);
+        for (const build of ['relaxed', 'fixed']) {
+          const cache = impls[build].createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: T });
+          cache.attend(kFill, kFill, vFill, { numHeads: Hkv, window: [0, 0] });
+          const stepOut = new Float32Array(B * shape.D);
+          runners[build] = async () => {
+            evict();
+            const t = performance.now();
+            cache.attend(q1, kNew, vNew, { numHeads: shape.H, out: stepOut });
+            cache.truncate(T - 1);
+            return performance.now() - t;  // the step alone, without the eviction
+          };
+        }
+      }
       if (withOut) {
         // Copy mode into a kept result array, as a model loop does: no fresh pages to fault in per call.
         const kept = { relaxed: new Float32Array(q.length), fixed: new Float32Array(q.length) };
@@ -72,7 +106,8 @@ await withBenchPage(async (page, browserName) => {
       }
       const names = Object.keys(runners);
       for (const n of names) await runners[n]();  // warm up (ORT's first run compiles its kernels)
-      const once = await (async () => { const t = performance.now(); await runners.relaxed(); return performance.now() - t; })();
+      const timeOf = async (n) => { const t = performance.now(); const own = await runners[n](); return typeof own === 'number' ? own : performance.now() - t; };
+      const once = await timeOf('relaxed');
       const calls = Math.max(1, Math.min(50, Math.round(400 / once)));
       const callsOf = (n) => (n === 'ort' ? Math.max(1, Math.ceil(calls / 4)) : calls);
       const times = Object.fromEntries(names.map((n) => [n, []]));
@@ -83,15 +118,11 @@ await withBenchPage(async (page, browserName) => {
           ceilingRuns.relaxed_madd.push(ceiling.measureCeiling({ trials: 3, fma: true }).gflops);
         }
         for (const n of r % 2 === 0 ? names : [...names].reverse()) {
-          for (let c = 0; c < callsOf(n); c++) {
-            const t = performance.now();
-            await runners[n]();
-            times[n].push(performance.now() - t);
-          }
+          for (let c = 0; c < callsOf(n); c++) times[n].push(await timeOf(n));
           roundMedians[n].push(median(times[n].slice(-callsOf(n))));
         }
       }
-      const flops = flopsOf(shape);
+      const flops = decodeShape ? decodeFlops(decodeShape) : flopsOf(shape);
       out.shapes[name] = Object.fromEntries(names.map((n) => [n, { medianMs: median(times[n]), p10Ms: p10(times[n]), gflops: flops / median(times[n]) / 1e6, calls: times[n].length }]));
       // Each round's ratio of two rows' medians in that round (run back to back), then the median and
       // quartiles of those ratios over the rounds: a slow spell that spans a round slows both rows of it.
@@ -106,7 +137,7 @@ await withBenchPage(async (page, browserName) => {
       out.ceilings = Object.fromEntries(Object.entries(ceilingRuns).map(([n, xs]) => [n, median(xs)]));
     }
     return out;
-  }, { shapes, rounds, models, withHeap, withOut });
+  }, { shapes, rounds, models, withHeap, withOut, withDecode });
   console.log(JSON.stringify({ browser: browserName, rounds, ...result }));
   const perRoundText = (r, pair) => {
     const x = r.perRound[pair];

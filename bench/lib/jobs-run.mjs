@@ -10,7 +10,9 @@ import { interleave, roundRatio, spread } from './interleave.mjs';
 import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
 import { lastLevelCacheBytes } from './env.mjs';
 import { jobByName, decodeShapeByName, decodeBytes, decodeFlops, evictionBytes, LOOP,
-  MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, MHA_F32_ROPE, ORT_GQA, PLAIN_JS } from './jobs.mjs';
+  MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, MHA_F32_ROPE, MHA_BF16, MHA_INT8, MHA_F16_SUBNORMAL, ORT_GQA, PLAIN_JS }
+  from './jobs.mjs';
+import { roundAsStored } from '../../scripts/lib/cache-rounding.mjs';
 import { IMPLS } from '../impls/index.mjs';
 import { raggedContestants, saveLoadContestants } from './jobs-serving.mjs';
 import { float16Bits, float16Value, roundToFloat16 } from '../../scripts/lib/float16.mjs';
@@ -33,6 +35,10 @@ function checkSummary(got, want, rows, D) {
  */
 export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () => {} }) {
   const job = jobByName(name);
+  if (job.kind === 'context') {  // not timed: a search over the capacity (jobs-context.mjs)
+    const { contextRows } = await import('./jobs-context.mjs');
+    return { job: name, kind: job.kind, group: job.group, status: 'ok', failed: [], ratios: [], contestants: [], rows: await contextRows({ onPhase }) };
+  }
   const setups = { stateless: statelessContestants, decode: decodeContestants, loop: loopContestants, prefill: prefillContestants,
     ragged: (j, context) => raggedContestants(j, { ...context, evict: evictor() }), saveload: saveLoadContestants };
   const disposers = [];
@@ -145,21 +151,38 @@ function evictor() {
  * The step's inputs: q (B,1,H·Dh), the cache's T keys/values (B,T,Hkv·Dh) split into the T-1 filled ones
  * and the new one; `rope` (the tables of T positions, or undefined) adds the rotated step's answer.
  */
-function decodeInputs(s, seed, rope) {
+function decodeInputs(s, seed, rope, dtypes) {
   const { B, T, H, Hkv, Dh } = s;
   const kvD = Hkv * Dh;
   const ref = { B, S: 1, T, D: H * Dh, H, Hkv, causal: true, queryOffset: T - 1 };
   const { q, k, v } = makeInputs(ref, seed);
   const rows = range(B);
   const wantOf = (kk, vv) => attentionRows(q, kk, vv, ref, rows, new Float64Array(B * ref.D), true);
+  const want = {};
+  for (const dtype of dtypes) want[dtype] = wantOf(roundAsStored(k, dtype, Hkv, Dh), roundAsStored(v, dtype, Hkv, Dh));
+  if (rope) want.rope = attentionRows(q, k, v, { ...ref, rope }, rows, new Float64Array(B * ref.D), true);
   return {
-    ref, q, k, v, rows,
+    ref, q, k, v, rows, want,
     kFill: sliceRows(k, B, T, kvD, 0, T - 1), vFill: sliceRows(v, B, T, kvD, 0, T - 1),
     kNew: sliceRows(k, B, T, kvD, T - 1, 1), vNew: sliceRows(v, B, T, kvD, T - 1, 1),
-    want: {
-      float32: wantOf(k, v), float16: wantOf(k.map(roundToFloat16), v.map(roundToFloat16)),
-      ...(rope ? { rope: attentionRows(q, k, v, { ...ref, rope }, rows, new Float64Array(B * ref.D), true) } : {}),
-    },
+  };
+}
+
+/**
+ * The step's inputs with every tenth k and v value (chosen by a fixed stride pattern, 10%) replaced by a
+ * float16 subnormal (|x| < 2^-14, nonzero mantissa): the float16 widening's denormal case.
+ */
+function subnormalInputs(s, inputs) {
+  const { B, T, Hkv, Dh } = s;
+  const kvD = Hkv * Dh;
+  const sub = (x) => x.map((value, i) => ((i * 7919) % 10 === 0 ? Math.fround((((i * 40503) % 1023) + 1) * 2 ** -24 * (value < 0 ? -1 : 1)) : value));
+  const k = sub(inputs.k), v = sub(inputs.v);
+  const want = attentionRows(inputs.q, roundAsStored(k, 'float16', Hkv, Dh), roundAsStored(v, 'float16', Hkv, Dh), inputs.ref, inputs.rows,
+    new Float64Array(B * inputs.ref.D), true);
+  return {
+    ...inputs, k, v, want: { float16: want },
+    kFill: sliceRows(k, B, T, kvD, 0, T - 1), vFill: sliceRows(v, B, T, kvD, 0, T - 1),
+    kNew: sliceRows(k, B, T, kvD, T - 1, 1), vNew: sliceRows(v, B, T, kvD, T - 1, 1),
   };
 }
 
@@ -205,7 +228,10 @@ async function* decodeContestants(job, { seed, onPhase, disposers }) {
   onPhase('inputs');
   const { createMHA, ropeTables } = await import(distUrl);
   const rope = job.contestants.includes(MHA_F32_ROPE) ? { ...ropeTables({ rotaryDim: s.Dh, positions: s.T }), rotaryDim: s.Dh } : undefined;
-  const inputs = decodeInputs(s, seed, rope);
+  const dtypes = ['float32', 'float16', ...(job.contestants.includes(MHA_BF16) ? ['bfloat16'] : []),
+    ...(job.contestants.includes(MHA_INT8) ? ['int8'] : [])];
+  const inputs = decodeInputs(s, seed, rope, dtypes);
+  const subnormal = job.contestants.includes(MHA_F16_SUBNORMAL) ? subnormalInputs(s, inputs) : undefined;
   const evict = evictor();
   const D = s.H * s.Dh;
   const instances = new Map();
@@ -224,17 +250,20 @@ async function* decodeContestants(job, { seed, onPhase, disposers }) {
   };
   const rowOf = (dtype, threads) => ({ dtype, threads, bytes: decodeBytes(s, dtype), flops: decodeFlops(s) });
   const mhaRows = { [MHA_F32]: ['float32', 1], [MHA_F16]: ['float16', 1], [MHA_F32_2T]: ['float32', 2], [MHA_F16_2T]: ['float16', 2],
-    [MHA_F32_T1]: ['float32', 1, true], [MHA_F32_ROPE]: ['float32', 1, false, true] };
+    [MHA_F32_T1]: ['float32', 1, true], [MHA_F32_ROPE]: ['float32', 1, false, true], [MHA_BF16]: ['bfloat16', 1],
+    [MHA_INT8]: ['int8', 1], [MHA_F16_SUBNORMAL]: ['float16', 1, false, false, true] };
   for (const name of job.contestants) {
     onPhase(`setup ${name}`);
     try {
       if (mhaRows[name]) {
-        const [dtype, threads, threadsBuild, withRope] = mhaRows[name];
+        const [dtype, threads, threadsBuild, withRope, withSubnormals] = mhaRows[name];
         const mha = await mhaOf(threads, threadsBuild);
-        const step = cacheStep(mha, s, inputs, dtype, withRope ? rope : undefined);
-        yield { name, info: { build: mha.info.build, threads, dtype, ...(withRope ? { rope: `rotaryDim ${s.Dh}` } : {}) },
+        const data = withSubnormals ? subnormal : inputs;
+        const step = cacheStep(mha, s, data, dtype, withRope ? rope : undefined);
+        yield { name, info: { build: mha.info.build, threads, dtype, ...(withRope ? { rope: `rotaryDim ${s.Dh}` } : {}),
+          ...(withSubnormals ? { data: '10% of k and v float16 subnormals' } : {}) },
           row: rowOf(dtype, threads), before: evict, run: step.run,
-          checkOutput: () => checkSummary(step.out, inputs.want[withRope ? 'rope' : dtype], inputs.rows, D) };
+          checkOutput: () => checkSummary(step.out, data.want[withRope ? 'rope' : dtype], inputs.rows, D) };
       } else if (name === ORT_GQA) {
         const { createGqaStep } = await import('../impls/ort.mjs');
         const peer = await createGqaStep(s, { pastKey: toPastLayout(inputs.k, s), pastValue: toPastLayout(inputs.v, s) });

@@ -4,20 +4,27 @@
 //
 //   pairs   issue #13's option pairs (an option's call against the call without it) and bert-b8's
 //           2 threads / 1 thread in copy mode, mha-wasm through the public API
-//   decode  issue #14: decode steps of a fixed-length KV cache (B, T, H, Hkv, Dh), f32 and f16, against
+//   decode  issue #14: decode steps of a fixed-length KV cache (B, T, H, Hkv, Dh), every cache dtype
+//           (issue #32: bf16, int8, f16 with 10% subnormal halves, 2 threads), against
 //           onnxruntime-web's GroupQueryAttention with past_key/past_value and plain JS; a generation loop;
 //           a prefill through the cache against the stateless causal call
 
 /** Decode shapes (B, T, H, Hkv, Dh): one new token per step, at position T - 1 (the cache then holds T). */
 export const DECODE_SHAPES = [
-  { name: 'decode-mha-8k', B: 1, T: 8192, H: 16, Hkv: 16, Dh: 64 },
-  { name: 'decode-gqa-4k', B: 1, T: 4096, H: 32, Hkv: 8, Dh: 128 },
+  { name: 'decode-mha-8k', B: 1, T: 8192, H: 16, Hkv: 16, Dh: 64, threads: true, dtypes: true, subnormal: true },
+  { name: 'decode-gqa-4k', B: 1, T: 4096, H: 32, Hkv: 8, Dh: 128, threads: true, dtypes: true },
   { name: 'decode-mqa-8k', B: 1, T: 8192, H: 16, Hkv: 1, Dh: 128, threads: true },
   { name: 'decode-b4', B: 4, T: 1024, H: 16, Hkv: 4, Dh: 64 },
 ];
 
-/** K and V bytes one step reads: 2·B·Hkv·T·Dh elements of 4 (float32) or 2 (float16) bytes. */
-export const decodeBytes = (s, dtype) => 2 * s.B * s.Hkv * s.T * s.Dh * (dtype === 'float16' ? 2 : 4);
+/**
+ * Bytes of one token's k and v of one KV head in a cache of `dtype` (docs/spec.md 4.8, Dv = Dh): float32
+ * 8·Dh, float16 and bfloat16 4·Dh, int8 2·Dh + 8·ceil(Dh / 32) (its float32 scales per 32 values).
+ */
+export const tokenHeadBytes = (dtype, Dh) =>
+  dtype === 'int8' ? 2 * Dh + 8 * Math.ceil(Dh / 32) : (dtype === 'float32' ? 8 : 4) * Dh;
+/** K and V bytes one step reads: B·Hkv·T tokens of tokenHeadBytes. */
+export const decodeBytes = (s, dtype) => s.B * s.Hkv * s.T * tokenHeadBytes(dtype, s.Dh);
 /** FLOPs of one step: 4·B·H·T·Dh (q·k and p·v, 2 FLOPs per multiply-add each). */
 export const decodeFlops = (s) => 4 * s.B * s.H * s.T * s.Dh;
 
@@ -43,6 +50,10 @@ export const MHA_F32 = 'mha-wasm f32';
 export const MHA_F16 = 'mha-wasm f16';
 export const MHA_F32_2T = 'mha-wasm f32 2 threads';
 export const MHA_F16_2T = 'mha-wasm f16 2 threads';
+export const MHA_BF16 = 'mha-wasm bf16';
+export const MHA_INT8 = 'mha-wasm int8';
+/** A float16 cache whose keys and values are 10% subnormal halves (|x| < 2^-14): the widening's denormal case. */
+export const MHA_F16_SUBNORMAL = 'mha-wasm f16, 10% subnormal halves';
 /** The threaded build (mha-threads.wasm) with one thread: 2 threads against it isolate the split of the keys. */
 export const MHA_F32_T1 = 'mha-wasm f32 threads build, 1 thread';
 /** decode-gqa-4k with rope (issue #30): the query rotated per step, the new key once at append. */
@@ -50,20 +61,37 @@ export const MHA_F32_ROPE = 'mha-wasm f32 rope';
 export const ORT_GQA = 'ORT GQA (past/present)';
 export const PLAIN_JS = 'plain JS (f32 cache)';
 
+/** Issue #32's targets per decode shape: each dtype's speed against float32, and 2 threads against 1. */
+const DTYPE_TARGETS = {
+  'decode-mha-8k': { [MHA_BF16]: 1.6, [MHA_F16]: 1.5, [MHA_F16_SUBNORMAL]: 1.4, [MHA_INT8]: 1.2, threads: 1.1 },
+  'decode-gqa-4k': { [MHA_BF16]: 1.3, [MHA_INT8]: 1.1, threads: 1.6 },
+  'decode-mqa-8k': { threads: 1.5 },
+};
+/** Every mha-wasm row against onnxruntime-web's GroupQueryAttention step (issue #32). */
+const ORT_TARGET = 5;
+
+const target = (bound) => (bound === undefined ? ['—', {}] : [`>= ${bound}x`, { atLeast: bound }]);
+
 function decodeJob(s) {
   const rope = s.name === 'decode-gqa-4k';
-  const contestants = [MHA_F32, MHA_F16, ...(s.threads ? [MHA_F32_2T, MHA_F16_2T, MHA_F32_T1] : []), ...(rope ? [MHA_F32_ROPE] : []),
-    ORT_GQA, PLAIN_JS];
-  const ratios = [
-    speed(MHA_F16, MHA_F32, s.name === 'decode-mha-8k' ? '>= 1.6x (f16 / f32 speed)' : '—', s.name === 'decode-mha-8k' ? { atLeast: 1.6 } : {}),
-    speed(MHA_F32, ORT_GQA, s.name === 'decode-gqa-4k' ? '>= 3x ORT' : '—', s.name === 'decode-gqa-4k' ? { atLeast: 3 } : {}),
-    speed(MHA_F16, ORT_GQA, '—'),
-    speed(MHA_F32, PLAIN_JS, '—'),
-  ];
+  const goals = DTYPE_TARGETS[s.name] ?? {};
+  const dtypes = [MHA_F16, ...(s.dtypes ? [MHA_BF16, MHA_INT8] : []), ...(s.subnormal ? [MHA_F16_SUBNORMAL] : [])];
+  const threads = s.threads ? [MHA_F32_2T, MHA_F16_2T, MHA_F32_T1] : [];
+  const contestants = [MHA_F32, ...dtypes, ...threads, ...(rope ? [MHA_F32_ROPE] : []), ORT_GQA, PLAIN_JS];
+  const ratios = dtypes.map((name) => {
+    const [text, bound] = target(goals[name]);
+    return speed(name, MHA_F32, text === '—' ? '—' : `${text} (speed over f32)`, bound);
+  });
+  for (const name of [MHA_F32, ...dtypes]) ratios.push(speed(name, ORT_GQA, `>= ${ORT_TARGET}x ORT`, { atLeast: ORT_TARGET }));
+  ratios.push(speed(MHA_F32, PLAIN_JS, '—'));
   if (rope) ratios.push(speed(MHA_F32_ROPE, MHA_F32, '<= 1.05x the time without rope', { atMost: 1.05, speed: false }));
   if (s.threads) {
-    ratios.push(speed(MHA_F32_2T, MHA_F32, '>= 1.5x (split-K)', { atLeast: 1.5 }), speed(MHA_F16_2T, MHA_F16, '—'),
+    // Against the default (single-threaded) build, what turning threads on gives; against the threaded
+    // build on 1 thread, the split across the pool alone.
+    const [text, bound] = target(goals.threads);
+    ratios.push(speed(MHA_F32_2T, MHA_F32, `${text} (2 threads / 1 thread)`, bound), speed(MHA_F16_2T, MHA_F16, '—'),
       speed(MHA_F32_2T, MHA_F32_T1, '— (same build)'));
+    for (const name of threads.slice(0, 2)) ratios.push(speed(name, ORT_GQA, `>= ${ORT_TARGET}x ORT`, { atLeast: ORT_TARGET }));
   }
   return { name: s.name, group: 'decode', kind: 'decode', shape: s.name, contestants, ratios };
 }
@@ -78,6 +106,8 @@ export const SAVE_LOAD = { caches: 32, tokens: 4096, Hkv: 8, Dh: 64 };
 export const SAVE = 'save() x 32';
 export const LOAD = 'loadKVCache x 32';
 export const COPY = 'copy of the saved bytes x 32';
+/** The longest-context job (issue #32): a Llama-3.2-1B-shaped cache, one KVCache per layer. */
+export const LLAMA_1B = { layers: 16, Hkv: 8, Dh: 64 };
 
 const pair = (name, a, b, ratio) => ({
   name, group: 'pairs', kind: 'stateless',
@@ -112,6 +142,7 @@ export const JOBS = [
     name: 'cache-save-load', group: 'decode', kind: 'saveload', contestants: [SAVE, LOAD, COPY],
     ratios: [speed(SAVE, COPY, '— (speed against a plain copy of the bytes: 1 = copy bandwidth)'), speed(LOAD, COPY, '—')],
   },
+  { name: 'context-llama-1b', group: 'decode', kind: 'context', contestants: [], ratios: [] },
   {
     // A call takes about a second, so the budget alone gives the 5 rounds of the minimum, whose median
     // moved by 0.9-1.1 between runs of identical code (its 5% margin is inside that): 11 rounds.

@@ -1,6 +1,6 @@
 // Markdown sections of the interleaved jobs (bench/lib/jobs.mjs): every ratio with its median and range
 // over rounds and its target, the decode steps against their roofline, the generation loop.
-import { decodeShapeByName, evictionBytes, meets, ROOFLINE_TARGET, LOOP, ORT_GQA, PLAIN_JS, RAGGED, SAVE_LOAD } from './jobs.mjs';
+import { LLAMA_1B, decodeShapeByName, evictionBytes, meets, ROOFLINE_TARGET, LOOP, ORT_GQA, PLAIN_JS, RAGGED, SAVE_LOAD } from './jobs.mjs';
 
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
 const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
@@ -70,7 +70,7 @@ export function jobSections(run) {
       'the last-level cache, so each step reads its K and V from memory, as the layers of a model would. ORT: `com.microsoft.GroupQueryAttention` ' +
       'with past_key/past_value (B, Hkv, T − 1, Dh) fed at every step, 1 thread, its output and present K/V (B, Hkv, T, Dh) read back. ' +
       'Plain JS: scripts/lib/reference.mjs over an f32 cache (B, T, Hkv·Dh), the append included.', '');
-    lines.push(`GB/s = K and V bytes read (2·B·Hkv·T·Dh × 4 bytes, f16 2) / median time. Roofline = max(K/V bytes / bandwidth, 4·B·H·T·Dh / ` +
+    lines.push(`GB/s = K and V bytes read (B·Hkv·T tokens × 8·Dh bytes in f32, 4·Dh in f16 and bf16, 2·Dh + 8·ceil(Dh/32) in int8) / median time. Roofline = max(K/V bytes / bandwidth, 4·B·H·T·Dh / ` +
       `mul+add ceiling), measured in this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s on 1 thread (${fmt(c?.bandwidthAllThreads?.gbps, 1)} on ` +
       `${c?.bandwidthAllThreads?.threads ?? '—'} threads for the 2-thread rows), ${fmt(c?.gflops, 1)} GFLOP/s per thread. ` +
       `Target: every mha-wasm row, 1 thread, at least ${ROOFLINE_TARGET * 100} % of its roofline.`, '');
@@ -132,6 +132,7 @@ function servingSections(ok, c) {
     }
     lines.push('');
   }
+  lines.push(...contextSection(ok.find((j) => j.kind === 'context')));
   const io = ok.find((j) => j.kind === 'saveload');
   if (io) {
     const info = io.contestants.find((r) => r.info?.savedBytes)?.info ?? {};
@@ -145,5 +146,25 @@ function servingSections(ok, c) {
     }
     lines.push('');
   }
+  return lines;
+}
+
+/** Issue #32: the longest context of a Llama-3.2-1B-shaped cache per dtype (jobs-context.mjs). */
+function contextSection(job) {
+  if (!job?.rows) return [];
+  const { layers, Hkv, Dh } = LLAMA_1B;
+  const lines = [`## Longest context in one instance (Llama-3.2-1B-shaped: ${layers} layers, Hkv ${Hkv}, Dh ${Dh}, B 1)`, ''];
+  lines.push(`Measured: the largest capacity (a multiple of 32) for which ${layers} caches, one per layer, exist at once in a fresh ` +
+    'instance, found by creating and freeing them through the public API. The module\'s wasm memory is capped at 2 GiB ' +
+    '(-sMAXIMUM_MEMORY=2GB: every heap address fits a signed int32); the 4 GiB column is the same arithmetic for a tab\'s whole ' +
+    'wasm32 memory (4 GiB less what the instance holds besides the caches), not a measurement.', '');
+  lines.push('| dtype | bytes per token (all layers) | longest context (measured, 2 GiB) | its cache bytes | wasm memory then | ' +
+    'in a 4 GiB memory (computed) |', '| --- | ---: | ---: | ---: | ---: | ---: |');
+  for (const r of job.rows) {
+    const other = 2 ** 31 - r.cacheBytes;
+    lines.push(`| ${r.dtype} | ${r.bytesPerToken} | **${r.tokens}** | ${(r.cacheBytes / 2 ** 20).toFixed(0)} MiB | ` +
+      `${(r.wasmMemoryBytes / 2 ** 20).toFixed(0)} MiB | ${Math.floor((2 ** 32 - other) / r.bytesPerToken / 32) * 32} |`);
+  }
+  lines.push('');
   return lines;
 }

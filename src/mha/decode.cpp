@@ -135,11 +135,21 @@ void run_item(void* ctx, int64_t index, int worker) {
   }
 
   DecodeBlock blk;
+  // The element type only sets the offsets' unit: the kernels cast by dtype.
+  switch (cache_element_bytes(config.dtype)) {
+    case 4:
+      blk.key_panels = job.cache->key_panels<float>(b, g), blk.value_rows = job.cache->value_rows<float>(b, g);
+      break;
+    case 2:
+      blk.key_panels = job.cache->key_panels<uint16_t>(b, g), blk.value_rows = job.cache->value_rows<uint16_t>(b, g);
+      break;
+    default:
+      blk.key_panels = job.cache->key_panels<int8_t>(b, g), blk.value_rows = job.cache->value_rows<int8_t>(b, g);
+      break;
+  }
+  blk.key_scales = job.cache->key_scales(b, g);
+  blk.value_scales = job.cache->value_scales(b, g);
   const bool f16 = config.dtype == CacheDType::kFloat16;
-  blk.key_panels = f16 ? static_cast<const void*>(job.cache->key_panels<uint16_t>(b, g))
-                       : static_cast<const void*>(job.cache->key_panels<float>(b, g));
-  blk.value_rows = f16 ? static_cast<const void*>(job.cache->value_rows<uint16_t>(b, g))
-                       : static_cast<const void*>(job.cache->value_rows<float>(b, g));
   blk.dtype = config.dtype;
   blk.head_dim = job.head_dim;
   blk.value_dim = job.value_dim;
@@ -443,6 +453,8 @@ Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& 
                     Workspace& tiled_scratch) {
   const Status status = validate_cache_attend(cache, args);
   if (status != Status::kOk) return status;
+  const Status storable = cache.check_storable(args.k, args.v, args.new_tokens, &args.options.rope, args.new_token_counts);
+  if (storable != Status::kOk) return storable;  // before any output or storage is written
   const int32_t batch = cache.config().batch;
   int32_t tiled = 0;
   bool uniform = true;

@@ -294,7 +294,7 @@ DecodePath choose_decode_path(const DecodeBlock& blk) {
     path.stage_k = blk.rows == 2;
     return path;
   }
-  if (blk.specials || !q_foldable(blk)) {
+  if (blk.dtype == CacheDType::kBFloat16 || blk.dtype == CacheDType::kInt8 || blk.specials || !q_foldable(blk)) {
     path.loader = DecodeLoader::kScalarKernel;
     return path;
   }

@@ -57,12 +57,12 @@ void copy_rotated_rows(TensorView<const float> x, int32_t batch, int32_t n, cons
   }
 }
 
-// The (batch, rows, Hkv*Dh) keys of a segment rotated at positions [0, rows) and rounded to halves into
-// dst (float16 cache: exactly the keys append stores).
+// The (batch, rows, Hkv*Dh) keys of a segment rotated at positions [0, rows) and rounded as the cache
+// stores them into dst (exactly the keys append stores).
 void rotate_and_round_keys(const KVCacheConfig& c, const CacheAttendArgs& args, const Segment& segment, float* dst) {
   copy_rotated_rows(segment_view(args.k, segment), segment.batch, segment.rows, nullptr, c.num_kv_heads, c.head_dim,
                     args.options.rope, nullptr, dst);
-  round_to_f16(dst, dst, int64_t{segment.batch} * segment.rows * c.num_kv_heads * c.head_dim);
+  round_as_stored(c.dtype, dst, dst, int64_t{segment.batch} * segment.rows * c.num_kv_heads, c.head_dim);
 }
 
 // The stateless call equal to attending a segment's new tokens into an empty cache.
@@ -110,7 +110,7 @@ Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t f
   const KVCacheConfig& c = cache.config();
   const int32_t n = segment.rows;
   AttentionArgs tiled = tiled_args(c, args, segment);
-  if (c.dtype == CacheDType::kFloat16) {
+  if (c.dtype != CacheDType::kFloat32) {
     const int64_t k_width = int64_t{c.num_kv_heads} * c.head_dim, v_width = int64_t{c.num_kv_heads} * c.v_dim();
     const int64_t k_elements = int64_t{segment.batch} * n * k_width, v_elements = int64_t{segment.batch} * n * v_width;
     if (!scratch.rounded_kv.reserve(static_cast<size_t>(k_elements + v_elements))) return Status::kOutOfMemory;
@@ -123,7 +123,8 @@ Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t f
     const TensorView<const float> v_in = segment_view(args.v, segment);
     for (int32_t b = 0; b < segment.batch; ++b)
       for (int32_t t = 0; t < n; ++t) {
-        round_to_f16(v_in.data + b * v_in.batch_stride + t * v_in.row_stride, v + (int64_t{b} * n + t) * v_width, v_width);
+        round_as_stored(c.dtype, v_in.data + b * v_in.batch_stride + t * v_in.row_stride, v + (int64_t{b} * n + t) * v_width,
+                        c.num_kv_heads, c.v_dim());
       }
     tiled.k = dense_view(static_cast<const float*>(k), n, static_cast<int32_t>(k_width));
     tiled.v = dense_view(static_cast<const float*>(v), n, static_cast<int32_t>(v_width));
@@ -141,9 +142,9 @@ Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t f
 }
 
 // A prefill into an empty cache whose sequences all have n real rows: once appended, the cache holds
-// exactly the new tokens (float16: rounded, after the rotation with rope), so the tiled kernel attends
-// over them where they are (float16: over a copy of the new keys rotated and rounded, and of the values
-// rounded, O(n); q then rotated too and the kernel given no rope), then they are stored. Query i sits at
+// exactly the new tokens (float16, bfloat16, int8: rounded, after the rotation with rope), so the tiled
+// kernel attends over them where they are (other than float32: over a copy of the new keys rotated and
+// rounded, and of the values rounded, O(n); q then rotated too and the kernel given no rope), then they are stored. Query i sits at
 // position i = old length + i. An error leaves the cache untouched.
 Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
                      Workspace& tiled_scratch) {

@@ -1,6 +1,7 @@
 #include "mha/kv_cache.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -34,8 +35,27 @@ double value_bytes(const KVCacheConfig& c, double element) {
   const double dv8 = double((int64_t{c.v_dim()} + 7) / 8 * 8);
   return double(c.batch) * c.num_kv_heads * c.capacity * dv8 * element;
 }
+// int8: the key scales (B, Hkv, panels, NBk, P) and value scales (B, Hkv, capacity, NBv), float32.
+double key_scale_bytes(const KVCacheConfig& c) {
+  if (c.dtype != CacheDType::kInt8) return 0.0;
+  const double panels = double((int64_t{c.capacity} + kKeysPerPanel - 1) / kKeysPerPanel);
+  return double(c.batch) * c.num_kv_heads * panels * q8::blocks(c.head_dim) * kKeysPerPanel * 4.0;
+}
+double value_scale_bytes(const KVCacheConfig& c) {
+  if (c.dtype != CacheDType::kInt8) return 0.0;
+  return double(c.batch) * c.num_kv_heads * c.capacity * q8::blocks(c.v_dim()) * 4.0;
+}
 
-bool valid_dtype(CacheDType dtype) { return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16; }
+bool valid_dtype(CacheDType dtype) {
+  return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16 || dtype == CacheDType::kBFloat16 ||
+         dtype == CacheDType::kInt8;
+}
+
+bool all_finite(const float* x, int32_t n) {
+  for (int32_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
 
 // The float16 rounding of the copy-in, each in one place (noinline): every store path calls these instead
 // of carrying its own inlined copy of f16's SIMD narrowing. The copy-in is O(n * Hkv * Dh) per call, beside
@@ -59,8 +79,8 @@ double kv_cache_bytes(const KVCacheConfig& c) {
   if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0 || c.value_dim < 0 || !valid_dtype(c.dtype)) {
     return -1.0;
   }
-  const double element = c.dtype == CacheDType::kFloat16 ? 2.0 : 4.0;
-  return key_bytes(c, element) + value_bytes(c, element);
+  const double element = cache_element_bytes(c.dtype);
+  return key_bytes(c, element) + value_bytes(c, element) + key_scale_bytes(c) + value_scale_bytes(c);
 }
 
 Status validate_cache_config(const KVCacheConfig& c) {
@@ -82,12 +102,30 @@ void round_to_f16(const float* x, float* y, int64_t count) {
   }
 }
 
+void round_as_stored(CacheDType dtype, const float* x, float* y, int64_t rows, int32_t dim) {
+  const int64_t count = rows * dim;
+  switch (dtype) {
+    case CacheDType::kFloat32:
+      if (x != y) std::memmove(y, x, sizeof(float) * size_t(count));
+      return;
+    case CacheDType::kFloat16: return round_to_f16(x, y, count);
+    case CacheDType::kBFloat16:
+      for (int64_t i = 0; i < count; ++i) y[i] = bf16::decode(bf16::encode(x[i]));
+      return;
+    case CacheDType::kInt8:
+      for (int64_t r = 0; r < rows; ++r) q8::round_row(x + r * dim, y + r * dim, dim);
+      return;
+  }
+}
+
 KVCache::KVCache(const KVCacheConfig& config)
     : config_(config), panels_((int64_t{config.capacity} + kKeysPerPanel - 1) / kKeysPerPanel) {}
 
 KVCache::~KVCache() {
   std::free(keys_);
   std::free(values_);
+  std::free(key_scales_);
+  std::free(value_scales_);
   std::free(state_);
 }
 
@@ -97,9 +135,14 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
   if (status != Status::kOk) return status;
   std::unique_ptr<KVCache> fresh(new (std::nothrow) KVCache(config));
   if (!fresh) return Status::kOutOfMemory;
-  const double element = config.dtype == CacheDType::kFloat16 ? 2.0 : 4.0;
+  const double element = cache_element_bytes(config.dtype);
   fresh->keys_ = allocate_zeroed(static_cast<size_t>(key_bytes(config, element)));
   fresh->values_ = allocate_zeroed(static_cast<size_t>(value_bytes(config, element)));
+  if (config.dtype == CacheDType::kInt8) {
+    fresh->key_scales_ = static_cast<float*>(allocate_zeroed(static_cast<size_t>(key_scale_bytes(config))));
+    fresh->value_scales_ = static_cast<float*>(allocate_zeroed(static_cast<size_t>(value_scale_bytes(config))));
+    if (fresh->key_scales_ == nullptr || fresh->value_scales_ == nullptr) return Status::kOutOfMemory;
+  }
   // lengths (B, zero), special_from (B), rotated key (Dh), each part 4-byte aligned in a 64-byte aligned block.
   const size_t batch = size_t(config.batch);
   fresh->state_ = allocate_zeroed(sizeof(int32_t) * 2 * batch + sizeof(float) * size_t(config.head_dim));
@@ -124,12 +167,31 @@ E* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
   return static_cast<E*>(values_) + (head_index(b, g) * config_.capacity + position) * value_row_elements();
 }
 
+float* KVCache::key_scale_row(int32_t b, int32_t g, int32_t position) {
+  return key_scales_ + (head_index(b, g) * panels_ + position / kKeysPerPanel) * key_scale_blocks() * kKeysPerPanel +
+         position % kKeysPerPanel;
+}
+float* KVCache::value_scale_row(int32_t b, int32_t g, int32_t position) {
+  return value_scales_ + (head_index(b, g) * config_.capacity + position) * value_scale_blocks();
+}
+
 bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) {
   const int32_t dh = config_.head_dim;
-  if (config_.dtype == CacheDType::kFloat32) {
-    float* column = key_column<float>(b, g, position);
-    for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = k[d];
-    return false;
+  switch (config_.dtype) {
+    case CacheDType::kFloat32: {
+      float* column = key_column<float>(b, g, position);
+      for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = k[d];
+      return false;
+    }
+    case CacheDType::kBFloat16: {
+      uint16_t* column = key_column<uint16_t>(b, g, position);
+      for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = bf16::encode(k[d]);
+      return false;
+    }
+    case CacheDType::kInt8:
+      q8::quantize_row(k, dh, key_column<int8_t>(b, g, position), kKeysPerPanel, key_scale_row(b, g, position), kKeysPerPanel);
+      return false;
+    case CacheDType::kFloat16: break;
   }
   uint16_t* column = key_column<uint16_t>(b, g, position);
   bool specials = false;
@@ -181,10 +243,20 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
 #endif
 
 bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position) {
-  const int32_t dh = config_.v_dim();  // Dv
-  if (config_.dtype == CacheDType::kFloat32) {
-    std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh);  // lanes [Dv, Dv8) stay zero
-    return false;
+  const int32_t dh = config_.v_dim();  // Dv; lanes [Dv, Dv8) stay zero
+  switch (config_.dtype) {
+    case CacheDType::kFloat32:
+      std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh);
+      return false;
+    case CacheDType::kBFloat16: {
+      uint16_t* row = value_row<uint16_t>(b, g, position);
+      for (int32_t d = 0; d < dh; ++d) row[d] = bf16::encode(v[d]);
+      return false;
+    }
+    case CacheDType::kInt8:
+      q8::quantize_row(v, dh, value_row<int8_t>(b, g, position), 1, value_scale_row(b, g, position), 1);
+      return false;
+    case CacheDType::kFloat16: break;
   }
   uint16_t* row = value_row<uint16_t>(b, g, position);
   bool specials = false;
@@ -210,6 +282,26 @@ const float* KVCache::key_to_store(const float* k_row, int32_t g, const RotaryTa
 int32_t KVCache::min_length() const { return *std::min_element(lengths_, lengths_ + config_.batch); }
 int32_t KVCache::max_length() const { return *std::max_element(lengths_, lengths_ + config_.batch); }
 
+Status KVCache::check_storable(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
+                               const int32_t* new_tokens) {
+  if (config_.dtype != CacheDType::kInt8) return Status::kOk;
+  if (rope != nullptr && !rope->enabled()) rope = nullptr;
+  const int32_t dh = config_.head_dim, dv = config_.v_dim();
+  for (int32_t b = 0; b < config_.batch; ++b) {
+    const int32_t count = new_tokens != nullptr ? new_tokens[b] : n;
+    for (int32_t t = 0; t < count; ++t) {
+      const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
+      const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
+      for (int32_t g = 0; g < config_.num_kv_heads; ++g) {
+        // The rotation of finite keys can still overflow: the key is checked as it would be stored.
+        if (!all_finite(key_to_store(k_row, g, rope, lengths_[b] + t), dh) || !all_finite(v_row + int64_t{g} * dv, dv))
+          return Status::kCacheNonFinite;
+      }
+    }
+  }
+  return Status::kOk;
+}
+
 Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
                        const int32_t* new_tokens) {
   if (n <= 0) return Status::kNonPositiveDim;
@@ -220,6 +312,8 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
     if (count_of(b) > config_.capacity - lengths_[b]) return Status::kCacheFull;
     if (rope != nullptr && int64_t{lengths_[b]} + count_of(b) > rope->positions) return Status::kRopePosition;
   }
+  const Status storable = check_storable(k, v, n, rope, new_tokens);
+  if (storable != Status::kOk) return storable;
   const int32_t dh = config_.head_dim, dv = config_.v_dim(), heads = config_.num_kv_heads;
   for (int32_t b = 0; b < config_.batch; ++b) {
     const int32_t length = lengths_[b], count = count_of(b);
@@ -231,7 +325,8 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
       const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
 #if MHA_F16_SIMD
       // Rotated keys go one by one through rotated_ (the copy-in is O(n * Hkv * Dh) either way).
-      const int32_t tokens = (rope == nullptr && position % 8 == 0 && count - t >= 8) ? 8 : 1;
+      const bool panel_rows = config_.dtype == CacheDType::kFloat32 || config_.dtype == CacheDType::kFloat16;
+      const int32_t tokens = (panel_rows && rope == nullptr && position % 8 == 0 && count - t >= 8) ? 8 : 1;
 #else
       const int32_t tokens = 1;
 #endif
@@ -282,14 +377,27 @@ Status KVCache::truncate_each(const int32_t* lengths) {
 
 float KVCache::key(int32_t b, int32_t g, int32_t j, int32_t d) const {
   const int64_t at = head_index(b, g) * panels_ * panel_elements() + key_panel_offset(j, d, config_.head_dim);
-  if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(keys_)[at];
-  return f16::decode(static_cast<const uint16_t*>(keys_)[at]);
+  switch (config_.dtype) {
+    case CacheDType::kFloat32: return static_cast<const float*>(keys_)[at];
+    case CacheDType::kFloat16: return f16::decode(static_cast<const uint16_t*>(keys_)[at]);
+    case CacheDType::kBFloat16: return bf16::decode(static_cast<const uint16_t*>(keys_)[at]);
+    case CacheDType::kInt8: break;
+  }
+  const float scale = key_scales(b, g)[int64_t{j / kKeysPerPanel} * key_scale_blocks() * kKeysPerPanel +
+                                       (d / q8::kQuantBlock) * kKeysPerPanel + j % kKeysPerPanel];
+  return q8::dequantize(static_cast<const int8_t*>(keys_)[at], scale);
 }
 
 float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {
-  const int64_t row = (head_index(b, g) * config_.capacity + j) * value_row_elements();
-  if (config_.dtype == CacheDType::kFloat32) return static_cast<const float*>(values_)[row + d];
-  return f16::decode(static_cast<const uint16_t*>(values_)[row + d]);
+  const int64_t token = head_index(b, g) * config_.capacity + j;
+  const int64_t at = token * value_row_elements() + d;
+  switch (config_.dtype) {
+    case CacheDType::kFloat32: return static_cast<const float*>(values_)[at];
+    case CacheDType::kFloat16: return f16::decode(static_cast<const uint16_t*>(values_)[at]);
+    case CacheDType::kBFloat16: return bf16::decode(static_cast<const uint16_t*>(values_)[at]);
+    case CacheDType::kInt8: break;
+  }
+  return q8::dequantize(static_cast<const int8_t*>(values_)[at], value_scales_[token * value_scale_blocks() + d / q8::kQuantBlock]);
 }
 
 namespace {
@@ -320,7 +428,7 @@ Status KVCache::read(float* k, float* v, int32_t start, int32_t end) const {
 }
 
 Status KVCache::read_stored(void* k, void* v, int32_t start, int32_t end) const {
-  if (config_.dtype == CacheDType::kFloat32) return read(static_cast<float*>(k), static_cast<float*>(v), start, end);
+  if (config_.dtype != CacheDType::kFloat16) return read(static_cast<float*>(k), static_cast<float*>(v), start, end);
   if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;
   if (end > start && (k == nullptr || v == nullptr)) return Status::kNullPointer;
   read_tokens(config_, static_cast<uint16_t*>(k), static_cast<uint16_t*>(v), start, end,

@@ -21,9 +21,16 @@
 // with round_to_f16; see decode.hpp). Reading panels there would need its K packing to copy 8-key panel
 // rows.
 //
-// float16: halves in the same layout. Unused storage is zero, and inf/NaN halves are tracked
-// (special_from) so that the kernels can skip the inf/NaN fix-up of the widening when the keys they read
-// hold none.
+// float16, bfloat16: 16-bit elements in the same layout. Unused storage is zero, and inf/NaN halves of a
+// float16 cache are tracked (special_from) so that the kernels can skip the inf/NaN fix-up of the
+// widening when the keys they read hold none (a bfloat16 widening is exact for every value).
+// int8 (docs/spec.md 4.8, cache_codecs.hpp): int8 elements in the same layout, and a float32 scale per
+// block of 32 head-dim elements of each token's key and value:
+//   key scales    (B, Hkv, ceil(capacity / P), NBk, P)   NBk = ceil(Dh / 32): a panel's keys' scales in
+//                                                         rows of P, so one row scales a panel row's keys
+//   value scales  (B, Hkv, capacity, NBv)                NBv = ceil(Dv / 32)
+// The decode kernels fold a scale into a block's dot product and into a key's weight (one multiply per
+// block), never into each value.
 #pragma once
 
 #include <cstdint>
@@ -31,13 +38,20 @@
 #include <utility>
 #include <vector>
 
+#include "mha/cache_codecs.hpp"
 #include "mha/f16.hpp"
 #include "mha/numeric.hpp"
 #include "mha/shape.hpp"
 
 namespace mha {
 
-enum class CacheDType : int32_t { kFloat32 = 0, kFloat16 = 1 };
+// The numbers are the ABI's and the save format's (docs/cache-format.md).
+enum class CacheDType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt8 = 3 };
+
+// Bytes of one stored element (the int8 scales aside).
+constexpr int32_t cache_element_bytes(CacheDType dtype) {
+  return dtype == CacheDType::kFloat32 ? 4 : (dtype == CacheDType::kInt8 ? 1 : 2);
+}
 
 struct KVCacheConfig {
   int32_t batch = 0;         // B
@@ -62,8 +76,8 @@ constexpr int64_t kMaxCacheBytes = int64_t{1} << 31;
 // special_from() when the cache holds no inf or NaN half.
 constexpr int32_t kNoSpecialValues = INT32_MAX;
 
-// Bytes of K and V storage of a config (exactly what create allocates), or -1 when a dim is not positive
-// or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
+// Bytes of K and V storage of a config (exactly what create allocates, int8 scales included), or -1 when
+// a dim is not positive or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
 double kv_cache_bytes(const KVCacheConfig& config);
 
 // kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the heap also holds
@@ -73,6 +87,10 @@ Status validate_cache_config(const KVCacheConfig& config);
 // y[i] = x[i] rounded to binary16 and widened back, exactly the value a float16 cache stores for x[i]
 // (count elements; x and y may be the same).
 void round_to_f16(const float* x, float* y, int64_t count);
+
+// y = x as a cache of `dtype` stores and reads it back: `rows` rows of `dim` floats, each one token's KV
+// head row (an int8 block never spans two rows). x and y may be the same; float32 copies.
+void round_as_stored(CacheDType dtype, const float* x, float* y, int64_t rows, int32_t dim);
 
 class KVCache {
  public:
@@ -96,9 +114,17 @@ class KVCache {
   // at index >= count_b are padding and not read. With rope (not null, enabled, validated against Dh by
   // the caller) each key is rotated at its position first, then stored (float16: rounded after the
   // rotation). kCacheFull when a sequence would pass the capacity, kRopePosition when one would pass the
-  // rope tables' rows: then nothing is written. float16 caches round to nearest even.
+  // rope tables' rows, kCacheNonFinite when an int8 cache would quantize an inf or NaN (check_storable):
+  // then nothing is written. float16 and bfloat16 caches round to nearest even, int8 quantizes
+  // (cache_codecs.hpp).
   Status append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope = nullptr,
                 const int32_t* new_tokens = nullptr);
+
+  // kCacheNonFinite when the cache is int8 and a real row of k or v (keys after the rotation) holds an
+  // inf or NaN: docs/spec.md 4.8 refuses the call before anything is stored. kOk otherwise, and for the
+  // other dtypes (which store inf and NaN). Arguments as append's, already checked against the capacity.
+  Status check_storable(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
+                        const int32_t* new_tokens);
 
   // Keeps min(length(b), length) tokens of every sequence; kCacheBadLength when length < 0 or
   // > max_length(). O(B).
@@ -107,7 +133,8 @@ class KVCache {
   // nothing changes). O(B).
   Status truncate_each(const int32_t* lengths);
 
-  // Storage of KV head g of batch item b, for the kernels: float (kFloat32) or uint16_t (kFloat16).
+  // Storage of KV head g of batch item b, for the kernels: float (kFloat32), uint16_t (kFloat16,
+  // kBFloat16) or int8_t (kInt8), and an int8 cache's scales (layout above; nullptr for other dtypes).
   template <typename E>
   const E* key_panels(int32_t b, int32_t g) const {
     return static_cast<const E*>(keys_) + head_index(b, g) * panels_ * panel_elements();
@@ -116,6 +143,14 @@ class KVCache {
   const E* value_rows(int32_t b, int32_t g) const {
     return static_cast<const E*>(values_) + head_index(b, g) * config_.capacity * value_row_elements();
   }
+  const float* key_scales(int32_t b, int32_t g) const {
+    return key_scales_ == nullptr ? nullptr : key_scales_ + head_index(b, g) * panels_ * key_scale_blocks() * kKeysPerPanel;
+  }
+  const float* value_scales(int32_t b, int32_t g) const {
+    return value_scales_ == nullptr ? nullptr : value_scales_ + head_index(b, g) * config_.capacity * value_scale_blocks();
+  }
+  int32_t key_scale_blocks() const { return q8::blocks(config_.head_dim); }   // NBk
+  int32_t value_scale_blocks() const { return q8::blocks(config_.v_dim()); }  // NBv
   int64_t panel_elements() const { return int64_t{config_.head_dim} * kKeysPerPanel; }  // (Dh, P)
   int32_t value_row_elements() const { return round_up(config_.v_dim(), 8); }        // Dv8
 
@@ -131,13 +166,13 @@ class KVCache {
   // Hkv*Dv) floats, keys as stored (rotated with rope): docs/spec.md 4.7. kCacheBadLength unless
   // 0 <= start <= end <= min_length().
   Status read(float* k, float* v, int32_t start, int32_t end) const;
-  // The same tokens in the layout of read, as the cache's own elements: float32, or float16 bits.
+  // The same tokens in the layout of read, as the cache's own elements: float16 bits for a float16 cache,
+  // else read's float32 (bfloat16 and int8 read back as float32, docs/spec.md 4.8).
   Status read_stored(void* k, void* v, int32_t start, int32_t end) const;
 
  private:
   explicit KVCache(const KVCacheConfig& config);
   int64_t head_index(int32_t b, int32_t g) const { return int64_t{b} * config_.num_kv_heads + g; }
-  size_t element_bytes() const { return config_.dtype == CacheDType::kFloat16 ? 2 : 4; }
   template <typename E>
   E* key_column(int32_t b, int32_t g, int32_t position);
   template <typename E>
@@ -146,6 +181,8 @@ class KVCache {
   bool store_key(const float* k, int32_t b, int32_t g, int32_t position);
   bool store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position);  // SIMD builds
   bool store_value(const float* v, int32_t b, int32_t g, int32_t position);
+  float* key_scale_row(int32_t b, int32_t g, int32_t position);    // int8: key `position`'s NBk scales, stride P
+  float* value_scale_row(int32_t b, int32_t g, int32_t position);  // int8: value `position`'s NBv scales
   void set_length(int32_t b, int32_t length);
   // The key of head g of one token as stored: k_row + g*Dh itself, or rotated at `position` into rotated_.
   const float* key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position);
@@ -161,6 +198,8 @@ class KVCache {
   int64_t panels_ = 0;  // ceil(capacity / P)
   void* keys_ = nullptr;
   void* values_ = nullptr;
+  float* key_scales_ = nullptr;    // int8 only
+  float* value_scales_ = nullptr;  // int8 only
   float* rotated_ = nullptr;  // one rotated key (Dh), in state_
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "mha/cache_codecs.hpp"
 #include "mha/f16.hpp"
 
 namespace mha {
@@ -22,9 +23,10 @@ enum Field : int64_t {
   kCapacityAt = 36, kFlagsAt = 40, kReservedAt = 44, kLengthsAt = 48,
 };
 constexpr int64_t kChecksumBytes = 4;
-// dtype numbers of later formats (docs/spec.md 4.8): their element layout is not fixed yet, so version 1
-// refuses them.
-constexpr uint32_t kReservedBFloat16 = 2, kReservedInt8 = 3;
+// The oldest version holding a dtype: version 2 added bfloat16 and int8.
+uint32_t format_version(CacheDType dtype) {
+  return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16 ? kCacheFormatFirstVersion : kCacheFormatVersion;
+}
 
 uint32_t read_u32(const uint8_t* p) {
   uint32_t x;
@@ -52,64 +54,6 @@ void store_element(uint8_t* p, E x) {
 #else
 #define MHA_SCALAR_LOOP
 #endif
-
-// ---- CRC-32, slicing by 8 (Intel's method, as zlib): 8 bytes per step through 8 tables of 256 entries.
-// The tables (8 KiB) are computed at the first use rather than stored: they would add 8 KiB of
-// incompressible data to every wasm module.
-constexpr uint32_t kCrcPolynomial = 0xEDB88320u;  // reflected
-
-struct CrcTables {
-  uint32_t t[8][256];
-  uint32_t x2n[32];  // x^(2^k) mod P, for crc_shift
-  CrcTables();
-};
-
-// a(x) * b(x) mod P in the reflected representation (zlib's multmodp): bit 31 is x^0.
-uint32_t multiply_mod_p(uint32_t a, uint32_t b) {
-  uint32_t m = uint32_t{1} << 31, p = 0;
-  for (;;) {
-    if (a & m) {
-      p ^= b;
-      if ((a & (m - 1)) == 0) break;
-    }
-    m >>= 1;
-    b = (b & 1) ? (b >> 1) ^ kCrcPolynomial : b >> 1;
-  }
-  return p;
-}
-
-CrcTables::CrcTables() {
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? kCrcPolynomial ^ (c >> 1) : c >> 1;
-    t[0][i] = c;
-  }
-  for (uint32_t i = 0; i < 256; ++i)
-    for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
-  uint32_t p = uint32_t{1} << 30;  // x^1
-  x2n[0] = p;
-  for (int k = 1; k < 32; ++k) x2n[k] = p = multiply_mod_p(p, p);
-}
-
-const CrcTables& crc_tables() {
-  static const CrcTables tables;
-  return tables;
-}
-
-// x^(8 * bytes) mod P: what a CRC is multiplied by when `bytes` more bytes follow (crc32_combine).
-uint32_t crc_shift(const CrcTables& tables, int64_t bytes) {
-  uint32_t p = uint32_t{1} << 31;  // x^0
-  for (int k = 3; bytes != 0; bytes >>= 1, ++k)
-    if (bytes & 1) p = multiply_mod_p(tables.x2n[k & 31], p);
-  return p;
-}
-
-// One slicing-by-8 step of a pre-inverted CRC over 8 bytes.
-inline uint32_t crc_step8(const uint32_t (&t)[8][256], uint32_t crc, const uint8_t* data) {
-  const uint32_t lo = read_u32(data) ^ crc, hi = read_u32(data + 4);
-  return t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^ t[3][hi & 0xff] ^
-         t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
-}
 
 // ---- Messages: `why` in the API's terms, with numbers (no printf: it would pull musl's formatter into the
 // modules). Cold: out of line and, with clang (the wasm builds), compiled for size.
@@ -149,13 +93,42 @@ struct Why {
   }
 };
 
-const char* dtype_name(CacheDType dtype) { return dtype == CacheDType::kFloat16 ? "float16" : "float32"; }
-int64_t element_size(CacheDType dtype) { return dtype == CacheDType::kFloat16 ? 2 : 4; }
+const char* dtype_name(CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::kFloat16: return "float16";
+    case CacheDType::kBFloat16: return "bfloat16";
+    case CacheDType::kInt8: return "int8";
+    case CacheDType::kFloat32: break;
+  }
+  return "float32";
+}
+int64_t element_size(CacheDType dtype) { return cache_element_bytes(dtype); }
 
-// Bytes of one token's k and v over all KV heads: Hkv * (Dh + Dv) elements, up to 2^66 for int32 dims: a
-// double, exact below 2^53 (and for a cache that exists, below 2^31).
+// Bytes of one token's k and v over all KV heads: Hkv * (Dh + Dv) elements (int8: and their float32
+// scales, Hkv * (NBk + NBv)), up to 2^69 for int32 dims: a double, exact below 2^53 (and for a cache that
+// exists, below 2^31).
 double token_bytes(const KVCacheConfig& c) {
-  return double(c.num_kv_heads) * (double(c.head_dim) + double(c.v_dim())) * double(element_size(c.dtype));
+  const double scales = c.dtype == CacheDType::kInt8 ? 4.0 * (q8::blocks(c.head_dim) + q8::blocks(c.v_dim())) : 0.0;
+  return double(c.num_kv_heads) * ((double(c.head_dim) + double(c.v_dim())) * double(element_size(c.dtype)) + scales);
+}
+
+// One sequence's part of a save: k (L, Hkv*Dh) and v (L, Hkv*Dv) elements, then for int8 the scales,
+// k's (L, Hkv*NBk) and v's (L, Hkv*NBv) float32 (docs/cache-format.md). Byte offsets from its start.
+struct SequenceParts {
+  int64_t k_row, v_row, k_scale_row, v_scale_row;  // bytes per token
+  int64_t v_at, k_scales_at, v_scales_at, end;
+};
+SequenceParts sequence_parts(const KVCacheConfig& c, int32_t length) {
+  const int64_t e = element_size(c.dtype), hkv = c.num_kv_heads;
+  const bool int8 = c.dtype == CacheDType::kInt8;
+  SequenceParts p;
+  p.k_row = hkv * c.head_dim * e, p.v_row = hkv * c.v_dim() * e;
+  p.k_scale_row = int8 ? hkv * q8::blocks(c.head_dim) * 4 : 0, p.v_scale_row = int8 ? hkv * q8::blocks(c.v_dim()) * 4 : 0;
+  p.v_at = length * p.k_row;
+  p.k_scales_at = p.v_at + length * p.v_row;
+  p.v_scales_at = p.k_scales_at + length * p.k_scale_row;
+  p.end = p.v_scales_at + length * p.v_scale_row;
+  return p;
 }
 
 // Tokens [0, length) of one KV head: its K^T panels (kv_cache.hpp: (ceil(capacity / 32), Dh, 32)) to
@@ -201,34 +174,6 @@ int32_t first_special_token(const uint8_t* halves, int32_t length, int64_t width
 
 }  // namespace
 
-uint32_t crc32(const uint8_t* data, int64_t size, uint32_t crc) {
-  const CrcTables& tables = crc_tables();
-  const auto& t = tables.t;
-  // Four independent CRCs of four equal parts, joined as zlib's crc32_combine does (CRC(A B) =
-  // CRC(A) x^(8 |B|) + CRC(B) mod P): one CRC is bound by the latency of its lookups, four interleaved keep
-  // the loads busy (8 MiB: 4.8 -> 3.2 ms in wasm, 4.2 -> 1.4 ms natively).
-  constexpr int kStreams = 4;
-  const int64_t part = size / kStreams / 8 * 8;
-  if (part >= 256) {
-    uint32_t c0 = ~crc, c1 = ~0u, c2 = ~0u, c3 = ~0u;
-    for (int64_t i = 0; i < part; i += 8) {
-      c0 = crc_step8(t, c0, data + i);
-      c1 = crc_step8(t, c1, data + part + i);
-      c2 = crc_step8(t, c2, data + 2 * part + i);
-      c3 = crc_step8(t, c3, data + 3 * part + i);
-    }
-    const uint32_t shift = crc_shift(tables, part);
-    crc = multiply_mod_p(shift, ~c0) ^ ~c1;
-    crc = multiply_mod_p(shift, crc) ^ ~c2;
-    crc = multiply_mod_p(shift, crc) ^ ~c3;
-    data += kStreams * part;
-    size -= kStreams * part;
-  }
-  crc = ~crc;
-  for (; size >= 8; size -= 8, data += 8) crc = crc_step8(t, crc, data);
-  for (; size > 0; --size, ++data) crc = t[0][(crc ^ *data) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
 
 int32_t SavedCacheHeader::length(int32_t b) const { return static_cast<int32_t>(read_u32(lengths + int64_t{b} * 4)); }
 
@@ -244,31 +189,80 @@ Status KVCacheStorage::save(const KVCache& cache, uint8_t* dst, int64_t size) {
   if (size != saved_bytes(cache)) return Status::kCacheBadLength;
   const KVCacheConfig& c = cache.config();
   std::memcpy(dst, kMagic, sizeof kMagic);
-  const uint32_t fields[] = {kCacheFormatVersion, uint32_t(kLengthsAt + int64_t{c.batch} * 4), uint32_t(c.dtype), uint32_t(c.batch),
+  const uint32_t fields[] = {format_version(c.dtype), uint32_t(kLengthsAt + int64_t{c.batch} * 4), uint32_t(c.dtype), uint32_t(c.batch),
                              uint32_t(c.num_kv_heads), uint32_t(c.head_dim), uint32_t(c.v_dim()), uint32_t(c.capacity), 0, 0};
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; ++i) write_u32(dst + kVersionAt + 4 * int64_t(i), fields[i]);
   for (int32_t b = 0; b < c.batch; ++b) write_u32(dst + kLengthsAt + int64_t{b} * 4, uint32_t(cache.length(b)));
   uint8_t* at = dst + kLengthsAt + int64_t{c.batch} * 4;
-  const bool half = c.dtype == CacheDType::kFloat16;
-  const int64_t e = element_size(c.dtype), dh = c.head_dim, dv = c.v_dim(), hkv = c.num_kv_heads;
-  const int64_t k_row = hkv * dh * e, v_row = hkv * dv * e;  // bytes of one token's k, v
+  const int64_t e = element_size(c.dtype), dh = c.head_dim, dv = c.v_dim();
+  const int32_t nbk = cache.key_scale_blocks(), nbv = cache.value_scale_blocks();
   for (int32_t b = 0; b < c.batch; ++b) {
     const int32_t length = cache.length(b);
+    const SequenceParts part = sequence_parts(c, length);
     uint8_t* k_out = at;
-    uint8_t* v_out = at + length * k_row;
-    at = v_out + length * v_row;
+    uint8_t* v_out = at + part.v_at;
     for (int32_t g = 0; g < c.num_kv_heads; ++g) {
-      if (half) keys_out(cache.key_panels<uint16_t>(b, g), length, c.head_dim, k_row, k_out + g * dh * e);
-      else keys_out(cache.key_panels<float>(b, g), length, c.head_dim, k_row, k_out + g * dh * e);
+      switch (e) {
+        case 4: keys_out(cache.key_panels<float>(b, g), length, c.head_dim, part.k_row, k_out + g * dh * e); break;
+        case 2: keys_out(cache.key_panels<uint16_t>(b, g), length, c.head_dim, part.k_row, k_out + g * dh * e); break;
+        default: keys_out(cache.key_panels<int8_t>(b, g), length, c.head_dim, part.k_row, k_out + g * dh * e); break;
+      }
       // V rows are Dv8 elements in the storage: the first Dv of each go out.
-      const uint8_t* rows = half ? reinterpret_cast<const uint8_t*>(cache.value_rows<uint16_t>(b, g))
-                                 : reinterpret_cast<const uint8_t*>(cache.value_rows<float>(b, g));
+      const uint8_t* rows = e == 4   ? reinterpret_cast<const uint8_t*>(cache.value_rows<float>(b, g))
+                            : e == 2 ? reinterpret_cast<const uint8_t*>(cache.value_rows<uint16_t>(b, g))
+                                     : reinterpret_cast<const uint8_t*>(cache.value_rows<int8_t>(b, g));
       const int64_t row_bytes = int64_t{cache.value_row_elements()} * e;
-      for (int32_t j = 0; j < length; ++j) std::memcpy(v_out + j * v_row + g * dv * e, rows + j * row_bytes, size_t(dv * e));
+      for (int32_t j = 0; j < length; ++j) std::memcpy(v_out + j * part.v_row + g * dv * e, rows + j * row_bytes, size_t(dv * e));
+      if (c.dtype != CacheDType::kInt8) continue;
+      // Key scales sit in (panels, NBk, P) per head (kv_cache.hpp), value scales in (capacity, NBv).
+      const float* key_scales = cache.key_scales(b, g);
+      const float* value_scales = cache.value_scales(b, g);
+      for (int32_t j = 0; j < length; ++j) {
+        uint8_t* ks = at + part.k_scales_at + j * part.k_scale_row + int64_t{g} * nbk * 4;
+        for (int32_t nb = 0; nb < nbk; ++nb)
+          store_element<float>(ks + nb * 4, key_scales[(int64_t{j / kKeysPerPanel} * nbk + nb) * kKeysPerPanel + j % kKeysPerPanel]);
+        std::memcpy(at + part.v_scales_at + j * part.v_scale_row + int64_t{g} * nbv * 4, value_scales + int64_t{j} * nbv, size_t(nbv) * 4);
+      }
     }
+    at += part.end;
   }
   write_u32(at, crc32(dst, at - dst));
   return Status::kOk;
+}
+
+// The int8 part of a save holds what a quantization makes (cache_codecs.hpp): scales finite and not
+// negative (their sign bit clear), values in [-127, 127], and only zeros in a block whose scale is 0.
+MHA_MINSIZE bool int8_values_valid(const KVCacheConfig& c, const SavedCacheHeader& h, const uint8_t* bytes, Why& say) {
+  const uint8_t* at = bytes + kLengthsAt + int64_t{c.batch} * 4;
+  for (int32_t b = 0; b < c.batch; ++b) {
+    const int32_t length = h.length(b);
+    const SequenceParts part = sequence_parts(c, length);
+    for (int side = 0; side < 2; ++side) {  // k, then v
+      const int32_t dim = side == 0 ? c.head_dim : c.v_dim(), nb_count = q8::blocks(dim);
+      const uint8_t* values = at + (side == 0 ? 0 : part.v_at);
+      const uint8_t* scales = at + (side == 0 ? part.k_scales_at : part.v_scales_at);
+      for (int64_t row = 0; row < int64_t{length} * c.num_kv_heads; ++row) {
+        for (int32_t nb = 0; nb < nb_count; ++nb) {
+          const uint32_t scale = read_u32(scales + (row * nb_count + nb) * 4);
+          bool ok = scale < 0x7f800000u;  // finite, sign clear
+          const int32_t first = nb * q8::kQuantBlock, last = std::min(dim, first + q8::kQuantBlock);
+          for (int32_t d = first; d < last && ok; ++d) {
+            const int8_t q = static_cast<int8_t>(values[row * dim + d]);
+            ok = q != -128 && (scale != 0 || q == 0);
+          }
+          if (!ok) {
+            say << "sequence " << b << ", token " << row / c.num_kv_heads << ", KV head " << row % c.num_kv_heads << ": the "
+                << (side == 0 ? "k" : "v") << " block " << nb << " (scale ";
+            say.hex(scale) << ") is not what an int8 quantization stores (a finite scale >= 0, values in [-127, 127], "
+                              "all 0 when the scale is 0)";
+            return false;
+          }
+        }
+      }
+    }
+    at += part.end;
+  }
+  return true;
 }
 
 // minsize: the checks are cold, their messages most of the code (crc32 and fill keep the file's -O2).
@@ -296,20 +290,21 @@ MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int
   }
   if (size < kVersionAt + 4) return too_short();
   const uint32_t version = read_u32(bytes + kVersionAt);
-  if (version != kCacheFormatVersion) {
-    say << "version " << version << ", this build reads version " << kCacheFormatVersion << " (docs/cache-format.md)";
+  if (version < kCacheFormatFirstVersion || version > kCacheFormatVersion) {
+    say << "version " << version << ", this build reads versions " << kCacheFormatFirstVersion << " and " << kCacheFormatVersion
+        << " (docs/cache-format.md)";
     return bad;
   }
   if (size < kSmallest) return too_short();
 
   const uint32_t dtype = read_u32(bytes + kDTypeAt);
-  if (dtype == kReservedBFloat16 || dtype == kReservedInt8) {
-    say << "dtype " << dtype << " (" << (dtype == kReservedBFloat16 ? "bfloat16" : "int8")
-        << ") is reserved for a later version of the format; version 1 holds 0 (float32) and 1 (float16)";
+  if (dtype > 3) {
+    say << "dtype " << dtype << " is not a KV cache dtype (0 float32, 1 float16, 2 bfloat16, 3 int8)";
     return bad;
   }
-  if (dtype > 1) {
-    say << "dtype " << dtype << " is not a KV cache dtype (0 float32, 1 float16)";
+  if (format_version(static_cast<CacheDType>(dtype)) != version) {
+    say << "dtype " << dtype << " (" << dtype_name(static_cast<CacheDType>(dtype)) << ") in a version " << version
+        << " save; save() writes float32 and float16 as version 1, bfloat16 and int8 as version 2";
     return bad;
   }
   const struct {
@@ -380,6 +375,8 @@ MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int
     return bad;
   }
 
+  if (c.dtype == CacheDType::kInt8 && !int8_values_valid(c, h, bytes, say)) return bad;
+
   // The bytes are a save; now the cache to make of them.
   if (capacity < 0) {
     say << "expected a positive integer (0: the saved capacity, " << saved_capacity << "), got " << capacity;
@@ -408,22 +405,31 @@ template <typename E>
 void KVCacheStorage::fill(KVCache& cache, const SavedCacheHeader& h, const uint8_t* bytes) {
   const KVCacheConfig& c = cache.config_;
   const int64_t e = sizeof(E), dh = c.head_dim, dv = c.v_dim(), hkv = c.num_kv_heads;
-  const int64_t k_row = hkv * dh * e, v_row = hkv * dv * e;  // bytes of one token's k, v
   const int64_t dv8 = cache.value_row_elements();
+  const int32_t nbk = cache.key_scale_blocks(), nbv = cache.value_scale_blocks();
   const uint8_t* at = bytes + h.tokens_offset;
   for (int32_t b = 0; b < c.batch; ++b) {
     const int32_t length = h.length(b);
+    const SequenceParts part = sequence_parts(c, length);
     const uint8_t* k_in = at;
-    const uint8_t* v_in = at + length * k_row;
-    at = v_in + length * v_row;
+    const uint8_t* v_in = at + part.v_at;
     for (int32_t g = 0; g < c.num_kv_heads; ++g) {
       const int64_t head = cache.head_index(b, g);
-      keys_in(static_cast<E*>(cache.keys_) + head * cache.panels_ * cache.panel_elements(), length, c.head_dim, k_row, k_in + g * dh * e);
+      keys_in(static_cast<E*>(cache.keys_) + head * cache.panels_ * cache.panel_elements(), length, c.head_dim, part.k_row,
+              k_in + g * dh * e);
       E* rows = static_cast<E*>(cache.values_) + head * c.capacity * dv8;  // lanes [Dv, Dv8) stay zero
-      for (int32_t j = 0; j < length; ++j) std::memcpy(rows + j * dv8, v_in + j * v_row + g * dv * e, size_t(dv * e));
+      for (int32_t j = 0; j < length; ++j) std::memcpy(rows + j * dv8, v_in + j * part.v_row + g * dv * e, size_t(dv * e));
+      if (c.dtype != CacheDType::kInt8) continue;
+      for (int32_t j = 0; j < length; ++j) {
+        const uint8_t* ks = at + part.k_scales_at + j * part.k_scale_row + int64_t{g} * nbk * 4;
+        float* key_scales = cache.key_scale_row(b, g, j);
+        for (int32_t nb = 0; nb < nbk; ++nb) key_scales[nb * kKeysPerPanel] = load_element<float>(ks + nb * 4);
+        std::memcpy(cache.value_scale_row(b, g, j), at + part.v_scales_at + j * part.v_scale_row + int64_t{g} * nbv * 4, size_t(nbv) * 4);
+      }
     }
+    at += part.end;
     cache.lengths_[size_t(b)] = length;
-    if (sizeof(E) == 2) {
+    if (c.dtype == CacheDType::kFloat16) {
       // Exact here (a cache's own special_from may be smaller: it is conservative).
       cache.special_from_[size_t(b)] =
           std::min(first_special_token(k_in, length, hkv * dh), first_special_token(v_in, length, hkv * dv));
@@ -442,8 +448,11 @@ Status KVCacheStorage::load(const uint8_t* bytes, int64_t size, int32_t capacity
     Why{why} << "the heap cannot hold a cache of " << int64_t(kv_cache_bytes(header.config)) << " bytes of keys and values";
     return status;
   }
-  if (header.config.dtype == CacheDType::kFloat16) fill<uint16_t>(*cache, header, bytes);
-  else fill<float>(*cache, header, bytes);
+  switch (element_size(header.config.dtype)) {
+    case 4: fill<float>(*cache, header, bytes); break;
+    case 2: fill<uint16_t>(*cache, header, bytes); break;
+    default: fill<int8_t>(*cache, header, bytes); break;
+  }
   out = std::move(cache);
   return Status::kOk;
 }

@@ -16,8 +16,11 @@
 
 namespace mha {
 
-// The version this build writes and the only one it reads (docs/cache-format.md, "Versions").
-constexpr uint32_t kCacheFormatVersion = 1;
+// The versions this build reads (docs/cache-format.md, "Versions"): 1 holds float32 and float16 caches,
+// 2 adds bfloat16 and int8. A save is written in the oldest version that holds its dtype, so that float32
+// and float16 saves stay readable by builds that know only version 1.
+constexpr uint32_t kCacheFormatFirstVersion = 1;
+constexpr uint32_t kCacheFormatVersion = 2;
 
 // CRC-32 of IEEE 802.3 (zlib's crc32, reflected polynomial 0xEDB88320) of `size` bytes, continuing from
 // `crc` (0 to start): crc32("123456789") = 0xCBF43926.

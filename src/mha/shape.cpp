@@ -36,6 +36,7 @@ const char* status_name(Status status) {
     case Status::kBadStage: return "bad score stage";
     case Status::kCacheBadNewTokens: return "new_tokens entry outside [0, n]";
     case Status::kCacheBadSave: return "not a saved KV cache";
+    case Status::kCacheNonFinite: return "non-finite value for an int8 KV cache";
   }
   return "unknown status";
 }
@@ -73,6 +74,9 @@ const char* status_message(Status status) {
     case Status::kBadStage: return "stage must be 'scaled', 'softcapped', 'biased' or 'softmax'";
     case Status::kCacheBadNewTokens: return "every newTokens entry must be an integer in [0, n] (n = the rows of q)";
     case Status::kCacheBadSave: return "the bytes are not a KV cache that save() wrote";
+    case Status::kCacheNonFinite:
+      return "k or v holds an infinite or NaN value (keys after the rotation), which an int8 cache cannot quantize "
+             "(docs/spec.md 4.8); nothing was written";
   }
   return nullptr;
 }

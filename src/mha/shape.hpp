@@ -47,8 +47,10 @@ enum class Status : int32_t {
   // The serving cache (docs/spec.md 4.6, 4.7).
   kCacheBadNewTokens = 27,   // a new_tokens entry outside [0, n]
   kCacheBadSave = 28,        // saved cache bytes that are not exactly what save wrote (kv_cache_io.hpp says why)
+  // The cache dtypes (docs/spec.md 4.8).
+  kCacheNonFinite = 29,      // an int8 cache asked to store an inf or NaN k or v value (nothing was written)
 };
-constexpr Status kLastStatus = Status::kCacheBadSave;  // every number in [0, kLastStatus] is a Status
+constexpr Status kLastStatus = Status::kCacheNonFinite;  // every number in [0, kLastStatus] is a Status
 
 const char* status_name(Status status);
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -76,8 +77,10 @@ struct V3CacheCase {
 };
 
 // The steps through a fresh cache; the outputs stacked along the sequence (B, T, H*Dv).
+// k_read, v_read (optional): the cache read back after the last step (B, T, Hkv*Dh), (B, T, Hkv*Dv).
 std::vector<float> run_cache(const V3CacheCase& c, const mha::DecodeKernel* kernel, mha::CachePath path,
-                             mha::DecodeScratch* scratch_out = nullptr) {
+                             mha::DecodeScratch* scratch_out = nullptr, std::vector<float>* k_read = nullptr,
+                             std::vector<float>* v_read = nullptr) {
   std::unique_ptr<mha::KVCache> cache;
   const int32_t T = c.total();
   REQUIRE(mha::KVCache::create({c.batch, c.kv_heads, c.dh, T, c.dtype, c.dv}, cache) == Status::kOk);
@@ -102,11 +105,13 @@ std::vector<float> run_cache(const V3CacheCase& c, const mha::DecodeKernel* kern
     REQUIRE(mha::cache_attend(*cache, args, scratch, nullptr, tiled) == Status::kOk);
     t0 += n;
   }
+  if (k_read != nullptr) REQUIRE(cache->read(k_read->data(), v_read->data(), 0, cache->min_length()) == Status::kOk);
   return out;
 }
 
-// One stateless causal call over the whole sequence. float16: over the keys as stored (rotated in float32,
-// then rounded) and q rotated the same way, without rope; float32: with the rope option itself.
+// One stateless causal call over the whole sequence. float16, bfloat16, int8: over the keys as stored
+// (rotated in float32, then rounded) and q rotated the same way, without rope; float32: with the rope
+// option itself.
 std::vector<float> stateless(const V3CacheCase& c) {
   const int32_t T = c.total();
   std::vector<float> q = c.q, k = c.k, v = c.v, out;
@@ -117,14 +122,14 @@ std::vector<float> stateless(const V3CacheCase& c) {
   a.scale = mha::default_scale(c.dh);
   a.sinks = c.sinks.empty() ? nullptr : c.sinks.data();
   a.rope = c.tables();
-  if (c.dtype == CacheDType::kFloat16) {
+  if (c.dtype != CacheDType::kFloat32) {
     for (int32_t r = 0; r < c.batch * T; ++r) {
       const int32_t position = r % T;
       for (int32_t h = 0; h < c.heads && a.rope.enabled(); ++h) mha::rotate_head(&q[size_t(r) * c.qw() + h * c.dh], 1, a.rope, position);
       for (int32_t g = 0; g < c.kv_heads && a.rope.enabled(); ++g) mha::rotate_head(&k[size_t(r) * c.kw() + g * c.dh], 1, a.rope, position);
     }
-    mha::round_to_f16(k.data(), k.data(), int64_t(k.size()));
-    mha::round_to_f16(v.data(), v.data(), int64_t(v.size()));
+    mha::round_as_stored(c.dtype, k.data(), k.data(), int64_t{c.batch} * T * c.kv_heads, c.dh);
+    mha::round_as_stored(c.dtype, v.data(), v.data(), int64_t{c.batch} * T * c.kv_heads, c.value_dim());
     a.rope = mha::RotaryTables{};
   }
   a.q = mha::dense_view<const float>(q.data(), T, c.qw());
@@ -138,7 +143,7 @@ std::vector<float> stateless(const V3CacheCase& c) {
 
 std::vector<V3CacheCase> v3_cases() {
   std::vector<V3CacheCase> cases;
-  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {
+  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8}) {
     V3CacheCase c;
     c.dtype = dtype;
     c.steps = {20, 1, 3, 1};
@@ -261,14 +266,16 @@ TEST_CASE("decode v3: golden cache cases with rope, vHeadDim, sinks, float16 sto
     if (g.kind != "cache") continue;
     const mha_test::Json& cache = g.entry.at("cache");
     const std::string dtype = cache.at("dtype").string;
-    if (dtype != "float32" && dtype != "float16") continue;  // not core options yet
     INFO("golden case " << g.name);
     V3CacheCase c;
     c.batch = g.shape.batch;
     c.heads = g.shape.num_heads;
     c.kv_heads = g.num_kv_heads;
     c.dh = g.entry.at("headDim").as_int();
-    c.dtype = dtype == "float16" ? CacheDType::kFloat16 : CacheDType::kFloat32;
+    c.dtype = dtype == "float16" ? CacheDType::kFloat16
+              : dtype == "bfloat16" ? CacheDType::kBFloat16
+              : dtype == "int8"     ? CacheDType::kInt8
+                                    : CacheDType::kFloat32;
     for (const mha_test::Json& n : cache.at("steps").array) c.steps.push_back(n.as_int());
     if (const mha_test::Json* counts = cache.find("newTokens")) {
       for (const mha_test::Json& step : counts->array) {
@@ -326,7 +333,14 @@ TEST_CASE("decode v3: golden cache cases with rope, vHeadDim, sinks, float16 sto
     }
     const double tiled = worst_of(run_cache(c, nullptr, mha::CachePath::kAuto));
     REQUIRE(tiled <= 1.0);
+    if (g.has("kread")) {  // bfloat16, int8: the stored values read back exactly as docs/spec.md 4.8 says
+      std::vector<float> k_read(size_t(rows * c.kw())), v_read(size_t(rows * c.vw()));
+      run_cache(c, nullptr, mha::CachePath::kAuto, nullptr, &k_read, &v_read);
+      const auto k_want = g.read<float>("kread", rows * c.kw()), v_want = g.read<float>("vread", rows * c.vw());
+      REQUIRE(std::memcmp(k_read.data(), k_want.data(), k_want.size() * sizeof(float)) == 0);
+      REQUIRE(std::memcmp(v_read.data(), v_want.data(), v_want.size() * sizeof(float)) == 0);
+    }
     ++ran;
   }
-  REQUIRE(ran == 6);
+  REQUIRE(ran == 8);
 }

@@ -77,7 +77,9 @@ void append(KVCache& cache, int32_t n, uint64_t seed, const int32_t* counts = nu
     k[k.size() - 1] = std::numeric_limits<float>::quiet_NaN();
     v[v.size() / 2] = 1e6f;
   }
-  REQUIRE(cache.append({k.data(), int64_t{n} * kw, kw}, {v.data(), int64_t{n} * vw, vw}, n, nullptr, counts) == Status::kOk);
+  // An int8 cache refuses inf and NaN (docs/spec.md 4.8) and stores nothing.
+  const Status want = specials && c.dtype == CacheDType::kInt8 ? Status::kCacheNonFinite : Status::kOk;
+  REQUIRE(cache.append({k.data(), int64_t{n} * kw, kw}, {v.data(), int64_t{n} * vw, vw}, n, nullptr, counts) == want);
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
@@ -170,8 +172,8 @@ TEST_CASE("kv cache io: CRC-32 is IEEE 802.3's (zlib's), in any split and any si
 }
 
 TEST_CASE("kv cache io: round trips keep every bit and every later attend's bits", "[kv_cache_io]") {
-  const CacheDType dtype = GENERATE(CacheDType::kFloat32, CacheDType::kFloat16);
-  const int32_t value_dim = GENERATE(0, 5, 20);  // Dv = Dh, smaller (not a multiple of 8), larger
+  const CacheDType dtype = GENERATE(CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8);
+  const int32_t value_dim = GENERATE(0, 5, 20, 40);  // 40: two int8 blocks  // Dv = Dh, smaller (not a multiple of 8), larger
   INFO("dtype " << int(dtype) << " value_dim " << value_dim);
   SECTION("uniform lengths across a panel boundary") {
     auto cache = make_cache(KVCacheConfig{2, 2, 12, 80, dtype, value_dim});
@@ -300,13 +302,17 @@ TEST_CASE("kv cache io: each header field's own message", "[kv_cache_io]") {
   REQUIRE(refused(Bytes(bytes.begin(), bytes.begin() + 5), why) == Status::kCacheBadSave);
   REQUIRE(why == "5 bytes, shorter than the smallest saved KV cache (56 bytes)");
   REQUIRE(refused(with(8, 7), why) == Status::kCacheBadSave);
-  REQUIRE(why == "version 7, this build reads version 1 (docs/cache-format.md)");
+  REQUIRE(why == "version 7, this build reads versions 1 and 2 (docs/cache-format.md)");
+  REQUIRE(refused(with(8, 0), why) == Status::kCacheBadSave);
   REQUIRE(refused(with(16, 2), why) == Status::kCacheBadSave);
-  REQUIRE(why.find("dtype 2 (bfloat16) is reserved") == 0);
+  REQUIRE(why == "dtype 2 (bfloat16) in a version 1 save; save() writes float32 and float16 as version 1, bfloat16 and int8 as "
+                 "version 2");
   REQUIRE(refused(with(16, 3), why) == Status::kCacheBadSave);
-  REQUIRE(why.find("dtype 3 (int8) is reserved") == 0);
+  REQUIRE(why.find("dtype 3 (int8) in a version 1 save") == 0);
+  REQUIRE(refused(with(8, 2), why) == Status::kCacheBadSave);
+  REQUIRE(why.find("dtype 0 (float32) in a version 2 save") == 0);
   REQUIRE(refused(with(16, 9), why) == Status::kCacheBadSave);
-  REQUIRE(why == "dtype 9 is not a KV cache dtype (0 float32, 1 float16)");
+  REQUIRE(why == "dtype 9 is not a KV cache dtype (0 float32, 1 float16, 2 bfloat16, 3 int8)");
   REQUIRE(refused(with(24, 0), why) == Status::kCacheBadSave);
   REQUIRE(why == "numKvHeads is 0 (bytes 24..27), expected a positive integer");
   REQUIRE(refused(with(36, 0x80000000u), why) == Status::kCacheBadSave);
@@ -337,6 +343,39 @@ TEST_CASE("kv cache io: each header field's own message", "[kv_cache_io]") {
   resign(wide);
   REQUIRE(refused(wide, why) == Status::kCacheBadSave);
   REQUIRE(why == std::to_string(bytes.size()) + " bytes, a cache of these dims and lengths is more than 2^53 (truncated?)");
+}
+
+TEST_CASE("kv cache io: int8 saves hold only what a quantization stores", "[kv_cache_io]") {
+  // Dh 40 (blocks of 32 and 8), Dv 8, 3 tokens: k (3, 40) int8, v (3, 8) int8, k scales (3, 2), v scales (3, 1).
+  auto cache = make_cache(KVCacheConfig{1, 1, 40, 4, CacheDType::kInt8, 8});
+  append(*cache, 3, 31);
+  const Bytes bytes = save(*cache);
+  REQUIRE(bytes.size() == 52 + 3 * (40 + 8 + 4 * 2 + 4 * 1) + 4);
+  REQUIRE(bytes[8] == 2);  // version 2
+  const size_t k_at = 52, v_at = k_at + 3 * 40, k_scales_at = v_at + 3 * 8, v_scales_at = k_scales_at + 3 * 2 * 4;
+  std::string why;
+  auto changed = [&](size_t at, uint32_t value, bool word) {
+    Bytes b = bytes;
+    if (word) put_u32(b, at, value);
+    else b[at] = uint8_t(value);
+    resign(b);
+    return b;
+  };
+  REQUIRE(refused(changed(k_scales_at + 4, 0xbf800000u, true), why) == Status::kCacheBadSave);  // -1
+  REQUIRE(why.find("sequence 0, token 0, KV head 0: the k block 1 (scale 0xbf800000) is not what an int8 quantization") == 0);
+  REQUIRE(refused(changed(v_scales_at + 8, 0x7fc00000u, true), why) == Status::kCacheBadSave);  // NaN
+  REQUIRE(why.find("sequence 0, token 2, KV head 0: the v block 0") == 0);
+  REQUIRE(refused(changed(v_at + 3, 0x80, false), why) == Status::kCacheBadSave);  // -128
+  REQUIRE(refused(changed(k_scales_at, 0, true), why) == Status::kCacheBadSave);   // scale 0, values not
+  REQUIRE(load(changed(k_at, 0x81, false))->key(0, 0, 0, 0) < 0.0f);                 // -127: a valid value
+  // Every value of the loaded cache is q * scale of the save.
+  auto copy = load(bytes);
+  for (int32_t j = 0; j < 3; ++j)
+    for (int32_t d = 0; d < 40; ++d) {
+      float scale;
+      std::memcpy(&scale, &bytes[k_scales_at + (j * 2 + d / 32) * 4], 4);
+      REQUIRE(same_bits(copy->key(0, 0, j, d), float(int8_t(bytes[k_at + j * 40 + d])) * scale));
+    }
 }
 
 TEST_CASE("kv cache io: the registry adopts a loaded cache under a new id", "[kv_cache_io]") {
