@@ -15,6 +15,8 @@ enum class DecodeLoader : int32_t {
   kFloat32,        // float32 cache, read as is
   kFloat16Scaled,  // halves widened in registers without their 2^112 (folded into q and the weights)
   kFloat16Pairs,   // the same, as even/odd halves: no interleaves, for the one-row step
+  kBFloat16,       // bfloat16 widened exactly (a shuffle above zeros), for the staged tiles of 2+ rows
+  kBFloat16Pairs,  // bfloat16 as even/odd elements (a mask or a shift per 4), for the one-row step
   kScalarKernel,   // not the SIMD kernel: the block goes to the scalar decode kernel (cold cases)
 };
 

@@ -124,7 +124,7 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
   const Elem* panel = static_cast<const Elem*>(blk.key_panels) + key_panel_offset(base, 0, dh);  // base: a panel start
   // Scaled halves never score one row (choose_decode_path gives it F16PairLoader): no such copy of the loop.
-  constexpr bool kOneRow = !std::is_same<Ld, F16Loader<false, true>>::value;
+  constexpr bool kOneRow = !std::is_same<Ld, F16Loader<false, true>>::value && !std::is_same<Ld, BF16Loader>::value;
   if (kOneRow && blk.rows == 1 && !stage) {  // the memory-bound one-row step: touch V ahead (qk_row_touching)
     const Elem* values = static_cast<const Elem*>(blk.value_rows);
     const char* touch = reinterpret_cast<const char*>(values + int64_t{base} * blk.dv8);
@@ -265,6 +265,8 @@ void run(const DecodeBlock& blk, float* scratch) {
     case DecodeLoader::kFloat32: return run_phases<F32Loader, F32Loader>(blk, scratch, path);
     case DecodeLoader::kFloat16Scaled: return run_phases<F16Loader<false, true>, F16Loader<false, true>>(blk, scratch, path);
     case DecodeLoader::kFloat16Pairs: return run_phases<F16PairLoader, F16PairLoader>(blk, scratch, path);
+    case DecodeLoader::kBFloat16: return run_phases<BF16Loader, BF16Loader>(blk, scratch, path);
+    case DecodeLoader::kBFloat16Pairs: return run_phases<BF16PairLoader, BF16PairLoader>(blk, scratch, path);
     case DecodeLoader::kScalarKernel: return scalar::kDecodeKernel.run(blk, scratch);
   }
 }
@@ -294,7 +296,13 @@ DecodePath choose_decode_path(const DecodeBlock& blk) {
     path.stage_k = blk.rows == 2;
     return path;
   }
-  if (blk.dtype == CacheDType::kBFloat16 || blk.dtype == CacheDType::kInt8 || blk.specials || !q_foldable(blk)) {
+  if (blk.dtype == CacheDType::kBFloat16) {  // exact for every value (inf/NaN too): no fold, no cold case
+    path.loader = blk.rows == 1 ? DecodeLoader::kBFloat16Pairs : DecodeLoader::kBFloat16;
+    path.stage_k = blk.rows > 1 && (blk.rows == 2 || blk.rows > kChunk);
+    path.stage_v = blk.rows > 2;
+    return path;
+  }
+  if (blk.dtype == CacheDType::kInt8 || blk.specials || !q_foldable(blk)) {
     path.loader = DecodeLoader::kScalarKernel;
     return path;
   }

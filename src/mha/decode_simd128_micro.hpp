@@ -62,8 +62,32 @@ struct F16PairLoader {
     odd = xsimd::bitwise_cast<VecF>((x >> 3) & keep_sign_and_magnitude);
   }
 };
+// bfloat16 (the upper halves of float32s) for the one-row step: per 32-bit lane, the upper element is the lane
+// with its low 16 bits cleared and the lower one the lane shifted up by 16, 1 operation per 4 values and
+// exact, in F16PairLoader's even/odd order.
+struct BF16PairLoader {
+  using Elem = uint16_t;
+  VecI keep_upper = VecI(static_cast<int32_t>(0xffff0000u));
+  BF16PairLoader() { mha::simd::pin_in_register(keep_upper); }
+  void load8(const uint16_t* p, VecF& even, VecF& odd) const {
+    const VecI x = VecI::load_aligned(reinterpret_cast<const int32_t*>(p));
+    even = xsimd::bitwise_cast<VecF>(x << 16);
+    odd = xsimd::bitwise_cast<VecF>(x & keep_upper);
+  }
+};
+// bfloat16 in element order (staged panels and tiles of 2+ rows): each element interleaved above a zero
+// 16-bit word, 1 shuffle per 4 values.
+struct BF16Loader {
+  using Elem = uint16_t;
+  void load8(const uint16_t* p, VecF& lo, VecF& hi) const {
+    const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i zero = _mm_setzero_si128();
+    lo = xsimd::bitwise_cast<VecF>(VecI(_mm_unpacklo_epi16(zero, x)));
+    hi = xsimd::bitwise_cast<VecF>(VecI(_mm_unpackhi_epi16(zero, x)));
+  }
+};
 template <class Ld>
-constexpr bool kPairs = std::is_same<Ld, F16PairLoader>::value;
+constexpr bool kPairs = std::is_same<Ld, F16PairLoader>::value || std::is_same<Ld, BF16PairLoader>::value;
 
 // Elements 0, 2, 4, 6 in even and 1, 3, 5, 7 in odd -> 0..3 at dst, 4..7 at dst + 4.
 inline void store_pairs(VecF even, VecF odd, float* dst) {

@@ -20,6 +20,7 @@
 
 #include "golden.hpp"
 #include "heap_usage.hpp"
+#include "mha/cache_codecs.hpp"
 #include "mha/decode.hpp"
 #include "mha/decode_path.hpp"
 #include "mha/f16.hpp"
@@ -140,15 +141,26 @@ std::vector<float> reference_for(const CacheCase& c, const CacheData& data) {
   std::vector<int32_t> step_end(static_cast<size_t>(T));
   for (int32_t i = 0, t0 = 0; i < static_cast<int32_t>(c.steps.size()); t0 += c.steps[size_t(i)], ++i)
     for (int32_t t = t0; t < t0 + c.steps[size_t(i)]; ++t) step_end[size_t(t)] = t0 + c.steps[size_t(i)];
-  auto f16_round = [&c](float x) { return c.dtype == CacheDType::kFloat16 ? mha::f16::decode(mha::f16::encode(x)) : x; };
+  auto f16_round = [&c](float x) {
+    if (c.dtype == CacheDType::kFloat16) return mha::f16::decode(mha::f16::encode(x));
+    return c.dtype == CacheDType::kBFloat16 ? mha::bf16::decode(mha::bf16::encode(x)) : x;
+  };
+  // int8 rounds each token's KV head row in blocks of 32 (cache_codecs.hpp).
+  std::vector<float> k_stored = data.k, v_stored = data.v;
+  if (c.dtype == CacheDType::kInt8) {
+    for (size_t at = 0; at < k_stored.size(); at += size_t(Dh)) {
+      mha::q8::round_row(k_stored.data() + at, k_stored.data() + at, Dh);
+      mha::q8::round_row(v_stored.data() + at, v_stored.data() + at, Dh);
+    }
+  }
   for (size_t r = 0; r < rows; ++r) {
     for (int32_t h = 0; h < H; ++h) {
       const size_t dst = (r * H + h) * Dh;
       const size_t kv_src = r * c.kv_width() + size_t(h / G) * Dh;
       for (int32_t d = 0; d < Dh; ++d) {
         q[dst + d] = data.q[r * c.q_width() + size_t(h) * Dh + d];
-        k[dst + d] = f16_round(data.k[kv_src + d]);
-        v[dst + d] = f16_round(data.v[kv_src + d]);
+        k[dst + d] = f16_round(k_stored[kv_src + d]);
+        v[dst + d] = f16_round(v_stored[kv_src + d]);
       }
     }
   }
@@ -203,7 +215,7 @@ CacheCase make_case(int32_t batch, int32_t heads, int32_t kv_heads, int32_t head
 
 }  // namespace
 
-TEST_CASE("decode: every kernel equals the reference for MHA, GQA and MQA, f32 and f16, many head dims", "[decode]") {
+TEST_CASE("decode: every kernel equals the reference for MHA, GQA and MQA, every dtype, many head dims", "[decode]") {
   const std::vector<CacheCase> shapes = {
       make_case(1, 4, 4, 8, {9, 1, 1, 1}),
       make_case(2, 4, 2, 16, {6, 1, 1, 3, 1}),
@@ -218,10 +230,32 @@ TEST_CASE("decode: every kernel equals the reference for MHA, GQA and MQA, f32 a
   };
   uint32_t seed = 100;
   for (CacheCase c : shapes) {
-    for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {
+    for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8}) {
       c.dtype = dtype;
       require_kernels_match_reference(c, case_data(c, seed += 10));
     }
+  }
+}
+
+TEST_CASE("decode: a float16 cache with subnormal halves decodes as the reference through every kernel", "[decode]") {
+  // One row per KV head (the even/odd loader) and 2, 4 and 8 rows (the staged ones), over 10 % of K and V
+  // replaced by values whose halves are subnormal (|x| < 2^-14), of both signs, and some zeros of both signs.
+  for (const CacheCase& shape : {make_case(1, 4, 4, 64, {600, 1, 1}, CacheDType::kFloat16),
+                                 make_case(1, 8, 4, 32, {300, 1, 2}, CacheDType::kFloat16),
+                                 make_case(1, 16, 4, 16, {100, 1}, CacheDType::kFloat16),
+                                 make_case(1, 16, 2, 24, {90, 1}, CacheDType::kFloat16)}) {
+    CacheData data = case_data(shape, 900);
+    uint32_t state = 12345;
+    auto next = [&state] { return state = state * 1664525u + 1013904223u; };
+    for (std::vector<float>* x : {&data.k, &data.v}) {
+      for (float& e : *x) {
+        const uint32_t r = next();
+        if (r % 10 != 0) continue;
+        const float sign = (r >> 8) & 1 ? -1.0f : 1.0f;
+        e = (r >> 9) % 64 == 0 ? sign * 0.0f : sign * std::ldexp(float(1 + (r >> 12) % 1023), -24);
+      }
+    }
+    require_kernels_match_reference(shape, data);
   }
 }
 
@@ -675,9 +709,14 @@ TEST_CASE("decode: the simd128 kernel's path of a block follows its dtype, rows,
       {CacheDType::kFloat16, 2, DecodeLoader::kFloat16Scaled, true, false, false},
       {CacheDType::kFloat16, 4, DecodeLoader::kFloat16Scaled, false, true, false},
       {CacheDType::kFloat16, 8, DecodeLoader::kFloat16Scaled, true, true, false},
+      {CacheDType::kBFloat16, 1, DecodeLoader::kBFloat16Pairs, false, false, false},
+      {CacheDType::kBFloat16, 2, DecodeLoader::kBFloat16, true, false, false},
+      {CacheDType::kBFloat16, 4, DecodeLoader::kBFloat16, false, true, false},
+      {CacheDType::kBFloat16, 8, DecodeLoader::kBFloat16, true, true, false},
+      {CacheDType::kInt8, 1, DecodeLoader::kScalarKernel, false, false, false},
   };
   for (const Expected& e : expected) {
-    INFO((e.dtype == CacheDType::kFloat16 ? "f16 " : "f32 ") << e.rows << " rows");
+    INFO("dtype " << static_cast<int>(e.dtype) << ", " << e.rows << " rows");
     const mha::DecodePath path = path_of(e.dtype, e.rows);
     REQUIRE(path.loader == e.loader);
     REQUIRE(path.stage_k == e.stage_k);
