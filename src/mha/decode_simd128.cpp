@@ -257,6 +257,71 @@ void run_phases(const DecodeBlock& blk, float* scratch, const DecodePath& path) 
   }
 }
 
+// int8 blocks (kv_cache.hpp: panels of int8 keys with a scale per key and 32 head dims, value rows with a
+// scale per 32 lanes): each K panel and V tile is widened once into L1 as float32 q * scale (the cache's own
+// read-back values) and the float32 micro-kernels run on it. 16 int8 per load; each 4 of them sign-extended
+// and converted (the scale vector of 4 keys, or one broadcast scale per value row and 32 lanes, then 1 mul).
+inline VecF int8_values(__m128i x16, int quarter) {
+  const __m128i part = quarter == 0 ? x16 : (quarter == 1 ? _mm_srli_si128(x16, 4) : (quarter == 2 ? _mm_srli_si128(x16, 8) : _mm_srli_si128(x16, 12)));
+  return xsimd::to_float(VecI(_mm_cvtepi8_epi32(part)));
+}
+
+// Panel (Dh, 32) of int8 keys -> dst (Dh, 32) floats; scales: the panel's (NBk, 32).
+MHA_PHASE void widen_int8_panel(const int8_t* panel, const float* scales, int32_t dh, float* dst) {
+  for (int32_t d = 0; d < dh; ++d) {
+    const float* sc = scales + (d / 32) * kP;
+    for (int32_t h = 0; h < kP; h += 16) {
+      const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(panel + int64_t{d} * kP + h));
+      for (int q = 0; q < 4; ++q) (int8_values(x, q) * VecF::load_aligned(sc + h + 4 * q)).store_aligned(dst + d * kP + h + 4 * q);
+    }
+  }
+}
+
+// nk value rows (Dv8 int8 each) -> dst (nk, Dv8) floats; scales: (nk, NBv).
+MHA_PHASE void widen_int8_rows(const int8_t* v, const float* scales, int32_t nk, int32_t dv8, int32_t nbv, float* dst) {
+  for (int32_t j = 0; j < nk; ++j, v += dv8, dst += dv8, scales += nbv) {
+    int32_t c = 0;
+    for (; c + 16 <= dv8; c += 16) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c));
+      const VecF scale(scales[c / 32]);
+      for (int q = 0; q < 4; ++q) (int8_values(x, q) * scale).store_aligned(dst + c + 4 * q);
+    }
+    if (c < dv8) {  // Dv8 % 16 == 8: the last 8 lanes
+      const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + c));
+      const VecF scale(scales[c / 32]);
+      for (int q = 0; q < 2; ++q) (int8_values(x, q) * scale).store_aligned(dst + c + 4 * q);
+    }
+  }
+}
+
+void run_int8(const DecodeBlock& blk, float* scratch) {
+  const Layout lay = make_layout(blk.head_dim, blk.value_dim);
+  const int32_t dh = blk.head_dim, dv8 = blk.dv8;
+  const int32_t nbk = (dh + 31) / 32, nbv = (blk.value_dim + 31) / 32;
+  const int32_t base = blk.key_begin / kP * kP;
+  const F32Loader widened;
+  float* s = scratch + lay.s;
+  float* k_stage = scratch + lay.k_stage;
+  float* v_stage = scratch + lay.v_stage;
+  pack_q(blk, 1.0f, scratch + lay.q);
+  const int32_t panels = (blk.key_end - base + kP - 1) / kP;
+  const auto* keys = static_cast<const int8_t*>(blk.key_panels);
+  for (int32_t pi = 0; pi < panels; ++pi) {
+    const int32_t panel = base / kP + pi;
+    widen_int8_panel(keys + key_panel_offset(panel * kP, 0, dh), blk.key_scales + int64_t{panel} * nbk * kP, dh, k_stage);
+    qk_chunks(blk, scratch + lay.q, k_stage, s + pi * kP, widened);
+  }
+  block_softmax(blk, base, 1.0f, s);
+  std::fill(blk.o, blk.o + int64_t{blk.rows} * dv8, 0.0f);
+  const auto* values = static_cast<const int8_t*>(blk.value_rows);
+  for (int32_t t0 = blk.key_begin; t0 < blk.key_end;) {
+    const int32_t t1 = std::min(blk.key_end, (t0 / kP + 1) * kP);
+    widen_int8_rows(values + int64_t{t0} * dv8, blk.value_scales + int64_t{t0} * nbv, t1 - t0, dv8, nbv, v_stage);
+    pv_chunks(blk, s + (t0 - base), v_stage, t1 - t0, widened);
+    t0 = t1;
+  }
+}
+
 size_t scratch_floats(int32_t head_dim, int32_t value_dim) { return make_layout(head_dim, value_dim).total; }
 
 void run(const DecodeBlock& blk, float* scratch) {
@@ -265,6 +330,7 @@ void run(const DecodeBlock& blk, float* scratch) {
     case DecodeLoader::kFloat32: return run_phases<F32Loader, F32Loader>(blk, scratch, path);
     case DecodeLoader::kFloat16Scaled: return run_phases<F16Loader<false, true>, F16Loader<false, true>>(blk, scratch, path);
     case DecodeLoader::kFloat16Pairs: return run_phases<F16PairLoader, F16PairLoader>(blk, scratch, path);
+    case DecodeLoader::kInt8: return run_int8(blk, scratch);
     case DecodeLoader::kBFloat16: return run_phases<BF16Loader, BF16Loader>(blk, scratch, path);
     case DecodeLoader::kBFloat16Pairs: return run_phases<BF16PairLoader, BF16PairLoader>(blk, scratch, path);
     case DecodeLoader::kScalarKernel: return scalar::kDecodeKernel.run(blk, scratch);
@@ -302,7 +368,12 @@ DecodePath choose_decode_path(const DecodeBlock& blk) {
     path.stage_v = blk.rows > 2;
     return path;
   }
-  if (blk.dtype == CacheDType::kInt8 || blk.specials || !q_foldable(blk)) {
+  if (blk.dtype == CacheDType::kInt8) {
+    path.loader = DecodeLoader::kInt8;
+    path.stage_k = path.stage_v = true;
+    return path;
+  }
+  if (blk.specials || !q_foldable(blk)) {
     path.loader = DecodeLoader::kScalarKernel;
     return path;
   }

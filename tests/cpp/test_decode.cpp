@@ -713,7 +713,8 @@ TEST_CASE("decode: the simd128 kernel's path of a block follows its dtype, rows,
       {CacheDType::kBFloat16, 2, DecodeLoader::kBFloat16, true, false, false},
       {CacheDType::kBFloat16, 4, DecodeLoader::kBFloat16, false, true, false},
       {CacheDType::kBFloat16, 8, DecodeLoader::kBFloat16, true, true, false},
-      {CacheDType::kInt8, 1, DecodeLoader::kScalarKernel, false, false, false},
+      {CacheDType::kInt8, 1, DecodeLoader::kInt8, true, true, false},
+      {CacheDType::kInt8, 8, DecodeLoader::kInt8, true, true, false},
   };
   for (const Expected& e : expected) {
     INFO("dtype " << static_cast<int>(e.dtype) << ", " << e.rows << " rows");
