@@ -259,11 +259,13 @@ void run_phases(const DecodeBlock& blk, float* scratch, const DecodePath& path) 
 
 // int8 blocks (kv_cache.hpp: panels of int8 keys with a scale per key and 32 head dims, value rows with a
 // scale per 32 lanes): each K panel and V tile is widened once into L1 as float32 q * scale (the cache's own
-// read-back values) and the float32 micro-kernels run on it. 16 int8 per load; each 4 of them sign-extended
-// and converted (the scale vector of 4 keys, or one broadcast scale per value row and 32 lanes, then 1 mul).
+// read-back values) and the float32 micro-kernels run on it. 16 int8 per load: each byte repeated into its
+// 32-bit lane by two interleaves, an arithmetic shift by 24 and a convert (Emscripten 3.1.6 lowers
+// _mm_cvtepi8_epi32 to a lane-by-lane extract, scalar convert and insert: 4x slower steps).
 inline VecF int8_values(__m128i x16, int quarter) {
-  const __m128i part = quarter == 0 ? x16 : (quarter == 1 ? _mm_srli_si128(x16, 4) : (quarter == 2 ? _mm_srli_si128(x16, 8) : _mm_srli_si128(x16, 12)));
-  return xsimd::to_float(VecI(_mm_cvtepi8_epi32(part)));
+  const __m128i bytes2 = quarter < 2 ? _mm_unpacklo_epi8(x16, x16) : _mm_unpackhi_epi8(x16, x16);
+  const __m128i bytes4 = quarter % 2 == 0 ? _mm_unpacklo_epi16(bytes2, bytes2) : _mm_unpackhi_epi16(bytes2, bytes2);
+  return xsimd::to_float(VecI(_mm_srai_epi32(bytes4, 24)));
 }
 
 // Panel (Dh, 32) of int8 keys -> dst (Dh, 32) floats; scales: the panel's (NBk, 32).
