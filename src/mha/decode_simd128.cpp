@@ -351,7 +351,9 @@ void run(const DecodeBlock& blk, float* scratch) {
 // F16PairLoader (no interleaves: its passes are bound by the widening's instructions). 2 rows stage the
 // K panels; 3 or more stage the V tiles, and the K panels when there are several chunks (a single chunk
 // reads each half panel row, one 64-byte line, directly).
-// Two cold cases go to the scalar kernel, so that every SIMD module carries only the loaders above
+// bfloat16 is exact in registers (a mask or a shift per 4 values), so it takes the float16 paths without
+// a fold or a cold case. int8 widens each panel and tile with its scales into L1 (run_int8).
+// Two cold float16 cases go to the scalar kernel, so that every SIMD module carries only the loaders above
 // (issue #15's package size): blocks over inf/NaN halves (a float16 cache holds them only after a
 // non-finite k/v or one past 65504), and q that cannot take the 2^112 (some |q| > kMaxFoldableQ, or not
 // finite: such q overflows float32 scores against any but tiny keys). decode.cpp sizes each worker's
