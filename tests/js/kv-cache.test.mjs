@@ -139,8 +139,9 @@ test('errors: each bad input gets a precise error and changes nothing', async ()
     expectError(create(undefined), TypeError, ['createKVCache: options', 'expected an options object']);
     expectError(create({ ...dims, batch: 0 }), RangeError, ['createKVCache: batch', 'positive integer', 'got 0']);
     expectError(create({ ...dims, headDim: '4' }), TypeError, ['createKVCache: headDim', 'positive integer', 'got']);
-    expectError(create({ ...dims, dtype: 'bfloat16' }), RangeError, ['createKVCache: dtype', "'float32' or 'float16'", 'bfloat16']);
-    expectError(create({ ...dims, dtype: 16 }), TypeError, ['createKVCache: dtype', "'float32' or 'float16'"]);
+    const dtypes = "'float32', 'float16', 'bfloat16' or 'int8'";
+    expectError(create({ ...dims, dtype: 'int4' }), RangeError, ['createKVCache: dtype', dtypes, 'int4']);
+    expectError(create({ ...dims, dtype: 16 }), TypeError, ['createKVCache: dtype', dtypes]);
     expectError(create({ ...dims, length: 3 }), TypeError, ['unknown option "length"']);
     const big = { batch: 4, numKvHeads: 8, headDim: 128, capacity: 1 << 17 };
     const bigBytes = 4 * 8 * 128 * (1 << 17) * 4 * 2;

@@ -2,8 +2,9 @@
 // and the arena: kv-cache.ts and instance.ts wrap their results in a WasmKVCache (no import of kv-cache.ts
 // here, so no cycle). The format, its checks and every message about the bytes are the core's
 // (src/mha/kv_cache_io.hpp): nothing here reads a field of a save.
+import { cacheDTypeName } from './cache-dtype.js';
 import { describe } from './describe.js';
-import type { LoadKVCacheOptions } from './kv-cache-types.js';
+import type { KVCacheDType, LoadKVCacheOptions } from './kv-cache-types.js';
 import type { MhaWasmModule } from './mha.js';
 import { copyIn } from './staging.js';
 import type { StagingArena } from './staging.js';
@@ -43,7 +44,7 @@ export function saveCache(wasm: MhaWasmModule, arena: StagingArena, id: number):
 /** A loaded cache: its id, dims and lengths. */
 export interface LoadedCache {
   id: number;
-  config: { batch: number; numKvHeads: number; headDim: number; capacity: number; dtype: 'float32' | 'float16'; valueDim: number };
+  config: { batch: number; numKvHeads: number; headDim: number; capacity: number; dtype: KVCacheDType; valueDim: number };
   lengths: Int32Array;
 }
 
@@ -85,7 +86,7 @@ export function loadCache(wasm: MhaWasmModule, arena: StagingArena, bytes: unkno
     return {
       id,
       config: { batch: batch!, numKvHeads: numKvHeads!, headDim: headDim!, capacity: cacheCapacity!,
-        dtype: dtype === 1 ? 'float16' : 'float32', valueDim: valueDim! },
+        dtype: cacheDTypeName(dtype!), valueDim: valueDim! },
       lengths,
     };
   } finally {

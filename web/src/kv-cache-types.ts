@@ -4,8 +4,12 @@
 // size, Dv value head size.
 import type { Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 
-/** How a {@link KVCache} stores keys and values: float32, or IEEE binary16 (rounded to nearest even, overflow to ±Infinity). */
-export type KVCacheDType = 'float32' | 'float16';
+/**
+ * How a {@link KVCache} stores keys and values (docs/spec.md 4.8): float32; IEEE binary16 (rounded to
+ * nearest even, overflow to ±Infinity); bfloat16; or int8 with one float32 scale per 32 tokens of a head
+ * (an int8 cache refuses a non-finite k or v row with a RangeError, storing nothing).
+ */
+export type KVCacheDType = 'float32' | 'float16' | 'bfloat16' | 'int8';
 
 /** Options of {@link MHA.createKVCache} (docs/spec.md Part 3). */
 export interface KVCacheOptions {
@@ -85,8 +89,8 @@ export interface KVCacheReadOptions {
 /**
  * What {@link KVCache.read} returns: k (batch, end - start, numKvHeads * headDim) and v (batch, end -
  * start, numKvHeads * vHeadDim), ONNX's present_key / present_value in the (B, T, H*D) layout. Keys as
- * stored: rotated when `rope` was used. float32 caches give Float32Arrays, float16 caches the binary16
- * bits as Uint16Arrays.
+ * stored: rotated when `rope` was used. float32, bfloat16 and int8 caches give Float32Arrays (the
+ * stored values, decoded exactly), float16 caches the binary16 bits as Uint16Arrays.
  */
 export interface KVCacheContents<T extends Float32Array | Uint16Array = Float32Array | Uint16Array> {
   k: T;
@@ -113,6 +117,12 @@ export interface KVCache {
   readonly lengths: Int32Array;
   readonly capacity: number;
   readonly dtype: KVCacheDType;
+  /**
+   * The bytes of wasm memory the cache's storage holds, exactly what the core allocates for its options
+   * (per token per KV head: float32 8·Dh, float16 and bfloat16 4·Dh, int8 2·Dh + 8·ceil(Dh/32), scales
+   * included; docs/spec.md 4.8).
+   */
+  readonly bytes: number;
   /**
    * Stores sequence b's new tokens' k and v at positions [lengths[b], lengths[b] + n_b), adds n_b to its
    * length (n_b = n, or newTokens[b]), and returns the attention of q over all of its stored keys, with
@@ -150,8 +160,8 @@ export interface KVCache {
    */
   truncate(n: number | Int32Array | readonly number[]): void;
   /**
-   * Copies tokens [start, end) of every sequence out (docs/spec.md 4.7), in the cache's dtype: float16
-   * caches give the stored binary16 bits.
+   * Copies tokens [start, end) of every sequence out (docs/spec.md 4.7), float16 caches give the stored
+   * binary16 bits; float32, bfloat16 and int8 caches float32 (the stored values, decoded exactly).
    * @throws RangeError unless 0 <= start <= end <= min(lengths)
    */
   read(options?: KVCacheReadOptions): KVCacheContents;

@@ -7,6 +7,7 @@ import { checkAlibiSlopes, checkEmptyRows, checkRope, checkRopeRows, checkScale,
   checkWindow } from './attention-options.js';
 import type { CacheCallLayout } from './call-abi.js';
 import { saveCache } from './cache-io.js';
+import { CACHE_DTYPES, cacheDTypeCode } from './cache-dtype.js';
 import { describe } from './describe.js';
 import { halfResult } from './float16.js';
 import { checkHalf, checkOperand, checkRopeStillUsable, checkStillUsable } from './heap-tensor.js';
@@ -71,9 +72,9 @@ export interface CacheConfig {
 }
 
 function checkDType(fn: string, value: unknown): KVCacheDType {
-  if (value === undefined || value === 'float32') return 'float32';
-  if (value === 'float16') return 'float16';
-  const message = `${fn}: dtype: expected 'float32' or 'float16', got ${describe(value)}`;
+  if (value === undefined) return 'float32';
+  if ((CACHE_DTYPES as readonly unknown[]).includes(value)) return value as KVCacheDType;
+  const message = `${fn}: dtype: expected 'float32', 'float16', 'bfloat16' or 'int8', got ${describe(value)}`;
   throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
 }
 
@@ -95,8 +96,8 @@ export function checkCacheOptions(wasm: MhaWasmModule, options: KVCacheOptions):
   return config;
 }
 
-function cacheBytes(wasm: MhaWasmModule, c: CacheConfig): number {
-  return wasm._mha_kv_cache_bytes(c.batch, c.numKvHeads, c.headDim, c.capacity, c.dtype === 'float16' ? 1 : 0, valueDimOf(c));
+export function cacheBytes(wasm: MhaWasmModule, c: CacheConfig): number {
+  return wasm._mha_kv_cache_bytes(c.batch, c.numKvHeads, c.headDim, c.capacity, cacheDTypeCode(c.dtype), valueDimOf(c));
 }
 
 /** The ABI's value_dim: 0 when Dv = Dh (what a cache without vHeadDim writes). */
@@ -115,7 +116,7 @@ export function createCache(host: CacheHost, config: CacheConfig): number {
   const idAt = arena.reserve('createKVCache', 16);
   wasm.HEAP32[idAt >>> 2] = 0;
   const c = config;
-  const status = wasm._mha_kv_cache_create(c.batch, c.numKvHeads, c.headDim, c.capacity, c.dtype === 'float16' ? 1 : 0, valueDimOf(c),
+  const status = wasm._mha_kv_cache_create(c.batch, c.numKvHeads, c.headDim, c.capacity, cacheDTypeCode(c.dtype), valueDimOf(c),
     idAt);
   // The dims passed the checks above, so what the core can still refuse is the memory (the heap cannot grow
   // that far, or the size check): said with the bytes and the core's own message.
@@ -131,11 +132,13 @@ export class WasmKVCache implements KVCache {
   readonly #lengths: Int32Array;
   #freedBy = '';
   readonly #config: CacheConfig;
+  readonly #bytes: number;
 
   constructor(host: CacheHost, id: number, config: CacheConfig, lengths?: Int32Array) {
     this.#host = host;
     this.#id = id;
     this.#config = config;
+    this.#bytes = cacheBytes(host.wasm, config);
     this.#lengths = lengths ?? new Int32Array(config.batch);
     host.caches.add(this);
   }
@@ -169,6 +172,11 @@ export class WasmKVCache implements KVCache {
 
   get dtype(): KVCacheDType {
     return this.#config.dtype;
+  }
+
+  /** The bytes of wasm memory the storage holds: what the core allocates for this config (int8 scales included). */
+  get bytes(): number {
+    return this.#bytes;
   }
 
   attend<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
