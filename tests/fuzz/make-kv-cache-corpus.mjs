@@ -34,6 +34,10 @@ seed('f32_b2_ragged_dv5', { batch: 2, numKvHeads: 2, headDim: 3, capacity: 12, v
 seed('f16_b1_panels', { batch: 1, numKvHeads: 1, headDim: 4, capacity: 40, dtype: 'float16' }, [[20], [13]]);
 // Values past binary16's range: inf halves (special_from).
 seed('f16_b2_specials', { batch: 2, numKvHeads: 1, headDim: 2, capacity: 6, dtype: 'float16' }, [[3, undefined, { scale: 1e5 }]]);
+// Version 2 (bfloat16 and int8): the values, then int8's float32 scales per 32-value block.
+seed('bf16_b2_ragged', { batch: 2, numKvHeads: 1, headDim: 4, capacity: 9, dtype: 'bfloat16' }, [[3], [2, [2, 1]]]);
+seed('int8_b1_blocks', { batch: 1, numKvHeads: 1, headDim: 40, capacity: 36, dtype: 'int8', vHeadDim: 24 }, [[20], [13]]);
+seed('int8_b2_empty', { batch: 2, numKvHeads: 2, headDim: 32, capacity: 4, dtype: 'int8' }, []);
 const rope = mha.ropeTables({ rotaryDim: 4, positions: 16 });
 seed('f32_b1_rope', { batch: 1, numKvHeads: 2, headDim: 4, capacity: 16 }, [[5, undefined, { options: { rope } }]]);
 mha.dispose();
