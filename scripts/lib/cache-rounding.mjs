@@ -21,6 +21,7 @@ export function roundToBfloat16(x) {
  * back as float32 q·scale, into a new Float32Array. Finite inputs only (an int8 cache refuses others).
  */
 export function roundToInt8Rows(x, heads, dim) {
+  if (heads <= 0) throw new RangeError(`roundToInt8Rows: heads: expected a positive integer, got ${heads}`);
   const out = new Float32Array(x.length);
   for (let row = 0; row < x.length; row += dim) {
     for (let b0 = 0; b0 < dim; b0 += 32) {
@@ -29,12 +30,12 @@ export function roundToInt8Rows(x, heads, dim) {
       for (let i = row + b0; i < row + end; i++) amax = Math.max(amax, Math.abs(x[i]));
       const scale = Math.fround(amax / 127);
       for (let i = row + b0; i < row + end; i++) {
-        const q = scale === 0 ? 0 : Math.max(-127, Math.min(127, roundHalfEven(Math.fround(x[i] / scale))));
+        // | 0: q is an int8, which has no -0 (a small negative value reads back as +0).
+        const q = scale === 0 ? 0 : Math.max(-127, Math.min(127, roundHalfEven(Math.fround(x[i] / scale)))) | 0;
         out[i] = Math.fround(q * scale);
       }
     }
   }
-  if (heads <= 0) throw new RangeError(`roundToInt8Rows: heads: expected a positive integer, got ${heads}`);
   return out;
 }
 

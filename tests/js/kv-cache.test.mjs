@@ -1,13 +1,16 @@
 // The KV cache (docs/spec.md Part 3) through the API: every `cache` case of the v2 golden set on the
 // simd, baseline and threaded builds (1, 2 and 3 threads bit-identical); the property that a prefill and
-// any split into steps equals one stateless causal call (f16: over the f16-rounded k and v); bad inputs
+// any split into steps equals one stateless causal call over the values as read back (every dtype, 2 threads bit for bit); bad inputs
 // (a precise error, nothing changed); and memory (long decode loops, create/free cycles).
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
 import { bitsEqual, checkOut, expectError, fullGc, goldenV2Dir, heapCopy, loadGoldenCases, mulberry32, randomNormal, readGolden,
   roundToFloat16, sliceRows } from './helpers.mjs';
-import { runCacheCase } from '../../scripts/lib/golden-runner.mjs';
+import { runCacheCase, widenHalves } from '../../scripts/lib/golden-runner.mjs';
+import { roundAsStored } from '../../scripts/lib/cache-rounding.mjs';
+
+const DTYPES = ['float32', 'float16', 'bfloat16', 'int8'];
 
 const cases = loadGoldenCases(goldenV2Dir).filter((c) => c.kind === 'cache');
 
@@ -68,51 +71,61 @@ function randomSteps(total, random) {
   return steps;
 }
 
-test('property: a prefill and random steps equal one stateless causal call (f32 and f16, GQA, windows, softcap, ALiBi)', async () => {
+test('property: a prefill and random steps equal one stateless causal call over the values as read back ' +
+  '(every dtype, GQA, windows, softcap, ALiBi), bit for bit on 2 threads', async () => {
   const mha = await createMHA();
+  const pool = await createMHA({ threads: 2 });
   try {
     const random = mulberry32(14);
-    let worst = 0;
-    for (let trial = 0; trial < 40; trial++) {
+    const worst = {};
+    for (let trial = 0; trial < 48; trial++) {
       const B = 1 + Math.floor(random() * 2);
       const Hkv = 1 + Math.floor(random() * 3);
       const H = Hkv * (1 + Math.floor(random() * 3));
-      const Dh = [4, 8, 16, 17, 32][Math.floor(random() * 5)];
+      const Dh = [4, 8, 16, 17, 32, 40][Math.floor(random() * 6)];
       const S = 1 + Math.floor(random() * 40);
-      const dtype = random() < 0.5 ? 'float16' : 'float32';
+      const dtype = DTYPES[trial % DTYPES.length];
       const extra = {};
       if (random() < 0.3) extra.window = [Math.floor(random() * 8), Infinity];
       if (random() < 0.2) extra.softcap = 2 + random() * 10;
       if (random() < 0.2) extra.alibiSlopes = Array.from({ length: H }, () => random() * 0.5);
       const q = randomNormal(B * S * H * Dh, random);
-      let k = randomNormal(B * S * Hkv * Dh, random);
-      let v = randomNormal(B * S * Hkv * Dh, random);
-      const cache = mha.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: S + Math.floor(random() * 5), dtype });
-      const out = new Float32Array(q.length);
-      let t = 0;
+      const k = randomNormal(B * S * Hkv * Dh, random);
+      const v = randomNormal(B * S * Hkv * Dh, random);
+      const capacity = S + Math.floor(random() * 5);
       const steps = randomSteps(S, random);
-      for (const n of steps) {
-        const step = cache.attend(sliceRows(q, B, S, H * Dh, t, n), sliceRows(k, B, S, Hkv * Dh, t, n), sliceRows(v, B, S, Hkv * Dh, t, n),
-          { numHeads: H, ...extra });
-        for (let b = 0; b < B; b++) out.set(step.subarray(b * n * H * Dh, (b + 1) * n * H * Dh), (b * S + t) * H * Dh);
-        t += n;
-      }
-      cache.free();
-      if (dtype === 'float16') {
-        k = k.map(roundToFloat16);
-        v = v.map(roundToFloat16);
-      }
-      const expected = mha.multiHeadAttention(q, k, v,
+      const run = (instance) => {
+        const cache = instance.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity, dtype });
+        const out = new Float32Array(q.length);
+        let t = 0;
+        for (const n of steps) {
+          const step = cache.attend(sliceRows(q, B, S, H * Dh, t, n), sliceRows(k, B, S, Hkv * Dh, t, n), sliceRows(v, B, S, Hkv * Dh, t, n),
+            { numHeads: H, ...extra });
+          for (let b = 0; b < B; b++) out.set(step.subarray(b * n * H * Dh, (b + 1) * n * H * Dh), (b * S + t) * H * Dh);
+          t += n;
+        }
+        const stored = cache.read();
+        cache.free();
+        return { out, stored };
+      };
+      const { out, stored } = run(mha);
+      const label = `trial ${trial}: B ${B} S ${S} H ${H} Hkv ${Hkv} Dh ${Dh} ${dtype} steps ${steps.join('+')} ${JSON.stringify(extra)}`;
+      // The values as read back are the spec's rounding of k and v (docs/spec.md 4.8), computed here on its own.
+      const [kStored, vStored] = dtype === 'float16' ? [widenHalves(stored.k), widenHalves(stored.v)] : [stored.k, stored.v];
+      assert.ok(bitsEqual(kStored, roundAsStored(k, dtype, Hkv, Dh)) && bitsEqual(vStored, roundAsStored(v, dtype, Hkv, Dh)),
+        `${label}: read() is not k and v rounded as ${dtype} stores them`);
+      const expected = mha.multiHeadAttention(q, kStored, vStored,
         { batch: B, seqLen: S, kvSeqLen: S, dModel: H * Dh, numHeads: H, numKvHeads: Hkv, causal: true, ...extra });
       let maxError = 0;
       for (let i = 0; i < out.length; i++) maxError = Math.max(maxError, Math.abs(out[i] - expected[i]));
-      const label = `trial ${trial}: B ${B} S ${S} H ${H} Hkv ${Hkv} Dh ${Dh} ${dtype} steps ${steps.join('+')} ${JSON.stringify(extra)}`;
       assert.ok(maxError <= 2e-5, `${label}: max |cache - stateless| = ${maxError}`);
-      worst = Math.max(worst, maxError);
+      worst[dtype] = Math.max(worst[dtype] ?? 0, maxError);
+      assert.ok(bitsEqual(run(pool).out, out), `${label}: 2 threads differ from 1`);
     }
-    console.log(`# cache vs stateless: worst max |difference| over 40 random splits: ${worst.toExponential(3)}`);
+    console.log(`# cache vs stateless over the read-back values, worst max |difference| per dtype over 48 random splits: ${JSON.stringify(worst)}`);
   } finally {
     mha.dispose();
+    pool.dispose();
   }
 });
 
