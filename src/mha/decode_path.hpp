@@ -18,6 +18,7 @@ enum class DecodeLoader : int32_t {
   kBFloat16,       // bfloat16 widened exactly (a shuffle above zeros), for the staged tiles of 2+ rows
   kBFloat16Pairs,  // bfloat16 as even/odd elements (a mask or a shift per 4), for the one-row step
   kInt8,           // int8 K panels and V tiles widened with their scales into L1 as float32 (run_int8)
+  kInt8Row,        // int8 for the one-row step: each block's scale folded into the dot products and weights
   kScalarKernel,   // not the SIMD kernel: the block goes to the scalar decode kernel (cold cases)
 };
 

@@ -21,8 +21,10 @@
 
 #include "mha/decode.hpp"
 #include "mha/decode_kernel.hpp"
+#include "mha/cache_codecs.hpp"  // q8::blocks
 #include "mha/decode_path.hpp"
 #include "mha/decode_simd128_micro.hpp"
+#include "mha/decode_simd128_int8.hpp"
 #include "mha/f16.hpp"
 #include "mha/numeric.hpp"
 #include "mha/simd_exp.hpp"
@@ -257,49 +259,12 @@ void run_phases(const DecodeBlock& blk, float* scratch, const DecodePath& path) 
   }
 }
 
-// int8 blocks (kv_cache.hpp: panels of int8 keys with a scale per key and 32 head dims, value rows with a
-// scale per 32 lanes): each K panel and V tile is widened once into L1 as float32 q * scale (the cache's own
-// read-back values) and the float32 micro-kernels run on it. 16 int8 per load: each byte repeated into its
-// 32-bit lane by two interleaves, an arithmetic shift by 24 and a convert (Emscripten 3.1.6 lowers
-// _mm_cvtepi8_epi32 to a lane-by-lane extract, scalar convert and insert: 4x slower steps).
-inline VecF int8_values(__m128i x16, int quarter) {
-  const __m128i bytes2 = quarter < 2 ? _mm_unpacklo_epi8(x16, x16) : _mm_unpackhi_epi8(x16, x16);
-  const __m128i bytes4 = quarter % 2 == 0 ? _mm_unpacklo_epi16(bytes2, bytes2) : _mm_unpackhi_epi16(bytes2, bytes2);
-  return xsimd::to_float(VecI(_mm_srai_epi32(bytes4, 24)));
-}
-
-// Panel (Dh, 32) of int8 keys -> dst (Dh, 32) floats; scales: the panel's (NBk, 32).
-MHA_PHASE void widen_int8_panel(const int8_t* panel, const float* scales, int32_t dh, float* dst) {
-  for (int32_t d = 0; d < dh; ++d) {
-    const float* sc = scales + (d / 32) * kP;
-    for (int32_t h = 0; h < kP; h += 16) {
-      const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(panel + int64_t{d} * kP + h));
-      for (int q = 0; q < 4; ++q) (int8_values(x, q) * VecF::load_aligned(sc + h + 4 * q)).store_aligned(dst + d * kP + h + 4 * q);
-    }
-  }
-}
-
-// nk value rows (Dv8 int8 each) -> dst (nk, Dv8) floats; scales: (nk, NBv).
-MHA_PHASE void widen_int8_rows(const int8_t* v, const float* scales, int32_t nk, int32_t dv8, int32_t nbv, float* dst) {
-  for (int32_t j = 0; j < nk; ++j, v += dv8, dst += dv8, scales += nbv) {
-    int32_t c = 0;
-    for (; c + 16 <= dv8; c += 16) {
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c));
-      const VecF scale(scales[c / 32]);
-      for (int q = 0; q < 4; ++q) (int8_values(x, q) * scale).store_aligned(dst + c + 4 * q);
-    }
-    if (c < dv8) {  // Dv8 % 16 == 8: the last 8 lanes
-      const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + c));
-      const VecF scale(scales[c / 32]);
-      for (int q = 0; q < 2; ++q) (int8_values(x, q) * scale).store_aligned(dst + c + 4 * q);
-    }
-  }
-}
-
+// int8, 2 or more rows (DecodeLoader::kInt8): each K panel and V tile widened with its scales into L1,
+// then the float32 micro-kernels.
 void run_int8(const DecodeBlock& blk, float* scratch) {
   const Layout lay = make_layout(blk.head_dim, blk.value_dim);
   const int32_t dh = blk.head_dim, dv8 = blk.dv8;
-  const int32_t nbk = (dh + 31) / 32, nbv = (blk.value_dim + 31) / 32;
+  const int32_t nbk = q8::blocks(dh), nbv = q8::blocks(blk.value_dim);
   const int32_t base = blk.key_begin / kP * kP;
   const F32Loader widened;
   float* s = scratch + lay.s;
@@ -324,6 +289,49 @@ void run_int8(const DecodeBlock& blk, float* scratch) {
   }
 }
 
+// int8, one row (DecodeLoader::kInt8Row; every |q| <= kMaxFoldableQ): the scores panel by panel with
+// the scales folded per block and the V rows touched ahead, the softmax, then o = p V in one sweep of
+// the keys with the scales folded into the weights, put back in lane order and unscaled (2^-24) once.
+// o's sums carry the widening's 2^24, so values past about 2^103 / T can overflow them where the true o
+// is finite (|v| > 10^27): the row's result is then not finite, and the driver gives it the exact path
+// (decode.cpp), as for any float32 overflow.
+void run_int8_row(const DecodeBlock& blk, float* scratch) {
+  const Layout lay = make_layout(blk.head_dim, blk.value_dim);
+  const int32_t dh = blk.head_dim, dv8 = blk.dv8, dv16 = round_up(dv8, 16);
+  const int32_t nbk = q8::blocks(dh), nbv = q8::blocks(blk.value_dim);
+  const int32_t base = blk.key_begin / kP * kP;
+  float* s = scratch + lay.s;
+  float* sums = scratch + lay.k_stage;       // one panel's 32 scores, strided; then the touches
+  float* o_strided = scratch + lay.v_stage;  // (Dv16)
+  float* weights = o_strided + dv16;         // (8, NBv)
+  pack_q(blk, 1.0f, scratch + lay.q);
+  const auto* keys = static_cast<const int8_t*>(blk.key_panels);
+  const auto* values = static_cast<const int8_t*>(blk.value_rows);
+  const char* touch = reinterpret_cast<const char*>(values + int64_t{base} * dv8);
+  const char* touch_last = reinterpret_cast<const char*>(values + int64_t{blk.key_end} * dv8) - sizeof(int32_t);
+  int32_t touched = 0;
+  const Int8Widener widen;
+  const int32_t panels = (blk.key_end - base + kP - 1) / kP;
+  for (int32_t pi = 0; pi < panels; ++pi) {
+    const int32_t panel = base / kP + pi;
+    qk_int8_row(scratch + lay.q, keys + key_panel_offset(panel * kP, 0, dh), blk.key_scales + int64_t{panel} * nbk * kP, dh,
+                s + pi * kP, sums, widen, touch, touch_last, touched);
+  }
+  *reinterpret_cast<int32_t*>(sums + kP) = touched;  // keeps the touches
+  block_softmax(blk, base, 1.0f, s);
+  std::fill(o_strided, o_strided + dv16, 0.0f);
+  pv_int8_row(s + (blk.key_begin - base), values + int64_t{blk.key_begin} * dv8, blk.value_scales + int64_t{blk.key_begin} * nbv,
+              dv8, nbv, blk.key_end - blk.key_begin, o_strided, weights);
+  alignas(16) float lanes[16];
+  const VecF unscale(kInt8Unscale);
+  for (int32_t c = 0; c < dv8; c += 16) {
+    VecF w[4];
+    for (int m = 0; m < 4; ++m) w[m] = VecF::load_aligned(o_strided + c + kLanes * m) * unscale;
+    store_strided(w, lanes);
+    std::copy(lanes, lanes + std::min(16, dv8 - c), blk.o + c);
+  }
+}
+
 size_t scratch_floats(int32_t head_dim, int32_t value_dim) { return make_layout(head_dim, value_dim).total; }
 
 void run(const DecodeBlock& blk, float* scratch) {
@@ -333,6 +341,7 @@ void run(const DecodeBlock& blk, float* scratch) {
     case DecodeLoader::kFloat16Scaled: return run_phases<F16Loader<false, true>, F16Loader<false, true>>(blk, scratch, path);
     case DecodeLoader::kFloat16Pairs: return run_phases<F16PairLoader, F16PairLoader>(blk, scratch, path);
     case DecodeLoader::kInt8: return run_int8(blk, scratch);
+    case DecodeLoader::kInt8Row: return run_int8_row(blk, scratch);
     case DecodeLoader::kBFloat16: return run_phases<BF16Loader, BF16Loader>(blk, scratch, path);
     case DecodeLoader::kBFloat16Pairs: return run_phases<BF16PairLoader, BF16PairLoader>(blk, scratch, path);
     case DecodeLoader::kScalarKernel: return scalar::kDecodeKernel.run(blk, scratch);
@@ -352,7 +361,9 @@ void run(const DecodeBlock& blk, float* scratch) {
 // K panels; 3 or more stage the V tiles, and the K panels when there are several chunks (a single chunk
 // reads each half panel row, one 64-byte line, directly).
 // bfloat16 is exact in registers (a mask or a shift per 4 values), so it takes the float16 paths without
-// a fold or a cold case. int8 widens each panel and tile with its scales into L1 (run_int8).
+// a fold or a cold case. int8: one row folds each block's scale into the dot products and the weights,
+// reading the int8 values widened in registers (run_int8_row); 2 or more rows widen each panel and tile
+// with its scales into L1 once (run_int8), since every 4-row chunk reads it again.
 // Two cold float16 cases go to the scalar kernel, so that every SIMD module carries only the loaders above
 // (issue #15's package size): blocks over inf/NaN halves (a float16 cache holds them only after a
 // non-finite k/v or one past 65504), and q that cannot take the 2^112 (some |q| > kMaxFoldableQ, or not
@@ -373,8 +384,9 @@ DecodePath choose_decode_path(const DecodeBlock& blk) {
     return path;
   }
   if (blk.dtype == CacheDType::kInt8) {
-    path.loader = DecodeLoader::kInt8;
-    path.stage_k = path.stage_v = true;
+    const bool row = blk.rows == 1 && q_foldable(blk);  // the one-row fold's bound on q (run_int8_row)
+    path.loader = row ? DecodeLoader::kInt8Row : DecodeLoader::kInt8;
+    path.stage_k = path.stage_v = !row;
     return path;
   }
   if (blk.specials || !q_foldable(blk)) {

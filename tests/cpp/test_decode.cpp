@@ -1,11 +1,7 @@
 // Attention through the KV cache (src/mha/decode.hpp): every decode kernel variant against the
-// double-precision reference (src/mha/reference.hpp) on the equivalent multi-head problem, which the
-// tests build from the cache case: KV heads repeated for GQA (a test construction, not a second
-// reference), K/V rounded to binary16 for f16 caches, the visibility of every query (its position, the
-// end of its step, causal, window) as the reference's mask, softcap and ALiBi as the reference's own
-// options (query i of the sequence sits at position i). Also: splits into steps, threads, waves,
-// non-finite inputs, empty rows, errors, heap use over 20,000 steps, and the golden-v2 cache cases.
-// Longer than 500 lines: one file per subject, as the other suites.
+// double-precision reference (src/mha/reference.hpp) on the equivalent multi-head problem
+// (decode_case.hpp). Also: splits into steps, threads, waves, empty rows, errors, heap use over 20,000
+// steps, and the golden-v2 cache cases. The kernel's paths and their edge cases: test_decode_paths.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_case.hpp"
 #include "golden.hpp"
 #include "heap_usage.hpp"
 #include "mha/cache_codecs.hpp"
@@ -36,182 +33,11 @@ namespace {
 
 using mha::CacheDType;
 using mha::Status;
-
-// The suite's one tolerance check, bit comparison and special values (test_util.hpp).
 using mha_test::bit_equal;
 using mha_test::kInf;
 using mha_test::kNaN;
 using mha_test::require_close;
-
-struct CacheCase {
-  int32_t batch = 1, heads = 4, kv_heads = 4, head_dim = 8;
-  CacheDType dtype = CacheDType::kFloat32;
-  std::vector<int32_t> steps;  // new tokens per attend call
-  int32_t capacity = 0;        // 0: exactly the total
-  bool causal = true;
-  int32_t window_left = -1, window_right = -1;
-  float softcap = 0.0f;
-  std::vector<float> slopes;  // ALiBi, or empty
-  bool empty_rows_zero = false;
-
-  int32_t total() const { return std::accumulate(steps.begin(), steps.end(), 0); }
-  int32_t q_width() const { return heads * head_dim; }
-  int32_t kv_width() const { return kv_heads * head_dim; }
-  mha::KVCacheConfig config() const { return {batch, kv_heads, head_dim, capacity > 0 ? capacity : total(), dtype}; }
-  mha::CacheAttendOptions options() const {
-    mha::CacheAttendOptions o;
-    o.num_heads = heads;
-    o.causal = causal;
-    o.window_left = window_left;
-    o.window_right = window_right;
-    o.softcap = softcap;
-    o.alibi_slopes = slopes.empty() ? nullptr : slopes.data();
-    o.scale = mha::default_scale(head_dim);
-    o.empty_rows_zero = empty_rows_zero;
-    return o;
-  }
-};
-
-std::string describe(const CacheCase& c) {
-  std::string steps;
-  for (int32_t n : c.steps) steps += std::to_string(n) + " ";
-  return "B " + std::to_string(c.batch) + " H " + std::to_string(c.heads) + " Hkv " + std::to_string(c.kv_heads) + " Dh " +
-         std::to_string(c.head_dim) + (c.dtype == CacheDType::kFloat16 ? " f16" : " f32") + " steps " + steps +
-         (c.causal ? "causal" : "not causal") + " window " + std::to_string(c.window_left) + "," +
-         std::to_string(c.window_right) + " softcap " + std::to_string(c.softcap) + (c.slopes.empty() ? "" : " alibi");
-}
-
-// The whole sequence: q (B, T, H*Dh), k and v (B, T, Hkv*Dh).
-struct CacheData {
-  std::vector<float> q, k, v;
-};
-
-CacheData case_data(const CacheCase& c, uint32_t seed, float input_scale = 1.0f) {
-  const size_t rows = size_t(c.batch) * c.total();
-  return CacheData{mha_test::random_tensor(rows * c.q_width(), seed, input_scale),
-                   mha_test::random_tensor(rows * c.kv_width(), seed + 1, input_scale),
-                   mha_test::random_tensor(rows * c.kv_width(), seed + 2, input_scale)};
-}
-
-struct Runner {
-  const mha::DecodeKernel* kernel = nullptr;
-  mha::ParallelAttention* parallel = nullptr;
-  mha::CachePath path = mha::CachePath::kAuto;
-  mha::DecodeScratch* scratch = nullptr;  // nullptr: a fresh one
-  bool out_is_q = false;                  // write the result over (a copy of) q
-};
-
-// The case's steps through one fresh cache; the outputs stacked along the sequence (B, T, H*Dh).
-std::vector<float> run_cache(const CacheCase& c, const CacheData& data, const Runner& run = Runner{}) {
-  std::unique_ptr<mha::KVCache> cache;
-  REQUIRE(mha::KVCache::create(c.config(), cache) == Status::kOk);
-  mha::DecodeScratch own;
-  mha::DecodeScratch& scratch = run.scratch != nullptr ? *run.scratch : own;
-  mha::Workspace tiled;
-  const int32_t T = c.total(), D = c.q_width(), Dkv = c.kv_width();
-  std::vector<float> q = data.q;
-  std::vector<float> out(q.size(), -12345.0f);
-  float* out_data = run.out_is_q ? q.data() : out.data();
-  int32_t t0 = 0;
-  for (int32_t n : c.steps) {
-    mha::CacheAttendArgs args;
-    args.new_tokens = n;
-    args.q = {q.data() + int64_t{t0} * D, int64_t{T} * D, D};
-    args.k = {data.k.data() + int64_t{t0} * Dkv, int64_t{T} * Dkv, Dkv};
-    args.v = {data.v.data() + int64_t{t0} * Dkv, int64_t{T} * Dkv, Dkv};
-    args.out = {out_data + int64_t{t0} * D, int64_t{T} * D, D};
-    args.options = c.options();
-    args.kernel = run.kernel;
-    args.path = run.path;
-    INFO("step at " << t0 << " of " << n << " tokens");
-    REQUIRE(mha::cache_attend(*cache, args, scratch, run.parallel, tiled) == Status::kOk);
-    REQUIRE(cache->max_length() == t0 + n);
-    t0 += n;
-  }
-  if (run.out_is_q) out = q;
-  return out;
-}
-
-// The reference's answer for the case, on the equivalent multi-head problem (see the top).
-std::vector<float> reference_for(const CacheCase& c, const CacheData& data) {
-  const int32_t T = c.total(), H = c.heads, G = c.heads / c.kv_heads, Dh = c.head_dim;
-  const size_t rows = size_t(c.batch) * T;
-  std::vector<float> q(rows * H * Dh, 0.0f), k(q.size(), 0.0f), v(q.size(), 0.0f), out(q.size());
-  std::vector<uint8_t> mask(size_t(c.batch) * T * T);
-  std::vector<int32_t> step_end(static_cast<size_t>(T));
-  for (int32_t i = 0, t0 = 0; i < static_cast<int32_t>(c.steps.size()); t0 += c.steps[size_t(i)], ++i)
-    for (int32_t t = t0; t < t0 + c.steps[size_t(i)]; ++t) step_end[size_t(t)] = t0 + c.steps[size_t(i)];
-  auto f16_round = [&c](float x) {
-    if (c.dtype == CacheDType::kFloat16) return mha::f16::decode(mha::f16::encode(x));
-    return c.dtype == CacheDType::kBFloat16 ? mha::bf16::decode(mha::bf16::encode(x)) : x;
-  };
-  // int8 rounds each token's KV head row in blocks of 32 (cache_codecs.hpp).
-  std::vector<float> k_stored = data.k, v_stored = data.v;
-  if (c.dtype == CacheDType::kInt8) {
-    for (size_t at = 0; at < k_stored.size(); at += size_t(Dh)) {
-      mha::q8::round_row(k_stored.data() + at, k_stored.data() + at, Dh);
-      mha::q8::round_row(v_stored.data() + at, v_stored.data() + at, Dh);
-    }
-  }
-  for (size_t r = 0; r < rows; ++r) {
-    for (int32_t h = 0; h < H; ++h) {
-      const size_t dst = (r * H + h) * Dh;
-      const size_t kv_src = r * c.kv_width() + size_t(h / G) * Dh;
-      for (int32_t d = 0; d < Dh; ++d) {
-        q[dst + d] = data.q[r * c.q_width() + size_t(h) * Dh + d];
-        k[dst + d] = f16_round(k_stored[kv_src + d]);
-        v[dst + d] = f16_round(v_stored[kv_src + d]);
-      }
-    }
-  }
-  for (int32_t b = 0; b < c.batch; ++b)
-    for (int32_t i = 0; i < T; ++i) {
-      const mha::KeySpan keys = mha::visible_keys(i, step_end[size_t(i)], c.causal, c.window_left, c.window_right);
-      for (int32_t j = 0; j < T; ++j) mask[(size_t(b) * T + i) * T + j] = (j >= keys.first && j <= keys.last) ? 1 : 0;
-    }
-  mha::AttentionArgs args;
-  args.shape = mha::AttentionShape{c.batch, T, T, H * Dh, H};
-  args.q = mha::dense_view<const float>(q.data(), T, H * Dh);
-  args.k = mha::dense_view<const float>(k.data(), T, H * Dh);
-  args.v = mha::dense_view<const float>(v.data(), T, H * Dh);
-  args.out = mha::dense_view(out.data(), T, H * Dh);
-  args.mask = mask.data();
-  args.scale = mha::default_scale(Dh);
-  args.softcap = c.softcap;
-  args.alibi_slopes = c.slopes.empty() ? nullptr : c.slopes.data();  // query i is at position i: query_offset 0
-  REQUIRE(mha::reference_attention(args) == Status::kOk);
-  return out;
-}
-
-std::vector<const mha::DecodeKernel*> kernels() {
-  // Every decode kernel variant compiled into this build (kernel_table.cpp), as the tiled ones are tested.
-  return std::vector<const mha::DecodeKernel*>(mha::decode_kernel_variants().begin(), mha::decode_kernel_variants().end());
-}
-
-// Checks every kernel variant against the reference on one case.
-void require_kernels_match_reference(const CacheCase& c, const CacheData& data, float tol = 1e-5f) {
-  INFO(describe(c));
-  const auto ref = reference_for(c, data);
-  for (const mha::DecodeKernel* kernel : kernels()) {
-    INFO("kernel " << mha::decode_kernel_name(*kernel));
-    Runner run;
-    run.kernel = kernel;
-    run.path = mha::CachePath::kDecodeKernel;
-    require_close(ref, run_cache(c, data, run), tol);
-  }
-}
-
-CacheCase make_case(int32_t batch, int32_t heads, int32_t kv_heads, int32_t head_dim, std::vector<int32_t> steps,
-                    CacheDType dtype = CacheDType::kFloat32) {
-  CacheCase c;
-  c.batch = batch;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.head_dim = head_dim;
-  c.steps = std::move(steps);
-  c.dtype = dtype;
-  return c;
-}
+using namespace decode_case;
 
 }  // namespace
 
@@ -234,28 +60,6 @@ TEST_CASE("decode: every kernel equals the reference for MHA, GQA and MQA, every
       c.dtype = dtype;
       require_kernels_match_reference(c, case_data(c, seed += 10));
     }
-  }
-}
-
-TEST_CASE("decode: a float16 cache with subnormal halves decodes as the reference through every kernel", "[decode]") {
-  // One row per KV head (the even/odd loader) and 2, 4 and 8 rows (the staged ones), over 10 % of K and V
-  // replaced by values whose halves are subnormal (|x| < 2^-14), of both signs, and some zeros of both signs.
-  for (const CacheCase& shape : {make_case(1, 4, 4, 64, {600, 1, 1}, CacheDType::kFloat16),
-                                 make_case(1, 8, 4, 32, {300, 1, 2}, CacheDType::kFloat16),
-                                 make_case(1, 16, 4, 16, {100, 1}, CacheDType::kFloat16),
-                                 make_case(1, 16, 2, 24, {90, 1}, CacheDType::kFloat16)}) {
-    CacheData data = case_data(shape, 900);
-    uint32_t state = 12345;
-    auto next = [&state] { return state = state * 1664525u + 1013904223u; };
-    for (std::vector<float>* x : {&data.k, &data.v}) {
-      for (float& e : *x) {
-        const uint32_t r = next();
-        if (r % 10 != 0) continue;
-        const float sign = (r >> 8) & 1 ? -1.0f : 1.0f;
-        e = (r >> 9) % 64 == 0 ? sign * 0.0f : sign * std::ldexp(float(1 + (r >> 12) % 1023), -24);
-      }
-    }
-    require_kernels_match_reference(shape, data);
   }
 }
 
@@ -484,21 +288,6 @@ TEST_CASE("decode: waves of row blocks give the same bits as one wave", "[decode
   require_close(reference_for(c, data), expected);
 }
 
-TEST_CASE("decode: non-finite inputs and float32 overflow get the reference's answer", "[decode]") {
-  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {
-    CacheCase c = make_case(1, 4, 2, 8, {12, 1, 1, 1}, dtype);
-    CacheData data = case_data(c, 900);
-    const int32_t D = c.q_width(), Dkv = c.kv_width();
-    data.q[size_t(3) * D + 1] = kNaN;               // a NaN query element: its row of head 0 is NaN
-    data.k[size_t(5) * Dkv + Dkv - 1] = kInf;       // an infinite key of KV head 1 (heads 2, 3)
-    data.v[size_t(10) * Dkv + 2] = kNaN;            // V of key 10, hidden from queries < 10 of its step
-    data.q[size_t(13) * D + 8] = 1e20f;             // q . k past float32 (1e20 * 1e20 and more): the double
-    data.k[size_t(4) * Dkv] = 3e19f;                // reference stays finite (f16: k overflows to inf)
-    data.q[size_t(13) * D] = 3e19f;
-    require_kernels_match_reference(c, data);
-  }
-}
-
 TEST_CASE("decode: empty rows are NaN or zero (emptyRows); a NaN score keeps its row NaN", "[decode]") {
   // Dh = 1, q = +inf and every key negative: every score is -inf, no key is visible in effect.
   CacheCase c = make_case(1, 2, 1, 1, {3, 1});
@@ -678,70 +467,6 @@ TEST_CASE("decode: golden v2 cache cases through the C++ API, within the golden 
     ++run;
   }
   REQUIRE(run == 3);
-}
-
-TEST_CASE("decode: the simd128 kernel's path of a block follows its dtype, rows, q and halves", "[decode]") {
-  using mha::DecodeLoader;
-  const int32_t dh = 16;
-  std::vector<float> q_row(dh, 1.0f);
-  std::vector<const float*> q_rows(mha::kDecodeMaxRowsPerItem, q_row.data());
-  auto path_of = [&](CacheDType dtype, int32_t rows) {
-    mha::DecodeBlock blk;
-    blk.dtype = dtype;
-    blk.head_dim = dh;
-    blk.dv8 = dh;
-    blk.rows = rows;
-    blk.q_rows = q_rows.data();
-    return mha::simd128::choose_decode_path(blk);
-  };
-  struct Expected {
-    CacheDType dtype;
-    int32_t rows;
-    DecodeLoader loader;
-    bool stage_k, stage_v, touch_block;
-  };
-  const Expected expected[] = {
-      {CacheDType::kFloat32, 1, DecodeLoader::kFloat32, false, false, false},
-      {CacheDType::kFloat32, 2, DecodeLoader::kFloat32, true, false, false},
-      {CacheDType::kFloat32, 3, DecodeLoader::kFloat32, false, false, true},
-      {CacheDType::kFloat32, 32, DecodeLoader::kFloat32, false, false, true},
-      {CacheDType::kFloat16, 1, DecodeLoader::kFloat16Pairs, false, false, false},
-      {CacheDType::kFloat16, 2, DecodeLoader::kFloat16Scaled, true, false, false},
-      {CacheDType::kFloat16, 4, DecodeLoader::kFloat16Scaled, false, true, false},
-      {CacheDType::kFloat16, 8, DecodeLoader::kFloat16Scaled, true, true, false},
-      {CacheDType::kBFloat16, 1, DecodeLoader::kBFloat16Pairs, false, false, false},
-      {CacheDType::kBFloat16, 2, DecodeLoader::kBFloat16, true, false, false},
-      {CacheDType::kBFloat16, 4, DecodeLoader::kBFloat16, false, true, false},
-      {CacheDType::kBFloat16, 8, DecodeLoader::kBFloat16, true, true, false},
-      {CacheDType::kInt8, 1, DecodeLoader::kInt8, true, true, false},
-      {CacheDType::kInt8, 8, DecodeLoader::kInt8, true, true, false},
-  };
-  for (const Expected& e : expected) {
-    INFO("dtype " << static_cast<int>(e.dtype) << ", " << e.rows << " rows");
-    const mha::DecodePath path = path_of(e.dtype, e.rows);
-    REQUIRE(path.loader == e.loader);
-    REQUIRE(path.stage_k == e.stage_k);
-    REQUIRE(path.stage_v == e.stage_v);
-    REQUIRE(path.touch_block == e.touch_block);
-    const bool f16 = e.dtype == CacheDType::kFloat16;
-    REQUIRE(path.fold_q == f16);  // float16 folds the widening's 2^112 into q and the weights
-    REQUIRE(path.p_scale == (f16 ? mha::f16::kWidenScale : 1.0f));
-  }
-  // The cold float16 blocks go to the scalar kernel: q too large to fold, or not finite.
-  for (float bad : {1e5f, kInf, kNaN}) {
-    q_row[3] = bad;
-    REQUIRE(path_of(CacheDType::kFloat16, 1).loader == DecodeLoader::kScalarKernel);
-    REQUIRE(path_of(CacheDType::kFloat32, 1).loader == DecodeLoader::kFloat32);  // float32 needs no fold
-  }
-  q_row[3] = 1.0f;
-  mha::DecodeBlock specials;
-  specials.dtype = CacheDType::kFloat16;
-  specials.specials = true;  // inf/NaN halves in the block
-  specials.head_dim = dh;
-  specials.dv8 = dh;
-  specials.rows = 4;
-  specials.q_rows = q_rows.data();
-  REQUIRE(mha::simd128::choose_decode_path(specials).loader == DecodeLoader::kScalarKernel);
 }
 
 TEST_CASE("decode: every tiled kernel variant of the build has its decode kernel, in the same order", "[decode]") {
