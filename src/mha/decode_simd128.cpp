@@ -303,7 +303,7 @@ void run_int8_row(const DecodeBlock& blk, float* scratch) {
   float* s = scratch + lay.s;
   float* sums = scratch + lay.k_stage;       // one panel's 32 scores, strided; then the touches
   float* o_strided = scratch + lay.v_stage;  // (Dv16)
-  float* weights = o_strided + dv16;         // (8, NBv)
+  float* weights = o_strided + dv16;         // 64 keys' weights
   pack_q(blk, 1.0f, scratch + lay.q);
   const auto* keys = static_cast<const int8_t*>(blk.key_panels);
   const auto* values = static_cast<const int8_t*>(blk.value_rows);
@@ -319,7 +319,6 @@ void run_int8_row(const DecodeBlock& blk, float* scratch) {
   }
   *reinterpret_cast<int32_t*>(sums + kP) = touched;  // keeps the touches
   block_softmax(blk, base, 1.0f, s);
-  std::fill(o_strided, o_strided + dv16, 0.0f);
   pv_int8_row(s + (blk.key_begin - base), values + int64_t{blk.key_begin} * dv8, blk.value_scales + int64_t{blk.key_begin} * nbv,
               dv8, nbv, blk.key_end - blk.key_begin, o_strided, weights);
   alignas(16) float lanes[16];

@@ -90,44 +90,45 @@ inline void qk_int8_row(const float* qpanel, const int8_t* panel, const float* s
   }
 }
 
-// acc (16 lanes from c, strided) += the K keys' weights (weights[k * nbv + c / 32]) times the lanes of
-// their rows (row k at v + k * dv8), 2^24-scaled (kWhole: 16 lanes; else the last 8, Dv8 % 16 == 8).
-template <int K, bool kWhole>
-inline void pv_int8_lanes(const int8_t* v, int32_t dv8, const float* weights, int32_t nbv, int32_t c, float* o_strided,
-                          const Int8Widener& widen) {
-  VecF acc[4];
-  for (int m = 0; m < 4; ++m) acc[m] = VecF::load_aligned(o_strided + c + kLanes * m);
-  for (int k = 0; k < K; ++k) {
-    const VecF b(weights[k * nbv + c / 32]);
-    const auto* at = reinterpret_cast<const __m128i*>(v + int64_t{k} * dv8 + c);
-    VecF w[4];
-    widen.widen16(kWhole ? _mm_loadu_si128(at) : _mm_loadl_epi64(at), w);
-    for (int m = 0; m < 4; ++m) acc[m] = madd(b, w[m], acc[m]);
+// o_strided[c, c + 16 * kGroups) (kHalf: only the first 8 lanes read, Dv8 % 16 == 8) = 2^24 * the sum
+// over the nk keys of p_j * scale_{j, c / 32} * v_{j, c} (the value rows at v, Dv8 int8 each, and their
+// scales (nk, NBv)): the lanes lie in one block of 32 (c % 32 == 0, or c % 32 == 16 for the last ones),
+// so each key's weight p_j * scale is one multiply, taken kWeights keys at a time into `weights` and
+// then broadcast by a load. The accumulators (4 per 16 lanes) stay in registers over all the keys,
+// one independent add per key each.
+template <int kGroups, bool kHalf>
+inline void pv_int8_lanes(const float* p, const int8_t* v, const float* scales, int32_t dv8, int32_t nbv, int32_t nk, int32_t c,
+                          float* o_strided, float* weights, const Int8Widener& widen) {
+  constexpr int32_t kWeights = 64;
+  VecF acc[4 * kGroups];
+  for (int x = 0; x < 4 * kGroups; ++x) acc[x] = VecF(0.0f);
+  const int32_t nb = c / 32;
+  for (int32_t j0 = 0; j0 < nk; j0 += kWeights) {
+    const int32_t j1 = std::min(nk, j0 + kWeights);
+    for (int32_t j = j0; j < j1; ++j) weights[j - j0] = p[j] * scales[int64_t{j} * nbv + nb];
+    for (int32_t j = j0; j < j1; ++j) {
+      const VecF b(weights[j - j0]);
+      const int8_t* row = v + int64_t{j} * dv8 + c;
+      for (int g = 0; g < kGroups; ++g) {
+        const auto* at = reinterpret_cast<const __m128i*>(row + 16 * g);
+        VecF w[4];
+        widen.widen16(kHalf ? _mm_loadl_epi64(at) : _mm_loadu_si128(at), w);
+        for (int m = 0; m < 4; ++m) acc[4 * g + m] = madd(b, w[m], acc[4 * g + m]);
+      }
+    }
   }
-  for (int m = 0; m < 4; ++m) acc[m].store_aligned(o_strided + c + kLanes * m);
+  for (int x = 0; x < 4 * kGroups; ++x) acc[x].store_aligned(o_strided + c + kLanes * x);
 }
 
-// o_strided += the K value rows at v, every lane.
-template <int K>
-inline void pv_int8_keys(const float* p, const int8_t* v, const float* scales, int32_t dv8, int32_t nbv, float* o_strided,
-                         float* weights, const Int8Widener& widen) {
-  for (int k = 0; k < K; ++k)
-    for (int32_t nb = 0; nb < nbv; ++nb) weights[k * nbv + nb] = p[k] * scales[k * nbv + nb];
-  int32_t c = 0;
-  for (; c + 16 <= dv8; c += 16) pv_int8_lanes<K, true>(v, dv8, weights, nbv, c, o_strided, widen);
-  if (c < dv8) pv_int8_lanes<K, false>(v, dv8, weights, nbv, c, o_strided, widen);
-}
-
-// o_strided (Dv16 floats, each 16 lanes in strided order) += 2^24 * sum_j p_j * scale_{j, c / 32} * v_{j, c}
-// over the nk value rows at v (Dv8 int8 each) and their scales (nk, NBv): per key and block of 32 lanes,
-// one weight p_j * scale (kept in `weights`, 8 * NBv floats, and broadcast by a load), 8 keys per load
-// and store of o.
+// o_strided (Dv16 floats, each 16 lanes in strided order) = 2^24 * sum_j p_j * scale_{j, c / 32} * v_{j, c}
+// over the nk value rows at v and their scales: 32 lanes (one block) per sweep of the keys.
 inline void pv_int8_row(const float* p, const int8_t* v, const float* scales, int32_t dv8, int32_t nbv, int32_t nk,
                         float* o_strided, float* weights) {
   const Int8Widener widen;
-  int32_t j = 0;
-  for (; j + 8 <= nk; j += 8) pv_int8_keys<8>(p + j, v + int64_t{j} * dv8, scales + int64_t{j} * nbv, dv8, nbv, o_strided, weights, widen);
-  for (; j < nk; ++j) pv_int8_keys<1>(p + j, v + int64_t{j} * dv8, scales + int64_t{j} * nbv, dv8, nbv, o_strided, weights, widen);
+  int32_t c = 0;
+  for (; c + 32 <= dv8; c += 32) pv_int8_lanes<2, false>(p, v, scales, dv8, nbv, nk, c, o_strided, weights, widen);
+  if (c + 16 <= dv8) pv_int8_lanes<1, false>(p, v, scales, dv8, nbv, nk, c, o_strided, weights, widen), c += 16;
+  if (c < dv8) pv_int8_lanes<1, true>(p, v, scales, dv8, nbv, nk, c, o_strided, weights, widen);
 }
 
 // The staged loops widen by two interleaves that repeat each byte into its 32-bit lane and an
