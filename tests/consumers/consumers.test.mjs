@@ -117,7 +117,7 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
     gzippedSize[f] = gzipped;
     console.log(`# ${f}: ${bytes.length} bytes, ${gzipped} gzipped`);
   }
-  // The size budget, each Relaxed SIMD module under 59 kB gzipped (zlib level 9). Issue #15 set 40 kB for
+  // The size budget, each Relaxed SIMD module under 61 kB gzipped (zlib level 9). Issue #15 set 40 kB for
   // the v0.2 options (the modules dropped musl's exp table, exceptions, std::thread's start-up, the float16
   // decode loaders' inf/NaN and unscaled variants, libc++'s mutex/condition_variable/chrono and tanhf, the
   // pthread runtime's stdout and emcc's unused proxying exports: 37.8 kB for mha-relaxed-threads.wasm);
@@ -126,10 +126,11 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
   // lengths, the per-sequence decode plan and read (43.8 kB), then save/load with its parser, its reasons and
   // the CRC-32 (49.8 kB). The bfloat16 and int8 caches of docs/spec.md 4.8 added 7.5 kB: their storage,
   // codecs, the scalar kernel's two dtypes, the tiled prefill's rounding and save format 2 with its checks
-  // (54.2 kB), then the bfloat16 and int8 loaders of the SIMD decode kernels (57.3 kB); hence 59 kB. Each is
+  // (54.2 kB), then the bfloat16 and int8 loaders of the SIMD decode kernels (57.3 kB); the int8 cache's one-row decode
+  // kernel, its block scales folded into the dot products, 1.8 kB (59.1 kB); hence 61 kB. Each is
   // also held to its SIMD128 twin: a relaxed module is that build with fused multiply-adds, at most 10% larger.
   for (const f of ['dist/mha-relaxed.wasm', 'dist/mha-relaxed-threads.wasm']) {
-    assert.ok(gzippedSize[f] < 59000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 59 kB`);
+    assert.ok(gzippedSize[f] < 61000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 61 kB`);
   }
   for (const [relaxed, twin] of [['dist/mha-relaxed.wasm', 'dist/mha.wasm'], ['dist/mha-relaxed-threads.wasm', 'dist/mha-threads.wasm']]) {
     assert.ok(gzippedSize[relaxed] <= 1.1 * gzippedSize[twin], `${relaxed}: ${gzippedSize[relaxed]} bytes gzipped, ${twin}: ${gzippedSize[twin]}`);
