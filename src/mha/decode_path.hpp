@@ -10,7 +10,8 @@
 
 namespace mha {
 
-// What the micro-kernels read the cache's keys and values through (decode_simd128_micro.hpp).
+// What the micro-kernels read the cache's keys and values through (decode_simd128_micro.hpp); the order
+// indexes the SIMD kernel's table of paths (decode_simd128.cpp kPathRunners).
 enum class DecodeLoader : int32_t {
   kFloat32,        // float32 cache, read as is
   kFloat16Scaled,  // halves widened in registers without their 2^112 (folded into q and the weights)
