@@ -31,13 +31,7 @@ static_assert(mha::test_seam::kEnabled, "the test cores count the decode driver'
 
 namespace {
 
-using mha::CacheDType;
-using mha::Status;
-using mha_test::bit_equal;
-using mha_test::kInf;
-using mha_test::kNaN;
-using mha_test::require_close;
-using namespace decode_case;
+using namespace decode_case;  // CacheCase, the harness and the suite's checks (decode_case.hpp)
 
 }  // namespace
 
