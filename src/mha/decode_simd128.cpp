@@ -54,7 +54,7 @@ Layout make_layout(int32_t dh, int32_t dv) {
   lay.q = cursor.take(size_t(kMaxChunks) * dh * kChunk);    // q chunks as panels (Dh, 4)
   lay.s = cursor.take(size_t(kDecodeMaxRowsPerItem) * kS);  // scores, then weights (rows, kS)
   lay.k_stage = cursor.take(size_t(kP) * dh8);              // one widened K panel (Dh, P)
-  lay.v_stage = cursor.take(size_t(kP) * dv8);              // one widened V tile (P, Dv8)
+  lay.v_stage = cursor.take(size_t(kP) * dv8);              // one widened V tile (P, Dv8), or int8's o and weights
   lay.total = cursor.at;
   return lay;
 }
@@ -304,7 +304,9 @@ void run_int8_row(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   float* s = scratch + lay.s;
   float* sums = scratch + lay.k_stage;       // one panel's 32 scores, strided; then the touches
   float* o_strided = scratch + lay.v_stage;  // (Dv16)
-  float* weights = o_strided + dv16;         // 64 keys' weights
+  float* weights = o_strided + dv16;         // kInt8RowWeights keys' weights
+  // Both fit the V stage (kP * Dv8 floats): Dv16 <= Dv8 + 8, and Dv8 >= 8.
+  static_assert((kP - 1) * 8 >= 8 + kInt8RowWeights, "the int8 row's o and weights fit the V stage");
   pack_q(blk, 1.0f, scratch + lay.q);
   const auto* keys = static_cast<const int8_t*>(blk.key_panels);
   const auto* values = static_cast<const int8_t*>(blk.value_rows);
@@ -321,7 +323,7 @@ void run_int8_row(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   *reinterpret_cast<int32_t*>(sums + kP) = touched;  // keeps the touches
   block_softmax(blk, base, 1.0f, s);
   pv_int8_row(s + (blk.key_begin - base), values + int64_t{blk.key_begin} * dv8, blk.value_scales + int64_t{blk.key_begin} * nbv,
-              dv8, nbv, blk.key_end - blk.key_begin, o_strided, weights);
+              dv8, nbv, blk.key_end - blk.key_begin, o_strided, weights, widen);
   alignas(16) float lanes[16];
   const VecF unscale(kInt8Unscale);
   for (int32_t c = 0; c < dv8; c += 16) {

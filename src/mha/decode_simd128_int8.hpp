@@ -40,6 +40,7 @@ struct Int8Widener {
   }
 };
 constexpr float kInt8Unscale = 1.0f / 16777216.0f;  // 2^-24
+constexpr int32_t kInt8RowWeights = 64;  // keys whose weights pv_int8_lanes computes at a time
 
 // Four vectors in strided order (w[m] lane i = element 4i + m) -> 16 floats in element order at dst.
 inline void store_strided(VecF w[4], float* dst) {
@@ -93,18 +94,17 @@ inline void qk_int8_row(const float* qpanel, const int8_t* panel, const float* s
 // o_strided[c, c + 16 * kGroups) (kHalf: only the first 8 lanes read, Dv8 % 16 == 8) = 2^24 * the sum
 // over the nk keys of p_j * scale_{j, c / 32} * v_{j, c} (the value rows at v, Dv8 int8 each, and their
 // scales (nk, NBv)): the lanes lie in one block of 32 (c % 32 == 0, or c % 32 == 16 for the last ones),
-// so each key's weight p_j * scale is one multiply, taken kWeights keys at a time into `weights` and
-// then broadcast by a load. The accumulators (4 per 16 lanes) stay in registers over all the keys,
+// so each key's weight p_j * scale is one multiply, taken kInt8RowWeights keys at a time into `weights`
+// and then broadcast by a load. The accumulators (4 per 16 lanes) stay in registers over all the keys,
 // one independent add per key each.
 template <int kGroups, bool kHalf>
 inline void pv_int8_lanes(const float* p, const int8_t* v, const float* scales, int32_t dv8, int32_t nbv, int32_t nk, int32_t c,
                           float* o_strided, float* weights, const Int8Widener& widen) {
-  constexpr int32_t kWeights = 64;
   VecF acc[4 * kGroups];
   for (int x = 0; x < 4 * kGroups; ++x) acc[x] = VecF(0.0f);
   const int32_t nb = c / 32;
-  for (int32_t j0 = 0; j0 < nk; j0 += kWeights) {
-    const int32_t j1 = std::min(nk, j0 + kWeights);
+  for (int32_t j0 = 0; j0 < nk; j0 += kInt8RowWeights) {
+    const int32_t j1 = std::min(nk, j0 + kInt8RowWeights);
     for (int32_t j = j0; j < j1; ++j) weights[j - j0] = p[j] * scales[int64_t{j} * nbv + nb];
     for (int32_t j = j0; j < j1; ++j) {
       const VecF b(weights[j - j0]);
@@ -123,8 +123,7 @@ inline void pv_int8_lanes(const float* p, const int8_t* v, const float* scales, 
 // o_strided (Dv16 floats, each 16 lanes in strided order) = 2^24 * sum_j p_j * scale_{j, c / 32} * v_{j, c}
 // over the nk value rows at v and their scales: 32 lanes (one block) per sweep of the keys.
 inline void pv_int8_row(const float* p, const int8_t* v, const float* scales, int32_t dv8, int32_t nbv, int32_t nk,
-                        float* o_strided, float* weights) {
-  const Int8Widener widen;
+                        float* o_strided, float* weights, const Int8Widener& widen) {
   int32_t c = 0;
   for (; c + 32 <= dv8; c += 32) pv_int8_lanes<2, false>(p, v, scales, dv8, nbv, nk, c, o_strided, weights, widen);
   if (c + 16 <= dv8) pv_int8_lanes<1, false>(p, v, scales, dv8, nbv, nk, c, o_strided, weights, widen), c += 16;

@@ -126,10 +126,11 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
   // lengths, the per-sequence decode plan and read (43.8 kB), then save/load with its parser, its reasons and
   // the CRC-32 (49.8 kB). The bfloat16 and int8 caches of docs/spec.md 4.8 added 7.5 kB: their storage,
   // codecs, the scalar kernel's two dtypes, the tiled prefill's rounding and save format 2 with its checks
-  // (54.2 kB), then the bfloat16 and int8 loaders of the SIMD decode kernels (57.3 kB); the int8 cache's one-row decode
-  // kernel, its block scales folded into the dot products, 1.8 kB (59.1 kB), and its paths as functions of
-  // their own in a table instead of one inlined switch, 1.0 kB (60.1 kB); hence 61 kB. Each is
-  // also held to its SIMD128 twin: a relaxed module is that build with fused multiply-adds, at most 10% larger.
+  // (54.2 kB), then the bfloat16 and int8 loaders of the SIMD decode kernels (57.3 kB); the int8 cache's
+  // one-row decode kernel, its block scales folded into the dot products, 1.8 kB (59.1 kB), and the decode
+  // paths as functions of their own in a table instead of one inlined switch, 1.0 kB (60.1 kB); hence
+  // 61 kB. Each is also held to its SIMD128 twin: a relaxed module is that build with fused multiply-adds,
+  // at most 10% larger.
   for (const f of ['dist/mha-relaxed.wasm', 'dist/mha-relaxed-threads.wasm']) {
     assert.ok(gzippedSize[f] < 61000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 61 kB`);
   }
