@@ -14,14 +14,14 @@
 #include <string>
 
 #include "call_abi.hpp"
-#include "mha/decode.hpp"
-#include "mha/f16_tensor.hpp"
-#include "mha/kernel.hpp"
-#include "mha/heads.hpp"
-#include "mha/kv_cache.hpp"
-#include "mha/kv_cache_io.hpp"
-#include "mha/parallel.hpp"
-#include "mha/reference.hpp"  // attention weights come from the reference
+#include "mha/decode/decode.hpp"
+#include "mha/core/f16_tensor.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/core/heads.hpp"
+#include "mha/cache/kv_cache.hpp"
+#include "mha/cache/kv_cache_io.hpp"
+#include "mha/core/parallel.hpp"
+#include "mha/reference/reference.hpp"  // attention weights come from the reference
 
 #ifndef MHA_VERSION
 #error "MHA_VERSION must be defined by the build (it comes from package.json)"
@@ -190,7 +190,7 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t 
   return static_cast<int32_t>(mha::merge_heads(at<const float>(xh), batch, seq_len, d_model, num_heads, at<float>(x)));
 }
 
-// ---- The KV cache (src/mha/kv_cache.hpp, decode.hpp). A cache is named by a uint32 id of this instance's
+// ---- The KV cache (src/mha/cache/kv_cache.hpp, decode.hpp). A cache is named by a uint32 id of this instance's
 // registry; every export takes the id and reports an unknown or freed one as kCacheInvalid.
 
 // Bytes of K and V storage a cache of these dims needs (what mha_kv_cache_create allocates), or -1 for a
@@ -254,7 +254,7 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_config(uint32_t id, uintptr_t config_o
   const mha::KVCache* cache = g_caches.find(id);
   if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
   const mha::KVCacheConfig& c = cache->config();
-  const int32_t fields[] = {c.batch, c.num_kv_heads, c.head_dim, c.capacity, static_cast<int32_t>(c.dtype), c.v_dim()};
+  const int32_t fields[] = {c.batch, c.num_kv_heads, c.head_dim, c.capacity, static_cast<int32_t>(c.dtype), c.value_dim()};
   std::copy_n(fields, 6, at<int32_t>(config_out));
   return static_cast<int32_t>(mha::Status::kOk);
 }
@@ -292,7 +292,7 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
   if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
   const mha::KVCacheConfig& c = cache->config();
   const int32_t n = call.new_tokens;
-  const int32_t value_dim = c.value_dim > 0 ? c.value_dim : c.head_dim;  // Dv
+  const int32_t value_dim = c.value_dim();  // Dv
   const int64_t q_width = int64_t{call.num_heads} * c.head_dim, kv_width = int64_t{c.num_kv_heads} * c.head_dim;
   const int64_t v_width = int64_t{c.num_kv_heads} * value_dim, out_width = int64_t{call.num_heads} * value_dim;
   mha::CacheAttendArgs args;

@@ -15,7 +15,7 @@
 // roofline max(K/V bytes / bandwidth, 4*B*H*T*Dh / mul+add ceiling) with that round's thread count's
 // median ceilings, and the step's share of it.
 // `phases`: instead, per shape and dtype (one thread; and two for decode-mqa-8k), the step with phases of
-// the simd128 decode kernel skipped in turn (the test seam's decode_phase_mask, src/mha/test_seam.hpp), down to
+// the simd128 decode kernel skipped in turn (the test seam's decode_phase_mask, src/mha/core/test_seam.hpp), down to
 // none: what is left then is the driver (plan, merge, threads).
 // `split`: instead, decode-mqa-8k on 2 threads, per step: items, keys and kernel time of each thread.
 // `softcap`: instead, each shape and dtype without and with softcap 30 (1 thread).
@@ -36,13 +36,13 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "mha/kernel.hpp"
-#include "mha/decode.hpp"
-#include "mha/decode_kernel.hpp"
-#include "mha/kv_cache.hpp"
-#include "mha/parallel.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/decode/decode.hpp"
+#include "mha/decode/decode_kernel.hpp"
+#include "mha/cache/kv_cache.hpp"
+#include "mha/core/parallel.hpp"
 
-#include "mha/test_seam.hpp"  // decode_phase_mask (`phases`)
+#include "mha/core/test_seam.hpp"  // decode_phase_mask (`phases`)
 
 static_assert(mha::test_seam::kEnabled, "the bench cores are built with the test seam (CMakeLists.txt)");
 

@@ -17,11 +17,11 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "mha/decode.hpp"
-#include "mha/decode_kernel.hpp"
-#include "mha/kv_cache.hpp"
+#include "mha/decode/decode.hpp"
+#include "mha/decode/decode_kernel.hpp"
+#include "mha/cache/kv_cache.hpp"
 
-#include "mha/test_seam.hpp"  // decode_phase_mask
+#include "mha/core/test_seam.hpp"  // decode_phase_mask
 
 static_assert(mha::test_seam::kEnabled, "the bench cores are built with the test seam (CMakeLists.txt)");
 

@@ -25,10 +25,10 @@
 #include <time.h>
 #endif
 
-#include "mha/shape.hpp"
-#include "mha/workspace.hpp"
-#if __has_include("mha/kernel.hpp")
-#include "mha/kernel.hpp"
+#include "mha/core/shape.hpp"
+#include "mha/core/workspace.hpp"
+#if __has_include("mha/kernels/kernel.hpp")
+#include "mha/kernels/kernel.hpp"
 #else
 #include "mha/attention.hpp"  // a core from before the kernel interface (for before/after comparisons)
 #endif

@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "mha/simd128_tiles.hpp"
+#include "mha/kernels/simd128_tiles.hpp"
 
 namespace {
 

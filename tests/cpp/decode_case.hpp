@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "mha/cache_codecs.hpp"
-#include "mha/decode.hpp"
-#include "mha/f16.hpp"
-#include "mha/kernel.hpp"
-#include "mha/kv_cache.hpp"
-#include "mha/parallel.hpp"
-#include "mha/reference.hpp"
+#include "mha/cache/cache_codecs.hpp"
+#include "mha/decode/decode.hpp"
+#include "mha/core/f16.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/cache/kv_cache.hpp"
+#include "mha/core/parallel.hpp"
+#include "mha/reference/reference.hpp"
 #include "test_util.hpp"
 
 namespace decode_case {

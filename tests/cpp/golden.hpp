@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "mha/shape.hpp"
+#include "mha/core/shape.hpp"
 
 namespace mha_test {
 

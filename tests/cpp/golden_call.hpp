@@ -1,7 +1,7 @@
 // One stateless golden case as a core call (GoldenCall: its inputs, its expected outputs and the
 // AttentionArgs over them, every option of cases.json mapped onto the core's names), and the golden
 // comparisons (error_ratio for out, check_lse). Shared by the v1/v2 tests (test_golden.cpp) and the v3
-// ones (test_golden_v3.cpp).
+// ones (test_golden_sinks_rope_cache.cpp).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "golden.hpp"
-#include "mha/f16.hpp"
-#include "mha/shape.hpp"
+#include "mha/core/f16.hpp"
+#include "mha/core/shape.hpp"
 
 namespace mha_test {
 

@@ -1,5 +1,5 @@
-// Attention through the KV cache (src/mha/decode.hpp): every decode kernel variant against the
-// double-precision reference (src/mha/reference.hpp) on the equivalent multi-head problem
+// Attention through the KV cache (src/mha/decode/decode.hpp): every decode kernel variant against the
+// double-precision reference (src/mha/reference/reference.hpp) on the equivalent multi-head problem
 // (decode_case.hpp). Also: splits into steps, threads, waves, empty rows, errors, heap use over 20,000
 // steps, and the golden-v2 cache cases. The kernel's paths and their edge cases: test_decode_paths.cpp.
 #include <catch2/catch.hpp>
@@ -17,17 +17,17 @@
 #include "decode_case.hpp"
 #include "golden.hpp"
 #include "heap_usage.hpp"
-#include "mha/cache_codecs.hpp"
-#include "mha/decode.hpp"
-#include "mha/decode_path.hpp"
-#include "mha/f16.hpp"
-#include "mha/kernel.hpp"
-#include "mha/kv_cache.hpp"
-#include "mha/parallel.hpp"
-#include "mha/reference.hpp"
+#include "mha/cache/cache_codecs.hpp"
+#include "mha/decode/decode.hpp"
+#include "mha/decode/decode_path.hpp"
+#include "mha/core/f16.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/cache/kv_cache.hpp"
+#include "mha/core/parallel.hpp"
+#include "mha/reference/reference.hpp"
 #include "test_util.hpp"
 
-static_assert(mha::test_seam::kEnabled, "the test cores count the decode driver's paths (src/mha/test_seam.hpp)");
+static_assert(mha::test_seam::kEnabled, "the test cores count the decode driver's paths (src/mha/core/test_seam.hpp)");
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "decode_case.hpp"
-#include "mha/decode_path.hpp"
-#include "mha/f16.hpp"
+#include "mha/decode/decode_path.hpp"
+#include "mha/core/f16.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// The simd128 variant's vectorized exp2 (src/mha/simd_exp.hpp; the softmax works in log2 units) against
+// The simd128 variant's vectorized exp2 (src/mha/simd/simd_exp.hpp; the softmax works in log2 units) against
 // std::exp2, over the whole range the softmax feeds it.
 #include <catch2/catch.hpp>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "mha/simd_exp.hpp"
+#include "mha/simd/simd_exp.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// binary16 conversions (src/mha/f16.hpp) against definitions by value: a half's value from its fields
+// binary16 conversions (src/mha/core/f16.hpp) against definitions by value: a half's value from its fields
 // with ldexp, and round-to-nearest-even as a search for the nearest half (ties to the even code, 65536
 // standing for the overflow to infinity). Then the SIMD conversions against the scalar ones.
 #include <catch2/catch.hpp>
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "mha/f16.hpp"
-#include "mha/f16_tensor.hpp"
+#include "mha/core/f16.hpp"
+#include "mha/core/f16_tensor.hpp"
 
 namespace {
 

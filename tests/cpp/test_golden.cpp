@@ -8,9 +8,9 @@
 
 #include "golden.hpp"
 #include "golden_call.hpp"
-#include "mha/heads.hpp"
-#include "mha/kernel.hpp"
-#include "mha/reference.hpp"
+#include "mha/core/heads.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/reference/reference.hpp"
 #include "test_util.hpp"
 
 using mha_test::GoldenCall;

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "mha/kernel.hpp"
+#include "mha/kernels/kernel.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "mha/heads.hpp"
+#include "mha/core/heads.hpp"
 #include "test_util.hpp"
 
 using mha::Status;

@@ -1,4 +1,4 @@
-// Every kernel variant of the build (src/mha/kernel.hpp) against the double-precision reference, and the
+// Every kernel variant of the build (src/mha/kernels/kernel.hpp) against the double-precision reference, and the
 // properties the thread pool relies on (unit order and split do not change a bit of the result). Each
 // test case runs once per variant (EACH_KERNEL).
 #include <catch2/catch.hpp>
@@ -13,8 +13,8 @@
 #include <tuple>
 #include <vector>
 
-#include "mha/kernel.hpp"
-#include "mha/reference.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/reference/reference.hpp"
 #include "test_util.hpp"
 
 using namespace mha_test;

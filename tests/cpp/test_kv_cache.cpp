@@ -1,4 +1,4 @@
-// The KV cache's storage (src/mha/kv_cache.hpp): sizes and limits, append and read-back (f32 exact, f16
+// The KV cache's storage (src/mha/cache/kv_cache.hpp): sizes and limits, append and read-back (f32 exact, f16
 // rounded as f16::encode), appends past the capacity that change nothing, truncate, the inf/NaN
 // tracking of f16 caches, and the registry's ids.
 #include <catch2/catch.hpp>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "heap_usage.hpp"
-#include "mha/f16.hpp"
-#include "mha/kv_cache.hpp"
+#include "mha/core/f16.hpp"
+#include "mha/cache/kv_cache.hpp"
 #include "test_util.hpp"
 
 namespace {

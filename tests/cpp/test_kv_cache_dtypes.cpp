@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "mha/cache_codecs.hpp"
-#include "mha/kv_cache.hpp"
+#include "mha/cache/cache_codecs.hpp"
+#include "mha/cache/kv_cache.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -106,13 +106,13 @@ TEST_CASE("kv cache dtypes: append stores and read returns the values of the cod
       const KVCacheConfig config{2, 3, head_dim, 70, dtype, value_dim};
       INFO("dtype " << int(dtype) << " Dh " << head_dim);
       auto cache = make_cache(config);
-      const int32_t n = 37, kw = 3 * head_dim, vw = 3 * config.v_dim();
+      const int32_t n = 37, kw = 3 * head_dim, vw = 3 * config.value_dim();
       const auto k = mha_test::random_tensor(size_t(2) * n * kw, 11, 3.0f);
       const auto v = mha_test::random_tensor(size_t(2) * n * vw, 12, 3.0f);
       REQUIRE(cache->append({k.data(), int64_t{n} * kw, kw}, {v.data(), int64_t{n} * vw, vw}, n) == Status::kOk);
       std::vector<float> k_want = k, v_want = v, k_read(k.size()), v_read(v.size());
       mha::round_as_stored(dtype, k_want.data(), k_want.data(), int64_t{2} * n * 3, head_dim);
-      mha::round_as_stored(dtype, v_want.data(), v_want.data(), int64_t{2} * n * 3, config.v_dim());
+      mha::round_as_stored(dtype, v_want.data(), v_want.data(), int64_t{2} * n * 3, config.value_dim());
       REQUIRE(cache->read(k_read.data(), v_read.data(), 0, n) == Status::kOk);
       REQUIRE(std::memcmp(k_read.data(), k_want.data(), k.size() * 4) == 0);
       REQUIRE(std::memcmp(v_read.data(), v_want.data(), v.size() * 4) == 0);

@@ -1,4 +1,4 @@
-// Saved KV caches (src/mha/kv_cache_io.hpp, docs/cache-format.md): the CRC-32, round trips that keep every
+// Saved KV caches (src/mha/cache/kv_cache_io.hpp, docs/cache-format.md): the CRC-32, round trips that keep every
 // stored bit and every later attend's bits (float32 and float16, ragged lengths, Dv != Dh, empty caches,
 // the capacity option), and the refusal of anything save did not write: every single-byte change and every
 // truncation of a small save, each header field, with nothing leaked.
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "heap_usage.hpp"
-#include "mha/decode.hpp"
-#include "mha/f16.hpp"
-#include "mha/kv_cache.hpp"
-#include "mha/kv_cache_io.hpp"
+#include "mha/decode/decode.hpp"
+#include "mha/core/f16.hpp"
+#include "mha/cache/kv_cache.hpp"
+#include "mha/cache/kv_cache_io.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -69,7 +69,7 @@ std::unique_ptr<KVCache> make_cache(const KVCacheConfig& config) {
 // NaN into k and a value that overflows binary16 into v.
 void append(KVCache& cache, int32_t n, uint64_t seed, const int32_t* counts = nullptr, bool specials = false) {
   const KVCacheConfig& c = cache.config();
-  const int32_t kw = c.num_kv_heads * c.head_dim, vw = c.num_kv_heads * c.v_dim();
+  const int32_t kw = c.num_kv_heads * c.head_dim, vw = c.num_kv_heads * c.value_dim();
   auto k = mha_test::random_tensor(size_t(c.batch) * n * kw, seed, 3.0f);
   auto v = mha_test::random_tensor(size_t(c.batch) * n * vw, seed + 1, 3.0f);
   if (specials) {
@@ -90,14 +90,14 @@ void require_same_tokens(const KVCache& a, const KVCache& b) {
   REQUIRE(x.batch == y.batch);
   REQUIRE(x.num_kv_heads == y.num_kv_heads);
   REQUIRE(x.head_dim == y.head_dim);
-  REQUIRE(x.v_dim() == y.v_dim());
+  REQUIRE(x.value_dim() == y.value_dim());
   REQUIRE(x.dtype == y.dtype);
   for (int32_t s = 0; s < x.batch; ++s) {
     REQUIRE(a.length(s) == b.length(s));
     for (int32_t g = 0; g < x.num_kv_heads; ++g)
       for (int32_t j = 0; j < a.length(s); ++j) {
         for (int32_t d = 0; d < x.head_dim; ++d) REQUIRE(same_bits(a.key(s, g, j, d), b.key(s, g, j, d)));
-        for (int32_t d = 0; d < x.v_dim(); ++d) REQUIRE(same_bits(a.value(s, g, j, d), b.value(s, g, j, d)));
+        for (int32_t d = 0; d < x.value_dim(); ++d) REQUIRE(same_bits(a.value(s, g, j, d), b.value(s, g, j, d)));
       }
   }
 }
@@ -105,8 +105,8 @@ void require_same_tokens(const KVCache& a, const KVCache& b) {
 // One attend of n tokens (H = 2 Hkv query heads, causal) with seeded inputs; its output.
 std::vector<float> attend(KVCache& cache, int32_t n, uint64_t seed, const int32_t* counts = nullptr) {
   const KVCacheConfig& c = cache.config();
-  const int32_t H = 2 * c.num_kv_heads, qw = H * c.head_dim, kw = c.num_kv_heads * c.head_dim, vw = c.num_kv_heads * c.v_dim();
-  const int32_t ow = H * c.v_dim();
+  const int32_t H = 2 * c.num_kv_heads, qw = H * c.head_dim, kw = c.num_kv_heads * c.head_dim, vw = c.num_kv_heads * c.value_dim();
+  const int32_t ow = H * c.value_dim();
   const auto q = mha_test::random_tensor(size_t(c.batch) * n * qw, seed);
   const auto k = mha_test::random_tensor(size_t(c.batch) * n * kw, seed + 1);
   const auto v = mha_test::random_tensor(size_t(c.batch) * n * vw, seed + 2);

@@ -12,11 +12,11 @@
 #include <memory>
 #include <vector>
 
-#include "mha/decode.hpp"
-#include "mha/kv_cache.hpp"
-#include "mha/parallel.hpp"
+#include "mha/decode/decode.hpp"
+#include "mha/cache/kv_cache.hpp"
+#include "mha/core/parallel.hpp"
 #include "test_util.hpp"
-#include "v3_call.hpp"
+#include "strided_call.hpp"
 
 using mha::CacheDType;
 using mha::Status;

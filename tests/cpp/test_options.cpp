@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "mha/kernel.hpp"
-#include "mha/reference.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/reference/reference.hpp"
 #include "test_util.hpp"
 
 using namespace mha_test;

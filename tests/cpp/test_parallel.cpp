@@ -1,4 +1,4 @@
-// The thread pool and the parallel attention (src/mha/parallel.hpp): every index runs exactly once, and
+// The thread pool and the parallel attention (src/mha/core/parallel.hpp): every index runs exactly once, and
 // the output is bit-identical to the single-threaded attention() for 1, 2, 3 and 4 threads, on plain,
 // causal, masked and cross-attention shapes, for every kernel variant. Native only: the wasm Catch2 binary is single-threaded;
 // the threaded wasm build is tested through the JS API (tests/js/threads.test.mjs).
@@ -11,10 +11,10 @@
 #include <random>
 #include <vector>
 
-#include "mha/kernel.hpp"
-#include "mha/parallel.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/core/parallel.hpp"
 #include "test_util.hpp"
-#include "v3_call.hpp"
+#include "strided_call.hpp"
 
 namespace {
 
@@ -192,13 +192,13 @@ TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threa
   }
 }
 
-TEST_CASE("parallel attention: Dv, sinks and rope bit-identical to attention() for 1, 2, 3, 4 threads", "[parallel][v3]") {
+TEST_CASE("parallel attention: Dv, sinks and rope bit-identical to attention() for 1, 2, 3, 4 threads", "[parallel][sinks-rope]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   const mha::AttentionShape shapes[] = {{2, 130, 130, 64, 4, 2, 24}, {1, 257, 300, 96, 3, 1, 5}, {1, 200, 200, 64, 8, 2, 96}};
   uint64_t seed = 7300;
   for (const mha::AttentionShape& s : shapes) {
-    mha_test::V3Call c(s, seed++, 1, 2);
+    mha_test::StridedCall c(s, seed++, 1, 2);
     c.base.causal = s.seq_len != 130;
     c.base.query_offset = s.kv_seq_len - s.seq_len;
     c.random_sinks(seed++, 3.0f);

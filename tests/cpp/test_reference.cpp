@@ -10,7 +10,7 @@
 #include <numeric>
 #include <vector>
 
-#include "mha/reference.hpp"
+#include "mha/reference/reference.hpp"
 #include "test_util.hpp"
 
 using mha::AttentionShape;

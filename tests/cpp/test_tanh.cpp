@@ -1,4 +1,4 @@
-// The simd128 variant's vectorized tanh (src/mha/simd_tanh.hpp, the softcap of the score epilogue)
+// The simd128 variant's vectorized tanh (src/mha/simd/simd_tanh.hpp, the softcap of the score epilogue)
 // against std::tanh in double rounded to float, over the whole float range.
 #include <catch2/catch.hpp>
 
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "mha/f16.hpp"  // float_bits, bits_float
-#include "mha/simd_tanh.hpp"
+#include "mha/core/f16.hpp"  // float_bits, bits_float
+#include "mha/simd/simd_tanh.hpp"
 
 namespace {
 

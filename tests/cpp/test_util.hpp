@@ -14,9 +14,9 @@
 #include <random>
 #include <vector>
 
-#include "mha/kernel.hpp"
-#include "mha/reference.hpp"
-#include "mha/shape.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/reference/reference.hpp"
+#include "mha/core/shape.hpp"
 
 namespace mha_test {
 

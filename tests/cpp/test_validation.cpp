@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "mha/kernel.hpp"
-#include "mha/reference.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/reference/reference.hpp"
 #include "test_util.hpp"
 
 using mha::AttentionShape;

@@ -34,12 +34,12 @@
 #include <random>
 #include <vector>
 
-#include "mha/kernel.hpp"
-#include "mha/heads.hpp"
-#include "mha/reference.hpp"
-#include "mha/shape.hpp"
-#include "mha/visibility.hpp"
-#include "mha/workspace.hpp"
+#include "mha/kernels/kernel.hpp"
+#include "mha/core/heads.hpp"
+#include "mha/reference/reference.hpp"
+#include "mha/core/shape.hpp"
+#include "mha/core/visibility.hpp"
+#include "mha/core/workspace.hpp"
 
 #include "fuzz_compare.hpp"
 

@@ -45,9 +45,9 @@
 #include <random>
 #include <vector>
 
-#include "mha/reference.hpp"
-#include "mha/shape.hpp"
-#include "mha/visibility.hpp"
+#include "mha/reference/reference.hpp"
+#include "mha/core/shape.hpp"
+#include "mha/core/visibility.hpp"
 #include "fuzz_input.hpp"
 
 namespace fuzz {

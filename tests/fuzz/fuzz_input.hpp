@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "mha/f16.hpp"  // float_bits, bits_float
-#include "mha/shape.hpp"
+#include "mha/core/f16.hpp"  // float_bits, bits_float
+#include "mha/core/shape.hpp"
 
 namespace fuzz {
 

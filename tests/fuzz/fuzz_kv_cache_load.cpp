@@ -1,4 +1,4 @@
-// libFuzzer target of the saved-cache parser (src/mha/kv_cache_io.hpp, docs/cache-format.md) under ASan +
+// libFuzzer target of the saved-cache parser (src/mha/cache/kv_cache_io.hpp, docs/cache-format.md) under ASan +
 // UBSan: the input is the bytes given to mha.loadKVCache, as they are. Built by the CMake option MHA_FUZZ
 // (preset `fuzz`); scripts/fuzz.sh --slice runs a short fixed-seed slice from tests/fuzz/corpus-kv-cache
 // (valid saves of small caches, written by tests/fuzz/make-kv-cache-corpus.mjs).
@@ -19,8 +19,8 @@
 #include <memory>
 #include <vector>
 
-#include "mha/kv_cache.hpp"
-#include "mha/kv_cache_io.hpp"
+#include "mha/cache/kv_cache.hpp"
+#include "mha/cache/kv_cache_io.hpp"
 
 namespace {
 

@@ -10,11 +10,11 @@ import createMhaModule from '../../dist/mha.js';
 import { createMHA } from '../../dist/index.js';
 import { bitsEqual, mulberry32, randomNormal, repoRoot } from './helpers.mjs';
 
-/** The mha::Status enumerators of src/mha/shape.hpp: [name, number]. */
+/** The mha::Status enumerators of src/mha/core/shape.hpp: [name, number]. */
 function cppStatuses() {
-  const header = fs.readFileSync(path.join(repoRoot, 'src/mha/shape.hpp'), 'utf8');
+  const header = fs.readFileSync(path.join(repoRoot, 'src/mha/core/shape.hpp'), 'utf8');
   const body = /enum class Status : int32_t \{([^}]*)\}/.exec(header);
-  assert.ok(body, 'src/mha/shape.hpp has no enum class Status');
+  assert.ok(body, 'src/mha/core/shape.hpp has no enum class Status');
   return [...body[1].matchAll(/^\s*(k\w+) = (\d+),/gm)].map((m) => [m[1], Number(m[2])]);
 }
 
@@ -33,7 +33,7 @@ for (const file of ['mha.wasm', 'mha-baseline.wasm']) {
 }
 const K_UNSUPPORTED_OPTION = Object.fromEntries(cppStatuses()).kUnsupportedOption;
 
-test('every status of src/mha/shape.hpp has a message from the module; numbers that are none have an empty one', () => {
+test('every status of src/mha/core/shape.hpp has a message from the module; numbers that are none have an empty one', () => {
   const statuses = cppStatuses();
   assert.ok(statuses.length >= 8, `found only ${statuses.length} statuses`);
   assert.deepEqual(statuses.map(([, n]) => n), statuses.map((_, i) => i), 'the status numbers are 0, 1, 2, ...');

@@ -1,4 +1,4 @@
-// The KV cache dtypes and their numbers in the wasm exports (mha::CacheDType, src/mha/kv_cache.hpp):
+// The KV cache dtypes and their numbers in the wasm exports (mha::CacheDType, src/mha/cache/kv_cache.hpp):
 // the one source of the name <-> number mapping, used by kv-cache.ts and cache-io.ts.
 import type { KVCacheDType } from './kv-cache-types.js';
 

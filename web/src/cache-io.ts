@@ -1,7 +1,7 @@
 // KVCache.save and mha.loadKVCache (docs/spec.md 4.7, docs/cache-format.md). Plain functions of the module
 // and the arena: kv-cache.ts and instance.ts wrap their results in a WasmKVCache (no import of kv-cache.ts
 // here, so no cycle). The format, its checks and every message about the bytes are the core's
-// (src/mha/kv_cache_io.hpp): nothing here reads a field of a save.
+// (src/mha/cache/kv_cache_io.hpp): nothing here reads a field of a save.
 import { cacheDTypeName } from './cache-dtype.js';
 import { describe } from './describe.js';
 import type { KVCacheDType, LoadKVCacheOptions } from './kv-cache-types.js';

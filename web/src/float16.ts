@@ -1,6 +1,6 @@
 // IEEE binary16 tensors (docs/spec.md 4.2) as the API takes them: Uint16Array bits or the engine's
 // Float16Array, viewed as bits. The widening to float32 as they are staged and the one rounding of a
-// result to binary16 run in the core (src/mha/f16_tensor.hpp), called by staging.ts.
+// result to binary16 run in the core (src/mha/core/f16_tensor.hpp), called by staging.ts.
 import type { Float16Tensor } from './tensor-types.js';
 
 /** The engine's Float16Array constructor (ES2025), or undefined where it has none (Node 20, older engines). */

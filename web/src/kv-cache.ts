@@ -1,7 +1,7 @@
 // The KV cache (docs/spec.md Part 3): createKVCache's checks and the KVCache objects, which write the
 // CacheAttendCallAbi struct (src/call_abi.hpp; its layout is read by call-abi.ts, offsets by field name
 // from kvCacheAttendCallLayout, never copied by hand). The keys and values live on the instance's heap,
-// owned by the C++ registry (src/mha/kv_cache.hpp); an attend call stages q, k, v and out through the
+// owned by the C++ registry (src/mha/cache/kv_cache.hpp); an attend call stages q, k, v and out through the
 // instance's StagingArena like the stateless call, writes the struct, and makes one direct wasm call.
 import { checkAlibiSlopes, checkEmptyRows, checkRope, checkRopeRows, checkScale, checkSinks, checkSoftcap, checkTensorDType,
   checkWindow } from './attention-options.js';

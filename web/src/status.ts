@@ -1,5 +1,5 @@
 // The mha::Status codes the wasm exports return. Their messages have one source, the C++ core
-// (mha::status_message in src/mha/shape.cpp), read from the module on the error path: no table here.
+// (mha::status_message in src/mha/core/shape.cpp), read from the module on the error path: no table here.
 import type { MhaWasmModule } from './mha.js';
 
 /**

@@ -104,7 +104,7 @@ const FEATURES: Readonly<Record<Feature, () => string | undefined>> = {
   threads: threadsUnavailable,
 };
 
-/** The custom section that names the engine features a module needs beyond SIMD128 (src/mha/kernel_relaxed.cpp). */
+/** The custom section that names the engine features a module needs beyond SIMD128 (src/mha/kernels/kernel_relaxed.cpp). */
 const FEATURES_SECTION = 'mha_wasm_features';
 
 /** Reads an unsigned LEB128 at `at`; undefined past the end. */

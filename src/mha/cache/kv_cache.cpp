@@ -1,0 +1,481 @@
+#include "mha/cache/kv_cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "mha/core/f16_tensor.hpp"
+#include "mha/core/rope.hpp"
+
+#if MHA_F16_SIMD
+#include "mha/simd/simd_transpose.hpp"
+#endif
+
+namespace mha {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+void* allocate_zeroed(size_t bytes) {
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p != nullptr) std::memset(p, 0, rounded);
+  return p;
+}
+
+// Byte counts of K (B, Hkv, panels, Dh, P) and V (B, Hkv, capacity, Dv8), as doubles: every factor is
+// below 2^31, so the products are exact in a double up to 2^53 and only compared beyond that.
+double key_bytes(const KVCacheConfig& c, double element) {
+  const double panels = double((int64_t{c.capacity} + kKeysPerPanel - 1) / kKeysPerPanel);
+  return double(c.batch) * c.num_kv_heads * panels * c.head_dim * kKeysPerPanel * element;
+}
+double value_bytes(const KVCacheConfig& c, double element) {
+  const double dv8 = double((int64_t{c.value_dim()} + 7) / 8 * 8);
+  return double(c.batch) * c.num_kv_heads * c.capacity * dv8 * element;
+}
+// int8: the key scales (B, Hkv, panels, NBk, P) and value scales (B, Hkv, capacity, NBv), float32.
+double key_scale_bytes(const KVCacheConfig& c) {
+  if (c.dtype != CacheDType::kInt8) return 0.0;
+  const double panels = double((int64_t{c.capacity} + kKeysPerPanel - 1) / kKeysPerPanel);
+  return double(c.batch) * c.num_kv_heads * panels * q8::blocks(c.head_dim) * kKeysPerPanel * 4.0;
+}
+double value_scale_bytes(const KVCacheConfig& c) {
+  if (c.dtype != CacheDType::kInt8) return 0.0;
+  return double(c.batch) * c.num_kv_heads * c.capacity * q8::blocks(c.value_dim()) * 4.0;
+}
+
+bool valid_dtype(CacheDType dtype) {
+  return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16 || dtype == CacheDType::kBFloat16 ||
+         dtype == CacheDType::kInt8;
+}
+
+bool all_finite(const float* x, int32_t n) {
+  for (int32_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+// The float16 rounding of the copy-in, each in one place (noinline): every store path calls these instead
+// of carrying its own inlined copy of f16's SIMD narrowing. The copy-in is O(n * Hkv * Dh) per call, beside
+// attention's O(n * T * H * Dh), so a call per 8 elements should not show (not timed);
+// mha-relaxed-threads.wasm is 401 B (zlib -9) smaller for it (package size, issue #15).
+[[gnu::noinline]] uint16_t encode_half(float x, bool& specials) {
+  const uint16_t h = f16::encode(x);
+  specials |= f16::is_special(h);
+  return h;
+}
+#if MHA_F16_SIMD
+// 8 floats (elements 0..3 in lo, 4..7 in hi) -> 8 halves at `halves` (16-byte aligned); true if one is inf/NaN.
+[[gnu::noinline]] bool encode8(f16::simd::VecF lo, f16::simd::VecF hi, uint16_t* halves) {
+  return f16::simd::store8(lo, hi, halves);
+}
+#endif
+
+}  // namespace
+
+double kv_cache_bytes(const KVCacheConfig& c) {
+  if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0 || c.v_head_dim < 0 || !valid_dtype(c.dtype)) {
+    return -1.0;
+  }
+  const double element = cache_element_bytes(c.dtype);
+  return key_bytes(c, element) + value_bytes(c, element) + key_scale_bytes(c) + value_scale_bytes(c);
+}
+
+Status validate_cache_config(const KVCacheConfig& c) {
+  if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0) return Status::kNonPositiveDim;
+  if (c.v_head_dim < 0) return Status::kBadVHeadDim;
+  if (!valid_dtype(c.dtype)) return Status::kCacheBadOption;
+  if (kv_cache_bytes(c) >= double(kMaxCacheBytes)) return Status::kCacheTooLarge;
+  return Status::kOk;
+}
+
+void round_to_f16(const float* x, float* y, int64_t count) {
+  // Through the float16 tensors' codec (f16_tensor.hpp), a chunk at a time: narrowed, then widened back
+  // (the same encoder and decoder as the stored halves, so exactly the values append stores). y may be x.
+  uint16_t halves[256];
+  for (int64_t i = 0; i < count; i += 256) {
+    const int64_t n = std::min<int64_t>(256, count - i);
+    narrow_floats(x + i, halves, n);
+    widen_halves(halves, y + i, n);
+  }
+}
+
+void round_as_stored(CacheDType dtype, const float* x, float* y, int64_t rows, int32_t dim) {
+  const int64_t count = rows * dim;
+  switch (dtype) {
+    case CacheDType::kFloat32:
+      if (x != y) std::memmove(y, x, sizeof(float) * size_t(count));
+      return;
+    case CacheDType::kFloat16: return round_to_f16(x, y, count);
+    case CacheDType::kBFloat16:
+      for (int64_t i = 0; i < count; ++i) y[i] = bf16::decode(bf16::encode(x[i]));
+      return;
+    case CacheDType::kInt8:
+      for (int64_t r = 0; r < rows; ++r) q8::round_row(x + r * dim, y + r * dim, dim);
+      return;
+  }
+}
+
+KVCache::KVCache(const KVCacheConfig& config)
+    : config_(config), panels_((int64_t{config.capacity} + kKeysPerPanel - 1) / kKeysPerPanel) {}
+
+KVCache::~KVCache() {
+  std::free(keys_);
+  std::free(values_);
+  std::free(key_scales_);
+  std::free(value_scales_);
+  std::free(state_);
+}
+
+Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& cache) {
+  cache.reset();
+  const Status status = validate_cache_config(config);
+  if (status != Status::kOk) return status;
+  std::unique_ptr<KVCache> fresh(new (std::nothrow) KVCache(config));
+  if (!fresh) return Status::kOutOfMemory;
+  const double element = cache_element_bytes(config.dtype);
+  fresh->keys_ = allocate_zeroed(static_cast<size_t>(key_bytes(config, element)));
+  fresh->values_ = allocate_zeroed(static_cast<size_t>(value_bytes(config, element)));
+  if (config.dtype == CacheDType::kInt8) {
+    fresh->key_scales_ = static_cast<float*>(allocate_zeroed(static_cast<size_t>(key_scale_bytes(config))));
+    fresh->value_scales_ = static_cast<float*>(allocate_zeroed(static_cast<size_t>(value_scale_bytes(config))));
+    if (fresh->key_scales_ == nullptr || fresh->value_scales_ == nullptr) return Status::kOutOfMemory;
+  }
+  // lengths (B, zero), special_from (B), rotated key (Dh), each part 4-byte aligned in a 64-byte aligned block.
+  const size_t batch = size_t(config.batch);
+  fresh->state_ = allocate_zeroed(sizeof(int32_t) * 2 * batch + sizeof(float) * size_t(config.head_dim));
+  if (fresh->keys_ == nullptr || fresh->values_ == nullptr || fresh->state_ == nullptr) {
+    return Status::kOutOfMemory;  // fresh frees them
+  }
+  fresh->lengths_ = static_cast<int32_t*>(fresh->state_);
+  fresh->special_from_ = fresh->lengths_ + batch;
+  fresh->rotated_ = reinterpret_cast<float*>(fresh->special_from_ + batch);
+  std::fill_n(fresh->special_from_, batch, kNoSpecialValues);
+  cache = std::move(fresh);
+  return Status::kOk;
+}
+
+// Key j of a head sits in panel j / P at column j % P (key_panel_offset); a value row is Dv8 elements.
+template <typename E>
+E* KVCache::key_column(int32_t b, int32_t g, int32_t position) {
+  return static_cast<E*>(keys_) + head_index(b, g) * panels_ * panel_elements() + key_panel_offset(position, 0, config_.head_dim);
+}
+template <typename E>
+E* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
+  return static_cast<E*>(values_) + (head_index(b, g) * config_.capacity + position) * value_row_elements();
+}
+
+float* KVCache::key_scale_row(int32_t b, int32_t g, int32_t position) {
+  return key_scales_ + (head_index(b, g) * panels_ + position / kKeysPerPanel) * key_scale_blocks() * kKeysPerPanel +
+         position % kKeysPerPanel;
+}
+float* KVCache::value_scale_row(int32_t b, int32_t g, int32_t position) {
+  return value_scales_ + (head_index(b, g) * config_.capacity + position) * value_scale_blocks();
+}
+
+bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) {
+  const int32_t dh = config_.head_dim;
+  switch (config_.dtype) {
+    case CacheDType::kFloat32: {
+      float* column = key_column<float>(b, g, position);
+      for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = k[d];
+      return false;
+    }
+    case CacheDType::kBFloat16: {
+      uint16_t* column = key_column<uint16_t>(b, g, position);
+      for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = bf16::encode(k[d]);
+      return false;
+    }
+    case CacheDType::kInt8:
+      q8::quantize_row(k, dh, key_column<int8_t>(b, g, position), kKeysPerPanel, key_scale_row(b, g, position), kKeysPerPanel);
+      return false;
+    case CacheDType::kFloat16: break;
+  }
+  uint16_t* column = key_column<uint16_t>(b, g, position);
+  bool specials = false;
+  for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = encode_half(k[d], specials);
+  return specials;
+}
+
+#if MHA_F16_SIMD
+// Keys of 8 tokens (rows row_stride apart) at positions [position, position + 8), position % 8 == 0, so
+// that they fill 8 adjacent, 16-byte aligned columns of one panel: 4x4 register transposes turn 4
+// elements of 4 tokens into 4 panel-row pieces (the per-token store_key scatters one element per line).
+bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position) {
+  const int32_t dh = config_.head_dim;
+  const int32_t dh4 = dh - dh % 4;
+  const bool f16 = config_.dtype == CacheDType::kFloat16;
+  float* column32 = f16 ? nullptr : key_column<float>(b, g, position);
+  uint16_t* column16 = f16 ? key_column<uint16_t>(b, g, position) : nullptr;
+  bool specials = false;
+  for (int32_t d = 0; d < dh4; d += 4) {
+    using simd::VecF;
+    VecF t[2][4];  // [token half][element d + j]: tokens 4h .. 4h + 3
+    for (int h = 0; h < 2; ++h) {
+      const float* r = k + 4 * h * row_stride + d;
+      t[h][0] = VecF::load_unaligned(r), t[h][1] = VecF::load_unaligned(r + row_stride);
+      t[h][2] = VecF::load_unaligned(r + 2 * row_stride), t[h][3] = VecF::load_unaligned(r + 3 * row_stride);
+      simd::transpose_4x4(t[h][0], t[h][1], t[h][2], t[h][3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      if (f16) {
+        specials |= encode8(t[0][j], t[1][j], column16 + (d + j) * kKeysPerPanel);
+      } else {
+        t[0][j].store_aligned(column32 + (d + j) * kKeysPerPanel);
+        t[1][j].store_aligned(column32 + (d + j) * kKeysPerPanel + 4);
+      }
+    }
+  }
+  for (int32_t d = dh4; d < dh; ++d) {
+    for (int32_t i = 0; i < 8; ++i) {
+      const float x = k[i * row_stride + d];
+      if (f16) {
+        column16[d * kKeysPerPanel + i] = encode_half(x, specials);
+      } else {
+        column32[d * kKeysPerPanel + i] = x;
+      }
+    }
+  }
+  return specials;
+}
+#endif
+
+bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position) {
+  const int32_t dh = config_.value_dim();  // Dv; lanes [Dv, Dv8) stay zero
+  switch (config_.dtype) {
+    case CacheDType::kFloat32:
+      std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh);
+      return false;
+    case CacheDType::kBFloat16: {
+      uint16_t* row = value_row<uint16_t>(b, g, position);
+      for (int32_t d = 0; d < dh; ++d) row[d] = bf16::encode(v[d]);
+      return false;
+    }
+    case CacheDType::kInt8:
+      q8::quantize_row(v, dh, value_row<int8_t>(b, g, position), 1, value_scale_row(b, g, position), 1);
+      return false;
+    case CacheDType::kFloat16: break;
+  }
+  uint16_t* row = value_row<uint16_t>(b, g, position);
+  bool specials = false;
+  int32_t d = 0;
+#if MHA_F16_SIMD
+  for (; d + 8 <= dh; d += 8) {
+    const auto lo = f16::simd::VecF::load_unaligned(v + d), hi = f16::simd::VecF::load_unaligned(v + d + 4);
+    specials |= encode8(lo, hi, row + d);
+  }
+#endif
+  for (; d < dh; ++d) row[d] = encode_half(v[d], specials);
+  return specials;
+}
+
+const float* KVCache::key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position) {
+  const float* key = k_row + int64_t{g} * config_.head_dim;
+  if (rope == nullptr) return key;
+  std::memcpy(rotated_, key, sizeof(float) * size_t(config_.head_dim));
+  rotate_head(rotated_, 1, *rope, position);
+  return rotated_;
+}
+
+int32_t KVCache::min_length() const { return *std::min_element(lengths_, lengths_ + config_.batch); }
+int32_t KVCache::max_length() const { return *std::max_element(lengths_, lengths_ + config_.batch); }
+
+Status KVCache::check_storable(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
+                               const int32_t* new_tokens) {
+  if (config_.dtype != CacheDType::kInt8) return Status::kOk;
+  if (rope != nullptr && !rope->enabled()) rope = nullptr;
+  const int32_t dh = config_.head_dim, dv = config_.value_dim();
+  for (int32_t b = 0; b < config_.batch; ++b) {
+    const int32_t count = new_tokens != nullptr ? new_tokens[b] : n;
+    for (int32_t t = 0; t < count; ++t) {
+      const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
+      const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
+      for (int32_t g = 0; g < config_.num_kv_heads; ++g) {
+        // The rotation of finite keys can still overflow: the key is checked as it would be stored.
+        if (!all_finite(key_to_store(k_row, g, rope, lengths_[b] + t), dh) || !all_finite(v_row + int64_t{g} * dv, dv))
+          return Status::kCacheNonFinite;
+      }
+    }
+  }
+  return Status::kOk;
+}
+
+Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
+                       const int32_t* new_tokens) {
+  if (n <= 0) return Status::kNonPositiveDim;
+  if (k.data == nullptr || v.data == nullptr) return Status::kNullPointer;
+  if (rope != nullptr && !rope->enabled()) rope = nullptr;
+  auto count_of = [&](int32_t b) { return new_tokens != nullptr ? new_tokens[b] : n; };
+  for (int32_t b = 0; b < config_.batch; ++b) {
+    if (count_of(b) > config_.capacity - lengths_[b]) return Status::kCacheFull;
+    if (rope != nullptr && int64_t{lengths_[b]} + count_of(b) > rope->positions) return Status::kRopePosition;
+  }
+  const Status storable = check_storable(k, v, n, rope, new_tokens);
+  if (storable != Status::kOk) return storable;
+  const int32_t dh = config_.head_dim, dv = config_.value_dim(), heads = config_.num_kv_heads;
+  for (int32_t b = 0; b < config_.batch; ++b) {
+    const int32_t length = lengths_[b], count = count_of(b);
+    // The first position of a group or token that stored an inf/NaN half: at or before the real one, so
+    // special_from stays conservative.
+    int32_t first_special = kNoSpecialValues;
+    for (int32_t t = 0; t < count;) {
+      const int32_t position = length + t;
+      const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
+#if MHA_F16_SIMD
+      // Rotated keys go one by one through rotated_ (the copy-in is O(n * Hkv * Dh) either way).
+      const bool panel_rows = config_.dtype == CacheDType::kFloat32 || config_.dtype == CacheDType::kFloat16;
+      const int32_t tokens = (panel_rows && rope == nullptr && position % 8 == 0 && count - t >= 8) ? 8 : 1;
+#else
+      const int32_t tokens = 1;
+#endif
+      bool specials = false;
+      for (int32_t g = 0; g < heads; ++g) {
+#if MHA_F16_SIMD
+        if (tokens == 8) {
+          specials |= store_keys8(k_row + int64_t{g} * dh, k.row_stride, b, g, position);
+          continue;
+        }
+#endif
+        specials |= store_key(key_to_store(k_row, g, rope, position), b, g, position);
+      }
+      if (specials) first_special = std::min(first_special, position);
+      t += tokens;
+    }
+    for (int32_t t = 0; t < count; ++t) {
+      const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
+      bool specials = false;
+      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dv, b, g, length + t);
+      if (specials) first_special = std::min(first_special, length + t);
+    }
+    special_from_[b] = std::min(special_from_[b], first_special);
+    lengths_[b] = length + count;
+  }
+  return Status::kOk;
+}
+
+void KVCache::set_length(int32_t b, int32_t length) {
+  lengths_[b] = length;
+  // Every inf/NaN half of sequence b was at special_from(b) or later: all are gone when that position is.
+  if (special_from_[b] >= length) special_from_[b] = kNoSpecialValues;
+}
+
+Status KVCache::truncate(int32_t length) {
+  if (length < 0 || length > max_length()) return Status::kCacheBadLength;
+  for (int32_t b = 0; b < config_.batch; ++b) set_length(b, std::min(lengths_[b], length));
+  return Status::kOk;
+}
+
+Status KVCache::truncate_each(const int32_t* lengths) {
+  if (lengths == nullptr) return Status::kNullPointer;
+  for (int32_t b = 0; b < config_.batch; ++b)
+    if (lengths[b] < 0 || lengths[b] > lengths_[b]) return Status::kCacheBadLength;
+  for (int32_t b = 0; b < config_.batch; ++b) set_length(b, lengths[b]);
+  return Status::kOk;
+}
+
+float KVCache::key(int32_t b, int32_t g, int32_t j, int32_t d) const {
+  const int64_t at = head_index(b, g) * panels_ * panel_elements() + key_panel_offset(j, d, config_.head_dim);
+  switch (config_.dtype) {
+    case CacheDType::kFloat32: return static_cast<const float*>(keys_)[at];
+    case CacheDType::kFloat16: return f16::decode(static_cast<const uint16_t*>(keys_)[at]);
+    case CacheDType::kBFloat16: return bf16::decode(static_cast<const uint16_t*>(keys_)[at]);
+    case CacheDType::kInt8: break;
+  }
+  const float scale = key_scales(b, g)[int64_t{j / kKeysPerPanel} * key_scale_blocks() * kKeysPerPanel +
+                                       (d / q8::kQuantBlock) * kKeysPerPanel + j % kKeysPerPanel];
+  return q8::dequantize(static_cast<const int8_t*>(keys_)[at], scale);
+}
+
+float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {
+  const int64_t token = head_index(b, g) * config_.capacity + j;
+  const int64_t at = token * value_row_elements() + d;
+  switch (config_.dtype) {
+    case CacheDType::kFloat32: return static_cast<const float*>(values_)[at];
+    case CacheDType::kFloat16: return f16::decode(static_cast<const uint16_t*>(values_)[at]);
+    case CacheDType::kBFloat16: return bf16::decode(static_cast<const uint16_t*>(values_)[at]);
+    case CacheDType::kInt8: break;
+  }
+  return q8::dequantize(static_cast<const int8_t*>(values_)[at], value_scales_[token * value_scale_blocks() + d / q8::kQuantBlock]);
+}
+
+namespace {
+
+// Tokens [start, end) of every sequence in read's layout, each element as E; `element(b, g, j, d, is_key)`
+// gives it.
+template <typename E, typename Element>
+void read_tokens(const KVCacheConfig& c, E* k, E* v, int32_t start, int32_t end, Element element) {
+  const int32_t hkv = c.num_kv_heads, dh = c.head_dim, dv = c.value_dim(), tokens = end - start;
+  for (int32_t b = 0; b < c.batch; ++b)
+    for (int32_t j = start; j < end; ++j)
+      for (int32_t g = 0; g < hkv; ++g) {
+        const int64_t token = (int64_t{b} * tokens + (j - start)) * hkv + g;
+        for (int32_t d = 0; d < dh; ++d) k[token * dh + d] = element(b, g, j, d, true);
+        for (int32_t d = 0; d < dv; ++d) v[token * dv + d] = element(b, g, j, d, false);
+      }
+}
+
+}  // namespace
+
+Status KVCache::read(float* k, float* v, int32_t start, int32_t end) const {
+  if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;
+  if (end > start && (k == nullptr || v == nullptr)) return Status::kNullPointer;
+  read_tokens(config_, k, v, start, end, [this](int32_t b, int32_t g, int32_t j, int32_t d, bool is_key) {
+    return is_key ? key(b, g, j, d) : value(b, g, j, d);
+  });
+  return Status::kOk;
+}
+
+Status KVCache::read_stored(void* k, void* v, int32_t start, int32_t end) const {
+  if (config_.dtype != CacheDType::kFloat16) return read(static_cast<float*>(k), static_cast<float*>(v), start, end);
+  if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;
+  if (end > start && (k == nullptr || v == nullptr)) return Status::kNullPointer;
+  read_tokens(config_, static_cast<uint16_t*>(k), static_cast<uint16_t*>(v), start, end,
+              [this](int32_t b, int32_t g, int32_t j, int32_t d, bool is_key) {
+                return is_key ? key_panels<uint16_t>(b, g)[key_panel_offset(j, d, config_.head_dim)]
+                              : value_rows<uint16_t>(b, g)[int64_t{j} * value_row_elements() + d];
+              });
+  return Status::kOk;
+}
+
+Status KVCacheRegistry::create(const KVCacheConfig& config, uint32_t* id) {
+  *id = 0;
+  std::unique_ptr<KVCache> cache;
+  const Status status = KVCache::create(config, cache);
+  if (status != Status::kOk) return status;
+  return adopt(std::move(cache), id);
+}
+
+Status KVCacheRegistry::adopt(std::unique_ptr<KVCache> cache, uint32_t* id) {
+  *id = 0;
+  if (!cache) return Status::kNullPointer;
+  while (next_id_ == 0 || find(next_id_) != nullptr) ++next_id_;  // 0 is "no cache"
+  *id = next_id_++;
+  caches_.emplace_back(*id, std::move(cache));
+  return Status::kOk;
+}
+
+KVCache* KVCacheRegistry::find(uint32_t id) const {
+  if (id == 0) return nullptr;
+  for (const auto& entry : caches_)
+    if (entry.first == id) return entry.second.get();
+  return nullptr;
+}
+
+Status KVCacheRegistry::free(uint32_t id) {
+  for (size_t i = 0; i < caches_.size(); ++i) {
+    if (caches_[i].first != id || id == 0) continue;
+    caches_[i] = std::move(caches_.back());
+    caches_.pop_back();
+    return Status::kOk;
+  }
+  return Status::kCacheInvalid;
+}
+
+void KVCacheRegistry::free_all() {
+  caches_.clear();
+  caches_.shrink_to_fit();
+}
+
+}  // namespace mha

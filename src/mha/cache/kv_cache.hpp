@@ -1,0 +1,229 @@
+// The KV cache of docs/spec.md Part 3: the keys and values of every token so far, stored once on the
+// heap and appended in place. Each batch item (sequence) has its own length (docs/spec.md 4.6): a batch of
+// prompts of different lengths is prefilled and decoded together, each sequence's keys ending at its own
+// length.
+//
+// Layout, per batch item b and KV head g (P = kKeysPerPanel = 32, Dv8 = Dv rounded up to 8):
+//   K  (B, Hkv, ceil(capacity / P), Dh, P)   K^T in panels of 32 keys: row d of a panel holds element d
+//                                            of 32 consecutive keys (with rope: rotated at their position)
+//   V  (B, Hkv, capacity, Dv8)               one row per key, lanes [Dv, Dv8) zero
+// Why this layout: the decode kernel (decode.hpp) runs, for one KV head, the G*n query rows that share
+// it against a block of keys. With K^T panels, one step of the QK^T micro-kernel loads 8 to 32
+// consecutive keys of one head-dim element as whole vectors and broadcasts a q element over them: the
+// scores come out as vectors over keys, which is what the softmax works on, with no horizontal sums.
+// With V in rows, the PV micro-kernel broadcasts a weight over a row's lanes. Both K and V of a key block
+// are then single linear streams (the prefetchers' best case), a panel row of an f16 cache is exactly one
+// 64-byte line, and head g's keys never interleave with other heads'. Appending writes Dh scattered
+// elements per token and head into K and one row into V: O(n * Hkv * Dh). Truncating only moves
+// the lengths. Nothing is ever copied in proportion to the length.
+// The tiled prefill kernel (kernel.hpp) reads K as rows through strides, so it cannot read these
+// panels; a prefill into an empty cache runs it on the new tokens' own k and v instead (float16: rounded
+// with round_to_f16; see decode.hpp). Reading panels there would need its K packing to copy 8-key panel
+// rows.
+//
+// float16, bfloat16: 16-bit elements in the same layout. Unused storage is zero, and inf/NaN halves of a
+// float16 cache are tracked (special_from) so that the kernels can skip the inf/NaN fix-up of the
+// widening when the keys they read hold none (a bfloat16 widening is exact for every value).
+// int8 (docs/spec.md 4.8, cache_codecs.hpp): int8 elements in the same layout, and a float32 scale per
+// block of 32 head-dim elements of each token's key and value:
+//   key scales    (B, Hkv, ceil(capacity / P), NBk, P)   NBk = ceil(Dh / 32): a panel's keys' scales in
+//                                                         rows of P, so one row scales a panel row's keys
+//   value scales  (B, Hkv, capacity, NBv)                NBv = ceil(Dv / 32)
+// The decode kernels fold a scale into a block's dot product and into a key's weight (one multiply per
+// block), never into each value.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "mha/cache/cache_codecs.hpp"
+#include "mha/core/f16.hpp"
+#include "mha/core/numeric.hpp"
+#include "mha/core/shape.hpp"
+
+namespace mha {
+
+// The numbers are the ABI's and the save format's (docs/cache-format.md).
+enum class CacheDType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt8 = 3 };
+
+// Bytes of one stored element (the int8 scales aside).
+constexpr int32_t cache_element_bytes(CacheDType dtype) {
+  return dtype == CacheDType::kFloat32 ? 4 : (dtype == CacheDType::kInt8 ? 1 : 2);
+}
+
+struct KVCacheConfig {
+  int32_t batch = 0;         // B
+  int32_t num_kv_heads = 0;  // Hkv
+  int32_t head_dim = 0;      // Dh
+  int32_t capacity = 0;      // tokens per batch item
+  CacheDType dtype = CacheDType::kFloat32;
+  int32_t v_head_dim = 0;    // Dv; 0 = Dh (docs/spec.md 4.1)
+
+  int32_t value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }  // Dv
+};
+
+constexpr int32_t kKeysPerPanel = 32;
+// Where element d of key j sits among one KV head's key panels (from its panel 0): panel j / P, panel
+// row d, column j % P. The one formula of the layout above, for the cache and the decode kernels.
+constexpr int64_t key_panel_offset(int32_t j, int32_t d, int32_t head_dim) {
+  return int64_t{j / kKeysPerPanel} * head_dim * kKeysPerPanel + int64_t{d} * kKeysPerPanel + j % kKeysPerPanel;
+}
+// A wasm32 heap holds at most 2 GiB (the module's MAXIMUM_MEMORY); natively the same bound keeps the
+// behaviour of both builds alike.
+constexpr int64_t kMaxCacheBytes = int64_t{1} << 31;
+// special_from() when the cache holds no inf or NaN half.
+constexpr int32_t kNoSpecialValues = INT32_MAX;
+
+// Bytes of K and V storage of a config (exactly what create allocates, int8 scales included), or -1 when
+// a dim is not positive or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
+double kv_cache_bytes(const KVCacheConfig& config);
+
+// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the heap also holds
+// everything else), or kOk.
+Status validate_cache_config(const KVCacheConfig& config);
+
+// y[i] = x[i] rounded to binary16 and widened back, exactly the value a float16 cache stores for x[i]
+// (count elements; x and y may be the same).
+void round_to_f16(const float* x, float* y, int64_t count);
+
+// y = x as a cache of `dtype` stores and reads it back: `rows` rows of `dim` floats, each one token's KV
+// head row (an int8 block never spans two rows). x and y may be the same; float32 copies.
+void round_as_stored(CacheDType dtype, const float* x, float* y, int64_t rows, int32_t dim);
+
+class KVCache {
+ public:
+  // Validates the config and allocates zero-filled storage; kOutOfMemory when the heap cannot hold it.
+  static Status create(const KVCacheConfig& config, std::unique_ptr<KVCache>& cache);
+  ~KVCache();
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
+
+  const KVCacheConfig& config() const { return config_; }
+  // Sequence b's length (tokens stored), and the extremes over the B sequences.
+  int32_t length(int32_t b) const { return lengths_[b]; }
+  const int32_t* lengths() const { return lengths_; }  // (B)
+  int32_t min_length() const;
+  int32_t max_length() const;
+  bool uniform() const { return min_length() == max_length(); }
+
+  // Stores the new tokens of sequence b at positions [length(b), length(b) + count_b) and adds count_b to
+  // its length, count_b = new_tokens[b] (new_tokens null: n for every b; else each in [0, n], checked by
+  // the caller). k (B, n, Hkv*Dh), v (B, n, Hkv*Dv) through strides (head g of a row at g*Dh, g*Dv); rows
+  // at index >= count_b are padding and not read. With rope (not null, enabled, validated against Dh by
+  // the caller) each key is rotated at its position first, then stored (float16: rounded after the
+  // rotation). kCacheFull when a sequence would pass the capacity, kRopePosition when one would pass the
+  // rope tables' rows, kCacheNonFinite when an int8 cache would quantize an inf or NaN (check_storable):
+  // then nothing is written. float16 and bfloat16 caches round to nearest even, int8 quantizes
+  // (cache_codecs.hpp).
+  Status append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope = nullptr,
+                const int32_t* new_tokens = nullptr);
+
+  // kCacheNonFinite when the cache is int8 and a real row of k or v (keys after the rotation) holds an
+  // inf or NaN: docs/spec.md 4.8 refuses the call before anything is stored. kOk otherwise, and for the
+  // other dtypes (which store inf and NaN). Arguments as append's, already checked against the capacity.
+  Status check_storable(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
+                        const int32_t* new_tokens);
+
+  // Keeps min(length(b), length) tokens of every sequence; kCacheBadLength when length < 0 or
+  // > max_length(). O(B).
+  Status truncate(int32_t length);
+  // Sets sequence b's length to lengths[b] (B of them, each in [0, length(b)], else kCacheBadLength and
+  // nothing changes). O(B).
+  Status truncate_each(const int32_t* lengths);
+
+  // Storage of KV head g of batch item b, for the kernels: float (kFloat32), uint16_t (kFloat16,
+  // kBFloat16) or int8_t (kInt8), and an int8 cache's scales (layout above; nullptr for other dtypes).
+  template <typename E>
+  const E* key_panels(int32_t b, int32_t g) const {
+    return static_cast<const E*>(keys_) + head_index(b, g) * panels_ * panel_elements();
+  }
+  template <typename E>
+  const E* value_rows(int32_t b, int32_t g) const {
+    return static_cast<const E*>(values_) + head_index(b, g) * config_.capacity * value_row_elements();
+  }
+  const float* key_scales(int32_t b, int32_t g) const {
+    return key_scales_ == nullptr ? nullptr : key_scales_ + head_index(b, g) * panels_ * key_scale_blocks() * kKeysPerPanel;
+  }
+  const float* value_scales(int32_t b, int32_t g) const {
+    return value_scales_ == nullptr ? nullptr : value_scales_ + head_index(b, g) * config_.capacity * value_scale_blocks();
+  }
+  int32_t key_scale_blocks() const { return q8::blocks(config_.head_dim); }   // NBk
+  int32_t value_scale_blocks() const { return q8::blocks(config_.value_dim()); }  // NBv
+  int64_t panel_elements() const { return int64_t{config_.head_dim} * kKeysPerPanel; }  // (Dh, P)
+  int32_t value_row_elements() const { return round_up(config_.value_dim(), 8); }        // Dv8
+
+  // Smallest position of sequence b whose K or V holds an inf or NaN half (float16), or
+  // kNoSpecialValues. Conservative after a truncate that keeps some of them.
+  int32_t special_from(int32_t b) const { return special_from_[b]; }
+
+  // Element d of key / value j of head g of batch item b, exactly as stored (tests, exact kernel path).
+  float key(int32_t b, int32_t g, int32_t j, int32_t d) const;
+  float value(int32_t b, int32_t g, int32_t j, int32_t d) const;
+
+  // Copies tokens [start, end) of every sequence out as k (B, end - start, Hkv*Dh), v (B, end - start,
+  // Hkv*Dv) floats, keys as stored (rotated with rope): docs/spec.md 4.7. kCacheBadLength unless
+  // 0 <= start <= end <= min_length().
+  Status read(float* k, float* v, int32_t start, int32_t end) const;
+  // The same tokens in the layout of read, as the cache's own elements: float16 bits for a float16 cache,
+  // else read's float32 (bfloat16 and int8 read back as float32, docs/spec.md 4.8).
+  Status read_stored(void* k, void* v, int32_t start, int32_t end) const;
+
+ private:
+  explicit KVCache(const KVCacheConfig& config);
+  int64_t head_index(int32_t b, int32_t g) const { return int64_t{b} * config_.num_kv_heads + g; }
+  template <typename E>
+  E* key_column(int32_t b, int32_t g, int32_t position);
+  template <typename E>
+  E* value_row(int32_t b, int32_t g, int32_t position);
+  // Store one token's key or value of head g (Dh floats); true when an inf/NaN half was stored.
+  bool store_key(const float* k, int32_t b, int32_t g, int32_t position);
+  bool store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position);  // SIMD builds
+  bool store_value(const float* v, int32_t b, int32_t g, int32_t position);
+  float* key_scale_row(int32_t b, int32_t g, int32_t position);    // int8: key `position`'s NBk scales, stride P
+  float* value_scale_row(int32_t b, int32_t g, int32_t position);  // int8: value `position`'s NBv scales
+  void set_length(int32_t b, int32_t length);
+  // The key of head g of one token as stored: k_row + g*Dh itself, or rotated at `position` into rotated_.
+  const float* key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position);
+
+  friend class KVCacheStorage;  // kv_cache_io.cpp: save and load copy the stored tokens in and out
+
+  KVCacheConfig config_;
+  // One block for the small state: lengths (B), special_from (B), then one rotated key (Dh floats). One
+  // allocation instead of three keeps a cache's create/free from fragmenting the wasm heap's small blocks.
+  void* state_ = nullptr;
+  int32_t* lengths_ = nullptr;       // (B)
+  int32_t* special_from_ = nullptr;  // (B)
+  int64_t panels_ = 0;  // ceil(capacity / P)
+  void* keys_ = nullptr;
+  void* values_ = nullptr;
+  float* key_scales_ = nullptr;    // int8 only
+  float* value_scales_ = nullptr;  // int8 only
+  float* rotated_ = nullptr;  // one rotated key (Dh), in state_
+};
+
+// The caches of one instance, by id. Ids are never reused, so a freed cache's id stays invalid; the
+// first id comes from the caller (a random base from JS makes another instance's ids unknown here).
+class KVCacheRegistry {
+ public:
+  explicit KVCacheRegistry(uint32_t first_id = 1) : next_id_(first_id == 0 ? 1 : first_id) {}
+
+  // Creates a cache and returns its id in *id (0 on failure).
+  Status create(const KVCacheConfig& config, uint32_t* id);
+  // Takes a cache made elsewhere (a load: kv_cache_io.hpp) and returns its new id in *id (kNullPointer and 0
+  // for a null cache).
+  Status adopt(std::unique_ptr<KVCache> cache, uint32_t* id);
+  KVCache* find(uint32_t id) const;  // nullptr: no such cache
+  Status free(uint32_t id);          // kCacheInvalid when there is no such cache
+  void free_all();
+  size_t size() const { return caches_.size(); }
+  // Ids issued from now on start at `id` (skipping 0).
+  void set_next_id(uint32_t id) { next_id_ = id == 0 ? 1 : id; }
+
+ private:
+  std::vector<std::pair<uint32_t, std::unique_ptr<KVCache>>> caches_;
+  uint32_t next_id_;
+};
+
+}  // namespace mha
