@@ -12,6 +12,7 @@ declare -A NEEDS=(
   [wasm2wat]=wabt
   [/usr/bin/chromium]=chromium
   [cmake]=cmake
+  [clang-format]=clang-format  # npm run lint (scripts/lint.sh)
   [ninja]=ninja-build
   [clang++]=clang
   # clang-19 + lld-19 build the Relaxed SIMD kernel: Emscripten's clang 14 emits the proposal's old

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test suite, in order of cost (`npm test`, what CI runs). Fails on the first failing suite.
 #
-#   scripts/test.sh --quick   (`npm run test:quick`) the quick tier, a few minutes: the native C++ suite
+#   scripts/test.sh --quick   (`npm run test:quick`) the quick tier, a few minutes: the formatters' check
+#                             (scripts/lint.sh), the native C++ suite
 #                             (the `native` preset, built incrementally, and ctest) and the Node JS suites
 #                             (tests/js) on the package as built. No bootstrap, no wasm build, no ASan,
 #                             fuzzing, browsers or consumers. It does not build the package: without dist/
@@ -30,6 +31,9 @@ if $quick; then
     echo "test.sh --quick: warning: changed since the last build (run \`npm run build\` to test them):" $newer >&2
   fi
 fi
+
+echo "== Lint: clang-format and prettier (npm run lint)"
+bash scripts/lint.sh
 
 echo "== C++ suite, native (Catch2; every kernel variant: simd128 and scalar)"
 [[ -f build/native/build.ninja ]] || cmake --preset native >/dev/null

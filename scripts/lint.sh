@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `npm run lint`: fails when a C++ source (clang-format, .clang-format) or a TypeScript/JavaScript source
+# (prettier, .prettierrc.json) is not formatted, and names the files. `npm run format` rewrites them.
+# Part of the quick tier (scripts/test.sh --quick) and so of npm test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=check
+[[ "${1:-}" == --fix ]] && mode=fix
+
+# Tracked and new (not ignored) files, so that a file not yet committed is checked too.
+sources() { git ls-files --cached --others --exclude-standard -- "$@" | while read -r f; do [[ -f $f ]] && echo "$f"; done; }
+mapfile -t cpp < <(sources 'src/*.cpp' 'src/*.hpp' 'tests/*.cpp' 'tests/*.hpp' 'bench/*.cpp' 'bench/*.hpp')
+status=0
+if [[ $mode == fix ]]; then
+  clang-format -i "${cpp[@]}"
+else
+  bad=()
+  for f in "${cpp[@]}"; do
+    clang-format --dry-run -Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+  done
+  if ((${#bad[@]})); then
+    echo "lint: ${#bad[@]} C++ file(s) not formatted by clang-format (npm run format rewrites them):" >&2
+    printf '  %s\n' "${bad[@]}" >&2
+    status=1
+  fi
+fi
+if [[ $mode == fix ]]; then
+  npx prettier --log-level warn --write .
+elif ! npx prettier --log-level warn --check . ; then
+  echo "lint: the files above are not formatted by prettier (npm run format rewrites them)" >&2
+  status=1
+fi
+exit $status
