@@ -10,25 +10,34 @@ import { checkLse, checkOut, checkWeights } from '../scripts/lib/golden-runner.m
 import { goldenDir, goldenOptions, goldenV2Dir, loadGoldenCases, readGolden } from '../scripts/lib/golden.mjs';
 
 const withRelaxed = process.argv.includes('--relaxed');
-const BUILDS = [['simd', { simd: 'fixed' }], ['baseline', { simd: false }], ['simd-threads', { simd: 'fixed', threads: 2 }]];
+const BUILDS = [
+  ['simd', { simd: 'fixed' }],
+  ['baseline', { simd: false }],
+  ['simd-threads', { simd: 'fixed', threads: 2 }],
+];
 if (withRelaxed) BUILDS.push(['relaxed-simd', {}]);
 
 /** A case's family: its name up to the first dims token (`_b2`, `_q3`), e.g. `bias_broadcast`. */
 const familyOf = (c, set) => `${set} ${c.name.replace(/_(b|q|s)\d.*$/, '')}`;
 
-const sets = [['v1', loadGoldenCases(goldenDir)], ['v2', loadGoldenCases(goldenV2Dir).filter((c) => c.kind !== 'cache')]];
-const families = new Map();  // family -> build -> worst ratios
+const sets = [
+  ['v1', loadGoldenCases(goldenDir)],
+  ['v2', loadGoldenCases(goldenV2Dir).filter((c) => c.kind !== 'cache')],
+];
+const families = new Map(); // family -> build -> worst ratios
 for (const [build, createOptions] of BUILDS) {
   const mha = await createMHA(createOptions);
   if (mha.info.build !== build) throw new Error(`asked for ${build}, createMHA gave ${mha.info.build}`);
   for (const [set, cases] of sets) {
     for (const c of cases) {
       const [q, k, v, out64, out32] = ['q', 'k', 'v', 'out64', 'out32'].map((role) => readGolden(c, role));
-      const options = goldenOptions(c);  // v1 cases have no options, only dims and perhaps a mask
+      const options = goldenOptions(c); // v1 cases have no options, only dims and perhaps a mask
       const lse64 = c.files.lse64 ? readGolden(c, 'lse64') : undefined;
       const lse = lse64 ? new Float32Array(lse64.length) : undefined;
       const out = checkOut(mha.multiHeadAttention(q, k, v, { ...options, lse }), out64, out32);
-      const weights = c.files.weights64 ? checkWeights(mha.attentionWeights(q, k, { ...options }), readGolden(c, 'weights64')) : undefined;
+      const weights = c.files.weights64
+        ? checkWeights(mha.attentionWeights(q, k, { ...options }), readGolden(c, 'weights64'))
+        : undefined;
       const lseCheck = lse ? checkLse(lse, lse64) : undefined;
       if (!out.ok || (weights && !weights.ok) || (lseCheck && !lseCheck.ok)) {
         throw new Error(`${build} ${set} ${c.name}: ${out.problem ?? weights?.problem ?? lseCheck?.problem}`);
@@ -53,8 +62,10 @@ console.log(`| family (cases) | ${BUILDS.map(([b]) => `${b}: out err/tol · weig
 console.log(`|---|${BUILDS.map(() => '---').join('|')}|`);
 for (const [family, row] of families) {
   const first = row.values().next().value;
-  console.log(`| ${family} (${first.cases}) | ${BUILDS.map(([b]) => {
-    const r = row.get(b);
-    return `${cell(r.out)} · ${cell(r.weights)} · ${cell(r.lse)}`;
-  }).join(' | ')} |`);
+  console.log(
+    `| ${family} (${first.cases}) | ${BUILDS.map(([b]) => {
+      const r = row.get(b);
+      return `${cell(r.out)} · ${cell(r.weights)} · ${cell(r.lse)}`;
+    }).join(' | ')} |`,
+  );
 }

@@ -8,7 +8,10 @@ import { measureCeilings } from './lib/ceiling.mjs';
 import { measureBandwidthThreads } from './lib/bandwidth-threads.mjs';
 
 const config = JSON.parse(process.argv[2]);
-const send = (msg) => new Promise((resolve) => (process.send ? process.send(msg, () => resolve()) : (console.log(JSON.stringify(msg)), resolve())));
+const send = (msg) =>
+  new Promise((resolve) =>
+    process.send ? process.send(msg, () => resolve()) : (console.log(JSON.stringify(msg)), resolve()),
+  );
 const maxRss = () => process.resourceUsage().maxRSS * 1024;
 
 async function main() {
@@ -22,7 +25,12 @@ async function main() {
   if (config.impl === 'job') {
     // An interleaved job (bench/lib/jobs.mjs): all its contestants in this one process.
     const { runJob } = await import('./lib/jobs-run.mjs');
-    const r = await runJob({ job: config.job, seed: config.seed, budgetMs: config.budgetMs, onPhase: (phase) => send({ type: 'phase', phase, rss: maxRss() }) });
+    const r = await runJob({
+      job: config.job,
+      seed: config.seed,
+      budgetMs: config.budgetMs,
+      onPhase: (phase) => send({ type: 'phase', phase, rss: maxRss() }),
+    });
     await send({ type: 'result', result: { impl: 'job', ...r, peakRssBytes: maxRss() } });
     return;
   }
@@ -46,7 +54,14 @@ async function main() {
 main().then(
   () => process.exit(0),
   async (error) => {
-    await send({ type: 'error', error: String(error?.stack ?? error).split('\n').slice(0, 4).join(' | '), peakRssBytes: maxRss() });
+    await send({
+      type: 'error',
+      error: String(error?.stack ?? error)
+        .split('\n')
+        .slice(0, 4)
+        .join(' | '),
+      peakRssBytes: maxRss(),
+    });
     process.exit(1);
   },
 );

@@ -3,9 +3,9 @@
 'use strict';
 
 const error = new Error(
-  "mha-wasm is an ES module and cannot be loaded with require(). From CommonJS, use a dynamic import:\n" +
+  'mha-wasm is an ES module and cannot be loaded with require(). From CommonJS, use a dynamic import:\n' +
     "  const { createMHA } = await import('mha-wasm');\n" +
-    "or write your script as an ES module (.mjs, or \"type\": \"module\" in package.json) and\n" +
+    'or write your script as an ES module (.mjs, or "type": "module" in package.json) and\n' +
     "  import { createMHA } from 'mha-wasm';",
 );
 error.code = 'ERR_REQUIRE_ESM';

@@ -43,7 +43,10 @@ try {
 } catch (error) {
   fail(error.message);
 }
-const count = Number(args.tokens), temperature = Number(args.temperature), topK = Number(args['top-k']), seed = Number(args.seed);
+const count = Number(args.tokens),
+  temperature = Number(args.temperature),
+  topK = Number(args['top-k']),
+  seed = Number(args.seed);
 if (!Number.isInteger(count) || count < 1) fail(`--tokens: expected a positive integer, got ${args.tokens}`);
 if (!(temperature > 0)) fail(`--temperature: expected a number > 0, got ${args.temperature}`);
 if (!Number.isInteger(topK) || topK < 1) fail(`--top-k: expected a positive integer, got ${args['top-k']}`);
@@ -53,7 +56,8 @@ const prompts = args.prompt.map((p) => [...new TextEncoder().encode(p)]);
 if (prompts.some((p) => p.length === 0)) fail('--prompt: expected at least one character, got an empty string');
 
 // The model: a folder with a Hugging Face config (model_type / architectures) runs on the Llama runner
-const modelDir = args.model ?? process.env.TINY_GPT_DIR ?? fileURLToPath(new URL('../models/tiny-gpt/', import.meta.url));
+const modelDir =
+  args.model ?? process.env.TINY_GPT_DIR ?? fileURLToPath(new URL('../models/tiny-gpt/', import.meta.url));
 let config;
 try {
   config = JSON.parse(fs.readFileSync(path.join(modelDir, 'config.json'), 'utf8'));
@@ -61,7 +65,10 @@ try {
   fail(`--model: expected a folder with config.json and model.safetensors, got ${modelDir} (${error.message})`);
 }
 const isLlama = config.model_type !== undefined || config.architectures !== undefined;
-if (!isLlama && prompts.length > 1) fail(`--prompt: tiny-gpt runs one sequence, got ${prompts.length} prompts (a Llama model, e.g. --model models/tiny-llama, batches them)`);
+if (!isLlama && prompts.length > 1)
+  fail(
+    `--prompt: tiny-gpt runs one sequence, got ${prompts.length} prompts (a Llama model, e.g. --model models/tiny-llama, batches them)`,
+  );
 const dtype = args.cache === 'f16' ? 'float16' : 'float32';
 const mha = await createMHA();
 const session = isLlama
@@ -74,7 +81,10 @@ const decoder = new TextDecoder();
 if (!args.json && single) process.stdout.write(args.prompt[0]);
 let afterPrefill;
 const outputs = generateBatch(session, prompts, count, {
-  greedy: args.greedy, temperature, topK, seed,
+  greedy: args.greedy,
+  temperature,
+  topK,
+  seed,
   onToken(token) {
     afterPrefill ??= { ...session.timing };
     if (!args.json && single) process.stdout.write(decoder.decode(Uint8Array.of(token), { stream: true }));
@@ -89,15 +99,22 @@ if (args.json) {
   if (single) process.stdout.write(decoder.decode() + '\n');
   else results.forEach(({ text }, b) => console.log(`[${b}] ${args.prompt[b]}${text}`));
   const { forwardMs, attentionMs } = session.timing;
-  const decodeMs = forwardMs - afterPrefill.forwardMs, decodeAttentionMs = attentionMs - afterPrefill.attentionMs;
+  const decodeMs = forwardMs - afterPrefill.forwardMs,
+    decodeAttentionMs = attentionMs - afterPrefill.attentionMs;
   const steps = count - 1; // the first token comes from the prompts' prefill
   const decoded = steps * prompts.length;
   const rate = (n, ms) => (ms > 0 ? (n / (ms / 1000)).toFixed(0) : 'n/a');
   const batch = single ? '' : ` for ${prompts.length} sequences together`;
-  console.log(`\n-- mha-wasm ${mha.info.version} (${mha.info.build}), model ${modelName}, attention: createKVCache (${args.cache})`);
-  console.log(`-- prefill: ${afterPrefill.tokens} tokens in ${afterPrefill.forwardMs.toFixed(1)} ms, ${rate(afterPrefill.tokens, afterPrefill.forwardMs)} tokens/s (attention ${afterPrefill.attentionMs.toFixed(1)} ms)`);
+  console.log(
+    `\n-- mha-wasm ${mha.info.version} (${mha.info.build}), model ${modelName}, attention: createKVCache (${args.cache})`,
+  );
+  console.log(
+    `-- prefill: ${afterPrefill.tokens} tokens in ${afterPrefill.forwardMs.toFixed(1)} ms, ${rate(afterPrefill.tokens, afterPrefill.forwardMs)} tokens/s (attention ${afterPrefill.attentionMs.toFixed(1)} ms)`,
+  );
   if (steps > 0) {
-    console.log(`-- generation: ${steps} steps${batch}, ${rate(decoded, decodeMs)} tokens/s for the whole model, ` +
-      `${rate(decoded, decodeAttentionMs)} tokens/s for attention alone (${(100 * decodeAttentionMs / decodeMs).toFixed(1)} % of the time)`);
+    console.log(
+      `-- generation: ${steps} steps${batch}, ${rate(decoded, decodeMs)} tokens/s for the whole model, ` +
+        `${rate(decoded, decodeAttentionMs)} tokens/s for attention alone (${((100 * decodeAttentionMs) / decodeMs).toFixed(1)} % of the time)`,
+    );
   }
 }

@@ -21,7 +21,16 @@ console.log('window last row:', row(windowed.subarray(9 * 16)));
 // A decode step: one new token's query over 9 keys, the 8 cached before it and its own. queryOffset =
 // kvSeqLen - seqLen puts the query at position 8 (lower-right alignment); lse receives the log-sum-exp of
 // each head, (batch, numHeads, seqLen), to merge with attention over other keys later.
-const decode = { batch: 1, seqLen: 1, kvSeqLen: 9, dModel: 64, numHeads: 8, numKvHeads: 2, causal: true, queryOffset: 8 };
+const decode = {
+  batch: 1,
+  seqLen: 1,
+  kvSeqLen: 9,
+  dModel: 64,
+  numHeads: 8,
+  numKvHeads: 2,
+  causal: true,
+  queryOffset: 8,
+};
 const lse = new Float32Array(8);
 const step = mha.multiHeadAttention(fill(64, 4), fill(9 * 16, 5), fill(9 * 16, 6), { ...decode, lse });
 console.log('decode row:', row(step));

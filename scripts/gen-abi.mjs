@@ -18,8 +18,18 @@ export const OUTPUT = 'web/src/abi-fields.generated.ts';
 
 /** The macros of the header and the TypeScript function each becomes. */
 const STRUCTS = [
-  { macro: 'MHA_ATTENTION_CALL_FIELDS', struct: 'AttentionCallAbi', fn: 'attentionCallSlots', what: 'the attention call' },
-  { macro: 'MHA_CACHE_ATTEND_CALL_FIELDS', struct: 'CacheAttendCallAbi', fn: 'cacheAttendCallSlots', what: 'a KV cache attend call' },
+  {
+    macro: 'MHA_ATTENTION_CALL_FIELDS',
+    struct: 'AttentionCallAbi',
+    fn: 'attentionCallSlots',
+    what: 'the attention call',
+  },
+  {
+    macro: 'MHA_CACHE_ATTEND_CALL_FIELDS',
+    struct: 'CacheAttendCallAbi',
+    fn: 'cacheAttendCallSlots',
+    what: 'a KV cache attend call',
+  },
 ];
 
 /** The fields of `#define macro(X)` in `header`: [{ type, name, doc }], in order. */
@@ -37,7 +47,9 @@ export function parseFields(header, macro) {
     if (list) return parseFields(header, list[1]);
     const m = /^\s*X\(\s*(u?int32_t|float)\s*,\s*([A-Za-z_]\w*)\s*,\s*"((?:[^"\\]|\\.)*)"\s*\)\s*\\?\s*$/.exec(line);
     if (!m) {
-      throw new Error(`${HEADER}: ${macro}: expected X(type, name, "text") with a 4-byte type or MHA_..._FIELDS(X), got ${JSON.stringify(line.trim())}`);
+      throw new Error(
+        `${HEADER}: ${macro}: expected X(type, name, "text") with a 4-byte type or MHA_..._FIELDS(X), got ${JSON.stringify(line.trim())}`,
+      );
     }
     return [{ type: m[1], name: m[2], doc: m[3].replace(/\\(.)/g, '$1') }];
   });
@@ -62,10 +74,15 @@ export function generate(header) {
   ];
   for (const { macro, struct, fn, what } of STRUCTS) {
     const fields = parseFields(header, macro);
-    out.push('', `/** The slots of ${struct}, ${what} (${macro}). */`,
-      `export function ${fn}(offsets: Readonly<Record<string, number>>) {`, '  return {');
-    for (const f of fields) out.push(`    /** ${f.type}: ${f.doc.replace(/\*\//g, '* /')} */`, `    ${f.name}: slot(offsets, '${f.name}'),`);
-    out.push('    /** The struct\'s size in bytes. */', '    bytes: offsets.size ?? NaN,', '  };', '}');
+    out.push(
+      '',
+      `/** The slots of ${struct}, ${what} (${macro}). */`,
+      `export function ${fn}(offsets: Readonly<Record<string, number>>) {`,
+      '  return {',
+    );
+    for (const f of fields)
+      out.push(`    /** ${f.type}: ${f.doc.replace(/\*\//g, '* /')} */`, `    ${f.name}: slot(offsets, '${f.name}'),`);
+    out.push("    /** The struct's size in bytes. */", '    bytes: offsets.size ?? NaN,', '  };', '}');
   }
   return `${out.join('\n')}\n`;
 }

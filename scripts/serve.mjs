@@ -100,7 +100,8 @@ export function createHandler({ root = REPO_ROOT, mounts = {}, redirects, isolat
     }
     if (pathname.includes('\0')) return text(res, 400, 'bad request\n', head, iso);
     // Dot-files and dot-directories (.git, .npmrc, ...) are never served.
-    if (pathname.split('/').some((part) => part.startsWith('.'))) return text(res, 404, `not found: ${pathname}\n`, head, iso);
+    if (pathname.split('/').some((part) => part.startsWith('.')))
+      return text(res, 404, `not found: ${pathname}\n`, head, iso);
     if (Object.hasOwn(redirectMap, pathname)) {
       return send(res, 302, { Location: redirectMap[pathname], 'Content-Length': 0 }, undefined, iso);
     }

@@ -69,7 +69,8 @@ mha::Status call_status(const AttentionCallAbi& call, bool weights) {
   if (weights ? call.v_head_dim != 0 : call.stage != static_cast<int32_t>(mha::ScoreStage::kSoftmax)) {
     return mha::Status::kUnsupportedOption;
   }
-  if (weights && (call.stage < 0 || call.stage > static_cast<int32_t>(mha::ScoreStage::kSoftmax))) return mha::Status::kBadStage;
+  if (weights && (call.stage < 0 || call.stage > static_cast<int32_t>(mha::ScoreStage::kSoftmax)))
+    return mha::Status::kBadStage;
   return mha::Status::kOk;
 }
 
@@ -77,15 +78,15 @@ mha::Status call_status(const AttentionCallAbi& call, bool weights) {
 template <typename Call>
 mha::RotaryTables rotary_tables(const Call& call) {
   return mha::RotaryTables{at<const float>(call.rope_cos), at<const float>(call.rope_sin), call.rope_positions,
-                           call.rope_rotary_dim, call.rope_interleaved != 0, call.rope_first_position};
+                           call.rope_rotary_dim,           call.rope_interleaved != 0,     call.rope_first_position};
 }
 
 // q (B, S, D), k (B, T, Hkv*Dh), v (B, T, Hkv*Dv), out (B, S, H*Dv), bias [bias_batch, bias_heads, S, T] with zero
 // strides over its broadcast dims, lse (B, H, S); attention_weights passes v = out = 0.
 mha::AttentionArgs make_args(const AttentionCallAbi& call, uintptr_t v, uintptr_t out) {
   mha::AttentionArgs args;
-  args.shape = mha::AttentionShape{call.batch, call.seq_len, call.kv_seq_len, call.d_model, call.num_heads,
-                                   call.num_kv_heads, call.v_head_dim};
+  args.shape = mha::AttentionShape{call.batch,     call.seq_len,      call.kv_seq_len, call.d_model,
+                                   call.num_heads, call.num_kv_heads, call.v_head_dim};
   // A k row is Hkv * Dh floats, a v row Hkv * Dv, an out row H * Dv (validate_args refuses the call if
   // the dims do not divide or are out of range).
   const bool dims_ok = call.num_heads > 0 && call.num_kv_heads > 0 && call.v_head_dim >= 0;
@@ -182,11 +183,13 @@ EMSCRIPTEN_KEEPALIVE void mha_narrow_floats(uintptr_t floats, uintptr_t halves, 
   mha::narrow_floats(at<const float>(floats), at<uint16_t>(halves), n);
 }
 
-EMSCRIPTEN_KEEPALIVE int32_t mha_split_heads(uintptr_t x, uintptr_t xh, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
+EMSCRIPTEN_KEEPALIVE int32_t mha_split_heads(uintptr_t x, uintptr_t xh, int32_t batch, int32_t seq_len, int32_t d_model,
+                                             int32_t num_heads) {
   return static_cast<int32_t>(mha::split_heads(at<const float>(x), batch, seq_len, d_model, num_heads, at<float>(xh)));
 }
 
-EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads) {
+EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t batch, int32_t seq_len, int32_t d_model,
+                                             int32_t num_heads) {
   return static_cast<int32_t>(mha::merge_heads(at<const float>(xh), batch, seq_len, d_model, num_heads, at<float>(x)));
 }
 
@@ -194,18 +197,19 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t 
 // registry; every export takes the id and reports an unknown or freed one as kCacheInvalid.
 
 // Bytes of K and V storage a cache of these dims needs (what mha_kv_cache_create allocates), or -1 for a
-// non-positive dim or an unknown dtype (0 = float32, 1 = float16, 2 = bfloat16, 3 = int8). value_dim: Dv, 0 = Dh. For the
-// RangeError of a cache that cannot fit the heap (status kCacheTooLarge at create).
-EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity, int32_t dtype,
-                                               int32_t value_dim) {
+// non-positive dim or an unknown dtype (0 = float32, 1 = float16, 2 = bfloat16, 3 = int8). value_dim: Dv, 0 = Dh. For
+// the RangeError of a cache that cannot fit the heap (status kCacheTooLarge at create).
+EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity,
+                                               int32_t dtype, int32_t value_dim) {
   return mha::kv_cache_bytes(
       mha::KVCacheConfig{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype), value_dim});
 }
 
 // Creates an empty cache; writes its id (uint32, never 0) at `id_out`, or 0 on error. value_dim: Dv, 0 = Dh.
-EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_create(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity, int32_t dtype,
-                                                  int32_t value_dim, uintptr_t id_out) {
-  const mha::KVCacheConfig config{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype), value_dim};
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_create(int32_t batch, int32_t num_kv_heads, int32_t head_dim,
+                                                 int32_t capacity, int32_t dtype, int32_t value_dim, uintptr_t id_out) {
+  const mha::KVCacheConfig config{batch,    num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype),
+                                  value_dim};
   return static_cast<int32_t>(g_caches.create(config, at<uint32_t>(id_out)));
 }
 
@@ -235,13 +239,14 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_truncate(uint32_t id, int32_t length) 
 // Sets every sequence's length from `lengths` (int32 (B), each at most the current one).
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_truncate_each(uint32_t id, uintptr_t lengths) {
   mha::KVCache* cache = g_caches.find(id);
-  return static_cast<int32_t>(cache != nullptr ? cache->truncate_each(at<const int32_t>(lengths)) : mha::Status::kCacheInvalid);
+  return static_cast<int32_t>(cache != nullptr ? cache->truncate_each(at<const int32_t>(lengths))
+                                               : mha::Status::kCacheInvalid);
 }
 
 // Copies tokens [start, end) of every sequence out as k (B, end - start, Hkv*Dh), v (B, end - start,
 // Hkv*Dv): float32, or with `stored` the cache's own elements (float16 bits for a float16 cache).
-EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_read(uint32_t id, uintptr_t k_out, uintptr_t v_out, int32_t start, int32_t end,
-                                               int32_t stored) {
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_read(uint32_t id, uintptr_t k_out, uintptr_t v_out, int32_t start,
+                                               int32_t end, int32_t stored) {
   const mha::KVCache* cache = g_caches.find(id);
   if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
   if (stored != 0) return static_cast<int32_t>(cache->read_stored(at<void>(k_out), at<void>(v_out), start, end));
@@ -254,7 +259,8 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_config(uint32_t id, uintptr_t config_o
   const mha::KVCache* cache = g_caches.find(id);
   if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
   const mha::KVCacheConfig& c = cache->config();
-  const int32_t fields[] = {c.batch, c.num_kv_heads, c.head_dim, c.capacity, static_cast<int32_t>(c.dtype), c.value_dim()};
+  const int32_t fields[] = {c.batch,      c.num_kv_heads, c.head_dim, c.capacity, static_cast<int32_t>(c.dtype),
+                            c.value_dim()};
   std::copy_n(fields, 6, at<int32_t>(config_out));
   return static_cast<int32_t>(mha::Status::kOk);
 }

@@ -9,6 +9,4 @@
 // mha-relaxed-threads.wasm. It aborts, as brk() does right after its message.
 #include <cstdlib>
 
-extern "C" int printf(const char* /*format*/, ...) {
-  std::abort();
-}
+extern "C" int printf(const char* /*format*/, ...) { std::abort(); }

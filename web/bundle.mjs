@@ -111,12 +111,18 @@ function checkStandalone(text) {
   const file = path.join(emitted, 'index.rolled-up.d.ts');
   fs.writeFileSync(file, text);
   const program = ts.createProgram([file], {
-    noEmit: true, strict: true, types: [], lib: ['lib.es2022.d.ts', 'lib.dom.d.ts'], skipLibCheck: true,
+    noEmit: true,
+    strict: true,
+    types: [],
+    lib: ['lib.es2022.d.ts', 'lib.dom.d.ts'],
+    skipLibCheck: true,
   });
   const problems = ts.getPreEmitDiagnostics(program).filter((d) => d.file?.fileName === file || !d.file);
   if (problems.length > 0) {
     const text = problems.map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n')).join('\n');
-    throw new Error(`the rolled-up dist/index.d.ts does not compile alone (a public type uses a private one?):\n${text}`);
+    throw new Error(
+      `the rolled-up dist/index.d.ts does not compile alone (a public type uses a private one?):\n${text}`,
+    );
   }
 }
 
@@ -124,4 +130,5 @@ await bundleJs();
 const declarations = rollUpDeclarations();
 checkStandalone(declarations);
 writeIfChanged(path.join(dist, 'index.d.ts'), declarations);
-for (const file of ['version.js', 'version.d.ts']) writeIfChanged(path.join(dist, file), fs.readFileSync(path.join(emitted, file), 'utf8'));
+for (const file of ['version.js', 'version.d.ts'])
+  writeIfChanged(path.join(dist, file), fs.readFileSync(path.join(emitted, file), 'utf8'));

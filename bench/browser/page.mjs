@@ -24,7 +24,16 @@ window.__benchRun = async function benchRun(config) {
     result.crossOriginIsolated = globalThis.crossOriginIsolated === true;
     return result;
   } catch (error) {
-    return { impl: config.impl, shape: config.shape, status: 'error', phase: window.__benchPhase, error: String(error?.stack ?? error).split('\n').slice(0, 4).join(' | ') };
+    return {
+      impl: config.impl,
+      shape: config.shape,
+      status: 'error',
+      phase: window.__benchPhase,
+      error: String(error?.stack ?? error)
+        .split('\n')
+        .slice(0, 4)
+        .join(' | '),
+    };
   }
 };
 window.__benchReady = true;

@@ -19,15 +19,22 @@ async function runInPage(engine, base, config, timeoutS) {
   let crashed = false;
   try {
     page = await engine.open(`${base}/bench/browser/index.html`);
-    if (engine.name === 'chromium') page.native.on('crash', () => { crashed = true; });
+    if (engine.name === 'chromium')
+      page.native.on('crash', () => {
+        crashed = true;
+      });
     await page.waitFor(() => window.__benchReady === true, undefined, { timeout: 30000 });
     let timer;
     const timeout = new Promise((resolve) => {
-      timer = setTimeout(() => resolve({ ...base0, status: 'timeout', error: `no result within ${timeoutS} s` }), timeoutS * 1000);
+      timer = setTimeout(
+        () => resolve({ ...base0, status: 'timeout', error: `no result within ${timeoutS} s` }),
+        timeoutS * 1000,
+      );
     });
     const result = await Promise.race([page.evaluate((c) => window.__benchRun(c), config), timeout]);
     clearTimeout(timer);
-    if (result.status === 'timeout') result.phase = await page.evaluate(() => window.__benchPhase).catch(() => undefined);
+    if (result.status === 'timeout')
+      result.phase = await page.evaluate(() => window.__benchPhase).catch(() => undefined);
     return { ...base0, ...result };
   } catch (error) {
     const problems = (await page?.problems().catch(() => [])) ?? [];
@@ -61,9 +68,18 @@ export async function runBrowser(opts) {
       const engine = await launchEngine(engineName, { evaluateTimeoutMs: (opts.timeoutS + 60) * 1000 });
       const flags = engineName === 'webkit-flags' ? ', JSC_useSharedArrayBuffer=1 JSC_useWasmRelaxedSIMD=1' : '';
       const env = { ...opts.env, browser: `${engine.version} (${engineName}: ${ENGINES[engineName].driver}${flags})` };
-      const options = { ...opts, engines: undefined, engine: engineName, env: undefined, out: undefined, repoRoot: undefined };
+      const options = {
+        ...opts,
+        engines: undefined,
+        engine: engineName,
+        env: undefined,
+        out: undefined,
+        repoRoot: undefined,
+      };
       sessions.push({ engine, run: { mode: 'browser', env, options, ceiling: null, results: [] } });
-      console.error(`mha-wasm bench (browser, ${env.browser}): ${opts.shapes.length} shapes × ${opts.impls.length} implementations, served from ${base}`);
+      console.error(
+        `mha-wasm bench (browser, ${env.browser}): ${opts.shapes.length} shapes × ${opts.impls.length} implementations, served from ${base}`,
+      );
     }
     const label = (engine) => (sessions.length > 1 ? `${engine.name.padEnd(13)}` : '');
     if (opts.ceiling) {
@@ -90,10 +106,21 @@ export async function runBrowser(opts) {
             const { standardOpsModel } = await import('../lib/onnx-models.mjs');
             loadOptions.model = Array.from(standardOpsModel(shape, false));
           } else if (!['mha-wasm', 'mha-wasm-relaxed', 'mha-wasm-fixed', 'plain-js'].includes(impl)) {
-            run.results.push({ impl, shape: name, status: 'skipped', error: 'not run in browser mode (the ORT graphs other than the unmasked standard-op one are built in Node with onnx-proto, a CommonJS package; tfjs is Node-only here)' });
+            run.results.push({
+              impl,
+              shape: name,
+              status: 'skipped',
+              error:
+                'not run in browser mode (the ORT graphs other than the unmasked standard-op one are built in Node with onnx-proto, a CommonJS package; tfjs is Node-only here)',
+            });
             continue;
           }
-          const r = await runInPage(engine, base, { impl, shape: name, seed: opts.seed, budgetMs: opts.budgetMs, minReps: 3, loadOptions }, opts.timeoutS);
+          const r = await runInPage(
+            engine,
+            base,
+            { impl, shape: name, seed: opts.seed, budgetMs: opts.budgetMs, minReps: 3, loadOptions },
+            opts.timeoutS,
+          );
           run.results.push(r);
           console.error(
             `   ${label(engine)}${impl.padEnd(10)} ${name.padEnd(10)} ` +

@@ -8,16 +8,42 @@
 // the timing, as ORT builds its session there), and every timed call passes those tensors and an output
 // tensor, so it copies nothing into or out of the heap. The default passes Float32Arrays, whose copies
 // each call pays, like every peer.
-export async function create(shape, { distUrl = new URL('../../dist/index.js', import.meta.url).href, threads = 1, heapTensors = false, inputs, simd, build, wasmBinary } = {}) {
+export async function create(
+  shape,
+  {
+    distUrl = new URL('../../dist/index.js', import.meta.url).href,
+    threads = 1,
+    heapTensors = false,
+    inputs,
+    simd,
+    build,
+    wasmBinary,
+  } = {},
+) {
   const { createMHA } = await import(distUrl);
-  const mha = await createMHA({ threads, ...(simd === undefined ? {} : { simd }), ...(wasmBinary === undefined ? {} : { wasmBinary }) });
-  if (mha.info.threads !== threads) throw new Error(`asked for ${threads} threads, got ${mha.info.threads} (${mha.info.build})`);
+  const mha = await createMHA({
+    threads,
+    ...(simd === undefined ? {} : { simd }),
+    ...(wasmBinary === undefined ? {} : { wasmBinary }),
+  });
+  if (mha.info.threads !== threads)
+    throw new Error(`asked for ${threads} threads, got ${mha.info.threads} (${mha.info.build})`);
   if (build !== undefined && mha.info.build !== build) {
-    const hint = build.startsWith('relaxed') ? ' (this engine lacks WebAssembly Relaxed SIMD; Node: --experimental-wasm-relaxed-simd)' : '';
+    const hint = build.startsWith('relaxed')
+      ? ' (this engine lacks WebAssembly Relaxed SIMD; Node: --experimental-wasm-relaxed-simd)'
+      : '';
     mha.dispose();
     throw new Error(`asked for the ${build} build, got ${mha.info.build}${hint}`);
   }
-  const options = { batch: shape.B, seqLen: shape.S, kvSeqLen: shape.T, dModel: shape.D, numHeads: shape.H, causal: !!shape.causal, ...modelOptions(shape) };
+  const options = {
+    batch: shape.B,
+    seqLen: shape.S,
+    kvSeqLen: shape.T,
+    dModel: shape.D,
+    numHeads: shape.H,
+    causal: !!shape.causal,
+    ...modelOptions(shape),
+  };
   const info = { ...mha.info, mask: shape.causal ? 'causal: true' : 'none' };
   if (!heapTensors) {
     return {
@@ -41,7 +67,8 @@ export async function create(shape, { distUrl = new URL('../../dist/index.js', i
     info: { ...info, inputs: 'heap tensors, copied in at load; out a heap tensor' },
     run(q, k, v) {
       // The tensors hold the inputs given at load: a call about other inputs would time the wrong thing.
-      if (q !== inputs.q || k !== inputs.k || v !== inputs.v) throw new Error('heapTensors: run() got other inputs than load()');
+      if (q !== inputs.q || k !== inputs.k || v !== inputs.v)
+        throw new Error('heapTensors: run() got other inputs than load()');
       return mha.multiHeadAttention(tq, tk, tv, withOut); // out's data: a view of the heap
     },
     dispose() {

@@ -38,8 +38,11 @@ function peer(sess, { B, S, T, D, H, Hkv = H }, extra, info) {
 
 export async function createStd(shape, { model } = {}) {
   const masked = !!shape.causal;
-  if (model !== undefined && masked) throw new Error('a given model runs unmasked shapes only (the causal bias is built in Node)');
-  const sess = await session(model !== undefined ? new Uint8Array(model) : (await models()).standardOpsModel(shape, masked));
+  if (model !== undefined && masked)
+    throw new Error('a given model runs unmasked shapes only (the causal bias is built in Node)');
+  const sess = await session(
+    model !== undefined ? new Uint8Array(model) : (await models()).standardOpsModel(shape, masked),
+  );
   const { S, T } = shape;
   const extra = masked ? { bias: new ort.Tensor('float32', (await models()).causalBias(S, T), [1, 1, S, T]) } : {};
   return peer(sess, shape, extra, { graph: 'standard ops', mask: masked ? 'additive -inf bias (1,1,S,T)' : 'none' });
@@ -51,7 +54,10 @@ export async function createContrib(shape) {
   const sess = await session(contribModel(shape, masked));
   const { B, S, T } = shape;
   const extra = masked ? { mask: new ort.Tensor('int32', causalMaskInt32(B, S, T), [B, S, T]) } : {};
-  return peer(sess, shape, extra, { graph: 'com.microsoft.MultiHeadAttention', mask: masked ? 'key_padding_mask int32 (B,S,T), -10000 added' : 'none' });
+  return peer(sess, shape, extra, {
+    graph: 'com.microsoft.MultiHeadAttention',
+    mask: masked ? 'key_padding_mask int32 (B,S,T), -10000 added' : 'none',
+  });
 }
 
 /**
@@ -69,7 +75,10 @@ export async function createGqa(shape) {
     seqlens_k: new ort.Tensor('int32', new Int32Array(B).fill(S - 1), [B]),
     total_sequence_length: new ort.Tensor('int32', Int32Array.of(S), []),
   };
-  return peer(sess, shape, extra, { graph: 'com.microsoft.GroupQueryAttention', mask: 'causal (the op is always causal)' });
+  return peer(sess, shape, extra, {
+    graph: 'com.microsoft.GroupQueryAttention',
+    mask: 'causal (the op is always causal)',
+  });
 }
 
 /**
@@ -88,5 +97,8 @@ export async function createGqaStep(s, { pastKey, pastValue }) {
     seqlens_k: new ort.Tensor('int32', new Int32Array(B).fill(T - 1), [B]),
     total_sequence_length: new ort.Tensor('int32', Int32Array.of(T), []),
   };
-  return peer(sess, step, extra, { graph: 'com.microsoft.GroupQueryAttention, past_key/past_value (B,Hkv,T-1,Dh)', mask: 'causal (the op is always causal)' });
+  return peer(sess, step, extra, {
+    graph: 'com.microsoft.GroupQueryAttention, past_key/past_value (B,Hkv,T-1,Dh)',
+    mask: 'causal (the op is always causal)',
+  });
 }

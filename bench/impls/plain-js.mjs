@@ -7,7 +7,12 @@ export function create(shape, { rows } = {}) {
   const all = Int32Array.from({ length: shape.B * shape.S }, (_, r) => r);
   const which = rows ?? all;
   return {
-    info: { accumulate: 'float64', rows: which.length, totalRows: all.length, mask: shape.causal ? 'causal (skip j > i)' : 'none' },
+    info: {
+      accumulate: 'float64',
+      rows: which.length,
+      totalRows: all.length,
+      mask: shape.causal ? 'causal (skip j > i)' : 'none',
+    },
     run(q, k, v) {
       const out = new Float32Array(shape.B * shape.S * shape.D);
       return attentionRows(q, k, v, shape, which, out, false);

@@ -82,8 +82,10 @@ MHA_BENCH_NOINLINE void sum_part(void* ctx, int64_t index, int) {
   const int32_t* end = p + job->ints_per_part;
   VecI a0(0), a1(0), a2(0), a3(0), a4(0), a5(0), a6(0), a7(0);
   for (; p < end; p += 32) {
-    a0 += VecI::load_aligned(p), a1 += VecI::load_aligned(p + 4), a2 += VecI::load_aligned(p + 8), a3 += VecI::load_aligned(p + 12);
-    a4 += VecI::load_aligned(p + 16), a5 += VecI::load_aligned(p + 20), a6 += VecI::load_aligned(p + 24), a7 += VecI::load_aligned(p + 28);
+    a0 += VecI::load_aligned(p), a1 += VecI::load_aligned(p + 4), a2 += VecI::load_aligned(p + 8),
+        a3 += VecI::load_aligned(p + 12);
+    a4 += VecI::load_aligned(p + 16), a5 += VecI::load_aligned(p + 20), a6 += VecI::load_aligned(p + 24),
+        a7 += VecI::load_aligned(p + 28);
   }
   job->sums[index] = xsimd::hadd(((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)));
 }
@@ -246,7 +248,8 @@ int prefill_section(int rounds) {
       {"cache f16 (tiled kernel)", false, mha::CacheDType::kFloat16, mha::CachePath::kAuto, {}},
       {"cache f32, decode kernel forced", false, mha::CacheDType::kFloat32, mha::CachePath::kDecodeKernel, {}},
   };
-  const auto q = random_floats(size_t(S) * D, 5), k = random_floats(size_t(S) * Dkv, 6), v = random_floats(size_t(S) * Dkv, 7);
+  const auto q = random_floats(size_t(S) * D, 5), k = random_floats(size_t(S) * Dkv, 6),
+             v = random_floats(size_t(S) * Dkv, 7);
   std::vector<float> out(q.size());
   mha::Workspace tiled;
   mha::DecodeScratch scratch;
@@ -300,9 +303,11 @@ int prefill_section(int rounds) {
     std::vector<double> ratios;
     for (size_t r = 0; r < row.ms.size(); ++r) ratios.push_back(rows[0].ms[r] / row.ms[r]);
     const Stats ratio = stats(ratios);
-    std::printf("%-38s %9.2f ms [%8.2f - %8.2f]  %5.1f GFLOP/s  %.2fx the stateless call's speed (per round %.2fx [%.2f - %.2f])\n",
-                row.name, st.median, st.min, st.max, flops / (st.median * 1e6), stateless / st.median, ratio.median, ratio.min,
-                ratio.max);
+    std::printf(
+        "%-38s %9.2f ms [%8.2f - %8.2f]  %5.1f GFLOP/s  %.2fx the stateless call's speed (per round %.2fx [%.2f - "
+        "%.2f])\n",
+        row.name, st.median, st.min, st.max, flops / (st.median * 1e6), stateless / st.median, ratio.median, ratio.min,
+        ratio.max);
   }
   return 0;
 }
@@ -318,11 +323,13 @@ bool fill_caches(const Shape* shapes, size_t count, CacheSet& set) {
     const Shape& s = shapes[i];
     for (mha::CacheDType dtype : {mha::CacheDType::kFloat32, mha::CacheDType::kFloat16}) {
       std::unique_ptr<mha::KVCache> cache;
-      if (mha::KVCache::create({s.batch, s.kv_heads, s.head_dim, s.length + 1, dtype}, cache) != mha::Status::kOk) return false;
+      if (mha::KVCache::create({s.batch, s.kv_heads, s.head_dim, s.length + 1, dtype}, cache) != mha::Status::kOk)
+        return false;
       const int32_t width = s.kv_heads * s.head_dim;
       const auto k = random_floats(size_t(s.batch) * s.length * width, 1);
       const auto v = random_floats(k.size(), 2);
-      cache->append({k.data(), int64_t{s.length} * width, width}, {v.data(), int64_t{s.length} * width, width}, s.length);
+      cache->append({k.data(), int64_t{s.length} * width, width}, {v.data(), int64_t{s.length} * width, width},
+                    s.length);
       set.caches.push_back(std::move(cache));
     }
   }
@@ -337,7 +344,8 @@ int phases_section(const Shape* shapes, size_t shape_count, int rounds) {
     const char* name;
     int mask;
   };
-  static const Variant variants[] = {{"all phases", 15}, {"no PV", 7}, {"no softmax, PV", 3}, {"pack q only", 1}, {"driver only", 0}};
+  static const Variant variants[] = {
+      {"all phases", 15}, {"no PV", 7}, {"no softmax, PV", 3}, {"pack q only", 1}, {"driver only", 0}};
   struct PhaseRow {
     size_t cache;
     const Shape* shape;
@@ -464,7 +472,9 @@ void split_run(const mha::DecodeBlock& blk, float* scratch) {
     return;
   }
 }
-size_t split_scratch_floats(int32_t head_dim, int32_t value_dim) { return mha::default_decode_kernel().scratch_floats(head_dim, value_dim); }
+size_t split_scratch_floats(int32_t head_dim, int32_t value_dim) {
+  return mha::default_decode_kernel().scratch_floats(head_dim, value_dim);
+}
 const mha::DecodeKernel kSplitKernel{"split", &split_scratch_floats, &split_run};
 
 int split_section(const Shape& s, int rounds) {
@@ -476,9 +486,10 @@ int split_section(const Shape& s, int rounds) {
   std::vector<float> out(static_cast<size_t>(q_width));
   mha::DecodeScratch scratch;
   mha::Workspace tiled;
-  std::printf("%s, 2 threads, one step per line (the worker is woken from its wait: the steps are 20 ms apart)\n", s.name);
-  std::printf("%-4s %8s | %-28s | %-28s | %s\n", "kv", "step ms", "thread A: items keys busy ms", "thread B: items keys busy ms",
-              "step - max busy");
+  std::printf("%s, 2 threads, one step per line (the worker is woken from its wait: the steps are 20 ms apart)\n",
+              s.name);
+  std::printf("%-4s %8s | %-28s | %-28s | %s\n", "kv", "step ms", "thread A: items keys busy ms",
+              "thread B: items keys busy ms", "step - max busy");
   for (int round = 0; round < rounds; ++round) {
     for (size_t c = 0; c < set.caches.size(); ++c) {
       mha::CacheAttendArgs args = one_token_step(s, q.data(), new_kv.data(), out.data());
@@ -493,9 +504,9 @@ int split_section(const Shape& s, int rounds) {
       if (status != mha::Status::kOk || set.caches[c]->truncate(s.length) != mha::Status::kOk) return 1;
       const SplitRecord& a = split_records[0];
       const SplitRecord& b = split_records[1];
-      std::printf("%-4s %8.3f | %5lld %6lld %8.3f         | %5lld %6lld %8.3f         | %.3f\n", c == 0 ? "f32" : "f16", ms,
-                  (long long)a.items, (long long)a.keys, a.busy_ms, (long long)b.items, (long long)b.keys, b.busy_ms,
-                  ms - std::max(a.busy_ms, b.busy_ms));
+      std::printf("%-4s %8.3f | %5lld %6lld %8.3f         | %5lld %6lld %8.3f         | %.3f\n", c == 0 ? "f32" : "f16",
+                  ms, (long long)a.items, (long long)a.keys, a.busy_ms, (long long)b.items, (long long)b.keys,
+                  b.busy_ms, ms - std::max(a.busy_ms, b.busy_ms));
     }
   }
   return 0;
@@ -539,7 +550,8 @@ int main(int argc, char** argv) {
       const int32_t width = s.kv_heads * s.head_dim;
       const auto k = random_floats(size_t(s.batch) * s.length * width, 1);
       const auto v = random_floats(k.size(), 2);
-      cache->append({k.data(), int64_t{s.length} * width, width}, {v.data(), int64_t{s.length} * width, width}, s.length);
+      cache->append({k.data(), int64_t{s.length} * width, width}, {v.data(), int64_t{s.length} * width, width},
+                    s.length);
       for (int threads : {1, 2}) rows.push_back(Row{&s, dtype, threads, cache.get(), {}});
       caches.push_back(std::move(cache));
     }
@@ -566,7 +578,8 @@ int main(int argc, char** argv) {
       const Shape& s = *row.shape;
       mha::CacheAttendArgs args = buffers.step(s);
       const double t0 = now_ms();
-      const mha::Status status = mha::cache_attend(*row.cache, args, scratch, row.threads == 2 ? &parallel : nullptr, tiled);
+      const mha::Status status =
+          mha::cache_attend(*row.cache, args, scratch, row.threads == 2 ? &parallel : nullptr, tiled);
       const double ms = now_ms() - t0;
       if (status != mha::Status::kOk || row.cache->truncate(s.length) != mha::Status::kOk) {
         std::printf("step failed: %s\n", mha::status_name(status));
@@ -581,12 +594,12 @@ int main(int argc, char** argv) {
   for (int t : {1, 2}) {
     bw[t] = stats(bandwidth[t]);
     fl[t] = stats(ceiling[t]);
-    std::printf("threads %d: streaming read %.2f GB/s [%.2f - %.2f], mul+add %.1f GFLOP/s [%.1f - %.1f]\n", t, bw[t].median,
-                bw[t].min, bw[t].max, fl[t].median, fl[t].min, fl[t].max);
+    std::printf("threads %d: streaming read %.2f GB/s [%.2f - %.2f], mul+add %.1f GFLOP/s [%.1f - %.1f]\n", t,
+                bw[t].median, bw[t].min, bw[t].max, fl[t].median, fl[t].min, fl[t].max);
   }
   std::printf("%d rounds, decode kernel %s\n\n", rounds, mha::decode_kernel_name(mha::default_decode_kernel()));
-  std::printf("%-14s %-4s %2s  %8s %17s  %7s  %8s %6s %6s\n", "shape", "kv", "th", "ms", "[min - max]", "GB/s", "roof ms", "bound",
-              "% roof");
+  std::printf("%-14s %-4s %2s  %8s %17s  %7s  %8s %6s %6s\n", "shape", "kv", "th", "ms", "[min - max]", "GB/s",
+              "roof ms", "bound", "% roof");
   double median_of[8][2][3] = {};
   for (const Row& row : rows) {
     const Shape& s = *row.shape;
@@ -597,11 +610,12 @@ int main(int argc, char** argv) {
     const double roof = std::max(memory_ms, compute_ms);
     std::printf("%-14s %-4s %2d  %8.3f [%7.3f - %7.3f]  %7.2f  %8.3f %6s %5.0f%%\n", s.name,
                 row.dtype == mha::CacheDType::kFloat16 ? "f16" : "f32", row.threads, st.median, st.min, st.max,
-                bytes / (st.median * 1e6), roof, memory_ms >= compute_ms ? "memory" : "flops", 100.0 * roof / st.median);
+                bytes / (st.median * 1e6), roof, memory_ms >= compute_ms ? "memory" : "flops",
+                100.0 * roof / st.median);
     median_of[&s - shapes][int(row.dtype)][row.threads] = st.median;
   }
-  std::printf("\nf16 / f32 speed-up, decode-mha-8k: 1 thread %.2fx, 2 threads %.2fx\n", median_of[0][0][1] / median_of[0][1][1],
-              median_of[0][0][2] / median_of[0][1][2]);
+  std::printf("\nf16 / f32 speed-up, decode-mha-8k: 1 thread %.2fx, 2 threads %.2fx\n",
+              median_of[0][0][1] / median_of[0][1][1], median_of[0][0][2] / median_of[0][1][2]);
   std::printf("2 threads / 1 thread, decode-mqa-8k: f32 %.2fx, f16 %.2fx\n", median_of[2][0][1] / median_of[2][0][2],
               median_of[2][1][1] / median_of[2][1][2]);
   std::printf("(checksums %d %g)\n", isink, double(fsink));

@@ -41,8 +41,10 @@ NOINLINE void stream(const void* begin, size_t bytes) {
   const int32_t* end = p + bytes / 4;
   VecI a0(0), a1(0), a2(0), a3(0), a4(0), a5(0), a6(0), a7(0);
   for (; p < end; p += 32) {
-    a0 += VecI::load_aligned(p), a1 += VecI::load_aligned(p + 4), a2 += VecI::load_aligned(p + 8), a3 += VecI::load_aligned(p + 12);
-    a4 += VecI::load_aligned(p + 16), a5 += VecI::load_aligned(p + 20), a6 += VecI::load_aligned(p + 24), a7 += VecI::load_aligned(p + 28);
+    a0 += VecI::load_aligned(p), a1 += VecI::load_aligned(p + 4), a2 += VecI::load_aligned(p + 8),
+        a3 += VecI::load_aligned(p + 12);
+    a4 += VecI::load_aligned(p + 16), a5 += VecI::load_aligned(p + 20), a6 += VecI::load_aligned(p + 24),
+        a7 += VecI::load_aligned(p + 28);
   }
   sink += xsimd::hadd(((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)));
 }
@@ -55,9 +57,22 @@ struct Setup {
   size_t v_head_bytes() const { return size_t(length + 1) * 64 * elem; }
 };
 
-enum Kind { kStreamRegions, kStreamBlocks, kStreamKBlocks, kStreamVBlocks, kKernelK, kKernelV, kKernelAll, kStream32, kStream1024, kStream4096 };
-const char* kind_name[] = {"stream K all, V all", "stream K,V per block", "stream K blocks only", "stream V blocks only",
-                           "kernel K pass", "kernel V pass", "kernel all phases", "stream K,V per 32", "stream K,V per 1024", "stream K,V per 4096"};
+enum Kind {
+  kStreamRegions,
+  kStreamBlocks,
+  kStreamKBlocks,
+  kStreamVBlocks,
+  kKernelK,
+  kKernelV,
+  kKernelAll,
+  kStream32,
+  kStream1024,
+  kStream4096
+};
+const char* kind_name[] = {"stream K all, V all",  "stream K,V per block", "stream K blocks only",
+                           "stream V blocks only", "kernel K pass",        "kernel V pass",
+                           "kernel all phases",    "stream K,V per 32",    "stream K,V per 1024",
+                           "stream K,V per 4096"};
 
 std::vector<float> q, new_kv, out;
 mha::DecodeScratch scratch;
@@ -69,8 +84,12 @@ NOINLINE void run(Kind kind, Setup& s) {
     const int32_t bk = kind == kStream32 ? 32 : kind == kStream1024 ? 1024 : kind == kStream4096 ? 4096 : 256;
     const int32_t blocks = (keys + bk - 1) / bk;
     const bool f16 = s.elem == 2;
-    auto kp = [&](int32_t g) { return f16 ? (const void*)s.cache->key_panels<uint16_t>(0, g) : (const void*)s.cache->key_panels<float>(0, g); };
-    auto vp = [&](int32_t g) { return f16 ? (const void*)s.cache->value_rows<uint16_t>(0, g) : (const void*)s.cache->value_rows<float>(0, g); };
+    auto kp = [&](int32_t g) {
+      return f16 ? (const void*)s.cache->key_panels<uint16_t>(0, g) : (const void*)s.cache->key_panels<float>(0, g);
+    };
+    auto vp = [&](int32_t g) {
+      return f16 ? (const void*)s.cache->value_rows<uint16_t>(0, g) : (const void*)s.cache->value_rows<float>(0, g);
+    };
     const size_t kb = size_t(bk) * 64 * s.elem;  // one block of K panels = one block of V rows
     if (kind == kStreamRegions) {
       stream(kp(0), s.k_head_bytes() * s.heads);
@@ -97,7 +116,8 @@ NOINLINE void run(Kind kind, Setup& s) {
   args.options.num_heads = s.heads;
   args.options.scale = mha::default_scale(s.dh);
   args.kernel = &mha::default_decode_kernel();  // simd128: the bench cores are SIMD cores
-  if (mha::cache_attend(*s.cache, args, scratch, nullptr, tiled) != mha::Status::kOk || s.cache->truncate(s.length) != mha::Status::kOk)
+  if (mha::cache_attend(*s.cache, args, scratch, nullptr, tiled) != mha::Status::kOk ||
+      s.cache->truncate(s.length) != mha::Status::kOk)
     std::abort();
 }
 
@@ -113,7 +133,8 @@ int main(int argc, char** argv) {
     Setup& s = setups[i];
     if (warm) s.length = 2048;
     s.elem = i == 0 ? 4 : 2;
-    mha::KVCache::create({1, s.heads, s.dh, s.length + 1, i == 0 ? mha::CacheDType::kFloat32 : mha::CacheDType::kFloat16}, s.cache);
+    mha::KVCache::create(
+        {1, s.heads, s.dh, s.length + 1, i == 0 ? mha::CacheDType::kFloat32 : mha::CacheDType::kFloat16}, s.cache);
     std::vector<float> k(size_t(s.length) * s.heads * s.dh), v(k.size());
     for (float& x : k) x = normal(rng);
     for (float& x : v) x = normal(rng);
@@ -142,16 +163,18 @@ int main(int argc, char** argv) {
         const double t = now_ms() - t0;
         if (round >= 3) ms[i][kind].push_back(t);
       }
-  std::printf("%d rounds, decode-mha T=%d, %s\n", rounds, setups[0].length, warm ? "warm (second of two runs)" : "cold (LLC evicted)");
+  std::printf("%d rounds, decode-mha T=%d, %s\n", rounds, setups[0].length,
+              warm ? "warm (second of two runs)" : "cold (LLC evicted)");
   for (int i = 0; i < 2; ++i) {
     const double bytes = 2.0 * double(setups[i].length + 1) * 64 * 16 * double(setups[i].elem);
     for (int k = 0; k < kinds; ++k) {
       std::vector<double> v = ms[i][k];
       std::sort(v.begin(), v.end());
       const double med = v[v.size() / 2];
-      const double gb = (k == kStreamKBlocks || k == kStreamVBlocks || k == kKernelK || k == kKernelV) ? bytes / 2 : bytes;
-      std::printf("%-4s %-22s %8.3f ms [%7.3f - %7.3f]  %6.2f GB/s\n", i == 0 ? "f32" : "f16", kind_name[k], med, v.front(), v.back(),
-                  gb / (med * 1e6));
+      const double gb =
+          (k == kStreamKBlocks || k == kStreamVBlocks || k == kKernelK || k == kKernelV) ? bytes / 2 : bytes;
+      std::printf("%-4s %-22s %8.3f ms [%7.3f - %7.3f]  %6.2f GB/s\n", i == 0 ? "f32" : "f16", kind_name[k], med,
+                  v.front(), v.back(), gb / (med * 1e6));
     }
   }
   std::printf("(checksum %d)\n", sink);

@@ -26,8 +26,16 @@ const SHAPES = {
 };
 
 function parseArgs(argv) {
-  const a = { shapes: ['decode-mha-8k', 'decode-gqa-4k'], dtypes: ['float32', 'float16'], data: ['normal'], rounds: 7, steps: 5,
-    dist: [], relaxed: false, json: false };
+  const a = {
+    shapes: ['decode-mha-8k', 'decode-gqa-4k'],
+    dtypes: ['float32', 'float16'],
+    data: ['normal'],
+    rounds: 7,
+    steps: 5,
+    dist: [],
+    relaxed: false,
+    json: false,
+  };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i];
     const next = () => argv[++i];
@@ -48,7 +56,8 @@ function parseArgs(argv) {
 function makeData(s, kind, seed) {
   const rand = mulberry32(seed);
   const n = s.B * s.T * s.Hkv * s.Dh;
-  const k = fillNormal(new Float32Array(n), rand), v = fillNormal(new Float32Array(n), rand);
+  const k = fillNormal(new Float32Array(n), rand),
+    v = fillNormal(new Float32Array(n), rand);
   const q = fillNormal(new Float32Array(s.B * s.H * s.Dh), rand);
   if (kind === 'subnormal') {
     for (const x of [k, v]) {
@@ -69,12 +78,15 @@ function cacheStep(mha, s, d, dtype) {
   const cache = mha.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: T, dtype });
   const rows = (x, from, count) => {
     const out = new Float32Array(B * count * kvD);
-    for (let b = 0; b < B; b++) out.set(x.subarray((b * T + from) * kvD, (b * T + from + count) * kvD), b * count * kvD);
+    for (let b = 0; b < B; b++)
+      out.set(x.subarray((b * T + from) * kvD, (b * T + from + count) * kvD), b * count * kvD);
     return out;
   };
-  const kFill = rows(d.k, 0, T - 1), vFill = rows(d.v, 0, T - 1);
+  const kFill = rows(d.k, 0, T - 1),
+    vFill = rows(d.v, 0, T - 1);
   cache.attend(kFill, kFill, vFill, { numHeads: Hkv, window: [0, 0] });
-  const kNew = rows(d.k, T - 1, 1), vNew = rows(d.v, T - 1, 1);
+  const kNew = rows(d.k, T - 1, 1),
+    vNew = rows(d.v, T - 1, 1);
   const out = new Float32Array(B * H * Dh);
   const options = { numHeads: H, out };
   return () => {
@@ -90,7 +102,9 @@ async function main() {
   const { memory, pages } = touchedMemory(evictionBytes(lastLevelCacheBytes()));
   const read = bandwidthReader(memory, pages);
   const sink = new Int32Array(1);
-  const evict = () => { sink[0] += read(0, pages * 65536); };
+  const evict = () => {
+    sink[0] += read(0, pages * 65536);
+  };
   const builds = [];
   for (const dir of args.dist) {
     const { createMHA } = await import(pathToFileURL(path.resolve(dir, 'index.js')).href);
@@ -110,7 +124,10 @@ async function main() {
       }
     }
   }
-  for (const r of rows) { evict(); r.step(); }  // warm-up: tier-up and first-touch
+  for (const r of rows) {
+    evict();
+    r.step();
+  } // warm-up: tier-up and first-touch
   for (let round = 0; round < args.rounds; round++) {
     const order = round % 2 === 0 ? rows : [...rows].reverse();
     for (const r of order) {
@@ -126,20 +143,34 @@ async function main() {
   }
   const load = loadAverage();
   const out = rows.map((r) => {
-    const base = rows.find((x) => x.shape === r.shape && x.kind === r.kind && x.build === r.build && x.dtype === 'float32');
+    const base = rows.find(
+      (x) => x.shape === r.shape && x.kind === r.kind && x.build === r.build && x.dtype === 'float32',
+    );
     const m = median(r.ms);
-    return { shape: r.shape, data: r.kind, dtype: r.dtype, build: builds[r.build].mha.info.build, dist: builds[r.build].dir,
-      median: +m.toFixed(3), min: +Math.min(...r.ms).toFixed(3), max: +Math.max(...r.ms).toFixed(3),
-      vsF32: base ? +(median(base.ms) / m).toFixed(3) : null };
+    return {
+      shape: r.shape,
+      data: r.kind,
+      dtype: r.dtype,
+      build: builds[r.build].mha.info.build,
+      dist: builds[r.build].dir,
+      median: +m.toFixed(3),
+      min: +Math.min(...r.ms).toFixed(3),
+      max: +Math.max(...r.ms).toFixed(3),
+      vsF32: base ? +(median(base.ms) / m).toFixed(3) : null,
+    };
   });
   if (args.json) {
     console.log(JSON.stringify({ load, rows: out }, null, 1));
     return;
   }
-  console.log(`load ${load.join(' ')}; ${args.rounds} rounds x ${args.steps} steps; median [min - max] ms of the rounds' medians`);
+  console.log(
+    `load ${load.join(' ')}; ${args.rounds} rounds x ${args.steps} steps; median [min - max] ms of the rounds' medians`,
+  );
   for (const o of out) {
-    console.log(`${o.shape.padEnd(14)} ${o.data.padEnd(9)} ${o.dtype.padEnd(8)} b${args.dist.indexOf(o.dist)} ${o.build.padEnd(12)} ` +
-      `${o.median.toFixed(3)} [${o.min.toFixed(3)} - ${o.max.toFixed(3)}]  x${o.vsF32 ?? '-'} vs f32`);
+    console.log(
+      `${o.shape.padEnd(14)} ${o.data.padEnd(9)} ${o.dtype.padEnd(8)} b${args.dist.indexOf(o.dist)} ${o.build.padEnd(12)} ` +
+        `${o.median.toFixed(3)} [${o.min.toFixed(3)} - ${o.max.toFixed(3)}]  x${o.vsF32 ?? '-'} vs f32`,
+    );
   }
 }
 

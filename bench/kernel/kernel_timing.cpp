@@ -117,8 +117,8 @@ void time_shape(const TimedShape& s, double budget_ms) {
   }
   if (s.bias) {
     bias = random_floats(size_t(s.batch) * s.num_heads * s.seq_len * s.kv_seq_len, rng);
-    args.bias = mha::BiasView{bias.data(), int64_t{s.num_heads} * s.seq_len * s.kv_seq_len,
-                              int64_t{s.seq_len} * s.kv_seq_len};
+    args.bias =
+        mha::BiasView{bias.data(), int64_t{s.num_heads} * s.seq_len * s.kv_seq_len, int64_t{s.seq_len} * s.kv_seq_len};
   }
 #else
   if (v2) return;  // this core has no such options
@@ -130,7 +130,8 @@ void time_shape(const TimedShape& s, double budget_ms) {
     return;
   }
   // Warm-up: V8 compiles wasm with a baseline tier first and optimizes in the background.
-  for (const double warm_start = now_ms(); now_ms() - warm_start < std::min(300.0, budget_ms / 2);) mha::attention(args, workspace);
+  for (const double warm_start = now_ms(); now_ms() - warm_start < std::min(300.0, budget_ms / 2);)
+    mha::attention(args, workspace);
   std::vector<double> times, cpu_times;
   const double start = now_ms();
   while (times.size() < 3 || (now_ms() - start < budget_ms && times.size() < 2000)) {

@@ -34,7 +34,8 @@ double now_ms() {
 inline void clobber(const void* p) { __asm__ volatile("" : : "r"(p) : "memory"); }
 
 struct AlignedFloats {
-  explicit AlignedFloats(size_t n) : data(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64))) {}
+  explicit AlignedFloats(size_t n)
+      : data(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64))) {}
   ~AlignedFloats() { std::free(data); }
   float* data;
 };
@@ -91,8 +92,8 @@ int microkernel_main(int argc, char** argv) {
     pv_tile(s.data, v.data, kHeadDim, kKeys, alpha.data, o.data);
     clobber(o.data);
   });
-  std::printf("%s qk_tile %.2f\n%s qk_tile+max %.2f\n%s pv_tile %.2f\n", MHA_SIMD_VARIANT_NAME, qk, MHA_SIMD_VARIANT_NAME,
-              qk_max, MHA_SIMD_VARIANT_NAME, pv);
+  std::printf("%s qk_tile %.2f\n%s qk_tile+max %.2f\n%s pv_tile %.2f\n", MHA_SIMD_VARIANT_NAME, qk,
+              MHA_SIMD_VARIANT_NAME, qk_max, MHA_SIMD_VARIANT_NAME, pv);
   std::fflush(stdout);
   return 0;
 }

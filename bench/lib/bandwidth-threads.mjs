@@ -17,25 +17,40 @@ export async function measureBandwidthThreads({ threads = 2, bytes = DEFAULT_BUF
   const slice = Math.floor(total / threads / BYTES_PER_ITERATION) * BYTES_PER_ITERATION;
   // control[0]: pass number the workers may start; control[1 + w]: passes worker w has finished.
   const control = new Int32Array(new SharedArrayBuffer(4 * (threads + 1)));
-  const workers = Array.from({ length: threads }, (_, w) =>
-    new Worker(new URL(import.meta.url), { workerData: { memory, pages, begin: w * slice, end: (w + 1) * slice, control, index: w, passes: trials + 1 } }));
-  const ended = workers.map((worker) => new Promise((resolve, reject) => {
-    worker.once('error', reject);
-    worker.once('exit', resolve);
-  }));
+  const workers = Array.from(
+    { length: threads },
+    (_, w) =>
+      new Worker(new URL(import.meta.url), {
+        workerData: { memory, pages, begin: w * slice, end: (w + 1) * slice, control, index: w, passes: trials + 1 },
+      }),
+  );
+  const ended = workers.map(
+    (worker) =>
+      new Promise((resolve, reject) => {
+        worker.once('error', reject);
+        worker.once('exit', resolve);
+      }),
+  );
   await Promise.all(workers.map((worker) => new Promise((resolve) => worker.once('message', resolve)))); // compiled
   const samples = [];
   for (let pass = 1; pass <= trials + 1; pass++) {
     const t0 = performance.now();
     Atomics.store(control, 0, pass);
     Atomics.notify(control, 0);
-    for (let w = 0; w < threads; w++) while (Atomics.load(control, 1 + w) < pass) Atomics.wait(control, 1 + w, pass - 1, 1000);
+    for (let w = 0; w < threads; w++)
+      while (Atomics.load(control, 1 + w) < pass) Atomics.wait(control, 1 + w, pass - 1, 1000);
     const ms = performance.now() - t0;
     if (pass > 1) samples.push((slice * threads) / (ms * 1e6)); // pass 1 warms up
   }
   await Promise.all(ended);
   const sorted = [...samples].sort((a, b) => a - b);
-  return { gbps: sorted[sorted.length - 1], medianGbps: sorted[sorted.length >> 1], samples, bufferBytes: slice * threads, threads };
+  return {
+    gbps: sorted[sorted.length - 1],
+    medianGbps: sorted[sorted.length >> 1],
+    samples,
+    bufferBytes: slice * threads,
+    threads,
+  };
 }
 
 if (!isMainThread && workerData?.control) {

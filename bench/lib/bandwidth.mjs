@@ -6,10 +6,18 @@
 // stream per worker over its own slice of one shared memory.
 import { uleb, str, section, vec } from './wasm-bytes.mjs';
 
-const I32 = 0x7f, V128 = 0x7b;
-const LOCAL_GET = 0x20, LOCAL_SET = 0x21, LOCAL_TEE = 0x22;
-const I32_CONST = 0x41, I32_ADD = 0x6a, I32_LT_U = 0x49;
-const LOOP = 0x03, BR_IF = 0x0d, END = 0x0b, BLOCKTYPE_EMPTY = 0x40;
+const I32 = 0x7f,
+  V128 = 0x7b;
+const LOCAL_GET = 0x20,
+  LOCAL_SET = 0x21,
+  LOCAL_TEE = 0x22;
+const I32_CONST = 0x41,
+  I32_ADD = 0x6a,
+  I32_LT_U = 0x49;
+const LOOP = 0x03,
+  BR_IF = 0x0d,
+  END = 0x0b,
+  BLOCKTYPE_EMPTY = 0x40;
 const SIMD = 0xfd;
 const V128_LOAD = [SIMD, ...uleb(0)];
 const I32X4_ADD = [SIMD, ...uleb(174)];
@@ -35,14 +43,35 @@ export function bandwidthModuleBytes({ pages, shared = false }) {
   for (let a = 0; a < ACCUMULATORS; a++) {
     body.push(LOCAL_GET, 2 + a, LOCAL_GET, 0, ...V128_LOAD, 4, ...uleb(16 * a), ...I32X4_ADD, LOCAL_SET, 2 + a);
   }
-  body.push(LOCAL_GET, 0, I32_CONST, ...uleb(BYTES_PER_ITERATION), I32_ADD, LOCAL_TEE, 0, LOCAL_GET, 1, I32_LT_U, BR_IF, 0, END);
+  body.push(
+    LOCAL_GET,
+    0,
+    I32_CONST,
+    ...uleb(BYTES_PER_ITERATION),
+    I32_ADD,
+    LOCAL_TEE,
+    0,
+    LOCAL_GET,
+    1,
+    I32_LT_U,
+    BR_IF,
+    0,
+    END,
+  );
   body.push(LOCAL_GET, 2);
   for (let a = 1; a < ACCUMULATORS; a++) body.push(LOCAL_GET, 2 + a, ...I32X4_ADD);
   body.push(...I32X4_EXTRACT_LANE, 0, END);
   const func = [...vec([[...uleb(ACCUMULATORS), V128]]), ...body];
   const limits = shared ? [0x03, ...uleb(pages), ...uleb(pages)] : [0x01, ...uleb(pages), ...uleb(pages)];
   return new Uint8Array([
-    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+    0x00,
+    0x61,
+    0x73,
+    0x6d,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
     ...section(1, vec([[0x60, ...vec([[I32], [I32]]), ...vec([[I32]])]])), // type: (i32, i32) -> i32
     ...section(2, vec([[...str('env'), ...str('mem'), 0x02, ...limits]])), // import memory
     ...section(3, vec([uleb(0)])),
@@ -82,5 +111,12 @@ export function measureBandwidth({ bytes = DEFAULT_BUFFER_BYTES, trials = 9 } = 
     samples.push(end / ((performance.now() - t0) * 1e6));
   }
   const sorted = [...samples].sort((a, b) => a - b);
-  return { gbps: sorted[sorted.length - 1], medianGbps: sorted[sorted.length >> 1], samples, bufferBytes: end, threads: 1, checksum: sink };
+  return {
+    gbps: sorted[sorted.length - 1],
+    medianGbps: sorted[sorted.length >> 1],
+    samples,
+    bufferBytes: end,
+    threads: 1,
+    checksum: sink,
+  };
 }

@@ -24,10 +24,20 @@ function f32bytes(x) {
 }
 
 // Opcodes.
-const I32 = 0x7f, F32 = 0x7d, V128 = 0x7b;
-const LOCAL_GET = 0x20, LOCAL_SET = 0x21, LOCAL_TEE = 0x22;
-const F32_CONST = 0x43, I32_CONST = 0x41, I32_SUB = 0x6b, F32_ADD = 0x92;
-const LOOP = 0x03, BR_IF = 0x0d, END = 0x0b, BLOCKTYPE_EMPTY = 0x40;
+const I32 = 0x7f,
+  F32 = 0x7d,
+  V128 = 0x7b;
+const LOCAL_GET = 0x20,
+  LOCAL_SET = 0x21,
+  LOCAL_TEE = 0x22;
+const F32_CONST = 0x43,
+  I32_CONST = 0x41,
+  I32_SUB = 0x6b,
+  F32_ADD = 0x92;
+const LOOP = 0x03,
+  BR_IF = 0x0d,
+  END = 0x0b,
+  BLOCKTYPE_EMPTY = 0x40;
 const SIMD = 0xfd;
 const F32X4_SPLAT = [SIMD, ...uleb(19)];
 const F32X4_EXTRACT_LANE = [SIMD, ...uleb(31)];
@@ -48,7 +58,8 @@ const FMA_FORMS = [{ chains: CHAINS, fma: true }];
 export function ceilingModuleBytes({ fma = false, chains = CHAINS, split = false } = {}) {
   // Locals: 0 = iterations (param), then the chain values, then m and c.
   const values = split ? 2 * chains : chains;
-  const M = values + 1, C = values + 2;
+  const M = values + 1,
+    C = values + 2;
   const body = [];
   body.push(F32_CONST, ...f32bytes(split ? 1 : 0.9999), ...F32X4_SPLAT, LOCAL_SET, M);
   body.push(F32_CONST, ...f32bytes(1e-4), ...F32X4_SPLAT, LOCAL_SET, C);
@@ -76,7 +87,14 @@ export function ceilingModuleBytes({ fma = false, chains = CHAINS, split = false
   const locals = vec([[...uleb(values + 2), V128]]);
   const func = [...locals, ...body];
   return new Uint8Array([
-    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+    0x00,
+    0x61,
+    0x73,
+    0x6d,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
     ...section(1, vec([[0x60, ...vec([[I32]]), ...vec([[F32]])]])), // type: (i32) -> f32
     ...section(3, vec([uleb(0)])), // function 0 has type 0
     ...section(7, vec([[...str('run'), 0x00, 0x00]])), // export "run" = func 0
@@ -124,7 +142,11 @@ function timeForm(bytes, flops, targetMs, trials) {
 export function measureCeiling({ targetMs = 100, trials = 15, fma = false } = {}) {
   // FLOPs of run(iterations): 8 per multiply-add of a step (per multiply and add when split).
   const forms = (fma ? FMA_FORMS : MUL_ADD_FORMS).map((f) => ({
-    form: f.fma ? `${f.chains} relaxed_madd chains` : f.split ? `${f.chains} mul + ${f.chains} add chains` : `${f.chains} mul+add chains`,
+    form: f.fma
+      ? `${f.chains} relaxed_madd chains`
+      : f.split
+        ? `${f.chains} mul + ${f.chains} add chains`
+        : `${f.chains} mul+add chains`,
     bytes: ceilingModuleBytes(f),
     flops: f.chains * UNROLL * 8,
   }));
@@ -154,7 +176,9 @@ export function measureCeiling({ targetMs = 100, trials = 15, fma = false } = {}
  */
 export async function measureCeilings({ rounds = 3, bandwidth = true } = {}) {
   const fmaAvailable = hasRelaxedSimd();
-  const mulAdd = [], fma = [], bw = [];
+  const mulAdd = [],
+    fma = [],
+    bw = [];
   for (let r = 0; r < rounds; r++) {
     mulAdd.push(measureCeiling({ trials: 7 }));
     if (fmaAvailable) fma.push(measureCeiling({ trials: 7, fma: true }));

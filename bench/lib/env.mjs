@@ -9,14 +9,26 @@ export function environment(repoRoot) {
   let dirty = false;
   try {
     commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: repoRoot, encoding: 'utf8' }).trim();
-    dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'web', 'dist'], { cwd: repoRoot, encoding: 'utf8' }).trim() !== '';
+    dirty =
+      execFileSync('git', ['status', '--porcelain', '--', 'src', 'web', 'dist'], {
+        cwd: repoRoot,
+        encoding: 'utf8',
+      }).trim() !== '';
   } catch {}
   let wasmSha = 'missing';
   try {
-    wasmSha = createHash('sha256').update(readFileSync(new URL('dist/mha.wasm', `file://${repoRoot}/`))).digest('hex');
+    wasmSha = createHash('sha256')
+      .update(readFileSync(new URL('dist/mha.wasm', `file://${repoRoot}/`)))
+      .digest('hex');
   } catch {}
   const versions = {};
-  for (const pkg of ['onnxruntime-web', '@tensorflow/tfjs-core', '@tensorflow/tfjs-backend-wasm', 'onnx-proto', 'playwright-core']) {
+  for (const pkg of [
+    'onnxruntime-web',
+    '@tensorflow/tfjs-core',
+    '@tensorflow/tfjs-backend-wasm',
+    'onnx-proto',
+    'playwright-core',
+  ]) {
     try {
       versions[pkg] = JSON.parse(readFileSync(`${repoRoot}/node_modules/${pkg}/package.json`, 'utf8')).version;
     } catch {

@@ -28,7 +28,10 @@ export function spread(xs) {
  *
  * @returns {{ rounds: number, contestants: { name, firstCallMs, callsPerSample, roundMs: number[], medianMs, minMs, maxMs }[] }}
  */
-export async function interleave(contestants, { budgetMs = 3000, minRounds = 5, maxRounds = 100, sampleMs = 5, onPhase = () => {} } = {}) {
+export async function interleave(
+  contestants,
+  { budgetMs = 3000, minRounds = 5, maxRounds = 100, sampleMs = 5, onPhase = () => {} } = {},
+) {
   const timeOne = async (c) => {
     c.before?.();
     const t = now();
@@ -48,7 +51,12 @@ export async function interleave(contestants, { budgetMs = 3000, minRounds = 5, 
       }
     }
     const estimate = warm > 0 ? await timeOne(c) : firstCallMs;
-    state.push({ name: c.name, firstCallMs, callsPerSample: Math.min(1000, Math.max(1, Math.ceil(sampleMs / Math.max(estimate, 1e-3)))), roundMs: [] });
+    state.push({
+      name: c.name,
+      firstCallMs,
+      callsPerSample: Math.min(1000, Math.max(1, Math.ceil(sampleMs / Math.max(estimate, 1e-3)))),
+      roundMs: [],
+    });
   }
   onPhase('rounds');
   const forward = contestants.map((_, i) => i);
@@ -77,7 +85,8 @@ export async function interleave(contestants, { budgetMs = 3000, minRounds = 5, 
 export function roundRatio(result, a, b, { speed = true } = {}) {
   const find = (name) => {
     const c = result.contestants.find((x) => x.name === name);
-    if (!c) throw new Error(`roundRatio: no contestant "${name}" (have ${result.contestants.map((x) => x.name).join(', ')})`);
+    if (!c)
+      throw new Error(`roundRatio: no contestant "${name}" (have ${result.contestants.map((x) => x.name).join(', ')})`);
     return c.roundMs;
   };
   const [ta, tb] = [find(a), find(b)];

@@ -11,7 +11,8 @@ function longestCapacity(mha, dtype) {
   const fits = (capacity) => {
     const caches = [];
     try {
-      for (let l = 0; l < layers; l++) caches.push(mha.createKVCache({ batch: 1, numKvHeads: Hkv, headDim: Dh, capacity, dtype }));
+      for (let l = 0; l < layers; l++)
+        caches.push(mha.createKVCache({ batch: 1, numKvHeads: Hkv, headDim: Dh, capacity, dtype }));
       return true;
     } catch (error) {
       if (!(error instanceof RangeError)) throw error;
@@ -21,11 +22,12 @@ function longestCapacity(mha, dtype) {
     }
   };
   const perToken = layers * Hkv * tokenHeadBytes(dtype, Dh);
-  let lo = 0;                                                  // fits (no caches)
-  let hi = Math.ceil(2 ** 32 / perToken / 32) * 32 + 32;       // cannot fit: past a 4 GiB memory
+  let lo = 0; // fits (no caches)
+  let hi = Math.ceil(2 ** 32 / perToken / 32) * 32 + 32; // cannot fit: past a 4 GiB memory
   while (hi - lo > 32) {
     const mid = Math.floor((lo + hi) / 64) * 32;
-    if (fits(mid)) lo = mid; else hi = mid;
+    if (fits(mid)) lo = mid;
+    else hi = mid;
   }
   return { tokens: lo, perToken };
 }
@@ -40,8 +42,14 @@ export async function contextRows({ onPhase }) {
     try {
       const { tokens, perToken } = longestCapacity(mha, dtype);
       const stats = mha.memoryStats();
-      rows.push({ dtype, tokens, bytesPerToken: perToken, cacheBytes: tokens * perToken, wasmMemoryBytes: stats.wasmMemoryBytes,
-        build: mha.info.build });
+      rows.push({
+        dtype,
+        tokens,
+        bytesPerToken: perToken,
+        cacheBytes: tokens * perToken,
+        wasmMemoryBytes: stats.wasmMemoryBytes,
+        build: mha.info.build,
+      });
     } finally {
       mha.dispose();
     }

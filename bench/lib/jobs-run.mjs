@@ -9,9 +9,25 @@ import { shapeByName, flopsOf } from './shapes.mjs';
 import { interleave, roundRatio, spread } from './interleave.mjs';
 import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
 import { lastLevelCacheBytes } from './env.mjs';
-import { jobByName, decodeShapeByName, decodeBytes, decodeFlops, evictionBytes, LOOP,
-  MHA_F32, MHA_F16, MHA_F32_2T, MHA_F16_2T, MHA_F32_T1, MHA_F32_ROPE, MHA_BF16, MHA_INT8, MHA_F16_SUBNORMAL, ORT_GQA, PLAIN_JS }
-  from './jobs.mjs';
+import {
+  jobByName,
+  decodeShapeByName,
+  decodeBytes,
+  decodeFlops,
+  evictionBytes,
+  LOOP,
+  MHA_F32,
+  MHA_F16,
+  MHA_F32_2T,
+  MHA_F16_2T,
+  MHA_F32_T1,
+  MHA_F32_ROPE,
+  MHA_BF16,
+  MHA_INT8,
+  MHA_F16_SUBNORMAL,
+  ORT_GQA,
+  PLAIN_JS,
+} from './jobs.mjs';
 import { roundAsStored } from '../../scripts/lib/cache-rounding.mjs';
 import { IMPLS } from '../impls/index.mjs';
 import { raggedContestants, saveLoadContestants } from './jobs-serving.mjs';
@@ -35,19 +51,38 @@ function checkSummary(got, want, rows, D) {
  */
 export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () => {} }) {
   const job = jobByName(name);
-  if (job.kind === 'context') {  // not timed: a search over the capacity (jobs-context.mjs)
+  if (job.kind === 'context') {
+    // not timed: a search over the capacity (jobs-context.mjs)
     const { contextRows } = await import('./jobs-context.mjs');
-    return { job: name, kind: job.kind, group: job.group, status: 'ok', failed: [], ratios: [], contestants: [], rows: await contextRows({ onPhase }) };
+    return {
+      job: name,
+      kind: job.kind,
+      group: job.group,
+      status: 'ok',
+      failed: [],
+      ratios: [],
+      contestants: [],
+      rows: await contextRows({ onPhase }),
+    };
   }
-  const setups = { stateless: statelessContestants, decode: decodeContestants, loop: loopContestants, prefill: prefillContestants,
-    ragged: (j, context) => raggedContestants(j, { ...context, evict: evictor() }), saveload: saveLoadContestants };
+  const setups = {
+    stateless: statelessContestants,
+    decode: decodeContestants,
+    loop: loopContestants,
+    prefill: prefillContestants,
+    ragged: (j, context) => raggedContestants(j, { ...context, evict: evictor() }),
+    saveload: saveLoadContestants,
+  };
   const disposers = [];
   const failed = [];
   const ready = [];
   // Each setup yields { name, run, check?, info, ... } or { name, error }; a contestant is kept only when
   // its first output passes its check.
   for await (const c of setups[job.kind](job, { seed, onPhase, disposers })) {
-    if (c.error) { failed.push({ name: c.name, error: c.error }); continue; }
+    if (c.error) {
+      failed.push({ name: c.name, error: c.error });
+      continue;
+    }
     onPhase(`check ${c.name}`);
     try {
       const t = now();
@@ -55,11 +90,21 @@ export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () =>
       c.firstCallMs = now() - t;
       c.check = c.checkOutput();
     } catch (error) {
-      failed.push({ name: c.name, error: String(error?.stack ?? error).split('\n').slice(0, 3).join(' | ') });
+      failed.push({
+        name: c.name,
+        error: String(error?.stack ?? error)
+          .split('\n')
+          .slice(0, 3)
+          .join(' | '),
+      });
       continue;
     }
     if (!c.check.ok) {
-      failed.push({ name: c.name, error: `wrong answer: ${c.check.badCount} values off, max |err| ${c.check.maxAbsErr}`, check: c.check });
+      failed.push({
+        name: c.name,
+        error: `wrong answer: ${c.check.badCount} values off, max |err| ${c.check.maxAbsErr}`,
+        check: c.check,
+      });
       continue;
     }
     ready.push(c);
@@ -73,8 +118,18 @@ export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () =>
   result.rounds = timed.rounds;
   result.contestants = ready.map((c, i) => {
     const t = timed.contestants[i];
-    const row = { name: c.name, info: c.info, check: c.check, firstCallMs: c.firstCallMs, callsPerSample: t.callsPerSample,
-      roundMs: t.roundMs, medianMs: t.medianMs, minMs: t.minMs, maxMs: t.maxMs, ...c.row };
+    const row = {
+      name: c.name,
+      info: c.info,
+      check: c.check,
+      firstCallMs: c.firstCallMs,
+      callsPerSample: t.callsPerSample,
+      roundMs: t.roundMs,
+      medianMs: t.medianMs,
+      minMs: t.minMs,
+      maxMs: t.maxMs,
+      ...c.row,
+    };
     if (c.extra) Object.assign(row, c.extra());
     return row;
   });
@@ -100,7 +155,10 @@ async function statelessInputs(shapeName, seed) {
   if (shape.rope) {
     const { ropeTables } = await import(distUrl);
     const { rotaryDim, theta } = shape.rope;
-    shape = { ...shape, rope: { ...shape.rope, ...ropeTables({ rotaryDim, positions: Math.max(shape.S, shape.T), theta }) } };
+    shape = {
+      ...shape,
+      rope: { ...shape.rope, ...ropeTables({ rotaryDim, positions: Math.max(shape.S, shape.T), theta }) },
+    };
   }
   if (shape.dtype !== 'float16') return { shape, inputs, args: inputs };
   const bits = (x) => Uint16Array.from(x, float16Bits);
@@ -115,7 +173,7 @@ async function* statelessContestants(job, { seed, onPhase, disposers }) {
     const { shape, inputs, args } = await statelessInputs(shapeName, seed);
     const { q, k, v } = inputs;
     const rows = sampleRows(shape, CHECK_ROWS);
-    const outD = shape.H * (shape.Dv ?? shape.D / shape.H);  // H·Dv
+    const outD = shape.H * (shape.Dv ?? shape.D / shape.H); // H·Dv
     const want = attentionRows(q, k, v, shape, rows, new Float64Array(rows.length * outD), true);
     let instance;
     try {
@@ -130,8 +188,11 @@ async function* statelessContestants(job, { seed, onPhase, disposers }) {
       name,
       info: instance.info,
       row: { impl, shape: shapeName, flops: flopsOf(shape) },
-      async run() { out = await instance.run(args.q, args.k, args.v); },
-      checkOutput: () => checkSummary(out instanceof Uint16Array ? Float32Array.from(out, float16Value) : out, want, rows, outD),
+      async run() {
+        out = await instance.run(args.q, args.k, args.v);
+      },
+      checkOutput: () =>
+        checkSummary(out instanceof Uint16Array ? Float32Array.from(out, float16Value) : out, want, rows, outD),
     };
   }
 }
@@ -144,7 +205,9 @@ function evictor() {
   const read = bandwidthReader(memory, pages);
   const end = pages * 65536;
   const sink = new Int32Array(1);
-  return () => { sink[0] += read(0, end); };
+  return () => {
+    sink[0] += read(0, end);
+  };
 }
 
 /**
@@ -162,9 +225,16 @@ function decodeInputs(s, seed, rope, dtypes) {
   for (const dtype of dtypes) want[dtype] = wantOf(roundAsStored(k, dtype, Hkv, Dh), roundAsStored(v, dtype, Hkv, Dh));
   if (rope) want.rope = attentionRows(q, k, v, { ...ref, rope }, rows, new Float64Array(B * ref.D), true);
   return {
-    ref, q, k, v, rows, want,
-    kFill: sliceRows(k, B, T, kvD, 0, T - 1), vFill: sliceRows(v, B, T, kvD, 0, T - 1),
-    kNew: sliceRows(k, B, T, kvD, T - 1, 1), vNew: sliceRows(v, B, T, kvD, T - 1, 1),
+    ref,
+    q,
+    k,
+    v,
+    rows,
+    want,
+    kFill: sliceRows(k, B, T, kvD, 0, T - 1),
+    vFill: sliceRows(v, B, T, kvD, 0, T - 1),
+    kNew: sliceRows(k, B, T, kvD, T - 1, 1),
+    vNew: sliceRows(v, B, T, kvD, T - 1, 1),
   };
 }
 
@@ -175,14 +245,30 @@ function decodeInputs(s, seed, rope, dtypes) {
 function subnormalInputs(s, inputs) {
   const { B, T, Hkv, Dh } = s;
   const kvD = Hkv * Dh;
-  const sub = (x) => x.map((value, i) => ((i * 7919) % 10 === 0 ? Math.fround((((i * 40503) % 1023) + 1) * 2 ** -24 * (value < 0 ? -1 : 1)) : value));
-  const k = sub(inputs.k), v = sub(inputs.v);
-  const want = attentionRows(inputs.q, roundAsStored(k, 'float16', Hkv, Dh), roundAsStored(v, 'float16', Hkv, Dh), inputs.ref, inputs.rows,
-    new Float64Array(B * inputs.ref.D), true);
+  const sub = (x) =>
+    x.map((value, i) =>
+      (i * 7919) % 10 === 0 ? Math.fround((((i * 40503) % 1023) + 1) * 2 ** -24 * (value < 0 ? -1 : 1)) : value,
+    );
+  const k = sub(inputs.k),
+    v = sub(inputs.v);
+  const want = attentionRows(
+    inputs.q,
+    roundAsStored(k, 'float16', Hkv, Dh),
+    roundAsStored(v, 'float16', Hkv, Dh),
+    inputs.ref,
+    inputs.rows,
+    new Float64Array(B * inputs.ref.D),
+    true,
+  );
   return {
-    ...inputs, k, v, want: { float16: want },
-    kFill: sliceRows(k, B, T, kvD, 0, T - 1), vFill: sliceRows(v, B, T, kvD, 0, T - 1),
-    kNew: sliceRows(k, B, T, kvD, T - 1, 1), vNew: sliceRows(v, B, T, kvD, T - 1, 1),
+    ...inputs,
+    k,
+    v,
+    want: { float16: want },
+    kFill: sliceRows(k, B, T, kvD, 0, T - 1),
+    vFill: sliceRows(v, B, T, kvD, 0, T - 1),
+    kNew: sliceRows(k, B, T, kvD, T - 1, 1),
+    vNew: sliceRows(v, B, T, kvD, T - 1, 1),
   };
 }
 
@@ -227,9 +313,15 @@ async function* decodeContestants(job, { seed, onPhase, disposers }) {
   const s = decodeShapeByName(job.shape);
   onPhase('inputs');
   const { createMHA, ropeTables } = await import(distUrl);
-  const rope = job.contestants.includes(MHA_F32_ROPE) ? { ...ropeTables({ rotaryDim: s.Dh, positions: s.T }), rotaryDim: s.Dh } : undefined;
-  const dtypes = ['float32', 'float16', ...(job.contestants.includes(MHA_BF16) ? ['bfloat16'] : []),
-    ...(job.contestants.includes(MHA_INT8) ? ['int8'] : [])];
+  const rope = job.contestants.includes(MHA_F32_ROPE)
+    ? { ...ropeTables({ rotaryDim: s.Dh, positions: s.T }), rotaryDim: s.Dh }
+    : undefined;
+  const dtypes = [
+    'float32',
+    'float16',
+    ...(job.contestants.includes(MHA_BF16) ? ['bfloat16'] : []),
+    ...(job.contestants.includes(MHA_INT8) ? ['int8'] : []),
+  ];
   const inputs = decodeInputs(s, seed, rope, dtypes);
   const subnormal = job.contestants.includes(MHA_F16_SUBNORMAL) ? subnormalInputs(s, inputs) : undefined;
   const evict = evictor();
@@ -240,18 +332,29 @@ async function* decodeContestants(job, { seed, onPhase, disposers }) {
   const mhaOf = async (threads, threadsBuild) => {
     const key = `${threads}${threadsBuild ? ' threads build' : ''}`;
     if (!instances.has(key)) {
-      const wasmBinary = threadsBuild ? readFileSync(new URL('../../dist/mha-threads.wasm', import.meta.url)) : undefined;
+      const wasmBinary = threadsBuild
+        ? readFileSync(new URL('../../dist/mha-threads.wasm', import.meta.url))
+        : undefined;
       const mha = await createMHA({ threads, ...(wasmBinary ? { wasmBinary } : {}) });
-      if (mha.info.threads !== threads) throw new Error(`asked for ${threads} threads, got ${mha.info.threads} (${mha.info.build})`);
+      if (mha.info.threads !== threads)
+        throw new Error(`asked for ${threads} threads, got ${mha.info.threads} (${mha.info.build})`);
       disposers.push(() => mha.dispose());
       instances.set(key, mha);
     }
     return instances.get(key);
   };
   const rowOf = (dtype, threads) => ({ dtype, threads, bytes: decodeBytes(s, dtype), flops: decodeFlops(s) });
-  const mhaRows = { [MHA_F32]: ['float32', 1], [MHA_F16]: ['float16', 1], [MHA_F32_2T]: ['float32', 2], [MHA_F16_2T]: ['float16', 2],
-    [MHA_F32_T1]: ['float32', 1, true], [MHA_F32_ROPE]: ['float32', 1, false, true], [MHA_BF16]: ['bfloat16', 1],
-    [MHA_INT8]: ['int8', 1], [MHA_F16_SUBNORMAL]: ['float16', 1, false, false, true] };
+  const mhaRows = {
+    [MHA_F32]: ['float32', 1],
+    [MHA_F16]: ['float16', 1],
+    [MHA_F32_2T]: ['float32', 2],
+    [MHA_F16_2T]: ['float16', 2],
+    [MHA_F32_T1]: ['float32', 1, true],
+    [MHA_F32_ROPE]: ['float32', 1, false, true],
+    [MHA_BF16]: ['bfloat16', 1],
+    [MHA_INT8]: ['int8', 1],
+    [MHA_F16_SUBNORMAL]: ['float16', 1, false, false, true],
+  };
   for (const name of job.contestants) {
     onPhase(`setup ${name}`);
     try {
@@ -260,25 +363,51 @@ async function* decodeContestants(job, { seed, onPhase, disposers }) {
         const mha = await mhaOf(threads, threadsBuild);
         const data = withSubnormals ? subnormal : inputs;
         const step = cacheStep(mha, s, data, dtype, withRope ? rope : undefined);
-        yield { name, info: { build: mha.info.build, threads, dtype, ...(withRope ? { rope: `rotaryDim ${s.Dh}` } : {}),
-          ...(withSubnormals ? { data: '10% of k and v float16 subnormals' } : {}) },
-          row: rowOf(dtype, threads), before: evict, run: step.run,
-          checkOutput: () => checkSummary(step.out, data.want[withRope ? 'rope' : dtype], inputs.rows, D) };
+        yield {
+          name,
+          info: {
+            build: mha.info.build,
+            threads,
+            dtype,
+            ...(withRope ? { rope: `rotaryDim ${s.Dh}` } : {}),
+            ...(withSubnormals ? { data: '10% of k and v float16 subnormals' } : {}),
+          },
+          row: rowOf(dtype, threads),
+          before: evict,
+          run: step.run,
+          checkOutput: () => checkSummary(step.out, data.want[withRope ? 'rope' : dtype], inputs.rows, D),
+        };
       } else if (name === ORT_GQA) {
         const { createGqaStep } = await import('../impls/ort.mjs');
-        const peer = await createGqaStep(s, { pastKey: toPastLayout(inputs.k, s), pastValue: toPastLayout(inputs.v, s) });
+        const peer = await createGqaStep(s, {
+          pastKey: toPastLayout(inputs.k, s),
+          pastValue: toPastLayout(inputs.v, s),
+        });
         disposers.push(() => peer.dispose());
         let out;
-        yield { name, info: peer.info, row: rowOf('float32', 1), before: evict,
-          async run() { out = await peer.run(inputs.q, inputs.kNew, inputs.vNew); },
-          checkOutput: () => checkSummary(out, inputs.want.float32, inputs.rows, D) };
+        yield {
+          name,
+          info: peer.info,
+          row: rowOf('float32', 1),
+          before: evict,
+          async run() {
+            out = await peer.run(inputs.q, inputs.kNew, inputs.vNew);
+          },
+          checkOutput: () => checkSummary(out, inputs.want.float32, inputs.rows, D),
+        };
       } else if (name === PLAIN_JS) {
         yield { name, row: rowOf('float32', 1), before: evict, ...plainJsStep(s, inputs) };
       } else {
         throw new Error(`no such decode contestant "${name}"`);
       }
     } catch (error) {
-      yield { name, error: String(error?.stack ?? error).split('\n').slice(0, 3).join(' | ') };
+      yield {
+        name,
+        error: String(error?.stack ?? error)
+          .split('\n')
+          .slice(0, 3)
+          .join(' | '),
+      };
     }
   }
 }
@@ -320,7 +449,10 @@ async function* loopContestants(job, { seed, onPhase, disposers }) {
   const { createMHA } = await import(distUrl);
   const mha = await createMHA({ threads: 1 });
   disposers.push(() => mha.dispose());
-  for (const [name, dtype] of [[MHA_F32, 'float32'], [MHA_F16, 'float16']]) {
+  for (const [name, dtype] of [
+    [MHA_F32, 'float32'],
+    [MHA_F16, 'float16'],
+  ]) {
     onPhase(`setup ${name}`);
     const cache = mha.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: total, dtype });
     const out = new Float32Array(D);
@@ -336,7 +468,8 @@ async function* loopContestants(job, { seed, onPhase, disposers }) {
         const t0 = now();
         cache.attend(qP, kP, vP, { numHeads: H });
         const t1 = now();
-        for (let t = prefill; t < total; t++) cache.attend(token(q, D, t), token(k, kvD, t), token(v, kvD, t), { numHeads: H, out });
+        for (let t = prefill; t < total; t++)
+          cache.attend(token(q, D, t), token(k, kvD, t), token(v, kvD, t), { numHeads: H, out });
         prefillMs.push(t1 - t0);
         return now() - t1;
       },
@@ -365,7 +498,9 @@ async function* prefillContestants(job, { seed, onPhase, disposers }) {
   const cacheOut = new Float32Array(B * S * D);
   onPhase('setup');
   yield {
-    name: 'cache prefill', info: { build: mha.info.build, threads: 1, call: 'createKVCache + attend (S tokens), then truncate(0)' }, row,
+    name: 'cache prefill',
+    info: { build: mha.info.build, threads: 1, call: 'createKVCache + attend (S tokens), then truncate(0)' },
+    row,
     run() {
       cache.truncate(0);
       cache.attend(q, k, v, { numHeads: H, out: cacheOut });
@@ -373,10 +508,23 @@ async function* prefillContestants(job, { seed, onPhase, disposers }) {
     checkOutput: () => checkSummary(cacheOut, want, rows, D),
   };
   const statelessOut = new Float32Array(B * S * D);
-  const options = { batch: B, seqLen: S, kvSeqLen: T, dModel: D, numHeads: H, numKvHeads: Hkv, causal: true, out: statelessOut };
+  const options = {
+    batch: B,
+    seqLen: S,
+    kvSeqLen: T,
+    dModel: D,
+    numHeads: H,
+    numKvHeads: Hkv,
+    causal: true,
+    out: statelessOut,
+  };
   yield {
-    name: 'stateless causal', info: { build: mha.info.build, threads: 1, call: 'multiHeadAttention(causal: true, numKvHeads)' }, row,
-    run() { mha.multiHeadAttention(q, k, v, options); },
+    name: 'stateless causal',
+    info: { build: mha.info.build, threads: 1, call: 'multiHeadAttention(causal: true, numKvHeads)' },
+    row,
+    run() {
+      mha.multiHeadAttention(q, k, v, options);
+    },
     checkOutput: () => checkSummary(statelessOut, want, rows, D),
   };
 }

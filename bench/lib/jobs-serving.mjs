@@ -62,36 +62,84 @@ export async function* raggedContestants(job, { seed, onPhase, disposers, evict 
   const ref = { B, S: 1, T, D: H * Dh, H, Hkv, causal: true, queryOffset: T - 1 };
   const { q, k, v } = makeInputs(ref, seed);
   const rows = Int32Array.from({ length: B }, (_, b) => b);
-  const want = attentionRows(q, k, v, { ...ref, kvLengths: Int32Array.from(lengths) }, rows, new Float64Array(B * H * Dh), true);
+  const want = attentionRows(
+    q,
+    k,
+    v,
+    { ...ref, kvLengths: Int32Array.from(lengths) },
+    rows,
+    new Float64Array(B * H * Dh),
+    true,
+  );
   const wantPadded = attentionRows(q, k, v, ref, rows, new Float64Array(B * H * Dh), true);
   const { createMHA } = await import(distUrl);
   const mha = await createMHA({ threads: 1 });
   disposers.push(() => mha.dispose());
   const bytesOf = (keys) => 2 * Hkv * Dh * keys * 4;
   const keys = lengths.reduce((a, L) => a + L, 0);
-  const row = (totalKeys) => ({ dtype: 'float32', threads: 1, bytes: bytesOf(totalKeys), flops: 4 * H * Dh * totalKeys });
+  const row = (totalKeys) => ({
+    dtype: 'float32',
+    threads: 1,
+    bytes: bytesOf(totalKeys),
+    flops: 4 * H * Dh * totalKeys,
+  });
   for (const name of job.contestants) {
     onPhase(`setup ${name}`);
     try {
       if (name === RAGGED_ONE) {
         const step = raggedStep(mha, k, v, q, s, lengths);
-        yield { name, info: { build: mha.info.build, lengths: lengths.join(', ') }, row: row(keys), before: evict, run: step.run,
-          checkOutput: () => checkSummary(step.out, want, rows, H * Dh) };
+        yield {
+          name,
+          info: { build: mha.info.build, lengths: lengths.join(', ') },
+          row: row(keys),
+          before: evict,
+          run: step.run,
+          checkOutput: () => checkSummary(step.out, want, rows, H * Dh),
+        };
       } else if (name === RAGGED_SEPARATE) {
         const steps = lengths.map((L, b) => raggedStep(mha, k, v, q, s, [L], b));
         const out = new Float32Array(B * H * Dh);
-        yield { name, info: { build: mha.info.build, caches: B }, row: row(keys), before: evict,
-          run() { for (const step of steps) step.run(); },
-          checkOutput: () => { steps.forEach((step, b) => out.set(step.out, b * H * Dh)); return checkSummary(out, want, rows, H * Dh); } };
+        yield {
+          name,
+          info: { build: mha.info.build, caches: B },
+          row: row(keys),
+          before: evict,
+          run() {
+            for (const step of steps) step.run();
+          },
+          checkOutput: () => {
+            steps.forEach((step, b) => out.set(step.out, b * H * Dh));
+            return checkSummary(out, want, rows, H * Dh);
+          },
+        };
       } else if (name === RAGGED_PADDED) {
-        const step = raggedStep(mha, k, v, q, s, lengths.map(() => T));
-        yield { name, info: { build: mha.info.build, lengths: `${T} x ${B}` }, row: row(B * T), before: evict, run: step.run,
-          checkOutput: () => checkSummary(step.out, wantPadded, rows, H * Dh) };
+        const step = raggedStep(
+          mha,
+          k,
+          v,
+          q,
+          s,
+          lengths.map(() => T),
+        );
+        yield {
+          name,
+          info: { build: mha.info.build, lengths: `${T} x ${B}` },
+          row: row(B * T),
+          before: evict,
+          run: step.run,
+          checkOutput: () => checkSummary(step.out, wantPadded, rows, H * Dh),
+        };
       } else {
         throw new Error(`no such ragged contestant "${name}"`);
       }
     } catch (error) {
-      yield { name, error: String(error?.stack ?? error).split('\n').slice(0, 3).join(' | ') };
+      yield {
+        name,
+        error: String(error?.stack ?? error)
+          .split('\n')
+          .slice(0, 3)
+          .join(' | '),
+      };
     }
   }
 }
@@ -114,28 +162,62 @@ export async function* saveLoadContestants(job, { seed, onPhase, disposers }) {
     cache.attend(k, k, v, { numHeads: Hkv, window: [0, 0] });
     caches.push(cache);
   }
-  const rawBytes = count * 2 * tokens * kvD * 2;  // k and v, binary16
+  const rawBytes = count * 2 * tokens * kvD * 2; // k and v, binary16
   let saved = caches.map((c) => c.save());
   const savedBytes = saved.reduce((a, b) => a + b.byteLength, 0);
-  const info = { caches: count, tokens, Hkv, Dh, dtype: 'float16', rawBytes, savedBytes, bytesPerRaw: savedBytes / rawBytes };
+  const info = {
+    caches: count,
+    tokens,
+    Hkv,
+    Dh,
+    dtype: 'float16',
+    rawBytes,
+    savedBytes,
+    bytesPerRaw: savedBytes / rawBytes,
+  };
   const row = { bytes: rawBytes };
   const sameBytes = (a, b) => a.byteLength === b.byteLength && a.every((x, i) => x === b[i]);
   for (const name of job.contestants) {
     onPhase(`setup ${name}`);
     if (name === SAVE) {
-      yield { name, info, row, run() { saved = caches.map((c) => c.save()); },
-        checkOutput: () => ({ ok: saved.every((bytes, i) => sameBytes(bytes, caches[i].save())), rows: count }) };
+      yield {
+        name,
+        info,
+        row,
+        run() {
+          saved = caches.map((c) => c.save());
+        },
+        checkOutput: () => ({ ok: saved.every((bytes, i) => sameBytes(bytes, caches[i].save())), rows: count }),
+      };
     } else if (name === LOAD) {
       let loaded = [];
-      yield { name, info, row,
-        before() { loaded.forEach((c) => c.free()); loaded = []; },  // untimed: the previous round's caches
-        run() { loaded = saved.map((bytes) => mha.loadKVCache(bytes)); },
-        checkOutput: () => ({ ok: loaded.length === count && loaded.every((c, i) => sameBytes(c.save(), saved[i])), rows: count }) };
+      yield {
+        name,
+        info,
+        row,
+        before() {
+          loaded.forEach((c) => c.free());
+          loaded = [];
+        }, // untimed: the previous round's caches
+        run() {
+          loaded = saved.map((bytes) => mha.loadKVCache(bytes));
+        },
+        checkOutput: () => ({
+          ok: loaded.length === count && loaded.every((c, i) => sameBytes(c.save(), saved[i])),
+          rows: count,
+        }),
+      };
     } else if (name === COPY) {
       const target = saved.map((bytes) => new Uint8Array(bytes.byteLength));
-      yield { name, info: { what: 'Uint8Array.set of the saved bytes, one copy per cache' }, row,
-        run() { target.forEach((t, i) => t.set(saved[i])); },
-        checkOutput: () => ({ ok: sameBytes(target[0], saved[0]), rows: count }) };
+      yield {
+        name,
+        info: { what: 'Uint8Array.set of the saved bytes, one copy per cache' },
+        row,
+        run() {
+          target.forEach((t, i) => t.set(saved[i]));
+        },
+        checkOutput: () => ({ ok: sameBytes(target[0], saved[0]), rows: count }),
+      };
     }
   }
 }

@@ -82,16 +82,21 @@ function decodeJob(s) {
     const [text, bound] = target(goals[name]);
     return speed(name, MHA_F32, text === '—' ? '—' : `${text} (speed over f32)`, bound);
   });
-  for (const name of [MHA_F32, ...dtypes]) ratios.push(speed(name, ORT_GQA, `>= ${ORT_TARGET}x ORT`, { atLeast: ORT_TARGET }));
+  for (const name of [MHA_F32, ...dtypes])
+    ratios.push(speed(name, ORT_GQA, `>= ${ORT_TARGET}x ORT`, { atLeast: ORT_TARGET }));
   ratios.push(speed(MHA_F32, PLAIN_JS, '—'));
   if (rope) ratios.push(speed(MHA_F32_ROPE, MHA_F32, '<= 1.05x the time without rope', { atMost: 1.05, speed: false }));
   if (s.threads) {
     // Against the default (single-threaded) build, what turning threads on gives; against the threaded
     // build on 1 thread, the split across the pool alone.
     const [text, bound] = target(goals.threads);
-    ratios.push(speed(MHA_F32_2T, MHA_F32, `${text} (2 threads / 1 thread)`, bound), speed(MHA_F16_2T, MHA_F16, '—'),
-      speed(MHA_F32_2T, MHA_F32_T1, '— (same build)'));
-    for (const name of threads.slice(0, 2)) ratios.push(speed(name, ORT_GQA, `>= ${ORT_TARGET}x ORT`, { atLeast: ORT_TARGET }));
+    ratios.push(
+      speed(MHA_F32_2T, MHA_F32, `${text} (2 threads / 1 thread)`, bound),
+      speed(MHA_F16_2T, MHA_F16, '—'),
+      speed(MHA_F32_2T, MHA_F32_T1, '— (same build)'),
+    );
+    for (const name of threads.slice(0, 2))
+      ratios.push(speed(name, ORT_GQA, `>= ${ORT_TARGET}x ORT`, { atLeast: ORT_TARGET }));
   }
   return { name: s.name, group: 'decode', kind: 'decode', shape: s.name, contestants, ratios };
 }
@@ -110,43 +115,104 @@ export const COPY = 'copy of the saved bytes x 32';
 export const LLAMA_1B = { layers: 16, Hkv: 8, Dh: 64 };
 
 const pair = (name, a, b, ratio) => ({
-  name, group: 'pairs', kind: 'stateless',
+  name,
+  group: 'pairs',
+  kind: 'stateless',
   contestants: [a, b].map(([impl, shape]) => ({ name: `${impl} ${shape}`, impl, shape })),
   ratios: [{ a: `${a[0]} ${a[1]}`, b: `${b[0]} ${b[1]}`, ...ratio }],
 });
 
 export const JOBS = [
   // Issue #13 (1 thread). The pairs' FLOP counts are equal, so GFLOP/s ratios are time ratios.
-  pair('pair-gqa2k', ['mha-wasm', 'gqa2k'], ['mha-wasm', 'gqa2k-mha'], { speed: true, target: '>= 1.0x the GFLOP/s of Hkv = H', atLeast: 1.0 }),
-  pair('pair-window8k', ['mha-wasm', 'window8k'], ['mha-wasm', 'causal8k'], { speed: true, target: '>= 6x faster than full causal', atLeast: 6 }),
-  pair('pair-bert-bias', ['mha-wasm', 'bert-bias'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.25x the time of bert', atMost: 1.25 }),
-  pair('pair-bert-alibi', ['mha-wasm', 'bert-alibi'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.15x the time of bert', atMost: 1.15 }),
-  pair('pair-bert-softcap', ['mha-wasm', 'bert-softcap'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.3x the time of bert', atMost: 1.3 }),
+  pair('pair-gqa2k', ['mha-wasm', 'gqa2k'], ['mha-wasm', 'gqa2k-mha'], {
+    speed: true,
+    target: '>= 1.0x the GFLOP/s of Hkv = H',
+    atLeast: 1.0,
+  }),
+  pair('pair-window8k', ['mha-wasm', 'window8k'], ['mha-wasm', 'causal8k'], {
+    speed: true,
+    target: '>= 6x faster than full causal',
+    atLeast: 6,
+  }),
+  pair('pair-bert-bias', ['mha-wasm', 'bert-bias'], ['mha-wasm', 'bert'], {
+    speed: false,
+    target: '<= 1.25x the time of bert',
+    atMost: 1.25,
+  }),
+  pair('pair-bert-alibi', ['mha-wasm', 'bert-alibi'], ['mha-wasm', 'bert'], {
+    speed: false,
+    target: '<= 1.15x the time of bert',
+    atMost: 1.15,
+  }),
+  pair('pair-bert-softcap', ['mha-wasm', 'bert-softcap'], ['mha-wasm', 'bert'], {
+    speed: false,
+    target: '<= 1.3x the time of bert',
+    atMost: 1.3,
+  }),
   // Issue #30: the standard definitions against the calls they replace (1 thread).
-  pair('pair-mla', ['mha-wasm', 'mla-prefill'], ['mha-wasm', 'mla-prefill-padded'], { speed: true, target: '>= 1.12x faster than V padded to Dh 192', atLeast: 1.12 }),
-  pair('pair-bert-f16', ['mha-wasm', 'bert-f16'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.1x the time of bert (float32)', atMost: 1.1 }),
-  pair('pair-llama-rope', ['mha-wasm', 'llama-rope'], ['mha-wasm', 'gqa2k'], { speed: false, target: '<= 1.1x the time without rope', atMost: 1.1 }),
-  pair('pair-bert-sinks', ['mha-wasm', 'bert-sinks'], ['mha-wasm', 'bert'], { speed: false, target: '<= 1.05x the time of bert', atMost: 1.05 }),
+  pair('pair-mla', ['mha-wasm', 'mla-prefill'], ['mha-wasm', 'mla-prefill-padded'], {
+    speed: true,
+    target: '>= 1.12x faster than V padded to Dh 192',
+    atLeast: 1.12,
+  }),
+  pair('pair-bert-f16', ['mha-wasm', 'bert-f16'], ['mha-wasm', 'bert'], {
+    speed: false,
+    target: '<= 1.1x the time of bert (float32)',
+    atMost: 1.1,
+  }),
+  pair('pair-llama-rope', ['mha-wasm', 'llama-rope'], ['mha-wasm', 'gqa2k'], {
+    speed: false,
+    target: '<= 1.1x the time without rope',
+    atMost: 1.1,
+  }),
+  pair('pair-bert-sinks', ['mha-wasm', 'bert-sinks'], ['mha-wasm', 'bert'], {
+    speed: false,
+    target: '<= 1.05x the time of bert',
+    atMost: 1.05,
+  }),
   // Issue #14: the copies of copy mode (Float32Arrays in and out) run on the calling thread.
-  pair('threads-bert-b8', ['mha-wasm-2t', 'bert-b8'], ['mha-wasm', 'bert-b8'], { speed: true, target: '>= 1.8x (2 threads / 1 thread, copy mode)', atLeast: 1.8 }),
+  pair('threads-bert-b8', ['mha-wasm-2t', 'bert-b8'], ['mha-wasm', 'bert-b8'], {
+    speed: true,
+    target: '>= 1.8x (2 threads / 1 thread, copy mode)',
+    atLeast: 1.8,
+  }),
   ...DECODE_SHAPES.map(decodeJob),
-  { name: 'decode-loop', group: 'decode', kind: 'loop', contestants: [MHA_F32, MHA_F16], ratios: [speed(MHA_F16, MHA_F32, '—')] },
   {
-    name: 'ragged-decode', group: 'decode', kind: 'ragged', contestants: [RAGGED_ONE, RAGGED_SEPARATE, RAGGED_PADDED],
+    name: 'decode-loop',
+    group: 'decode',
+    kind: 'loop',
+    contestants: [MHA_F32, MHA_F16],
+    ratios: [speed(MHA_F16, MHA_F32, '—')],
+  },
+  {
+    name: 'ragged-decode',
+    group: 'decode',
+    kind: 'ragged',
+    contestants: [RAGGED_ONE, RAGGED_SEPARATE, RAGGED_PADDED],
     ratios: [
       speed(RAGGED_ONE, RAGGED_SEPARATE, '<= 1.1x the time of the four separate steps', { atMost: 1.1, speed: false }),
       speed(RAGGED_ONE, RAGGED_PADDED, '>= 2.5x faster than padded (keys: 3x)', { atLeast: 2.5 }),
     ],
   },
   {
-    name: 'cache-save-load', group: 'decode', kind: 'saveload', contestants: [SAVE, LOAD, COPY],
-    ratios: [speed(SAVE, COPY, '— (speed against a plain copy of the bytes: 1 = copy bandwidth)'), speed(LOAD, COPY, '—')],
+    name: 'cache-save-load',
+    group: 'decode',
+    kind: 'saveload',
+    contestants: [SAVE, LOAD, COPY],
+    ratios: [
+      speed(SAVE, COPY, '— (speed against a plain copy of the bytes: 1 = copy bandwidth)'),
+      speed(LOAD, COPY, '—'),
+    ],
   },
   { name: 'context-llama-1b', group: 'decode', kind: 'context', contestants: [], ratios: [] },
   {
     // A call takes about a second, so the budget alone gives the 5 rounds of the minimum, whose median
     // moved by 0.9-1.1 between runs of identical code (its 5% margin is inside that): 11 rounds.
-    name: 'prefill-cache', group: 'decode', kind: 'prefill', shape: 'gqa2k', minRounds: 11,
+    name: 'prefill-cache',
+    group: 'decode',
+    kind: 'prefill',
+    shape: 'gqa2k',
+    minRounds: 11,
     contestants: ['cache prefill', 'stateless causal'],
     ratios: [speed('cache prefill', 'stateless causal', '>= 0.95x the stateless causal call', { atLeast: 0.95 })],
   },

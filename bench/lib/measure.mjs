@@ -36,7 +36,17 @@ function quantile(xs, p) {
  * @param {number} [o.budgetMs] time budget for the timed repeats
  * @param {(phase: string) => void} [o.onPhase]
  */
-export async function measure({ impl, load, shape, seed = DEFAULT_SEED, budgetMs = 3000, minReps = 3, maxReps = 200, singleCallMs = SINGLE_CALL_MS, onPhase = () => {} }) {
+export async function measure({
+  impl,
+  load,
+  shape,
+  seed = DEFAULT_SEED,
+  budgetMs = 3000,
+  minReps = 3,
+  maxReps = 200,
+  singleCallMs = SINGLE_CALL_MS,
+  onPhase = () => {},
+}) {
   const flops = flopsOf(shape);
   const totalRows = shape.B * shape.S;
   const perRowFlops = flops / totalRows;
@@ -95,8 +105,11 @@ export async function measure({ impl, load, shape, seed = DEFAULT_SEED, budgetMs
   };
   if (!check.ok) {
     result.status = 'wrong';
-    result.error = `wrong answer: ${check.badCount}/${check.checked} values off, max |err| ${check.maxAbsErr}` +
-      (check.worst ? ` (row ${check.worst.row} col ${check.worst.col}: got ${check.worst.got}, want ${check.worst.want})` : '');
+    result.error =
+      `wrong answer: ${check.badCount}/${check.checked} values off, max |err| ${check.maxAbsErr}` +
+      (check.worst
+        ? ` (row ${check.worst.row} col ${check.worst.col}: got ${check.worst.got}, want ${check.worst.want})`
+        : '');
     await instance.dispose?.();
     return result;
   }

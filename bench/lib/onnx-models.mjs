@@ -14,7 +14,11 @@ function valueInfo(name, elemType, dims) {
       tensorType: onnx.TypeProto.Tensor.create({
         elemType,
         // A string is a symbolic dim (dimParam), left to the runtime.
-        shape: onnx.TensorShapeProto.create({ dim: dims.map((d) => onnx.TensorShapeProto.Dimension.create(typeof d === 'string' ? { dimParam: d } : { dimValue: d })) }),
+        shape: onnx.TensorShapeProto.create({
+          dim: dims.map((d) =>
+            onnx.TensorShapeProto.Dimension.create(typeof d === 'string' ? { dimParam: d } : { dimValue: d }),
+          ),
+        }),
       }),
     }),
   });
@@ -109,11 +113,16 @@ export function contribModel(shape, masked) {
   }
   const graph = onnx.GraphProto.create({
     name: 'mha_contrib',
-    node: [node('MultiHeadAttention', opInputs, ['out'], [int('num_heads', H), float('scale', scale)], 'com.microsoft')],
+    node: [
+      node('MultiHeadAttention', opInputs, ['out'], [int('num_heads', H), float('scale', scale)], 'com.microsoft'),
+    ],
     input: inputs,
     output: [valueInfo('out', FLOAT, [B, S, D])],
   });
-  return model(graph, [['', 17], ['com.microsoft', 1]]);
+  return model(graph, [
+    ['', 17],
+    ['com.microsoft', 1],
+  ]);
 }
 
 /** (1,1,S,T) additive causal bias: 0 where j <= i, -inf elsewhere. */
@@ -126,7 +135,8 @@ export function causalBias(S, T) {
 /** (B,S,T) int32 causal key_padding_mask: 1 where j <= i. */
 export function causalMaskInt32(B, S, T) {
   const mask = new Int32Array(B * S * T);
-  for (let b = 0; b < B; b++) for (let i = 0; i < S; i++) for (let j = 0; j <= i && j < T; j++) mask[(b * S + i) * T + j] = 1;
+  for (let b = 0; b < B; b++)
+    for (let i = 0; i < S; i++) for (let j = 0; j <= i && j < T; j++) mask[(b * S + i) * T + j] = 1;
   return mask;
 }
 
@@ -147,8 +157,15 @@ export function gqaModel(shape, { pastLength = 0 } = {}) {
   if (shape.softcap !== undefined) attrs.push(float('softcap', shape.softcap));
   const graph = onnx.GraphProto.create({
     name: 'gqa_contrib',
-    node: [node('GroupQueryAttention', ['q', 'k', 'v', 'past_key', 'past_value', 'seqlens_k', 'total_sequence_length'],
-      ['out', 'present_key', 'present_value'], attrs, 'com.microsoft')],
+    node: [
+      node(
+        'GroupQueryAttention',
+        ['q', 'k', 'v', 'past_key', 'past_value', 'seqlens_k', 'total_sequence_length'],
+        ['out', 'present_key', 'present_value'],
+        attrs,
+        'com.microsoft',
+      ),
+    ],
     input: [
       valueInfo('q', FLOAT, [B, S, H * Dh]),
       valueInfo('k', FLOAT, [B, S, Hkv * Dh]),
@@ -160,7 +177,15 @@ export function gqaModel(shape, { pastLength = 0 } = {}) {
     ],
     // The present length is symbolic: onnxruntime's shape inference gives present the past's length (a
     // buffer shared between steps), while the kernel writes past + S tokens when the past is shorter.
-    output: [valueInfo('out', FLOAT, [B, S, H * Dh]), ...['present_key', 'present_value'].map((name) => valueInfo(name, FLOAT, [B, Hkv, pastLength ? 'present_length' : S, Dh]))],
+    output: [
+      valueInfo('out', FLOAT, [B, S, H * Dh]),
+      ...['present_key', 'present_value'].map((name) =>
+        valueInfo(name, FLOAT, [B, Hkv, pastLength ? 'present_length' : S, Dh]),
+      ),
+    ],
   });
-  return model(graph, [['', 17], ['com.microsoft', 1]]);
+  return model(graph, [
+    ['', 17],
+    ['com.microsoft', 1],
+  ]);
 }

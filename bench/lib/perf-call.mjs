@@ -16,5 +16,7 @@ row.run(q, k, v);
 const started = performance.now();
 for (let i = 0; i < calls; i++) row.run(q, k, v);
 const ms = (performance.now() - started) / calls;
-console.log(`${row.info.build} ${shapeName}: ${ms.toFixed(2)} ms per call, ${(flopsOf(shape) / ms / 1e6).toFixed(1)} GFLOP/s (under perf)`);
+console.log(
+  `${row.info.build} ${shapeName}: ${ms.toFixed(2)} ms per call, ${(flopsOf(shape) / ms / 1e6).toFixed(1)} GFLOP/s (under perf)`,
+);
 row.dispose();

@@ -1,9 +1,29 @@
 // Markdown sections of the interleaved jobs (bench/lib/jobs.mjs): every ratio with its median and range
 // over rounds and its target, the decode steps against their roofline, the generation loop.
-import { LLAMA_1B, decodeShapeByName, evictionBytes, meets, ROOFLINE_TARGET, LOOP, ORT_GQA, PLAIN_JS, RAGGED, SAVE_LOAD } from './jobs.mjs';
+import {
+  LLAMA_1B,
+  decodeShapeByName,
+  evictionBytes,
+  meets,
+  ROOFLINE_TARGET,
+  LOOP,
+  ORT_GQA,
+  PLAIN_JS,
+  RAGGED,
+  SAVE_LOAD,
+} from './jobs.mjs';
 
 const fmt = (x, digits = 2) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(digits));
-const fmtMs = (x) => (x === undefined || !Number.isFinite(x) ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
+const fmtMs = (x) =>
+  x === undefined || !Number.isFinite(x)
+    ? '—'
+    : x >= 100
+      ? x.toFixed(0)
+      : x >= 10
+        ? x.toFixed(1)
+        : x >= 0.1
+          ? x.toFixed(2)
+          : x.toPrecision(2);
 const mark = (ok) => (ok === undefined ? '' : ok ? ' ✔' : ' ✘');
 
 /**
@@ -16,7 +36,12 @@ export function rooflineMs(row, ceiling) {
   if (!bw || !gflops) return undefined;
   const memoryMs = row.bytes / (bw * 1e6);
   const computeMs = row.flops / (gflops * row.threads * 1e6);
-  return { ms: Math.max(memoryMs, computeMs), bound: memoryMs >= computeMs ? 'memory' : 'compute', memoryMs, computeMs };
+  return {
+    ms: Math.max(memoryMs, computeMs),
+    bound: memoryMs >= computeMs ? 'memory' : 'compute',
+    memoryMs,
+    computeMs,
+  };
 }
 
 /** A job's ratio of `a` over peer `b` as "median× [min–max]", or — when the job has none. */
@@ -33,13 +58,24 @@ function against(job, a, b) {
 function peerTargets(results) {
   const ok = (impl, shape) => results.find((r) => r.impl === impl && r.shape === shape && r.status === 'ok');
   const mha = ok('mha-wasm', 'gqa2k');
-  const peers = [['ort-gqa', 'gqa2k'], ['ort-std', 'gqa2k-mha'], ['ort-mha', 'gqa2k-mha']].map(([i, s]) => ok(i, s)).filter(Boolean);
+  const peers = [
+    ['ort-gqa', 'gqa2k'],
+    ['ort-std', 'gqa2k-mha'],
+    ['ort-mha', 'gqa2k-mha'],
+  ]
+    .map(([i, s]) => ok(i, s))
+    .filter(Boolean);
   if (!mha || peers.length === 0) return [];
   const best = peers.reduce((a, b) => (b.medianMs < a.medianMs ? b : a));
   const ratio = best.medianMs / mha.medianMs;
-  return ['## Against onnxruntime-web (rows run one after the other)', '',
-    '| target | mha-wasm ms | best ORT row | its ms | speed | |', '| --- | ---: | --- | ---: | ---: | --- |',
-    `| gqa2k ≥ 1.5× the best onnxruntime-web row | ${fmtMs(mha.medianMs)} | ${best.impl} on ${best.shape}${best.singleCall ? ' (one call)' : ''} | ${fmtMs(best.medianMs)} | **${fmt(ratio)}×**${mark(ratio >= 1.5)} | issue #13 |`, ''];
+  return [
+    '## Against onnxruntime-web (rows run one after the other)',
+    '',
+    '| target | mha-wasm ms | best ORT row | its ms | speed | |',
+    '| --- | ---: | --- | ---: | ---: | --- |',
+    `| gqa2k ≥ 1.5× the best onnxruntime-web row | ${fmtMs(mha.medianMs)} | ${best.impl} on ${best.shape}${best.singleCall ? ' (one call)' : ''} | ${fmtMs(best.medianMs)} | **${fmt(ratio)}×**${mark(ratio >= 1.5)} | issue #13 |`,
+    '',
+  ];
 }
 
 export function jobSections(run) {
@@ -50,13 +86,21 @@ export function jobSections(run) {
   const ratios = ok.flatMap((j) => j.ratios.map((r) => ({ job: j.job, ...r })));
   if (ratios.length) {
     lines.push('## Interleaved ratios (one process per job, rounds alternate A, B, B, A, ...)', '');
-    lines.push('Each job runs its contestants in one child process; every round times each once (a sample: the mean of enough calls for ' +
-      '≥ 5 ms), in forward order on even rounds and backward on odd ones. A ratio is taken per round; the table gives its median and its ' +
-      'range over the rounds. *speed*: time of B / time of A (above 1: A is faster); *time*: time of A / time of B.', '');
-    lines.push('| job | A | B | | median | range | rounds | target |', '| --- | --- | --- | --- | ---: | ---: | ---: | --- |');
+    lines.push(
+      'Each job runs its contestants in one child process; every round times each once (a sample: the mean of enough calls for ' +
+        '≥ 5 ms), in forward order on even rounds and backward on odd ones. A ratio is taken per round; the table gives its median and its ' +
+        'range over the rounds. *speed*: time of B / time of A (above 1: A is faster); *time*: time of A / time of B.',
+      '',
+    );
+    lines.push(
+      '| job | A | B | | median | range | rounds | target |',
+      '| --- | --- | --- | --- | ---: | ---: | ---: | --- |',
+    );
     for (const r of ratios) {
       const j = ok.find((x) => x.job === r.job);
-      lines.push(`| ${r.job} | ${r.a} | ${r.b} | ${r.speed ? 'speed' : 'time'} | **${fmt(r.median)}×**${mark(meets(r))} | ${fmt(r.min)}–${fmt(r.max)} | ${r.rounds ?? j.rounds} | ${r.target} |`);
+      lines.push(
+        `| ${r.job} | ${r.a} | ${r.b} | ${r.speed ? 'speed' : 'time'} | **${fmt(r.median)}×**${mark(meets(r))} | ${fmt(r.min)}–${fmt(r.max)} | ${r.rounds ?? j.rounds} | ${r.target} |`,
+      );
     }
     lines.push('');
   }
@@ -64,29 +108,45 @@ export function jobSections(run) {
   if (decode.length) {
     const c = run.ceiling;
     lines.push('## Decode steps (KV cache, one new token per step)', '');
-    lines.push(`A cache of capacity T is filled once to T − 1 tokens; each timed step appends one token through \`cache.attend\` and ` +
-      '`truncate(T − 1)` undoes it, so every step attends over T keys. Before every timed step an untimed streaming read of ' +
-      `${evictionBytes(run.env?.lastLevelCacheBytes) / 2 ** 20} MiB (twice the last-level cache, 64-512 MiB) evicts ` +
-      'the last-level cache, so each step reads its K and V from memory, as the layers of a model would. ORT: `com.microsoft.GroupQueryAttention` ' +
-      'with past_key/past_value (B, Hkv, T − 1, Dh) fed at every step, 1 thread, its output and present K/V (B, Hkv, T, Dh) read back. ' +
-      'Plain JS: scripts/lib/reference.mjs over an f32 cache (B, T, Hkv·Dh), the append included.', '');
-    lines.push(`GB/s = K and V bytes read (B·Hkv·T tokens × 8·Dh bytes in f32, 4·Dh in f16 and bf16, 2·Dh + 8·ceil(Dh/32) in int8) / median time. Roofline = max(K/V bytes / bandwidth, 4·B·H·T·Dh / ` +
-      `mul+add ceiling), measured in this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s on 1 thread (${fmt(c?.bandwidthAllThreads?.gbps, 1)} on ` +
-      `${c?.bandwidthAllThreads?.threads ?? '—'} threads for the 2-thread rows), ${fmt(c?.gflops, 1)} GFLOP/s per thread. ` +
-      `Target: every mha-wasm row, 1 thread, at least ${ROOFLINE_TARGET * 100} % of its roofline.`, '');
-    lines.push('The ratio columns: the peer\'s step time / this row\'s, per round (median [range]); targets in the table above.', '');
-    lines.push('| shape (B,T,H,Hkv,Dh) | contestant | step ms (median) | range | GB/s | roofline ms | % roofline | × ORT GQA | × plain JS | first call ms | check (max abs err) |');
+    lines.push(
+      `A cache of capacity T is filled once to T − 1 tokens; each timed step appends one token through \`cache.attend\` and ` +
+        '`truncate(T − 1)` undoes it, so every step attends over T keys. Before every timed step an untimed streaming read of ' +
+        `${evictionBytes(run.env?.lastLevelCacheBytes) / 2 ** 20} MiB (twice the last-level cache, 64-512 MiB) evicts ` +
+        'the last-level cache, so each step reads its K and V from memory, as the layers of a model would. ORT: `com.microsoft.GroupQueryAttention` ' +
+        'with past_key/past_value (B, Hkv, T − 1, Dh) fed at every step, 1 thread, its output and present K/V (B, Hkv, T, Dh) read back. ' +
+        'Plain JS: scripts/lib/reference.mjs over an f32 cache (B, T, Hkv·Dh), the append included.',
+      '',
+    );
+    lines.push(
+      `GB/s = K and V bytes read (B·Hkv·T tokens × 8·Dh bytes in f32, 4·Dh in f16 and bf16, 2·Dh + 8·ceil(Dh/32) in int8) / median time. Roofline = max(K/V bytes / bandwidth, 4·B·H·T·Dh / ` +
+        `mul+add ceiling), measured in this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s on 1 thread (${fmt(c?.bandwidthAllThreads?.gbps, 1)} on ` +
+        `${c?.bandwidthAllThreads?.threads ?? '—'} threads for the 2-thread rows), ${fmt(c?.gflops, 1)} GFLOP/s per thread. ` +
+        `Target: every mha-wasm row, 1 thread, at least ${ROOFLINE_TARGET * 100} % of its roofline.`,
+      '',
+    );
+    lines.push(
+      "The ratio columns: the peer's step time / this row's, per round (median [range]); targets in the table above.",
+      '',
+    );
+    lines.push(
+      '| shape (B,T,H,Hkv,Dh) | contestant | step ms (median) | range | GB/s | roofline ms | % roofline | × ORT GQA | × plain JS | first call ms | check (max abs err) |',
+    );
     lines.push('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |');
     for (const j of decode) {
       const s = decodeShapeByName(j.job);
       for (const row of j.contestants) {
         const roof = rooflineMs(row, c);
         const share = roof ? roof.ms / row.medianMs : undefined;
-        const target = row.name.startsWith('mha-wasm') && row.threads === 1 && share !== undefined ? mark(share >= ROOFLINE_TARGET) : '';
-        lines.push(`| ${j.job} (${s.B},${s.T},${s.H},${s.Hkv},${s.Dh}) | ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ` +
-          `${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${roof ? `${fmtMs(roof.ms)} (${roof.bound})` : '—'} | ${share !== undefined ? `${fmt(100 * share, 0)} %${target}` : '—'} | ` +
-          `${against(j, row.name, ORT_GQA)} | ${against(j, row.name, PLAIN_JS)} | ` +
-          `${fmtMs(row.firstCallMs)} | ${row.check?.ok ? 'pass' : 'FAIL'} ${row.check ? row.check.maxAbsErr.toExponential(1) : ''} |`);
+        const target =
+          row.name.startsWith('mha-wasm') && row.threads === 1 && share !== undefined
+            ? mark(share >= ROOFLINE_TARGET)
+            : '';
+        lines.push(
+          `| ${j.job} (${s.B},${s.T},${s.H},${s.Hkv},${s.Dh}) | ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ` +
+            `${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${roof ? `${fmtMs(roof.ms)} (${roof.bound})` : '—'} | ${share !== undefined ? `${fmt(100 * share, 0)} %${target}` : '—'} | ` +
+            `${against(j, row.name, ORT_GQA)} | ${against(j, row.name, PLAIN_JS)} | ` +
+            `${fmtMs(row.firstCallMs)} | ${row.check?.ok ? 'pass' : 'FAIL'} ${row.check ? row.check.maxAbsErr.toExponential(1) : ''} |`,
+        );
       }
     }
     lines.push('', 'f16 rows are checked against the reference over the binary16-rounded K and V.', '');
@@ -94,13 +154,24 @@ export function jobSections(run) {
   lines.push(...servingSections(ok, run.ceiling));
   const loop = ok.find((j) => j.kind === 'loop');
   if (loop) {
-    lines.push(`## Generation loop (B ${LOOP.B}, H ${LOOP.H}, Hkv ${LOOP.Hkv}, Dh ${LOOP.Dh}: a prefill of ${LOOP.prefill} tokens, then ${LOOP.steps} single-token steps)`, '');
-    lines.push('Attention alone, one layer: the cache stays in the last-level cache between steps (no eviction). tokens/s = steps / their time; ' +
-      'the prefill is timed apart (median over every call, warm-up included).', '');
-    lines.push('| cache | tokens/s (median) | range | steps ms | prefill ms | check |', '| --- | ---: | ---: | ---: | ---: | --- |');
+    lines.push(
+      `## Generation loop (B ${LOOP.B}, H ${LOOP.H}, Hkv ${LOOP.Hkv}, Dh ${LOOP.Dh}: a prefill of ${LOOP.prefill} tokens, then ${LOOP.steps} single-token steps)`,
+      '',
+    );
+    lines.push(
+      'Attention alone, one layer: the cache stays in the last-level cache between steps (no eviction). tokens/s = steps / their time; ' +
+        'the prefill is timed apart (median over every call, warm-up included).',
+      '',
+    );
+    lines.push(
+      '| cache | tokens/s (median) | range | steps ms | prefill ms | check |',
+      '| --- | ---: | ---: | ---: | ---: | --- |',
+    );
     for (const row of loop.contestants) {
       const tps = (ms) => (1000 * LOOP.steps) / ms;
-      lines.push(`| ${row.name} | **${fmt(tps(row.medianMs), 0)}** | ${fmt(tps(row.maxMs), 0)}–${fmt(tps(row.minMs), 0)} | ${fmtMs(row.medianMs)} | ${fmtMs(row.prefillMs?.median)} | ${row.check?.ok ? 'pass' : 'FAIL'} |`);
+      lines.push(
+        `| ${row.name} | **${fmt(tps(row.medianMs), 0)}** | ${fmt(tps(row.maxMs), 0)}–${fmt(tps(row.minMs), 0)} | ${fmtMs(row.medianMs)} | ${fmtMs(row.prefillMs?.median)} | ${row.check?.ok ? 'pass' : 'FAIL'} |`,
+      );
     }
     lines.push('');
   }
@@ -108,8 +179,14 @@ export function jobSections(run) {
   if (bad.length) {
     lines.push('## Job failures', '');
     for (const j of bad) {
-      if (j.status !== 'ok') lines.push(`- **${j.job}**: ${j.status}${j.phase ? ` (phase ${j.phase})` : ''}: \`${String(j.error ?? '').replace(/`/g, "'").slice(0, 400)}\``);
-      for (const f of j.failed ?? []) lines.push(`- **${j.job} / ${f.name}**: \`${String(f.error).replace(/`/g, "'").slice(0, 400)}\``);
+      if (j.status !== 'ok')
+        lines.push(
+          `- **${j.job}**: ${j.status}${j.phase ? ` (phase ${j.phase})` : ''}: \`${String(j.error ?? '')
+            .replace(/`/g, "'")
+            .slice(0, 400)}\``,
+        );
+      for (const f of j.failed ?? [])
+        lines.push(`- **${j.job} / ${f.name}**: \`${String(f.error).replace(/`/g, "'").slice(0, 400)}\``);
     }
     lines.push('');
   }
@@ -121,14 +198,25 @@ function servingSections(ok, c) {
   const lines = [];
   const ragged = ok.find((j) => j.kind === 'ragged');
   if (ragged) {
-    lines.push(`## Ragged decode (H ${RAGGED.H}, Hkv ${RAGGED.Hkv}, Dh ${RAGGED.Dh}: sequences of ${RAGGED.lengths.join(', ')} keys, float32, 1 thread)`, '');
-    lines.push('One step of 4 sequences: one cache with `newTokens`, the same steps in four batch-1 caches one after another, and one cache ' +
-      'with all four padded to 4096 keys. The last-level cache is evicted before each step, as in the decode steps. GB/s = K and V bytes the ' +
-      `row must read / median time; the 1-thread read bandwidth of this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s.`, '');
-    lines.push('| contestant | step ms (median) | range | K/V bytes | GB/s | check (max abs err) |', '| --- | ---: | ---: | ---: | ---: | --- |');
+    lines.push(
+      `## Ragged decode (H ${RAGGED.H}, Hkv ${RAGGED.Hkv}, Dh ${RAGGED.Dh}: sequences of ${RAGGED.lengths.join(', ')} keys, float32, 1 thread)`,
+      '',
+    );
+    lines.push(
+      'One step of 4 sequences: one cache with `newTokens`, the same steps in four batch-1 caches one after another, and one cache ' +
+        'with all four padded to 4096 keys. The last-level cache is evicted before each step, as in the decode steps. GB/s = K and V bytes the ' +
+        `row must read / median time; the 1-thread read bandwidth of this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s.`,
+      '',
+    );
+    lines.push(
+      '| contestant | step ms (median) | range | K/V bytes | GB/s | check (max abs err) |',
+      '| --- | ---: | ---: | ---: | ---: | --- |',
+    );
     for (const row of ragged.contestants) {
-      lines.push(`| ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ${(row.bytes / 2 ** 20).toFixed(1)} MiB | ` +
-        `${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${row.check?.ok ? 'pass' : 'FAIL'} ${row.check?.maxAbsErr?.toExponential(1) ?? ''} |`);
+      lines.push(
+        `| ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ${(row.bytes / 2 ** 20).toFixed(1)} MiB | ` +
+          `${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${row.check?.ok ? 'pass' : 'FAIL'} ${row.check?.maxAbsErr?.toExponential(1) ?? ''} |`,
+      );
     }
     lines.push('');
   }
@@ -136,13 +224,24 @@ function servingSections(ok, c) {
   const io = ok.find((j) => j.kind === 'saveload');
   if (io) {
     const info = io.contestants.find((r) => r.info?.savedBytes)?.info ?? {};
-    lines.push(`## Saving and loading caches (${SAVE_LOAD.caches} float16 caches of ${SAVE_LOAD.tokens} tokens, Hkv ${SAVE_LOAD.Hkv}, Dh ${SAVE_LOAD.Dh})`, '');
-    lines.push(`Saved bytes ${info.savedBytes ?? '—'} for ${info.rawBytes ?? '—'} bytes of stored tokens: **${fmt(info.bytesPerRaw, 4)}×** the raw size` +
-      `${mark(info.bytesPerRaw === undefined ? undefined : info.bytesPerRaw <= 1.01)} (target ≤ 1.01×). The copy row is \`Uint8Array.set\` of the ` +
-      'same bytes: the memory-bandwidth ceiling of a save (one read of the cache, one write of the bytes) or a load.', '');
-    lines.push('| contestant | ms (median, all caches) | range | GB/s of stored tokens | check |', '| --- | ---: | ---: | ---: | --- |');
+    lines.push(
+      `## Saving and loading caches (${SAVE_LOAD.caches} float16 caches of ${SAVE_LOAD.tokens} tokens, Hkv ${SAVE_LOAD.Hkv}, Dh ${SAVE_LOAD.Dh})`,
+      '',
+    );
+    lines.push(
+      `Saved bytes ${info.savedBytes ?? '—'} for ${info.rawBytes ?? '—'} bytes of stored tokens: **${fmt(info.bytesPerRaw, 4)}×** the raw size` +
+        `${mark(info.bytesPerRaw === undefined ? undefined : info.bytesPerRaw <= 1.01)} (target ≤ 1.01×). The copy row is \`Uint8Array.set\` of the ` +
+        'same bytes: the memory-bandwidth ceiling of a save (one read of the cache, one write of the bytes) or a load.',
+      '',
+    );
+    lines.push(
+      '| contestant | ms (median, all caches) | range | GB/s of stored tokens | check |',
+      '| --- | ---: | ---: | ---: | --- |',
+    );
     for (const row of io.contestants) {
-      lines.push(`| ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${row.check?.ok ? 'pass' : 'FAIL'} |`);
+      lines.push(
+        `| ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${row.check?.ok ? 'pass' : 'FAIL'} |`,
+      );
     }
     lines.push('');
   }
@@ -153,17 +252,28 @@ function servingSections(ok, c) {
 function contextSection(job) {
   if (!job?.rows) return [];
   const { layers, Hkv, Dh } = LLAMA_1B;
-  const lines = [`## Longest context in one instance (Llama-3.2-1B-shaped: ${layers} layers, Hkv ${Hkv}, Dh ${Dh}, B 1)`, ''];
-  lines.push(`Measured: the largest capacity (a multiple of 32) for which ${layers} caches, one per layer, exist at once in a fresh ` +
-    'instance, found by creating and freeing them through the public API. The module\'s wasm memory is capped at 2 GiB ' +
-    '(-sMAXIMUM_MEMORY=2GB: every heap address fits a signed int32); the 4 GiB column is the same arithmetic for a tab\'s whole ' +
-    'wasm32 memory (4 GiB less what the instance holds besides the caches), not a measurement.', '');
-  lines.push('| dtype | bytes per token (all layers) | longest context (measured, 2 GiB) | its cache bytes | wasm memory then | ' +
-    'in a 4 GiB memory (computed) |', '| --- | ---: | ---: | ---: | ---: | ---: |');
+  const lines = [
+    `## Longest context in one instance (Llama-3.2-1B-shaped: ${layers} layers, Hkv ${Hkv}, Dh ${Dh}, B 1)`,
+    '',
+  ];
+  lines.push(
+    `Measured: the largest capacity (a multiple of 32) for which ${layers} caches, one per layer, exist at once in a fresh ` +
+      "instance, found by creating and freeing them through the public API. The module's wasm memory is capped at 2 GiB " +
+      "(-sMAXIMUM_MEMORY=2GB: every heap address fits a signed int32); the 4 GiB column is the same arithmetic for a tab's whole " +
+      'wasm32 memory (4 GiB less what the instance holds besides the caches), not a measurement.',
+    '',
+  );
+  lines.push(
+    '| dtype | bytes per token (all layers) | longest context (measured, 2 GiB) | its cache bytes | wasm memory then | ' +
+      'in a 4 GiB memory (computed) |',
+    '| --- | ---: | ---: | ---: | ---: | ---: |',
+  );
   for (const r of job.rows) {
     const other = 2 ** 31 - r.cacheBytes;
-    lines.push(`| ${r.dtype} | ${r.bytesPerToken} | **${r.tokens}** | ${(r.cacheBytes / 2 ** 20).toFixed(0)} MiB | ` +
-      `${(r.wasmMemoryBytes / 2 ** 20).toFixed(0)} MiB | ${Math.floor((2 ** 32 - other) / r.bytesPerToken / 32) * 32} |`);
+    lines.push(
+      `| ${r.dtype} | ${r.bytesPerToken} | **${r.tokens}** | ${(r.cacheBytes / 2 ** 20).toFixed(0)} MiB | ` +
+        `${(r.wasmMemoryBytes / 2 ** 20).toFixed(0)} MiB | ${Math.floor((2 ** 32 - other) / r.bytesPerToken / 32) * 32} |`,
+    );
   }
   lines.push('');
   return lines;

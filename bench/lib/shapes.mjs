@@ -24,21 +24,153 @@ export const SHAPES = [
   // runs no ORT either (its long8k rows take minutes and GBs). gqa2k-mha keeps ORT's std and MHA graphs:
   // with Hkv = H they are the std-ops graph that repeats the KV heads, gqa2k's other ORT peer. ORT's
   // GroupQueryAttention runs gqa2k only (one call, about a minute on a busy host).
-  { name: 'gqa2k', group: 'options', B: 1, S: 2048, T: 2048, D: 2048, H: 32, Hkv: 8, causal: true, only: [...MHA_ROWS, 'plain-js', 'ort-gqa'] },
-  { name: 'gqa2k-mha', group: 'options', B: 1, S: 2048, T: 2048, D: 2048, H: 32, Hkv: 32, causal: true, only: [...MHA_ROWS, 'plain-js', 'ort-std', 'ort-mha'] },
-  { name: 'window8k', group: 'options', B: 1, S: 8192, T: 8192, D: 512, H: 8, causal: true, window: [511, 0], only: [...MHA_ROWS, 'plain-js'] },
-  { name: 'causal8k', group: 'options', B: 1, S: 8192, T: 8192, D: 512, H: 8, causal: true, only: [...MHA_ROWS, 'plain-js'] },
-  { name: 'bert-bias', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, biasShape: [1, 12, 128, 128], only: [...MHA_ROWS, 'plain-js'] },
-  { name: 'bert-alibi', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, alibiSlopes: alibiSlopes(12), only: [...MHA_ROWS, 'plain-js'] },
-  { name: 'bert-softcap', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, softcap: 30, only: [...MHA_ROWS, 'plain-js'] },
+  {
+    name: 'gqa2k',
+    group: 'options',
+    B: 1,
+    S: 2048,
+    T: 2048,
+    D: 2048,
+    H: 32,
+    Hkv: 8,
+    causal: true,
+    only: [...MHA_ROWS, 'plain-js', 'ort-gqa'],
+  },
+  {
+    name: 'gqa2k-mha',
+    group: 'options',
+    B: 1,
+    S: 2048,
+    T: 2048,
+    D: 2048,
+    H: 32,
+    Hkv: 32,
+    causal: true,
+    only: [...MHA_ROWS, 'plain-js', 'ort-std', 'ort-mha'],
+  },
+  {
+    name: 'window8k',
+    group: 'options',
+    B: 1,
+    S: 8192,
+    T: 8192,
+    D: 512,
+    H: 8,
+    causal: true,
+    window: [511, 0],
+    only: [...MHA_ROWS, 'plain-js'],
+  },
+  {
+    name: 'causal8k',
+    group: 'options',
+    B: 1,
+    S: 8192,
+    T: 8192,
+    D: 512,
+    H: 8,
+    causal: true,
+    only: [...MHA_ROWS, 'plain-js'],
+  },
+  {
+    name: 'bert-bias',
+    group: 'options',
+    B: 1,
+    S: 128,
+    T: 128,
+    D: 768,
+    H: 12,
+    causal: false,
+    biasShape: [1, 12, 128, 128],
+    only: [...MHA_ROWS, 'plain-js'],
+  },
+  {
+    name: 'bert-alibi',
+    group: 'options',
+    B: 1,
+    S: 128,
+    T: 128,
+    D: 768,
+    H: 12,
+    causal: false,
+    alibiSlopes: alibiSlopes(12),
+    only: [...MHA_ROWS, 'plain-js'],
+  },
+  {
+    name: 'bert-softcap',
+    group: 'options',
+    B: 1,
+    S: 128,
+    T: 128,
+    D: 768,
+    H: 12,
+    causal: false,
+    softcap: 30,
+    only: [...MHA_ROWS, 'plain-js'],
+  },
   // The standard definitions (issue #30, docs/spec.md Part 4), each timed only in its pair job against the
   // call it is compared with (`only: []`: no row of its own). `rope` names its tables' parameters; the
   // jobs build the tables with mha-wasm's ropeTables. mla-prefill: DeepSeek-style Dh 192, Dv 128.
-  { name: 'mla-prefill', group: 'options', B: 1, S: 1024, T: 1024, D: 16 * 192, H: 16, Dv: 128, causal: true, only: [] },
-  { name: 'mla-prefill-padded', group: 'options', B: 1, S: 1024, T: 1024, D: 16 * 192, H: 16, Dv: 192, causal: true, only: [] },
-  { name: 'bert-f16', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, dtype: 'float16', only: [] },
-  { name: 'bert-sinks', group: 'options', B: 1, S: 128, T: 128, D: 768, H: 12, causal: false, sinks: sinkLogits(12), only: [] },
-  { name: 'llama-rope', group: 'options', B: 1, S: 2048, T: 2048, D: 2048, H: 32, Hkv: 8, causal: true, rope: { rotaryDim: 64, theta: 500000 }, only: [] },
+  {
+    name: 'mla-prefill',
+    group: 'options',
+    B: 1,
+    S: 1024,
+    T: 1024,
+    D: 16 * 192,
+    H: 16,
+    Dv: 128,
+    causal: true,
+    only: [],
+  },
+  {
+    name: 'mla-prefill-padded',
+    group: 'options',
+    B: 1,
+    S: 1024,
+    T: 1024,
+    D: 16 * 192,
+    H: 16,
+    Dv: 192,
+    causal: true,
+    only: [],
+  },
+  {
+    name: 'bert-f16',
+    group: 'options',
+    B: 1,
+    S: 128,
+    T: 128,
+    D: 768,
+    H: 12,
+    causal: false,
+    dtype: 'float16',
+    only: [],
+  },
+  {
+    name: 'bert-sinks',
+    group: 'options',
+    B: 1,
+    S: 128,
+    T: 128,
+    D: 768,
+    H: 12,
+    causal: false,
+    sinks: sinkLogits(12),
+    only: [],
+  },
+  {
+    name: 'llama-rope',
+    group: 'options',
+    B: 1,
+    S: 2048,
+    T: 2048,
+    D: 2048,
+    H: 32,
+    Hkv: 8,
+    causal: true,
+    rope: { rotaryDim: 64, theta: 500000 },
+    only: [],
+  },
 ];
 
 /** gpt-oss-like sink logits for H heads: fixed, within a few units of typical scores. */
@@ -51,8 +183,17 @@ export const V1_SHAPES = SHAPES.filter((s) => s.group === undefined).map((s) => 
 
 /** True when a shape uses an option of Part 2 (peers without that option skip it). */
 export function hasOptions(s) {
-  return (s.Hkv !== undefined && s.Hkv !== s.H) || !!s.window || s.softcap !== undefined || !!s.alibiSlopes || !!s.biasShape ||
-    s.Dv !== undefined || !!s.dtype || !!s.sinks || !!s.rope;
+  return (
+    (s.Hkv !== undefined && s.Hkv !== s.H) ||
+    !!s.window ||
+    s.softcap !== undefined ||
+    !!s.alibiSlopes ||
+    !!s.biasShape ||
+    s.Dv !== undefined ||
+    !!s.dtype ||
+    !!s.sinks ||
+    !!s.rope
+  );
 }
 
 export function shapeByName(name) {

@@ -85,10 +85,19 @@ function advance(held, add, nCtx) {
  *   call; onToken(token, b) runs after each chosen token
  * @returns {number[][]} the generated tokens, per prompt
  */
-export function generateBatch(session, prompts, count, { greedy = false, temperature = 0.8, topK = 40, seed = 1, drawn = 0, forwardOptions = {}, onToken } = {}) {
+export function generateBatch(
+  session,
+  prompts,
+  count,
+  { greedy = false, temperature = 0.8, topK = 40, seed = 1, drawn = 0, forwardOptions = {}, onToken } = {},
+) {
   const nCtx = session.contextLength;
-  if (prompts.length !== session.batch) throw new RangeError(`generateBatch: prompts: expected ${session.batch} (the session's batch), got ${prompts.length}`);
-  if (!Number.isInteger(drawn) || drawn < 0) throw new RangeError(`generateBatch: drawn: expected a non-negative integer, got ${drawn}`);
+  if (prompts.length !== session.batch)
+    throw new RangeError(
+      `generateBatch: prompts: expected ${session.batch} (the session's batch), got ${prompts.length}`,
+    );
+  if (!Number.isInteger(drawn) || drawn < 0)
+    throw new RangeError(`generateBatch: drawn: expected a non-negative integer, got ${drawn}`);
   prompts.forEach((prompt, b) => {
     if (prompt.length === 0) throw new RangeError(`generateBatch: prompts[${b}]: expected at least 1 token, got 0`);
   });
@@ -103,7 +112,10 @@ export function generateBatch(session, prompts, count, { greedy = false, tempera
     const steps = held.map((h, b) => advance(h, next[b], nCtx));
     if (steps.some((s) => s.reset)) session.truncateEach(steps.map((s, b) => (s.reset ? 0 : held[b].length)));
     held = steps.map((s) => s.held);
-    return session.forwardBatch(steps.map((s) => s.list.slice()), forwardOptions);
+    return session.forwardBatch(
+      steps.map((s) => s.list.slice()),
+      forwardOptions,
+    );
   };
   let logits = feed(prompts.map((p) => Array.from(p)));
   const out = prompts.map(() => []);

@@ -25,15 +25,23 @@ export function goldenFetcher(folderUrl, who) {
  * |diff|; message names the first logit out of tolerance, or the length mismatch.
  */
 export function compareLogits(actual, reference, firstRow, rows, V, tolerance = 1e-4) {
-  if (actual.length !== rows * V) return { ok: false, worst: Infinity, message: `logits length: expected ${rows * V}, got ${actual.length}` };
-  let worst = 0, worstAbs = 0;
+  if (actual.length !== rows * V)
+    return { ok: false, worst: Infinity, message: `logits length: expected ${rows * V}, got ${actual.length}` };
+  let worst = 0,
+    worstAbs = 0;
   for (let r = 0; r < rows; r++) {
     for (let t = 0; t < V; t++) {
       const expected = reference[(firstRow + r) * V + t];
       const got = actual[r * V + t];
       const diff = Math.abs(got - expected);
       const ratio = diff / (tolerance * Math.max(1, Math.abs(expected)));
-      if (!(ratio <= 1)) return { ok: false, worst: ratio, worstAbs: diff, message: `position ${firstRow + r}, byte ${t}: got ${got}, PyTorch ${expected}` };
+      if (!(ratio <= 1))
+        return {
+          ok: false,
+          worst: ratio,
+          worstAbs: diff,
+          message: `position ${firstRow + r}, byte ${t}: got ${got}, PyTorch ${expected}`,
+        };
       worst = Math.max(worst, ratio);
       worstAbs = Math.max(worstAbs, diff);
     }

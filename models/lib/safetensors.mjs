@@ -29,12 +29,18 @@ const DTYPES = {
  * @returns {Map<string, {shape: number[], dtype: string, data: Float32Array}>}
  */
 export function parseSafetensors(buffer) {
-  if (!(buffer instanceof ArrayBuffer)) throw new TypeError(`parseSafetensors: buffer: expected an ArrayBuffer, got ${buffer?.constructor?.name ?? typeof buffer}`);
-  if (buffer.byteLength < 8) throw new RangeError(`parseSafetensors: buffer: expected at least 8 bytes, got ${buffer.byteLength}`);
+  if (!(buffer instanceof ArrayBuffer))
+    throw new TypeError(
+      `parseSafetensors: buffer: expected an ArrayBuffer, got ${buffer?.constructor?.name ?? typeof buffer}`,
+    );
+  if (buffer.byteLength < 8)
+    throw new RangeError(`parseSafetensors: buffer: expected at least 8 bytes, got ${buffer.byteLength}`);
   const view = new DataView(buffer);
   const headerLength = Number(view.getBigUint64(0, true));
   if (8 + headerLength > buffer.byteLength) {
-    throw new RangeError(`parseSafetensors: header length ${headerLength} runs past the ${buffer.byteLength}-byte file`);
+    throw new RangeError(
+      `parseSafetensors: header length ${headerLength} runs past the ${buffer.byteLength}-byte file`,
+    );
   }
   const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 8, headerLength)));
   const dataStart = 8 + headerLength;
@@ -46,9 +52,14 @@ export function parseSafetensors(buffer) {
     const [start, end] = info.data_offsets;
     const count = info.shape.reduce((a, b) => a * b, 1);
     if (end - start !== type.bytes * count) {
-      throw new RangeError(`parseSafetensors: ${name}: expected ${type.bytes * count} bytes for ${count} ${info.dtype} values, got ${end - start}`);
+      throw new RangeError(
+        `parseSafetensors: ${name}: expected ${type.bytes * count} bytes for ${count} ${info.dtype} values, got ${end - start}`,
+      );
     }
-    if (dataStart + end > buffer.byteLength) throw new RangeError(`parseSafetensors: ${name}: data ends at byte ${dataStart + end}, past the ${buffer.byteLength}-byte file`);
+    if (dataStart + end > buffer.byteLength)
+      throw new RangeError(
+        `parseSafetensors: ${name}: data ends at byte ${dataStart + end}, past the ${buffer.byteLength}-byte file`,
+      );
     const src = new DataView(buffer, dataStart + start, end - start);
     const data = new Float32Array(count);
     for (let i = 0; i < count; i++) data[i] = type.read(src, i);

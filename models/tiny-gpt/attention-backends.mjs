@@ -53,15 +53,21 @@ export function roundToFloat16(x) {
  */
 export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
   if (typeof mha?.createKVCache !== 'function') {
-    throw new TypeError(`kvCacheBackend: mha: expected an mha-wasm instance with createKVCache (docs/spec.md Part 3), got ${mha?.info?.version ?? typeof mha}`);
+    throw new TypeError(
+      `kvCacheBackend: mha: expected an mha-wasm instance with createKVCache (docs/spec.md Part 3), got ${mha?.info?.version ?? typeof mha}`,
+    );
   }
-  if (dtype !== 'float32' && dtype !== 'float16') throw new RangeError(`kvCacheBackend: dtype: expected 'float32' or 'float16', got ${dtype}`);
+  if (dtype !== 'float32' && dtype !== 'float16')
+    throw new RangeError(`kvCacheBackend: dtype: expected 'float32' or 'float16', got ${dtype}`);
   const round = dtype === 'float16' ? roundToFloat16 : (x) => x;
   return ({ numLayers, numHeads: H, numKvHeads: Hkv, headDim: Dh, capacity }, saved) => {
     const kvWidth = Hkv * Dh;
-    const caches = saved === undefined
-      ? Array.from({ length: numLayers }, () => mha.createKVCache({ batch: 1, numKvHeads: Hkv, headDim: Dh, capacity, dtype }))
-      : loadCaches(mha, saved, { numLayers, kvWidth, capacity, dtype });
+    const caches =
+      saved === undefined
+        ? Array.from({ length: numLayers }, () =>
+            mha.createKVCache({ batch: 1, numKvHeads: Hkv, headDim: Dh, capacity, dtype }),
+          )
+        : loadCaches(mha, saved, { numLayers, kvWidth, capacity, dtype });
     // Per layer: the K rows the cache holds, (capacity, Hkv*Dh)
     const keys = caches.map((cache) => {
       const stored = new Float32Array(capacity * kvWidth);
@@ -88,14 +94,25 @@ export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
       weights(layer, q, n) {
         const T = caches[layer].length;
         const weights = mha.attentionWeights(q, keys[layer].subarray(0, T * kvWidth), {
-          batch: 1, seqLen: n, kvSeqLen: T, dModel: H * Dh, numHeads: H, numKvHeads: Hkv, queryOffset: T - n, causal: true,
+          batch: 1,
+          seqLen: n,
+          kvSeqLen: T,
+          dModel: H * Dh,
+          numHeads: H,
+          numKvHeads: Hkv,
+          queryOffset: T - n,
+          causal: true,
         });
         return { weights, kvLength: T };
       },
       length: () => caches[numLayers - 1].length,
       save: () => caches.map((cache) => cache.save()),
-      truncate(n) { for (const cache of caches) cache.truncate(n); },
-      free() { for (const cache of caches) cache.free(); },
+      truncate(n) {
+        for (const cache of caches) cache.truncate(n);
+      },
+      free() {
+        for (const cache of caches) cache.free();
+      },
     };
   };
 }
@@ -107,11 +124,17 @@ export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
  */
 function loadCaches(mha, saved, { numLayers, kvWidth, capacity, dtype }) {
   const fn = 'kvCacheBackend';
-  if (typeof mha.loadKVCache !== 'function') throw new TypeError(`${fn}: mha: expected an mha-wasm instance with loadKVCache (docs/spec.md 4.7), got ${mha?.info?.version ?? typeof mha}`);
+  if (typeof mha.loadKVCache !== 'function')
+    throw new TypeError(
+      `${fn}: mha: expected an mha-wasm instance with loadKVCache (docs/spec.md 4.7), got ${mha?.info?.version ?? typeof mha}`,
+    );
   if (!Array.isArray(saved) || !saved.every((bytes) => bytes instanceof Uint8Array)) {
-    throw new TypeError(`${fn}: saved: expected an array of Uint8Array (one cache.save() per layer), got ${Array.isArray(saved) ? saved.map((b) => b?.constructor?.name ?? typeof b).join(', ') : typeof saved}`);
+    throw new TypeError(
+      `${fn}: saved: expected an array of Uint8Array (one cache.save() per layer), got ${Array.isArray(saved) ? saved.map((b) => b?.constructor?.name ?? typeof b).join(', ') : typeof saved}`,
+    );
   }
-  if (saved.length !== numLayers) throw new RangeError(`${fn}: saved: expected ${numLayers} caches (one per layer), got ${saved.length}`);
+  if (saved.length !== numLayers)
+    throw new RangeError(`${fn}: saved: expected ${numLayers} caches (one per layer), got ${saved.length}`);
   const caches = [];
   try {
     saved.forEach((bytes, i) => {
@@ -124,12 +147,18 @@ function loadCaches(mha, saved, { numLayers, kvWidth, capacity, dtype }) {
       }
       caches.push(cache);
       const lengths = [...cache.lengths];
-      if (lengths.length !== 1) throw new RangeError(`${what}: expected a cache of batch 1 (one sequence), got batch ${lengths.length}`);
-      if (cache.dtype !== dtype) throw new RangeError(`${what}: expected dtype ${dtype} (this backend's), got ${cache.dtype}`);
-      if (lengths[0] !== caches[0].length) throw new RangeError(`${what}: expected ${caches[0].length} tokens (layer 0's), got ${lengths[0]}`);
+      if (lengths.length !== 1)
+        throw new RangeError(`${what}: expected a cache of batch 1 (one sequence), got batch ${lengths.length}`);
+      if (cache.dtype !== dtype)
+        throw new RangeError(`${what}: expected dtype ${dtype} (this backend's), got ${cache.dtype}`);
+      if (lengths[0] !== caches[0].length)
+        throw new RangeError(`${what}: expected ${caches[0].length} tokens (layer 0's), got ${lengths[0]}`);
       if (lengths[0] > 0) {
         const { k, v } = cache.read({ start: 0, end: 1 }); // the cache has no numKvHeads getter: one token tells its widths
-        if (k.length !== kvWidth || v.length !== kvWidth) throw new RangeError(`${what}: expected K and V of ${kvWidth} values per token (the model's), got ${k.length} and ${v.length}`);
+        if (k.length !== kvWidth || v.length !== kvWidth)
+          throw new RangeError(
+            `${what}: expected K and V of ${kvWidth} values per token (the model's), got ${k.length} and ${v.length}`,
+          );
       }
     });
   } catch (error) {

@@ -43,12 +43,25 @@ export function accumulateTargetWeights(sums, counts, weights, H, S, T, queryOff
  */
 export function headScores(sequences, attend, L, H) {
   const scores = {};
-  for (const [name, targetsOf] of [['previousToken', previousTokenTargets], ['induction', inductionTargets]]) {
-    const sums = new Float64Array(L * H), counts = new Float64Array(L * H);
+  for (const [name, targetsOf] of [
+    ['previousToken', previousTokenTargets],
+    ['induction', inductionTargets],
+  ]) {
+    const sums = new Float64Array(L * H),
+      counts = new Float64Array(L * H);
     for (const tokens of sequences) {
       const targets = targetsOf(tokens);
       attend(tokens).forEach(({ weights, kvLength }, layer) => {
-        accumulateTargetWeights(sums.subarray(layer * H, (layer + 1) * H), counts.subarray(layer * H, (layer + 1) * H), weights, H, tokens.length, kvLength, 0, targets);
+        accumulateTargetWeights(
+          sums.subarray(layer * H, (layer + 1) * H),
+          counts.subarray(layer * H, (layer + 1) * H),
+          weights,
+          H,
+          tokens.length,
+          kvLength,
+          0,
+          targets,
+        );
       });
     }
     scores[name] = sums.map((s, i) => s / counts[i]);

@@ -58,10 +58,13 @@ function takeTensor(tensors, name, shape) {
  */
 export function loadTinyGPT(config, safetensorsBuffer) {
   for (const key of ['n_layer', 'd_model', 'n_head', 'n_kv_head', 'd_ff', 'n_ctx', 'vocab_size']) {
-    if (!Number.isInteger(config[key]) || config[key] < 1) throw new RangeError(`tiny-gpt: config.${key}: expected a positive integer, got ${config[key]}`);
+    if (!Number.isInteger(config[key]) || config[key] < 1)
+      throw new RangeError(`tiny-gpt: config.${key}: expected a positive integer, got ${config[key]}`);
   }
   if (config.d_model % config.n_head || config.n_head % config.n_kv_head) {
-    throw new RangeError(`tiny-gpt: config: n_head must divide d_model and n_kv_head must divide n_head, got ${config.d_model}, ${config.n_head}, ${config.n_kv_head}`);
+    throw new RangeError(
+      `tiny-gpt: config: n_head must divide d_model and n_kv_head must divide n_head, got ${config.d_model}, ${config.n_head}, ${config.n_kv_head}`,
+    );
   }
   const tensors = parseSafetensors(safetensorsBuffer);
   const { d_model: D, n_ctx, vocab_size: V } = config;
@@ -80,8 +83,12 @@ export function loadTinyGPT(config, safetensorsBuffer) {
  */
 export async function fetchTinyGPT(folderUrl) {
   const base = new URL(folderUrl, globalThis.location?.href);
-  const [configResponse, weightsResponse] = await Promise.all([fetch(new URL('config.json', base)), fetch(new URL('model.safetensors', base))]);
-  for (const r of [configResponse, weightsResponse]) if (!r.ok) throw new Error(`tiny-gpt: fetching ${r.url} failed: HTTP ${r.status}`);
+  const [configResponse, weightsResponse] = await Promise.all([
+    fetch(new URL('config.json', base)),
+    fetch(new URL('model.safetensors', base)),
+  ]);
+  for (const r of [configResponse, weightsResponse])
+    if (!r.ok) throw new Error(`tiny-gpt: fetching ${r.url} failed: HTTP ${r.status}`);
   return loadTinyGPT(await configResponse.json(), await weightsResponse.arrayBuffer());
 }
 
@@ -97,7 +104,10 @@ function layerNorm(x, n, D, { weight, bias }, eps, y = new Float32Array(n * D)) 
     for (let e = 0; e < D; e++) mean += x[row + e];
     mean /= D;
     let variance = 0;
-    for (let e = 0; e < D; e++) { const c = x[row + e] - mean; variance += c * c; }
+    for (let e = 0; e < D; e++) {
+      const c = x[row + e] - mean;
+      variance += c * c;
+    }
     const invStd = 1 / Math.sqrt(variance / D + eps);
     for (let e = 0; e < D; e++) y[row + e] = (x[row + e] - mean) * invStd * weight[e] + bias[e];
   }
@@ -157,7 +167,13 @@ export class TinyGPT {
   /** The attention geometry a backend factory receives. */
   geometry() {
     const c = this.config;
-    return { numLayers: c.n_layer, numHeads: c.n_head, numKvHeads: c.n_kv_head, headDim: c.d_model / c.n_head, capacity: c.n_ctx };
+    return {
+      numLayers: c.n_layer,
+      numHeads: c.n_head,
+      numKvHeads: c.n_kv_head,
+      headDim: c.d_model / c.n_head,
+      capacity: c.n_ctx,
+    };
   }
 
   /**
@@ -170,18 +186,29 @@ export class TinyGPT {
   restoreSession(createBackend, state) {
     const fn = 'TinyGPT.restoreSession';
     const { n_ctx, vocab_size: V } = this.config;
-    if (typeof state !== 'object' || state === null) throw new TypeError(`${fn}: state: expected what Session.saveState returned, got ${state === null ? 'null' : typeof state}`);
+    if (typeof state !== 'object' || state === null)
+      throw new TypeError(
+        `${fn}: state: expected what Session.saveState returned, got ${state === null ? 'null' : typeof state}`,
+      );
     const { tokens, caches } = state;
-    if (!Array.isArray(tokens)) throw new TypeError(`${fn}: state.tokens: expected an array of token ids, got ${typeof tokens}`);
-    if (tokens.length > n_ctx) throw new RangeError(`${fn}: state.tokens: expected at most ${n_ctx} tokens (the context), got ${tokens.length}`);
+    if (!Array.isArray(tokens))
+      throw new TypeError(`${fn}: state.tokens: expected an array of token ids, got ${typeof tokens}`);
+    if (tokens.length > n_ctx)
+      throw new RangeError(`${fn}: state.tokens: expected at most ${n_ctx} tokens (the context), got ${tokens.length}`);
     tokens.forEach((t, i) => {
-      if (!Number.isInteger(t) || t < 0 || t >= V) throw new RangeError(`${fn}: state.tokens[${i}]: expected an integer in [0, ${V}), got ${t}`);
+      if (!Number.isInteger(t) || t < 0 || t >= V)
+        throw new RangeError(`${fn}: state.tokens[${i}]: expected an integer in [0, ${V}), got ${t}`);
     });
-    if (!Array.isArray(caches)) throw new TypeError(`${fn}: state.caches: expected an array of Uint8Array (one cache.save() per layer), got ${typeof caches}`);
+    if (!Array.isArray(caches))
+      throw new TypeError(
+        `${fn}: state.caches: expected an array of Uint8Array (one cache.save() per layer), got ${typeof caches}`,
+      );
     const backend = createBackend(this.geometry(), caches);
     if (backend.length() !== tokens.length) {
       backend.free();
-      throw new RangeError(`${fn}: state.caches: expected caches of ${tokens.length} tokens (state.tokens'), got ${backend.length()}`);
+      throw new RangeError(
+        `${fn}: state.caches: expected caches of ${tokens.length} tokens (state.tokens'), got ${backend.length()}`,
+      );
     }
     const session = new Session(this, backend);
     session.tokens = tokens.slice();
@@ -216,18 +243,22 @@ export class Session {
     const { d_model: D, n_head: H, n_kv_head: Hkv, d_ff: F, vocab_size: V, layer_norm_eps: eps } = c;
     const kvWidth = Hkv * (D / H);
     if (n < 1) throw new RangeError('Session.forward: newTokens: expected at least 1 token, got 0');
-    if (attentionWeights && !this.backend.weights) throw new TypeError('Session.forward: attentionWeights: this attention backend cannot return weights');
-    if (start + n > c.n_ctx) throw new RangeError(`Session.forward: ${start} + ${n} tokens exceed the model's context of ${c.n_ctx}`);
+    if (attentionWeights && !this.backend.weights)
+      throw new TypeError('Session.forward: attentionWeights: this attention backend cannot return weights');
+    if (start + n > c.n_ctx)
+      throw new RangeError(`Session.forward: ${start} + ${n} tokens exceed the model's context of ${c.n_ctx}`);
     for (let i = 0; i < n; i++) {
       const t = newTokens[i];
-      if (!Number.isInteger(t) || t < 0 || t >= V) throw new RangeError(`Session.forward: newTokens[${i}]: expected an integer in [0, ${V}), got ${t}`);
+      if (!Number.isInteger(t) || t < 0 || t >= V)
+        throw new RangeError(`Session.forward: newTokens[${i}]: expected an integer in [0, ${V}), got ${t}`);
     }
     const began = performance.now();
 
     // Embeddings: x (n, D)
     const x = new Float32Array(n * D);
     for (let i = 0; i < n; i++) {
-      const tok = newTokens[i] * D, pos = (start + i) * D;
+      const tok = newTokens[i] * D,
+        pos = (start + i) * D;
       for (let e = 0; e < D; e++) x[i * D + e] = w.tokenEmbedding[tok + e] + w.positionEmbedding[pos + e];
     }
     const normed = new Float32Array(n * D);
@@ -278,21 +309,29 @@ export class Session {
    * @returns {{tokens: number[], caches: Uint8Array[]}}
    */
   saveState() {
-    if (!this.backend.save) throw new TypeError('Session.saveState: this attention backend cannot save its K/V (it has no save())');
+    if (!this.backend.save)
+      throw new TypeError('Session.saveState: this attention backend cannot save its K/V (it has no save())');
     return { tokens: this.tokens.slice(), caches: this.backend.save() };
   }
 
   /** The one sequence of this session, for models/lib/generate.mjs. */
-  get batch() { return 1; }
+  get batch() {
+    return 1;
+  }
 
   /** Its tokens, for models/lib/generate.mjs (a session holding some is continued). */
-  get sequences() { return [this.tokens]; }
+  get sequences() {
+    return [this.tokens];
+  }
 
-  get contextLength() { return this.model.config.n_ctx; }
+  get contextLength() {
+    return this.model.config.n_ctx;
+  }
 
   /** forward for a batch of one: [the last row's logits (V)]. */
   forwardBatch(lists, options) {
-    if (lists.length !== 1) throw new RangeError(`Session.forwardBatch: lists: expected 1 (tiny-gpt runs one sequence), got ${lists.length}`);
+    if (lists.length !== 1)
+      throw new RangeError(`Session.forwardBatch: lists: expected 1 (tiny-gpt runs one sequence), got ${lists.length}`);
     return [this.forward(lists[0], options)];
   }
 

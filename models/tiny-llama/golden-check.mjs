@@ -47,7 +47,9 @@ function meanAbsDiff(a, b) {
 function combine(label, parts) {
   const failed = parts.find((p) => !p.ok);
   return {
-    ok: !failed, worst: Math.max(...parts.map((p) => p.worst)), worstAbs: Math.max(...parts.map((p) => p.worstAbs ?? Infinity)),
+    ok: !failed,
+    worst: Math.max(...parts.map((p) => p.worst)),
+    worstAbs: Math.max(...parts.map((p) => p.worstAbs ?? Infinity)),
     message: failed ? `${label}: ${failed.message}` : '',
   };
 }
@@ -63,7 +65,9 @@ function combine(label, parts) {
  * @param {'float32' | 'float16'} dtype the KV cache's
  */
 export function checkPrefillAndSteps(model, mha, golden, dtype) {
-  const run = golden.runs[KEYS[dtype]], V = model.dims.V, tolerance = TOLERANCE[dtype];
+  const run = golden.runs[KEYS[dtype]],
+    V = model.dims.V,
+    tolerance = TOLERANCE[dtype];
   const prompt = encodeBytes(golden.prompt);
   const session = model.createSession(mha, { dtype });
   try {
@@ -81,11 +85,17 @@ export function checkPrefillAndSteps(model, mha, golden, dtype) {
     // The other dtype's PyTorch run on the same tokens: the cache must be much closer to its own dtype's
     // run (an f32 cache could otherwise pass the looser f16 check). Measured: 300 times closer with the
     // f32 cache, 10.7 times with the f16 one (whose rounding flips, above, are a tenth of the gap)
-    const meanOwn = meanAbsDiff(logits, run.values), meanOther = meanAbsDiff(logits, other.values);
+    const meanOwn = meanAbsDiff(logits, run.values),
+      meanOther = meanAbsDiff(logits, other.values);
     const closer = meanOwn * 5 < meanOther;
     return {
-      ...result, ok: closer, meanOwn, meanOther,
-      message: closer ? '' : `${dtype} K/V: mean |diff| to PyTorch with the same K/V dtype (${meanOwn}) is not 5 times below that to the other dtype's (${meanOther})`,
+      ...result,
+      ok: closer,
+      meanOwn,
+      meanOther,
+      message: closer
+        ? ''
+        : `${dtype} K/V: mean |diff| to PyTorch with the same K/V dtype (${meanOwn}) is not 5 times below that to the other dtype's (${meanOther})`,
     };
   } finally {
     session.free();
@@ -94,10 +104,11 @@ export function checkPrefillAndSteps(model, mha, golden, dtype) {
 
 /** Every golden prompt with what PyTorch generated from it greedily: {prompt, tokens} per prompt. */
 function goldenGenerations(golden, key) {
-  return [{ prompt: golden.prompt, tokens: golden.runs[key].tokens },
-    ...golden.generations.map((g) => ({ prompt: g.prompt, tokens: g[key].tokens }))];
+  return [
+    { prompt: golden.prompt, tokens: golden.runs[key].tokens },
+    ...golden.generations.map((g) => ({ prompt: g.prompt, tokens: g[key].tokens })),
+  ];
 }
-
 
 /**
  * Greedy generation from every golden prompt, one session each: exactly PyTorch's tokens.
@@ -111,7 +122,12 @@ export function checkGreedy(model, mha, golden, dtype) {
       const tokens = generate(session, encodeBytes(g.prompt), g.tokens.length, { greedy: true });
       texts.push(decodeBytes(tokens));
       if (!sameTokens(tokens, g.tokens)) {
-        return { ok: false, worst: Infinity, texts, message: `greedy ${dtype}, prompt ${JSON.stringify(g.prompt)}: got ${JSON.stringify(decodeBytes(tokens))}, PyTorch ${JSON.stringify(decodeBytes(g.tokens))}` };
+        return {
+          ok: false,
+          worst: Infinity,
+          texts,
+          message: `greedy ${dtype}, prompt ${JSON.stringify(g.prompt)}: got ${JSON.stringify(decodeBytes(tokens))}, PyTorch ${JSON.stringify(decodeBytes(g.tokens))}`,
+        };
       }
     } finally {
       session.free();
@@ -134,21 +150,38 @@ export function checkRaggedBatch(model, mha, golden, dtype) {
   const session = model.createSession(mha, { dtype, batch: prompts.length });
   try {
     const prefill = session.forwardBatch(prompts, { allLogits: true });
-    const logits = compareLogits(prefill[0], golden.runs[KEYS[dtype]].values, 0, prompts[0].length, model.dims.V, TOLERANCE[dtype]);
-    if (!logits.ok) return { ...logits, message: `ragged prefill of ${prompts.length} prompts, ${dtype} K/V: ${logits.message}` };
+    const logits = compareLogits(
+      prefill[0],
+      golden.runs[KEYS[dtype]].values,
+      0,
+      prompts[0].length,
+      model.dims.V,
+      TOLERANCE[dtype],
+    );
+    if (!logits.ok)
+      return { ...logits, message: `ragged prefill of ${prompts.length} prompts, ${dtype} K/V: ${logits.message}` };
     // docs/spec.md 4.6: each sequence's rows are those of a batch of 1 (the dense layers are row by row)
     for (const [b, prompt] of prompts.entries()) {
       const alone = model.createSession(mha, { dtype });
       const own = alone.forward(prompt, { allLogits: true });
       alone.free();
       const at = own.findIndex((x, i) => !Object.is(x, prefill[b][i]));
-      if (at >= 0) return { ok: false, worst: Infinity, message: `ragged prefill, ${dtype} K/V, prompt ${b}: logit ${at} is ${prefill[b][at]}, alone ${own[at]}` };
+      if (at >= 0)
+        return {
+          ok: false,
+          worst: Infinity,
+          message: `ragged prefill, ${dtype} K/V, prompt ${b}: logit ${at} is ${prefill[b][at]}, alone ${own[at]}`,
+        };
     }
     session.truncateEach(prompts.map(() => 0));
     const outputs = generateBatch(session, prompts, count, { greedy: true });
     for (const [b, g] of generations.entries()) {
       if (!sameTokens(outputs[b], g.tokens.slice(0, count))) {
-        return { ok: false, worst: Infinity, message: `ragged batch of ${prompts.length}, ${dtype} K/V, prompt ${b} ${JSON.stringify(g.prompt)}: got ${JSON.stringify(decodeBytes(outputs[b]))}, PyTorch ${JSON.stringify(decodeBytes(g.tokens.slice(0, count)))}` };
+        return {
+          ok: false,
+          worst: Infinity,
+          message: `ragged batch of ${prompts.length}, ${dtype} K/V, prompt ${b} ${JSON.stringify(g.prompt)}: got ${JSON.stringify(decodeBytes(outputs[b]))}, PyTorch ${JSON.stringify(decodeBytes(g.tokens.slice(0, count)))}`,
+        };
       }
     }
     return { ok: true, worst: logits.worst, worstAbs: logits.worstAbs, texts: outputs.map(decodeBytes), message: '' };

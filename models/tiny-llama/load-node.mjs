@@ -15,7 +15,8 @@ function arrayBufferOf(file) {
 }
 
 /** The config.json of `dir`, parsed. */
-export const readLlamaConfig = (dir = tinyLlamaDir) => JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
+export const readLlamaConfig = (dir = tinyLlamaDir) =>
+  JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
 
 /** The bytes of `dir`/model.safetensors, as an ArrayBuffer. */
 export const readLlamaWeights = (dir = tinyLlamaDir) => arrayBufferOf(path.join(dir, 'model.safetensors'));
@@ -27,4 +28,5 @@ export const readLlama = (dir = tinyLlamaDir) => loadLlama(readLlamaConfig(dir),
  * The PyTorch golden data written by make_golden.py into `dir`/golden, through golden-check.mjs's reader.
  * @returns {Promise<object>}
  */
-export const readTinyLlamaGolden = (dir = tinyLlamaDir) => readGolden((file) => arrayBufferOf(path.join(dir, 'golden', file)));
+export const readTinyLlamaGolden = (dir = tinyLlamaDir) =>
+  readGolden((file) => arrayBufferOf(path.join(dir, 'golden', file)));

@@ -17,31 +17,63 @@ const ARCHITECTURES = ['LlamaForCausalLM', 'Qwen2ForCausalLM', 'MistralForCausal
 
 /** The config fields the runner uses, checked, with HF's defaults. */
 function readConfig(config) {
-  if (typeof config !== 'object' || config === null) throw new TypeError(`loadLlama: config: expected the object of config.json, got ${config === null ? 'null' : typeof config}`);
-  for (const key of ['vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'max_position_embeddings']) {
-    if (!Number.isInteger(config[key]) || config[key] < 1) throw new RangeError(`loadLlama: config.${key}: expected a positive integer, got ${config[key]}`);
+  if (typeof config !== 'object' || config === null)
+    throw new TypeError(
+      `loadLlama: config: expected the object of config.json, got ${config === null ? 'null' : typeof config}`,
+    );
+  for (const key of [
+    'vocab_size',
+    'hidden_size',
+    'intermediate_size',
+    'num_hidden_layers',
+    'num_attention_heads',
+    'max_position_embeddings',
+  ]) {
+    if (!Number.isInteger(config[key]) || config[key] < 1)
+      throw new RangeError(`loadLlama: config.${key}: expected a positive integer, got ${config[key]}`);
   }
   const arch = config.architectures?.[0];
-  if (arch !== undefined && !ARCHITECTURES.includes(arch)) throw new RangeError(`loadLlama: config.architectures: expected one of ${ARCHITECTURES.join(', ')}, got ${arch}`);
-  if ((config.hidden_act ?? 'silu') !== 'silu') throw new RangeError(`loadLlama: config.hidden_act: expected silu, got ${config.hidden_act}`);
-  if (config.rope_scaling != null) throw new RangeError(`loadLlama: config.rope_scaling: expected null (plain rope), got ${JSON.stringify(config.rope_scaling)}`);
-  const H = config.num_attention_heads, Hkv = config.num_key_value_heads ?? H;
-  if (!Number.isInteger(Hkv) || Hkv < 1 || H % Hkv) throw new RangeError(`loadLlama: config.num_key_value_heads: expected a divisor of num_attention_heads = ${H}, got ${Hkv}`);
+  if (arch !== undefined && !ARCHITECTURES.includes(arch))
+    throw new RangeError(`loadLlama: config.architectures: expected one of ${ARCHITECTURES.join(', ')}, got ${arch}`);
+  if ((config.hidden_act ?? 'silu') !== 'silu')
+    throw new RangeError(`loadLlama: config.hidden_act: expected silu, got ${config.hidden_act}`);
+  if (config.rope_scaling != null)
+    throw new RangeError(
+      `loadLlama: config.rope_scaling: expected null (plain rope), got ${JSON.stringify(config.rope_scaling)}`,
+    );
+  const H = config.num_attention_heads,
+    Hkv = config.num_key_value_heads ?? H;
+  if (!Number.isInteger(Hkv) || Hkv < 1 || H % Hkv)
+    throw new RangeError(
+      `loadLlama: config.num_key_value_heads: expected a divisor of num_attention_heads = ${H}, got ${Hkv}`,
+    );
   const Dh = config.head_dim ?? config.hidden_size / H;
-  if (!Number.isInteger(Dh) || Dh < 2 || Dh % 2) throw new RangeError(`loadLlama: config.head_dim: expected an even integer (default hidden_size / num_attention_heads), got ${Dh}`);
+  if (!Number.isInteger(Dh) || Dh < 2 || Dh % 2)
+    throw new RangeError(
+      `loadLlama: config.head_dim: expected an even integer (default hidden_size / num_attention_heads), got ${Dh}`,
+    );
   const L = config.num_hidden_layers;
   // HF: Mistral windows every layer; Qwen2 only with use_sliding_window, from layer max_window_layers on;
   // layer_types, when given, says it per layer
   const W = config.sliding_window;
-  if (W != null && (!Number.isInteger(W) || W < 1)) throw new RangeError(`loadLlama: config.sliding_window: expected a positive integer or null, got ${W}`);
+  if (W != null && (!Number.isInteger(W) || W < 1))
+    throw new RangeError(`loadLlama: config.sliding_window: expected a positive integer or null, got ${W}`);
   const windowed = Array.from({ length: L }, (_, i) => {
     if (W == null || config.use_sliding_window === false) return false;
     if (config.layer_types) return config.layer_types[i] === 'sliding_attention';
-    return i >= (config.use_sliding_window ? config.max_window_layers ?? 0 : 0);
+    return i >= (config.use_sliding_window ? (config.max_window_layers ?? 0) : 0);
   });
   return {
-    V: config.vocab_size, D: config.hidden_size, I: config.intermediate_size, L, H, Hkv, Dh,
-    eps: config.rms_norm_eps ?? 1e-6, theta: config.rope_theta ?? 10000, nCtx: config.max_position_embeddings,
+    V: config.vocab_size,
+    D: config.hidden_size,
+    I: config.intermediate_size,
+    L,
+    H,
+    Hkv,
+    Dh,
+    eps: config.rms_norm_eps ?? 1e-6,
+    theta: config.rope_theta ?? 10000,
+    nCtx: config.max_position_embeddings,
     // a window of W keys that includes the query's own: docs/spec.md 2.3, [W - 1, 0]
     windows: windowed.map((w) => (w ? [W - 1, 0] : undefined)),
     tied: config.tie_word_embeddings ?? false,
@@ -66,9 +98,18 @@ export function loadLlama(config, safetensorsBuffer) {
     const p = `model.layers.${i}.`;
     return {
       inputNorm: get(`${p}input_layernorm.weight`, [D]),
-      q: { weight: get(`${p}self_attn.q_proj.weight`, [H * Dh, D]), bias: optional(`${p}self_attn.q_proj.bias`, [H * Dh]) },
-      k: { weight: get(`${p}self_attn.k_proj.weight`, [Hkv * Dh, D]), bias: optional(`${p}self_attn.k_proj.bias`, [Hkv * Dh]) },
-      v: { weight: get(`${p}self_attn.v_proj.weight`, [Hkv * Dh, D]), bias: optional(`${p}self_attn.v_proj.bias`, [Hkv * Dh]) },
+      q: {
+        weight: get(`${p}self_attn.q_proj.weight`, [H * Dh, D]),
+        bias: optional(`${p}self_attn.q_proj.bias`, [H * Dh]),
+      },
+      k: {
+        weight: get(`${p}self_attn.k_proj.weight`, [Hkv * Dh, D]),
+        bias: optional(`${p}self_attn.k_proj.bias`, [Hkv * Dh]),
+      },
+      v: {
+        weight: get(`${p}self_attn.v_proj.weight`, [Hkv * Dh, D]),
+        bias: optional(`${p}self_attn.v_proj.bias`, [Hkv * Dh]),
+      },
       o: get(`${p}self_attn.o_proj.weight`, [D, H * Dh]),
       postNorm: get(`${p}post_attention_layernorm.weight`, [D]),
       gate: get(`${p}mlp.gate_proj.weight`, [I, D]),
@@ -77,7 +118,11 @@ export function loadLlama(config, safetensorsBuffer) {
     };
   });
   const embedding = get('model.embed_tokens.weight', [V, D]);
-  const lmHead = tensors.has('lm_head.weight') ? get('lm_head.weight', [V, D]) : c.tied ? embedding : get('lm_head.weight', [V, D]);
+  const lmHead = tensors.has('lm_head.weight')
+    ? get('lm_head.weight', [V, D])
+    : c.tied
+      ? embedding
+      : get('lm_head.weight', [V, D]);
   return new Llama(config, c, { embedding, layers, norm: get('model.norm.weight', [D]), lmHead });
 }
 
@@ -87,8 +132,12 @@ export function loadLlama(config, safetensorsBuffer) {
  */
 export async function fetchLlama(folderUrl) {
   const base = new URL(folderUrl, globalThis.location?.href);
-  const [configResponse, weightsResponse] = await Promise.all([fetch(new URL('config.json', base)), fetch(new URL('model.safetensors', base))]);
-  for (const r of [configResponse, weightsResponse]) if (!r.ok) throw new Error(`fetchLlama: fetching ${r.url} failed: HTTP ${r.status}`);
+  const [configResponse, weightsResponse] = await Promise.all([
+    fetch(new URL('config.json', base)),
+    fetch(new URL('model.safetensors', base)),
+  ]);
+  for (const r of [configResponse, weightsResponse])
+    if (!r.ok) throw new Error(`fetchLlama: fetching ${r.url} failed: HTTP ${r.status}`);
   return loadLlama(await configResponse.json(), await weightsResponse.arrayBuffer());
 }
 
@@ -106,7 +155,10 @@ function rmsNorm(x, n, D, weight, eps, y = new Float32Array(n * D)) {
 
 /** gate <- silu(gate) * up, elementwise (SwiGLU). */
 function swiglu(gate, up) {
-  for (let i = 0; i < gate.length; i++) { const g = gate[i]; gate[i] = (g / (1 + Math.exp(-g))) * up[i]; }
+  for (let i = 0; i < gate.length; i++) {
+    const g = gate[i];
+    gate[i] = (g / (1 + Math.exp(-g))) * up[i];
+  }
   return gate;
 }
 
@@ -137,10 +189,14 @@ export class Llama {
    */
   createSession(mha, { batch = 1, dtype = 'float32', capacity = this.dims.nCtx } = {}) {
     if (typeof mha?.createKVCache !== 'function' || typeof mha?.ropeTables !== 'function') {
-      throw new TypeError(`Llama.createSession: mha: expected an mha-wasm instance with createKVCache and ropeTables, got ${mha?.info?.version ?? typeof mha}`);
+      throw new TypeError(
+        `Llama.createSession: mha: expected an mha-wasm instance with createKVCache and ropeTables, got ${mha?.info?.version ?? typeof mha}`,
+      );
     }
-    if (!Number.isInteger(batch) || batch < 1) throw new RangeError(`Llama.createSession: batch: expected a positive integer, got ${batch}`);
-    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`Llama.createSession: capacity: expected a positive integer, got ${capacity}`);
+    if (!Number.isInteger(batch) || batch < 1)
+      throw new RangeError(`Llama.createSession: batch: expected a positive integer, got ${batch}`);
+    if (!Number.isInteger(capacity) || capacity < 1)
+      throw new RangeError(`Llama.createSession: capacity: expected a positive integer, got ${capacity}`);
     return new LlamaSession(this, mha, { batch, dtype, capacity });
   }
 
@@ -155,10 +211,13 @@ export class Llama {
   restoreSession(mha, state, { capacity = this.dims.nCtx } = {}) {
     const fn = 'Llama.restoreSession';
     if (typeof mha?.loadKVCache !== 'function' || typeof mha?.ropeTables !== 'function') {
-      throw new TypeError(`${fn}: mha: expected an mha-wasm instance with loadKVCache and ropeTables, got ${mha?.info?.version ?? typeof mha}`);
+      throw new TypeError(
+        `${fn}: mha: expected an mha-wasm instance with loadKVCache and ropeTables, got ${mha?.info?.version ?? typeof mha}`,
+      );
     }
     const { tokens, caches: saved } = checkState(fn, state, this.dims);
-    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`${fn}: capacity: expected a positive integer, got ${capacity}`);
+    if (!Number.isInteger(capacity) || capacity < 1)
+      throw new RangeError(`${fn}: capacity: expected a positive integer, got ${capacity}`);
     const caches = [];
     try {
       saved.forEach((bytes, i) => {
@@ -178,16 +237,28 @@ export class Llama {
 
 /** state of restoreSession, checked: B token lists of token ids and one Uint8Array per layer. */
 function checkState(fn, state, { L, V }) {
-  if (typeof state !== 'object' || state === null) throw new TypeError(`${fn}: state: expected what LlamaSession.saveState returned, got ${state === null ? 'null' : typeof state}`);
+  if (typeof state !== 'object' || state === null)
+    throw new TypeError(
+      `${fn}: state: expected what LlamaSession.saveState returned, got ${state === null ? 'null' : typeof state}`,
+    );
   const { tokens, caches } = state;
   if (!Array.isArray(tokens) || tokens.length < 1 || !tokens.every(Array.isArray)) {
-    throw new TypeError(`${fn}: state.tokens: expected an array of B >= 1 token arrays, got ${Array.isArray(tokens) ? `an array of ${tokens.length} (${tokens.map((t) => (Array.isArray(t) ? 'array' : typeof t)).join(', ')})` : typeof tokens}`);
+    throw new TypeError(
+      `${fn}: state.tokens: expected an array of B >= 1 token arrays, got ${Array.isArray(tokens) ? `an array of ${tokens.length} (${tokens.map((t) => (Array.isArray(t) ? 'array' : typeof t)).join(', ')})` : typeof tokens}`,
+    );
   }
-  tokens.forEach((list, b) => list.forEach((t, i) => {
-    if (!Number.isInteger(t) || t < 0 || t >= V) throw new RangeError(`${fn}: state.tokens[${b}][${i}]: expected an integer in [0, ${V}), got ${t}`);
-  }));
-  if (!Array.isArray(caches) || !caches.every((c) => c instanceof Uint8Array)) throw new TypeError(`${fn}: state.caches: expected an array of Uint8Array (one cache.save() per layer), got ${Array.isArray(caches) ? caches.map((c) => c?.constructor?.name ?? typeof c).join(', ') : typeof caches}`);
-  if (caches.length !== L) throw new RangeError(`${fn}: state.caches: expected ${L} (one per layer), got ${caches.length}`);
+  tokens.forEach((list, b) =>
+    list.forEach((t, i) => {
+      if (!Number.isInteger(t) || t < 0 || t >= V)
+        throw new RangeError(`${fn}: state.tokens[${b}][${i}]: expected an integer in [0, ${V}), got ${t}`);
+    }),
+  );
+  if (!Array.isArray(caches) || !caches.every((c) => c instanceof Uint8Array))
+    throw new TypeError(
+      `${fn}: state.caches: expected an array of Uint8Array (one cache.save() per layer), got ${Array.isArray(caches) ? caches.map((c) => c?.constructor?.name ?? typeof c).join(', ') : typeof caches}`,
+    );
+  if (caches.length !== L)
+    throw new RangeError(`${fn}: state.caches: expected ${L} (one per layer), got ${caches.length}`);
   return { tokens: tokens.map((list) => list.slice()), caches };
 }
 
@@ -203,16 +274,23 @@ function loadCache(what, mha, bytes, capacity) {
 /** A loaded cache against the model and the saved tokens: batch, lengths, dtype and K/V widths. */
 function checkLoadedCache(what, cache, tokens, { Hkv, Dh }, dtype) {
   const lengths = [...cache.lengths];
-  if (lengths.length !== tokens.length) throw new RangeError(`${what}: expected a cache of batch ${tokens.length} (state.tokens' sequences), got batch ${lengths.length}`);
+  if (lengths.length !== tokens.length)
+    throw new RangeError(
+      `${what}: expected a cache of batch ${tokens.length} (state.tokens' sequences), got batch ${lengths.length}`,
+    );
   const expected = tokens.map((t) => t.length);
-  if (lengths.some((m, b) => m !== expected[b])) throw new RangeError(`${what}: expected lengths [${expected}] (state.tokens'), got [${lengths}]`);
+  if (lengths.some((m, b) => m !== expected[b]))
+    throw new RangeError(`${what}: expected lengths [${expected}] (state.tokens'), got [${lengths}]`);
   if (cache.dtype !== dtype) throw new RangeError(`${what}: expected dtype ${dtype} (layer 0's), got ${cache.dtype}`);
   // The cache has no numKvHeads getter: one token read back tells its widths
   const T = Math.min(...lengths);
   if (T > 0) {
     const { k, v } = cache.read({ start: 0, end: 1 });
     const width = Hkv * Dh * tokens.length;
-    if (k.length !== width || v.length !== width) throw new RangeError(`${what}: expected K and V of ${Hkv} KV heads of ${Dh} (the model's), got ${k.length / tokens.length} and ${v.length / tokens.length} values per token`);
+    if (k.length !== width || v.length !== width)
+      throw new RangeError(
+        `${what}: expected K and V of ${Hkv} KV heads of ${Dh} (the model's), got ${k.length / tokens.length} and ${v.length / tokens.length} values per token`,
+      );
   }
 }
 
@@ -227,7 +305,8 @@ export class LlamaSession {
     this.caches = caches ?? [];
     if (!caches) {
       try {
-        for (let i = 0; i < L; i++) this.caches.push(mha.createKVCache({ batch, numKvHeads: Hkv, headDim: Dh, capacity, dtype }));
+        for (let i = 0; i < L; i++)
+          this.caches.push(mha.createKVCache({ batch, numKvHeads: Hkv, headDim: Dh, capacity, dtype }));
       } catch (error) {
         this.free();
         throw error;
@@ -272,29 +351,43 @@ export class LlamaSession {
   forwardBatch(lists, { allLogits = false } = {}) {
     const { dims: c, weights: w } = this.model;
     const { V, D, I, H, Hkv, Dh, eps } = c;
-    const B = this.batch, qWidth = H * Dh, kvWidth = Hkv * Dh;
-    if (!Array.isArray(lists) || lists.length !== B) throw new RangeError(`LlamaSession.forwardBatch: lists: expected an array of ${B} token lists, got ${Array.isArray(lists) ? lists.length : typeof lists}`);
+    const B = this.batch,
+      qWidth = H * Dh,
+      kvWidth = Hkv * Dh;
+    if (!Array.isArray(lists) || lists.length !== B)
+      throw new RangeError(
+        `LlamaSession.forwardBatch: lists: expected an array of ${B} token lists, got ${Array.isArray(lists) ? lists.length : typeof lists}`,
+      );
     const counts = lists.map((list) => list.length);
     const n = Math.max(...counts);
-    if (n < 1) throw new RangeError('LlamaSession.forwardBatch: lists: expected at least 1 token in one of them, got 0');
+    if (n < 1)
+      throw new RangeError('LlamaSession.forwardBatch: lists: expected at least 1 token in one of them, got 0');
     const index = []; // padded row (b * n + i) of each real row
     lists.forEach((list, b) => {
       if (this.tokens[b].length + list.length > this.contextLength) {
-        throw new RangeError(`LlamaSession.forwardBatch: lists[${b}]: ${this.tokens[b].length} + ${list.length} tokens exceed the session's capacity of ${this.contextLength}`);
+        throw new RangeError(
+          `LlamaSession.forwardBatch: lists[${b}]: ${this.tokens[b].length} + ${list.length} tokens exceed the session's capacity of ${this.contextLength}`,
+        );
       }
       for (let i = 0; i < list.length; i++) {
-        if (!Number.isInteger(list[i]) || list[i] < 0 || list[i] >= V) throw new RangeError(`LlamaSession.forwardBatch: lists[${b}][${i}]: expected an integer in [0, ${V}), got ${list[i]}`);
+        if (!Number.isInteger(list[i]) || list[i] < 0 || list[i] >= V)
+          throw new RangeError(
+            `LlamaSession.forwardBatch: lists[${b}][${i}]: expected an integer in [0, ${V}), got ${list[i]}`,
+          );
         index.push(b * n + i);
       }
     });
-    const R = index.length, ragged = R < B * n;
+    const R = index.length,
+      ragged = R < B * n;
     const began = performance.now();
 
     const x = new Float32Array(R * D); // (R, D)
     let r = 0;
     for (const list of lists) for (const t of list) x.set(w.embedding.subarray(t * D, (t + 1) * D), D * r++);
-    const normed = new Float32Array(R * D), projected = new Float32Array(R * D);
-    const gate = new Float32Array(R * I), up = new Float32Array(R * I);
+    const normed = new Float32Array(R * D),
+      projected = new Float32Array(R * D);
+    const gate = new Float32Array(R * I),
+      up = new Float32Array(R * I);
     // The attend call's (B, n, width) tensors; padding rows stay 0 (their k and v are not stored)
     const pad = (rows, width) => (ragged ? scatterRows(rows, index, width, new Float32Array(B * n * width)) : rows);
     const attendOptions = { numHeads: H, rope: this.rope, ...(ragged ? { newTokens: Int32Array.from(counts) } : {}) };
@@ -307,7 +400,12 @@ export class LlamaSession {
       const v = linear(normed, R, lw.v.weight, lw.v.bias, D, kvWidth);
       const attentionBegan = performance.now();
       const window = c.windows[layer];
-      const out = this.caches[layer].attend(pad(q, qWidth), pad(k, kvWidth), pad(v, kvWidth), window ? { ...attendOptions, window } : attendOptions);
+      const out = this.caches[layer].attend(
+        pad(q, qWidth),
+        pad(k, kvWidth),
+        pad(v, kvWidth),
+        window ? { ...attendOptions, window } : attendOptions,
+      );
       this.timing.attentionMs += performance.now() - attentionBegan;
       addInPlace(x, linear(ragged ? gatherRows(out, index, qWidth) : out, R, lw.o, null, qWidth, D, projected));
       rmsNorm(x, R, D, lw.postNorm, eps, normed);
@@ -321,8 +419,12 @@ export class LlamaSession {
     let first = 0;
     for (let b = 0; b < B; b++) {
       const count = counts[b];
-      if (count === 0) { results.push(null); continue; }
-      const from = allLogits ? first : first + count - 1, rows = first + count - from;
+      if (count === 0) {
+        results.push(null);
+        continue;
+      }
+      const from = allLogits ? first : first + count - 1,
+        rows = first + count - from;
       const finalNormed = rmsNorm(x.subarray(from * D, (first + count) * D), rows, D, w.norm, eps);
       results.push(linear(finalNormed, rows, w.lmHead, null, D, V));
       for (const t of lists[b]) this.tokens[b].push(t);
@@ -339,7 +441,10 @@ export class LlamaSession {
    * @param {{allLogits?: boolean}} [options]
    */
   forward(tokens, options) {
-    if (this.batch !== 1) throw new RangeError(`LlamaSession.forward: expected a session of batch 1, got batch ${this.batch} (use forwardBatch)`);
+    if (this.batch !== 1)
+      throw new RangeError(
+        `LlamaSession.forward: expected a session of batch 1, got batch ${this.batch} (use forwardBatch)`,
+      );
     return this.forwardBatch([tokens], options)[0];
   }
 
@@ -348,14 +453,20 @@ export class LlamaSession {
    * @param {number[]} lengths
    */
   truncateEach(lengths) {
-    if (lengths.length !== this.batch) throw new RangeError(`LlamaSession.truncateEach: lengths: expected ${this.batch} lengths, got ${lengths.length}`);
+    if (lengths.length !== this.batch)
+      throw new RangeError(`LlamaSession.truncateEach: lengths: expected ${this.batch} lengths, got ${lengths.length}`);
     lengths.forEach((m, b) => {
-      if (!Number.isInteger(m) || m < 0 || m > this.tokens[b].length) throw new RangeError(`LlamaSession.truncateEach: lengths[${b}]: expected an integer in [0, ${this.tokens[b].length}], got ${m}`);
+      if (!Number.isInteger(m) || m < 0 || m > this.tokens[b].length)
+        throw new RangeError(
+          `LlamaSession.truncateEach: lengths[${b}]: expected an integer in [0, ${this.tokens[b].length}], got ${m}`,
+        );
     });
     // one length for all is the cache's truncate(n) of Part 3; different ones need 4.6's array form
     const same = lengths.every((m) => m === lengths[0]);
     for (const cache of this.caches) cache.truncate(same ? lengths[0] : lengths);
-    lengths.forEach((m, b) => { this.tokens[b].length = m; });
+    lengths.forEach((m, b) => {
+      this.tokens[b].length = m;
+    });
   }
 
   /** Keeps the first n tokens of every sequence (fewer where a sequence is shorter). */

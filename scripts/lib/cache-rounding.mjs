@@ -11,7 +11,7 @@ export function roundToBfloat16(x) {
   f32[0] = x;
   const bits = u32[0];
   if ((bits & 0x7fffffff) > 0x7f800000) u32[0] = (bits | 0x00400000) & 0xffff0000;
-  else u32[0] = ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) << 16;  // finite past the largest: inf
+  else u32[0] = ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) << 16; // finite past the largest: inf
   return f32[0];
 }
 
@@ -40,7 +40,7 @@ export function roundToInt8Rows(x, heads, dim) {
 }
 
 function roundHalfEven(v) {
-  const r = Math.round(v);  // halves up
+  const r = Math.round(v); // halves up
   return r - v === 0.5 && r % 2 !== 0 ? r - 1 : r;
 }
 

@@ -38,25 +38,46 @@ import { launchChromium } from './chromium.mjs';
  */
 export const ENGINES = Object.freeze({
   chromium: Object.freeze({ family: 'Blink / V8', driver: 'playwright-core', threads: true, relaxedSimd: true }),
-  firefox: Object.freeze({ family: 'Gecko / SpiderMonkey', driver: 'puppeteer-core (WebDriver BiDi)', threads: true, relaxedSimd: true }),
-  webkit: Object.freeze({ family: 'WebKit / JavaScriptCore', driver: 'selenium-webdriver + WebKitWebDriver', env: Object.freeze({}), threads: false, relaxedSimd: false }),
+  firefox: Object.freeze({
+    family: 'Gecko / SpiderMonkey',
+    driver: 'puppeteer-core (WebDriver BiDi)',
+    threads: true,
+    relaxedSimd: true,
+  }),
+  webkit: Object.freeze({
+    family: 'WebKit / JavaScriptCore',
+    driver: 'selenium-webdriver + WebKitWebDriver',
+    env: Object.freeze({}),
+    threads: false,
+    relaxedSimd: false,
+  }),
   'webkit-flags': Object.freeze({
-    family: 'WebKit / JavaScriptCore', driver: 'selenium-webdriver + WebKitWebDriver',
-    env: Object.freeze({ JSC_useSharedArrayBuffer: '1', JSC_useWasmRelaxedSIMD: '1' }), threads: true, relaxedSimd: true,
+    family: 'WebKit / JavaScriptCore',
+    driver: 'selenium-webdriver + WebKitWebDriver',
+    env: Object.freeze({ JSC_useSharedArrayBuffer: '1', JSC_useWasmRelaxedSIMD: '1' }),
+    threads: true,
+    relaxedSimd: true,
   }),
 });
 
 /** The smallest module using f32x4.relaxed_madd (opcode fd 85 02): valid only where relaxed SIMD is on. */
-export const RELAXED_SIMD_PROBE = Object.freeze([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x05, 0x01,
-  0x60, 0x01, 0x7b, 0x00, 0x03, 0x02, 0x01, 0x00, 0x0a, 0x0e, 0x01, 0x0c, 0x00, 0x20, 0x00, 0x20, 0x00, 0x20, 0x00,
-  0xfd, 0x85, 0x02, 0x1a, 0x0b]);
+export const RELAXED_SIMD_PROBE = Object.freeze([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x05, 0x01, 0x60, 0x01, 0x7b, 0x00, 0x03, 0x02, 0x01, 0x00,
+  0x0a, 0x0e, 0x01, 0x0c, 0x00, 0x20, 0x00, 0x20, 0x00, 0x20, 0x00, 0xfd, 0x85, 0x02, 0x1a, 0x0b,
+]);
 
 /** The engines of this run: those MHA_TEST_ENGINES lists, or all of them when it is unset or empty. */
 export function selectedEngines() {
-  const listed = (process.env.MHA_TEST_ENGINES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const listed = (process.env.MHA_TEST_ENGINES ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   const wanted = listed.length > 0 ? listed : Object.keys(ENGINES);
   for (const name of wanted) {
-    if (!Object.hasOwn(ENGINES, name)) throw new Error(`MHA_TEST_ENGINES: unknown engine "${name}" (expected some of ${Object.keys(ENGINES).join(', ')})`);
+    if (!Object.hasOwn(ENGINES, name))
+      throw new Error(
+        `MHA_TEST_ENGINES: unknown engine "${name}" (expected some of ${Object.keys(ENGINES).join(', ')})`,
+      );
   }
   return wanted;
 }
@@ -142,7 +163,12 @@ export function startTestServer({ overrides = {}, ...handlerOptions } = {}) {
     if (Object.hasOwn(overrides, path)) {
       const { type, body, delayMs = 0 } = overrides[path];
       setTimeout(() => {
-        res.writeHead(200, { ...isolation, 'Content-Type': type, 'Content-Length': Buffer.byteLength(body), 'Cache-Control': 'no-cache' });
+        res.writeHead(200, {
+          ...isolation,
+          'Content-Type': type,
+          'Content-Length': Buffer.byteLength(body),
+          'Cache-Control': 'no-cache',
+        });
         res.end(body);
       }, delayMs);
       return;
@@ -155,10 +181,11 @@ export function startTestServer({ overrides = {}, ...handlerOptions } = {}) {
     server.listen(0, '127.0.0.1', () => {
       resolve({
         url: `http://127.0.0.1:${server.address().port}/`,
-        close: () => new Promise((done) => {
-          server.close(() => done());
-          server.closeAllConnections();
-        }),
+        close: () =>
+          new Promise((done) => {
+            server.close(() => done());
+            server.closeAllConnections();
+          }),
       });
     });
   });
@@ -190,11 +217,15 @@ function recordEvents(page, { warningType }) {
   const warnings = [];
   page.on('console', (m) => {
     // Chromium logs an HTTP error a second time as a console error without its URL: the response event has it.
-    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) problems.push(`console.error: ${m.text()}`);
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource'))
+      problems.push(`console.error: ${m.text()}`);
     if (m.type() === warningType) warnings.push(m.text());
   });
   page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-  page.on('response', (r) => r.status() >= 400 && !isFavicon(r.url()) && problems.push(`HTTP ${r.status()}: ${r.url()}`));
+  page.on(
+    'response',
+    (r) => r.status() >= 400 && !isFavicon(r.url()) && problems.push(`HTTP ${r.status()}: ${r.url()}`),
+  );
   page.on('requestfailed', (r) => {
     const why = typeof r.failure === 'function' ? r.failure()?.errorText : undefined;
     problems.push(`request failed: ${r.url()}: ${why ?? 'no response'}`);
@@ -228,8 +259,10 @@ async function launchChromiumEngine() {
     async open(url, { viewport = { width: 1280, height: 800 } } = {}) {
       const context = await browser.newContext({ viewport });
       const page = await context.newPage();
-      return openEventPage(page, context, url, { warningType: 'warning',
-        waitFor: (fn, arg, timeout) => page.waitForFunction(fn, arg, { timeout }) });
+      return openEventPage(page, context, url, {
+        warningType: 'warning',
+        waitFor: (fn, arg, timeout) => page.waitForFunction(fn, arg, { timeout }),
+      });
     },
     close: () => browser.close(),
   };
@@ -244,10 +277,16 @@ async function firefoxProfileTemplate(puppeteer) {
   if (existsSync(join(template, 'prefs.js'))) return template;
   mkdirSync(join(REPO_ROOT, 'build'), { recursive: true });
   const fresh = mkdtempSync(join(REPO_ROOT, 'build/firefox-profile.tmp-'));
-  const browser = await puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, timeout: LAUNCH_TIMEOUT_MS, userDataDir: fresh });
+  const browser = await puppeteer.launch({
+    browser: 'firefox',
+    executablePath: FIREFOX,
+    headless: true,
+    timeout: LAUNCH_TIMEOUT_MS,
+    userDataDir: fresh,
+  });
   await browser.close();
   try {
-    renameSync(fresh, template);  // atomic: a suite file that raced us and won keeps its copy
+    renameSync(fresh, template); // atomic: a suite file that raced us and won keeps its copy
   } catch {
     rmSync(fresh, { recursive: true, force: true });
   }
@@ -257,10 +296,23 @@ async function firefoxProfileTemplate(puppeteer) {
 async function launchFirefoxEngine({ evaluateTimeoutMs }) {
   const { default: puppeteer } = await import('puppeteer-core');
   const profile = mkdtempSync(join(tmpdir(), 'mha-firefox-'));
-  cpSync(await firefoxProfileTemplate(puppeteer), profile, { recursive: true, filter: (path) => !/[\\/]\.?(parent)?lock$/.test(path) });
-  const browser = await puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, timeout: LAUNCH_TIMEOUT_MS,
-    protocolTimeout: evaluateTimeoutMs, userDataDir: profile })
-    .catch((error) => { rmSync(profile, { recursive: true, force: true }); throw error; });
+  cpSync(await firefoxProfileTemplate(puppeteer), profile, {
+    recursive: true,
+    filter: (path) => !/[\\/]\.?(parent)?lock$/.test(path),
+  });
+  const browser = await puppeteer
+    .launch({
+      browser: 'firefox',
+      executablePath: FIREFOX,
+      headless: true,
+      timeout: LAUNCH_TIMEOUT_MS,
+      protocolTimeout: evaluateTimeoutMs,
+      userDataDir: profile,
+    })
+    .catch((error) => {
+      rmSync(profile, { recursive: true, force: true });
+      throw error;
+    });
   // Puppeteer ends Firefox when this process exits or is interrupted, but not when it is killed (SIGKILL,
   // a CI runner's timeout): Firefox then lives on. A guard ends it and deletes its profile copy then.
   const guard = guardPid(browser.process().pid, profile);
@@ -271,11 +323,15 @@ async function launchFirefoxEngine({ evaluateTimeoutMs }) {
       const page = await context.newPage();
       page.setDefaultTimeout(evaluateTimeoutMs);
       await page.setViewport(viewport);
-      return openEventPage(page, context, url, { warningType: 'warn',
-        waitFor: (fn, arg, timeout) => page.waitForFunction(fn, { timeout, polling: 100 }, arg) });
+      return openEventPage(page, context, url, {
+        warningType: 'warn',
+        waitFor: (fn, arg, timeout) => page.waitForFunction(fn, { timeout, polling: 100 }, arg),
+      });
     },
     async close() {
-      await withTimeout(browser.close(), 10_000, 'closing Firefox', () => browser.process()?.kill('SIGKILL')).catch(() => {});
+      await withTimeout(browser.close(), 10_000, 'closing Firefox', () => browser.process()?.kill('SIGKILL')).catch(
+        () => {},
+      );
       guard.dismiss();
       rmSync(profile, { recursive: true, force: true });
     },
@@ -289,13 +345,21 @@ async function launchFirefoxEngine({ evaluateTimeoutMs }) {
  * `fd3` adds a pipe as fd 3.
  */
 function spawnGuarded(command, args, { env = process.env, fd3 = false } = {}) {
-  const guard = '"$@" & child=$!\necho "$child"\nread -r _ || true\nkill "$child" 2>/dev/null\nwait "$child" 2>/dev/null\nexit 0\n';
-  const proc = spawn('sh', ['-c', guard, 'guard', command, ...args], { env, stdio: ['pipe', 'pipe', 'pipe', ...(fd3 ? ['pipe'] : [])] });
+  const guard =
+    '"$@" & child=$!\necho "$child"\nread -r _ || true\nkill "$child" 2>/dev/null\nwait "$child" 2>/dev/null\nexit 0\n';
+  const proc = spawn('sh', ['-c', guard, 'guard', command, ...args], {
+    env,
+    stdio: ['pipe', 'pipe', 'pipe', ...(fd3 ? ['pipe'] : [])],
+  });
   let stderr = '';
-  proc.stderr.on('data', (d) => { stderr = (stderr + d).slice(-2000); });
-  proc.stdin.on('error', () => {});  // EPIPE when the guard has already gone
+  proc.stderr.on('data', (d) => {
+    stderr = (stderr + d).slice(-2000);
+  });
+  proc.stdin.on('error', () => {}); // EPIPE when the guard has already gone
   let childPid;
-  proc.stdout.once('data', (d) => { childPid = Number(String(d).split('\n')[0]); });
+  proc.stdout.once('data', (d) => {
+    childPid = Number(String(d).split('\n')[0]);
+  });
   const exited = new Promise((resolve) => proc.once('exit', resolve));
   return {
     proc,
@@ -304,7 +368,11 @@ function spawnGuarded(command, args, { env = process.env, fd3 = false } = {}) {
     async stop() {
       proc.stdin.end();
       await withTimeout(exited, 10_000, `stopping ${command}`, () => proc.kill('SIGKILL')).catch(() => {
-        try { if (childPid) process.kill(childPid, 'SIGKILL'); } catch { /* gone */ }
+        try {
+          if (childPid) process.kill(childPid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
       });
     },
   };
@@ -324,7 +392,9 @@ function guardPid(pid, dir) {
 
 /** A private X display: Xvfb picks a free display number and writes it to fd 3 (-displayfd). */
 async function startXvfb() {
-  const xvfb = spawnGuarded('Xvfb', ['-displayfd', '3', '-nolisten', 'tcp', '-screen', '0', '1280x800x24'], { fd3: true });
+  const xvfb = spawnGuarded('Xvfb', ['-displayfd', '3', '-nolisten', 'tcp', '-screen', '0', '1280x800x24'], {
+    fd3: true,
+  });
   const display = new Promise((resolve, reject) => {
     let text = '';
     xvfb.proc.stdio[3].on('data', (d) => {
@@ -355,15 +425,20 @@ function freePort() {
 /** Resolves once WebKitWebDriver answers on `port`; rejects when it exits or LAUNCH_TIMEOUT_MS passes. */
 async function waitForDriver(port, driverProcess) {
   let exited = false;
-  driverProcess.exited.then(() => { exited = true; });
+  driverProcess.exited.then(() => {
+    exited = true;
+  });
   const deadline = Date.now() + LAUNCH_TIMEOUT_MS;
   for (;;) {
     try {
       const r = await fetch(`http://127.0.0.1:${port}/status`);
       if (r.ok) return;
-    } catch { /* not listening yet */ }
+    } catch {
+      /* not listening yet */
+    }
     if (exited) throw new Error(`WebKitWebDriver exited: ${driverProcess.stderr()}`);
-    if (Date.now() > deadline) throw new Error(`starting WebKitWebDriver: no answer within ${LAUNCH_TIMEOUT_MS / 1000} s`);
+    if (Date.now() > deadline)
+      throw new Error(`starting WebKitWebDriver: no answer within ${LAUNCH_TIMEOUT_MS / 1000} s`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
@@ -383,30 +458,51 @@ function runInWebKit(driver, fn, arg) {
 async function launchWebKitEngine(env, { evaluateTimeoutMs }) {
   const { Builder } = await import('selenium-webdriver');
   const stops = [];
-  const stopAll = async () => { for (const stop of stops.splice(0).reverse()) await stop().catch(() => {}); };
+  const stopAll = async () => {
+    for (const stop of stops.splice(0).reverse()) await stop().catch(() => {});
+  };
   try {
     const xvfb = await startXvfb();
     stops.push(xvfb.stop);
     const port = await freePort();
-    const driverProcess = spawnGuarded(WEBKIT_DRIVER, [`--port=${port}`, '--host=127.0.0.1'],
-      { env: { ...process.env, DISPLAY: xvfb.display, ...env } });
+    const driverProcess = spawnGuarded(WEBKIT_DRIVER, [`--port=${port}`, '--host=127.0.0.1'], {
+      env: { ...process.env, DISPLAY: xvfb.display, ...env },
+    });
     stops.push(driverProcess.stop);
     await waitForDriver(port, driverProcess);
     // Without a usable display the session never opens: the timeout is what ends such a launch.
-    const driver = await withTimeout(new Builder().usingServer(`http://127.0.0.1:${port}`).withCapabilities({
-      browserName: 'MiniBrowser',
-      'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] },
-    }).build(), LAUNCH_TIMEOUT_MS, `opening a WebKitWebDriver session on display ${xvfb.display}`);
+    const driver = await withTimeout(
+      new Builder()
+        .usingServer(`http://127.0.0.1:${port}`)
+        .withCapabilities({
+          browserName: 'MiniBrowser',
+          'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] },
+        })
+        .build(),
+      LAUNCH_TIMEOUT_MS,
+      `opening a WebKitWebDriver session on display ${xvfb.display}`,
+    );
     stops.push(() => withTimeout(driver.quit(), 10_000, 'closing MiniBrowser'));
     await driver.manage().setTimeouts({ script: evaluateTimeoutMs, pageLoad: LAUNCH_TIMEOUT_MS });
     const capabilities = await driver.getCapabilities();
     return {
       version: `WebKitGTK ${capabilities.get('browserVersion')} (MiniBrowser)`,
       async open(url, { viewport = { width: 1280, height: 800 } } = {}) {
-        await driver.manage().window().setRect({ x: 0, y: 0, ...viewport });
+        await driver
+          .manage()
+          .window()
+          .setRect({ x: 0, y: 0, ...viewport });
         const since = performance.now();
         await driver.get(url);
-        const log = () => runInWebKit(driver, () => globalThis.__mhaTestLog ?? { problems: ['console.error: the page has no test hooks (not served by startTestServer)'], warnings: [] });
+        const log = () =>
+          runInWebKit(
+            driver,
+            () =>
+              globalThis.__mhaTestLog ?? {
+                problems: ['console.error: the page has no test hooks (not served by startTestServer)'],
+                warnings: [],
+              },
+          );
         return {
           native: driver,
           url: () => driver.getCurrentUrl(),
@@ -419,7 +515,9 @@ async function launchWebKitEngine(env, { evaluateTimeoutMs }) {
             }
           },
           async problems() {
-            const http = responseLog.filter((r) => r.at >= since && !isFavicon(r.url)).map((r) => `HTTP ${r.status}: ${r.url}`);
+            const http = responseLog
+              .filter((r) => r.at >= since && !isFavicon(r.url))
+              .map((r) => `HTTP ${r.status}: ${r.url}`);
             return [...(await log()).problems, ...http];
           },
           warnings: async () => (await log()).warnings,
@@ -441,9 +539,13 @@ async function launchWebKitEngine(env, { evaluateTimeoutMs }) {
  */
 export async function launchEngine(name, { evaluateTimeoutMs = EVALUATE_TIMEOUT_MS } = {}) {
   const caps = ENGINES[name];
-  if (!caps) throw new Error(`launchEngine: unknown engine "${name}" (expected one of ${Object.keys(ENGINES).join(', ')})`);
-  const launched = name === 'chromium' ? await launchChromiumEngine()
-    : name === 'firefox' ? await launchFirefoxEngine({ evaluateTimeoutMs })
-      : await launchWebKitEngine(caps.env, { evaluateTimeoutMs });
+  if (!caps)
+    throw new Error(`launchEngine: unknown engine "${name}" (expected one of ${Object.keys(ENGINES).join(', ')})`);
+  const launched =
+    name === 'chromium'
+      ? await launchChromiumEngine()
+      : name === 'firefox'
+        ? await launchFirefoxEngine({ evaluateTimeoutMs })
+        : await launchWebKitEngine(caps.env, { evaluateTimeoutMs });
   return { name, caps, ...launched };
 }

@@ -21,7 +21,8 @@ export const isStateless = (c) => (c.kind ?? 'stateless') === 'stateless';
 /** Rows [from, from + n) of each batch item of a (B, rows, width) tensor, as a new (B, n, width) tensor of its type. */
 export function sliceRows(x, batch, rows, width, from, n) {
   const out = new x.constructor(batch * n * width);
-  for (let b = 0; b < batch; b++) out.set(x.subarray((b * rows + from) * width, (b * rows + from + n) * width), b * n * width);
+  for (let b = 0; b < batch; b++)
+    out.set(x.subarray((b * rows + from) * width, (b * rows + from + n) * width), b * n * width);
   return out;
 }
 
@@ -40,7 +41,13 @@ export function runCacheCase(mha, c, q, k, v, { stage = (x) => x, release = () =
   for (const key of ['causal', 'sinks', 'dtype']) if (c.options[key] !== undefined) options[key] = c.options[key];
   if (c.options.window) options.window = c.options.window.map((x) => (x === 'Infinity' ? Infinity : x));
   // rope: the tables as read from the case's files (v3 README: its cos and sin name file roles).
-  if (c.options.rope) options.rope = { cos: rope.cos, sin: rope.sin, rotaryDim: c.options.rope.rotaryDim, interleaved: c.options.rope.interleaved };
+  if (c.options.rope)
+    options.rope = {
+      cos: rope.cos,
+      sin: rope.sin,
+      rotaryDim: c.options.rope.rotaryDim,
+      interleaved: c.options.rope.interleaved,
+    };
   const cacheOptions = { batch: B, numKvHeads: Hkv, headDim: Dh, capacity: c.cache.capacity, dtype: c.cache.dtype };
   if (c.options.vHeadDim !== undefined) cacheOptions.vHeadDim = Dv;
   const cache = mha.createKVCache(cacheOptions);
@@ -49,7 +56,11 @@ export function runCacheCase(mha, c, q, k, v, { stage = (x) => x, release = () =
   try {
     let t = 0;
     for (const [i, n] of c.cache.steps.entries()) {
-      const parts = [sliceRows(q, B, S, H * Dh, t, n), sliceRows(k, B, S, Hkv * Dh, t, n), sliceRows(v, B, S, Hkv * Dv, t, n)].map(stage);
+      const parts = [
+        sliceRows(q, B, S, H * Dh, t, n),
+        sliceRows(k, B, S, Hkv * Dh, t, n),
+        sliceRows(v, B, S, Hkv * Dv, t, n),
+      ].map(stage);
       // A ragged case (docs/spec.md 4.6) says per step how many of the n rows of each sequence are real.
       const stepOptions = c.cache.newTokens ? { ...options, newTokens: c.cache.newTokens[i] } : options;
       try {
@@ -81,7 +92,8 @@ export const fetchReader = (set) => async (file) => {
 async function readRole(read, c, role) {
   const file = c.files[role];
   const bytes = await read(file);
-  const buffer = bytes instanceof ArrayBuffer ? bytes : bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+  const buffer =
+    bytes instanceof ArrayBuffer ? bytes : bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
   if (file.endsWith('.f16')) return new Uint16Array(buffer);
   return role === 'mask' || file.endsWith('.u8') ? new Uint8Array(buffer) : new Float32Array(buffer);
 }
@@ -114,23 +126,36 @@ const halfOrder = (h) => (h & 0x8000 ? -(h & 0x7fff) : h);
  * plus one binary16 step of the element. maxError / tolerance are the widening's worst element's.
  */
 export function checkHalfOut(out, out64, out64f32, out32) {
-  const tolerance = Math.max(1e-5 * Math.max(1, compare(out64f32, out64f32).maxExpected), 2 * compare(out32, out64f32).maxError);
+  const tolerance = Math.max(
+    1e-5 * Math.max(1, compare(out64f32, out64f32).maxExpected),
+    2 * compare(out32, out64f32).maxError,
+  );
   let problem;
   let worst = { ratio: 0, error: 0, tolerance };
   for (let i = 0; i < out64.length && problem === undefined; i++) {
     const [got, want] = [halfToFloat(out[i]), halfToFloat(out64[i])];
     if (!Number.isFinite(want) || !Number.isFinite(got)) {
-      if (!Object.is(got, want) && !(Number.isNaN(got) && Number.isNaN(want))) problem = `out[${i}] = ${got}, expected ${want} exactly`;
+      if (!Object.is(got, want) && !(Number.isNaN(got) && Number.isNaN(want)))
+        problem = `out[${i}] = ${got}, expected ${want} exactly`;
       continue;
     }
-    if (Math.abs(halfOrder(out[i]) - halfOrder(out64[i])) > 1) problem = `out[${i}] = ${got}, more than one binary16 step from out64 ${want}`;
+    if (Math.abs(halfOrder(out[i]) - halfOrder(out64[i])) > 1)
+      problem = `out[${i}] = ${got}, more than one binary16 step from out64 ${want}`;
     const error = Math.abs(got - out64f32[i]);
     const allowed = tolerance + halfStep(out64f32[i]);
-    if (error > allowed) problem = `out[${i}] = ${got}: |out - out64f32| = ${error} > tolerance ${tolerance} + one binary16 step`;
+    if (error > allowed)
+      problem = `out[${i}] = ${got}: |out - out64f32| = ${error} > tolerance ${tolerance} + one binary16 step`;
     if (error / allowed > worst.ratio) worst = { ratio: error / allowed, error, tolerance: allowed };
   }
   if (out.length !== out64.length) problem = `out has ${out.length} elements, expected ${out64.length}`;
-  return { ok: problem === undefined, problem, ratio: worst.ratio, tolerance: worst.tolerance, maxError: worst.error, specialMismatch: -1 };
+  return {
+    ok: problem === undefined,
+    problem,
+    ratio: worst.ratio,
+    tolerance: worst.tolerance,
+    maxError: worst.error,
+    specialMismatch: -1,
+  };
 }
 
 /** Scores of a stage (docs/spec.md 4.3): each within 1e-5 · max(1, |expected|), ±Infinity and NaN exact (the lse rule). */
@@ -152,7 +177,11 @@ export function compare(actual, expected) {
       if (!Number.isFinite(actual[i]) && specialMismatch < 0) specialMismatch = i;
       maxError = Math.max(maxError, Math.abs(actual[i] - expected[i]));
       maxExpected = Math.max(maxExpected, Math.abs(expected[i]));
-    } else if (!Object.is(actual[i], expected[i]) && !(Number.isNaN(actual[i]) && Number.isNaN(expected[i])) && specialMismatch < 0) {
+    } else if (
+      !Object.is(actual[i], expected[i]) &&
+      !(Number.isNaN(actual[i]) && Number.isNaN(expected[i])) &&
+      specialMismatch < 0
+    ) {
       specialMismatch = i;
     }
   }
@@ -164,9 +193,20 @@ export function compare(actual, expected) {
 // the pages and jsc all check through these. Each returns { ok, problem (why not), maxError, tolerance,
 // ratio = maxError / tolerance }.
 function verdict(r, tolerance, what) {
-  const problem = r.specialMismatch >= 0 ? `${what}: NaN/infinity position differs at element ${r.specialMismatch}`
-    : r.maxError <= tolerance ? undefined : `${what}: max error ${r.maxError} > tolerance ${tolerance}`;
-  return { ok: problem === undefined, problem, maxError: r.maxError, tolerance, ratio: r.maxError / tolerance, specialMismatch: r.specialMismatch };
+  const problem =
+    r.specialMismatch >= 0
+      ? `${what}: NaN/infinity position differs at element ${r.specialMismatch}`
+      : r.maxError <= tolerance
+        ? undefined
+        : `${what}: max error ${r.maxError} > tolerance ${tolerance}`;
+  return {
+    ok: problem === undefined,
+    problem,
+    maxError: r.maxError,
+    tolerance,
+    ratio: r.maxError / tolerance,
+    specialMismatch: r.specialMismatch,
+  };
 }
 
 /** out against out64: max |out - out64| <= max(1e-5 · max(1, max |out64|), 2 · max |out32 - out64|). */
@@ -190,7 +230,8 @@ export function checkLse(lse, lse64) {
   for (let i = 0; i < lse64.length && problem === undefined; i++) {
     const [got, want] = [lse[i], lse64[i]];
     if (!Number.isFinite(want) || !Number.isFinite(got)) {
-      if (!Object.is(got, want) && !(Number.isNaN(got) && Number.isNaN(want))) problem = `lse[${i}] = ${got}, expected ${want} exactly`;
+      if (!Object.is(got, want) && !(Number.isNaN(got) && Number.isNaN(want)))
+        problem = `lse[${i}] = ${got}, expected ${want} exactly`;
       continue;
     }
     const error = Math.abs(got - want);
@@ -202,14 +243,23 @@ export function checkLse(lse, lse64) {
   return { ok: problem === undefined, problem, ratio: worst.ratio, tolerance: worst.tolerance, maxError: worst.error };
 }
 
-const sameBits = (a, b) => a.length === b.length &&
-  new Uint32Array(a.buffer, a.byteOffset, a.length).every((x, i) => x === new Uint32Array(b.buffer, b.byteOffset, b.length)[i]);
+const sameBits = (a, b) =>
+  a.length === b.length &&
+  new Uint32Array(a.buffer, a.byteOffset, a.length).every(
+    (x, i) => x === new Uint32Array(b.buffer, b.byteOffset, b.length)[i],
+  );
 
 /** cases.json writes an unbounded window side as the string "Infinity"; rope's cos and sin are file roles (`rope`: the tables read). */
 function callOptions(c, rope) {
   const options = { ...(c.options ?? {}) };
   if (options.window) options.window = options.window.map((x) => (x === 'Infinity' ? Infinity : x));
-  if (options.rope) options.rope = { cos: rope.cos, sin: rope.sin, rotaryDim: options.rope.rotaryDim, interleaved: options.rope.interleaved };
+  if (options.rope)
+    options.rope = {
+      cos: rope.cos,
+      sin: rope.sin,
+      rotaryDim: options.rope.rotaryDim,
+      interleaved: options.rope.interleaved,
+    };
   return options;
 }
 
@@ -223,12 +273,21 @@ function callOptions(c, rope) {
  */
 export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
   const checks = [];
-  const record = (what, check) => checks.push({ what, pass: check.ok, maxError: check.maxError, tolerance: check.tolerance,
-    specialMismatch: check.specialMismatch, problem: check.problem });
+  const record = (what, check) =>
+    checks.push({
+      what,
+      pass: check.ok,
+      maxError: check.maxError,
+      tolerance: check.tolerance,
+      specialMismatch: check.specialMismatch,
+      problem: check.problem,
+    });
   if (Object.hasOwn(SKIPPED_CASES, c.name)) return { name: c.name, skipped: SKIPPED_CASES[c.name], checks };
   const has = (role) => Object.hasOwn(c.files, role);
   const [q, k, v] = await Promise.all(['q', 'k', 'v'].map((role) => readRole(read, c, role)));
-  const rope = c.options?.rope ? { cos: await readRole(read, c, c.options.rope.cos), sin: await readRole(read, c, c.options.rope.sin) } : undefined;
+  const rope = c.options?.rope
+    ? { cos: await readRole(read, c, c.options.rope.cos), sin: await readRole(read, c, c.options.rope.sin) }
+    : undefined;
   const shape = { batch: c.batch, seqLen: c.seqLen, kvSeqLen: c.kvSeqLen, dModel: c.dModel, numHeads: c.numHeads };
   const options = { ...shape, ...callOptions(c, rope) };
   if (has('mask')) options.mask = await readRole(read, c, 'mask');
@@ -243,8 +302,10 @@ export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
     if (has('kread')) {
       // docs/spec.md 4.8: the stored values read back are exactly what the spec's rounding gives.
       const [kread, vread] = await Promise.all(['kread', 'vread'].map((role) => readRole(read, c, role)));
-      checks.push({ what: `KVCache.read equals kread and vread bit for bit (${c.cache.dtype})`,
-        pass: sameBits(stored.k, kread) && sameBits(stored.v, vread) });
+      checks.push({
+        what: `KVCache.read equals kread and vread bit for bit (${c.cache.dtype})`,
+        pass: sameBits(stored.k, kread) && sameBits(stored.v, vread),
+      });
     }
     let total = 0;
     const expectedLengths = c.cache.lengths ?? c.cache.steps.map((n) => (total += n));
@@ -259,34 +320,46 @@ export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
   const out = mha.multiHeadAttention(q, k, v, lse ? { ...options, lse } : options);
   {
     onOutput(out);
-    record(half ? 'multiHeadAttention binary16 out vs out64 and out64f32' : 'multiHeadAttention vs out64', checkAnyOut(out));
+    record(
+      half ? 'multiHeadAttention binary16 out vs out64 and out64f32' : 'multiHeadAttention vs out64',
+      checkAnyOut(out),
+    );
     if (lse) record('lse vs lse64', checkLse(lse, await readRole(read, c, 'lse64')));
     if (half && typeof Float16Array === 'function') {
       // The same call with Float16Array tensors (where the engine has them) gives the same bits.
       const asF16 = (bits) => new Float16Array(bits.buffer, bits.byteOffset, bits.length);
       const out16 = mha.multiHeadAttention(asF16(q), asF16(k), asF16(v), options);
       const bits16 = new Uint16Array(out16.buffer, out16.byteOffset, out16.length);
-      checks.push({ what: 'multiHeadAttention with Float16Array tensors returns a Float16Array of the same bits',
-        pass: out16 instanceof Float16Array && bits16.length === out.length && bits16.every((x, i) => x === out[i]) });
+      checks.push({
+        what: 'multiHeadAttention with Float16Array tensors returns a Float16Array of the same bits',
+        pass: out16 instanceof Float16Array && bits16.length === out.length && bits16.every((x, i) => x === out[i]),
+      });
     }
   }
   // attentionWeights takes float32 q and k and has no v: a float16 case's inputs widened, no dtype or vHeadDim.
   const { dtype: _dtype, vHeadDim: _vHeadDim, ...weightsOptions } = options;
   const [q32, k32] = half ? [widenHalves(q), widenHalves(k)] : [q, k];
   if (has('weights64')) {
-    record('attentionWeights vs weights64', checkWeights(mha.attentionWeights(q32, k32, weightsOptions), await readRole(read, c, 'weights64')));
+    record(
+      'attentionWeights vs weights64',
+      checkWeights(mha.attentionWeights(q32, k32, weightsOptions), await readRole(read, c, 'weights64')),
+    );
   }
   for (const stage of ['scaled', 'softcapped', 'biased']) {
     const role = `stage_${stage}64`;
     if (!has(role)) continue;
-    record(`attentionWeights stage '${stage}' vs ${role}`, checkScores(mha.attentionWeights(q32, k32, { ...weightsOptions, stage }),
-      await readRole(read, c, role)));
+    record(
+      `attentionWeights stage '${stage}' vs ${role}`,
+      checkScores(mha.attentionWeights(q32, k32, { ...weightsOptions, stage }), await readRole(read, c, role)),
+    );
   }
   if (has('split_q')) {
     const headShape = { batch: c.batch, seqLen: c.seqLen, dModel: c.dModel, numHeads: c.numHeads };
     const split = mha.splitHeads(q, headShape);
-    checks.push({ what: 'splitHeads equals split_q bit for bit, mergeHeads inverts it',
-      pass: sameBits(split, await readRole(read, c, 'split_q')) && sameBits(mha.mergeHeads(split, headShape), q) });
+    checks.push({
+      what: 'splitHeads equals split_q bit for bit, mergeHeads inverts it',
+      pass: sameBits(split, await readRole(read, c, 'split_q')) && sameBits(mha.mergeHeads(split, headShape), q),
+    });
   }
   return { name: c.name, checks };
 }

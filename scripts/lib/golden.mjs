@@ -39,7 +39,14 @@ export function readGolden(c, role) {
  * bias read from its file; plus its dims.
  */
 export function goldenOptions(c) {
-  const options = { batch: c.batch, seqLen: c.seqLen, kvSeqLen: c.kvSeqLen, dModel: c.dModel, numHeads: c.numHeads, ...c.options };
+  const options = {
+    batch: c.batch,
+    seqLen: c.seqLen,
+    kvSeqLen: c.kvSeqLen,
+    dModel: c.dModel,
+    numHeads: c.numHeads,
+    ...c.options,
+  };
   if (options.window) options.window = options.window.map((w) => (w === 'Infinity' ? Infinity : w));
   if (c.files.mask) options.mask = readGolden(c, 'mask');
   if (c.files.bias) options.bias = readGolden(c, 'bias');

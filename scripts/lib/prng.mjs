@@ -65,12 +65,17 @@ export const DEFAULT_SEED = 20240601;
 export function makeInputs(shape, seed = DEFAULT_SEED) {
   const { B, S, T, D } = shape;
   const kvD = (D / shape.H) * (shape.Hkv ?? shape.H);
-  const vD = (shape.Dv ?? D / shape.H) * (shape.Hkv ?? shape.H);  // v rows: Hkv·Dv (vHeadDim)
+  const vD = (shape.Dv ?? D / shape.H) * (shape.Hkv ?? shape.H); // v rows: Hkv·Dv (vHeadDim)
   const q = randomNormal(B * S * D, mulberry32(seed ^ 0x51));
   const k = randomNormal(B * T * kvD, mulberry32(seed ^ 0x6b));
   const v = randomNormal(B * T * vD, mulberry32(seed ^ 0x76));
   // A shape with a biasShape gets its bias here too, so every implementation times the same one.
-  const bias = shape.biasShape ? randomNormal(shape.biasShape.reduce((a, b) => a * b, 1), mulberry32(seed ^ 0x62)) : undefined;
+  const bias = shape.biasShape
+    ? randomNormal(
+        shape.biasShape.reduce((a, b) => a * b, 1),
+        mulberry32(seed ^ 0x62),
+      )
+    : undefined;
   return bias ? { q, k, v, bias } : { q, k, v };
 }
 

@@ -122,7 +122,8 @@ function rotated(x, at, d, position, rope) {
   if (d >= rotaryDim) return x[at + d];
   const half = rotaryDim / 2;
   const r = interleaved ? d >> 1 : d % half;
-  const c = cos[position * half + r], s = sin[position * half + r];
+  const c = cos[position * half + r],
+    s = sin[position * half + r];
   if (interleaved) return d % 2 === 0 ? x[at + d] * c - x[at + d + 1] * s : x[at + d] * c + x[at + d - 1] * s;
   return d < half ? x[at + d] * c - x[at + d + half] * s : x[at + d] * c + x[at + d - half] * s;
 }
@@ -139,7 +140,14 @@ function rotatedDot(rotatedQ, k, kOff, j, rope, Dh) {
 }
 
 /** Full attention, (B,S,H·Dv) output; `extras` as attentionRows. */
-export function attention(q, k, v, shape, out = new Float32Array(shape.B * shape.S * shape.H * (shape.Dv ?? shape.D / shape.H)), extras = {}) {
+export function attention(
+  q,
+  k,
+  v,
+  shape,
+  out = new Float32Array(shape.B * shape.S * shape.H * (shape.Dv ?? shape.D / shape.H)),
+  extras = {},
+) {
   const rows = new Int32Array(shape.B * shape.S);
   for (let r = 0; r < rows.length; r++) rows[r] = r;
   return attentionRows(q, k, v, shape, rows, out, false, extras);

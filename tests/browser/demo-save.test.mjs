@@ -22,11 +22,15 @@ const section = '#real-model';
 
 /** Waits until the picked model is loaded and its saved conversation looked up. */
 async function pick(page, model) {
-  if (await page.inputValue('#real-model-picker') !== model) await page.selectOption('#real-model-picker', model);
-  await page.waitForFunction((m) => {
-    const s = document.getElementById('real-model');
-    return s.dataset.model === m && s.dataset.state === 'ready' && s.dataset.savedChecked === m;
-  }, model, { timeout: 30_000 });
+  if ((await page.inputValue('#real-model-picker')) !== model) await page.selectOption('#real-model-picker', model);
+  await page.waitForFunction(
+    (m) => {
+      const s = document.getElementById('real-model');
+      return s.dataset.model === m && s.dataset.state === 'ready' && s.dataset.savedChecked === m;
+    },
+    model,
+    { timeout: 30_000 },
+  );
 }
 
 async function generateInPage(page, { count, cache }) {
@@ -34,10 +38,14 @@ async function generateInPage(page, { count, cache }) {
   await page.selectOption('#real-cache', cache);
   await page.selectOption('#real-sampling', 'greedy');
   await page.click('#real-run');
-  await page.waitForFunction((n) => {
-    const s = document.getElementById('real-model');
-    return s.dataset.state === 'done' && s.dataset.generated === String(n);
-  }, count, { timeout: 60_000 });
+  await page.waitForFunction(
+    (n) => {
+      const s = document.getElementById('real-model');
+      return s.dataset.state === 'done' && s.dataset.generated === String(n);
+    },
+    count,
+    { timeout: 60_000 },
+  );
   return page.textContent('#real-text-generated');
 }
 
@@ -53,20 +61,38 @@ async function saveReloadContinue(page, { model, cache, N, M }) {
   assert.equal(await page.isDisabled('#real-save'), false);
   await page.click('#real-save');
   await page.waitForSelector(`${section}[data-saved="stored"]`);
-  assert.match(await page.textContent('#real-save-status'), /^Saved \d+ bytes of .+ in this browser \(IndexedDB\): 4 KV caches of \d+ tokens/);
+  assert.match(
+    await page.textContent('#real-save-status'),
+    /^Saved \d+ bytes of .+ in this browser \(IndexedDB\): 4 KV caches of \d+ tokens/,
+  );
   await page.reload();
   await pick(page, model);
   await page.waitForSelector(`${section}[data-saved="available"]`);
   assert.ok(await page.isVisible('#real-continue'));
-  assert.match(await page.textContent('#real-continue'), new RegExp(`^Continue saved conversation \\(\\d+ bytes, ${cache}\\)$`));
+  assert.match(
+    await page.textContent('#real-continue'),
+    new RegExp(`^Continue saved conversation \\(\\d+ bytes, ${cache}\\)$`),
+  );
   await page.fill('#real-count', String(M));
   await page.click('#real-continue');
-  await page.waitForFunction((n) => {
-    const s = document.getElementById('real-model');
-    return s.dataset.state === 'done' && s.dataset.generated === String(n) && s.dataset.prefillTokens !== undefined;
-  }, N + M, { timeout: 60_000 }); // generated: the conversation's bytes after the prompt, saved ones included
+  await page.waitForFunction(
+    (n) => {
+      const s = document.getElementById('real-model');
+      return s.dataset.state === 'done' && s.dataset.generated === String(n) && s.dataset.prefillTokens !== undefined;
+    },
+    N + M,
+    { timeout: 60_000 },
+  ); // generated: the conversation's bytes after the prompt, saved ones included
   const dataset = await page.$eval(section, (s) => ({ ...s.dataset }));
-  return { whole, head, continued: await page.textContent('#real-text-generated'), dataset, status: await page.textContent('#real-save-status'), prefill, prefillCell: await page.textContent('#real-prefill') };
+  return {
+    whole,
+    head,
+    continued: await page.textContent('#real-text-generated'),
+    dataset,
+    status: await page.textContent('#real-save-status'),
+    prefill,
+    prefillCell: await page.textContent('#real-prefill'),
+  };
 }
 
 test('tiny-llama: the picker loads it without the heads view; N greedy, Save, reload, Continue M == N + M (page and Node), no prefill after the reload; then tiny-gpt the same, with its head rows', async (t) => {
@@ -74,16 +100,21 @@ test('tiny-llama: the picker loads it without the heads view; N greedy, Save, re
   t.after(() => context.close());
   const page = await context.newPage();
   const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error') problems.push(`console.error: ${m.text()}`); });
+  page.on('console', (m) => {
+    if (m.type() === 'error') problems.push(`console.error: ${m.text()}`);
+  });
   page.on('pageerror', (e) => problems.push(`uncaught: ${e.message}`));
-  page.on('response', (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`); });
+  page.on('response', (r) => {
+    if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`);
+  });
   await page.goto(new URL('web/demo/', harness.server.url).href);
   await pick(page, 'tiny-gpt');
   const prompt = await page.inputValue('#real-prompt');
   const mha = await createMHA();
 
   // tiny-llama: no heads.json, no weights view, its own description
-  const N = 40, M = 30;
+  const N = 40,
+    M = 30;
   const llama = await saveReloadContinue(page, { model: 'tiny-llama', cache: 'float16', N, M });
   assert.equal(await page.isVisible('.real-grid'), false);
   assert.equal(await page.isVisible('#real-legend'), false);
@@ -100,9 +131,17 @@ test('tiny-llama: the picker loads it without the heads view; N greedy, Save, re
   const held = encodeBytes(prompt).length + N - 1; // the last byte was chosen, not yet run
   assert.equal(llama.dataset.restoredTokens, String(held));
   assert.equal(llama.dataset.prefillTokens, '0', 'the Worker ran no token of the restored history again');
-  assert.match(llama.status, new RegExp(`^Restored ${held} tokens from IndexedDB in \\d+\\.\\d ms \\(mha\\.loadKVCache per layer\\), no prefill`));
+  assert.match(
+    llama.status,
+    new RegExp(
+      `^Restored ${held} tokens from IndexedDB in \\d+\\.\\d ms \\(mha\\.loadKVCache per layer\\), no prefill`,
+    ),
+  );
   assert.match(llama.prefillCell, new RegExp(`^none: ${held} tokens restored from IndexedDB in \\d+\\.\\d ms$`));
-  assert.match(await page.textContent('#real-cache-info'), new RegExp(`^4 layers × ${held + M} of 256 tokens, float16: [\\d,]+ KB$`));
+  assert.match(
+    await page.textContent('#real-cache-info'),
+    new RegExp(`^4 layers × ${held + M} of 256 tokens, float16: [\\d,]+ KB$`),
+  );
   t.diagnostic(`tiny-llama: ${llama.status} Without a save, the prompt's prefill: ${llama.prefill}`);
 
   // back to tiny-gpt: its rows are built and drawn again, and its save continues as well (K rows read back)
@@ -116,7 +155,11 @@ test('tiny-llama: the picker loads it without the heads view; N greedy, Save, re
   assert.ok(await page.isVisible('.real-grid'));
   const rows = await canvasStats(page, '#real-heads canvas.head-row');
   assert.equal(rows.length, 32);
-  for (const [i, r] of rows.entries()) assert.ok(r.nonWhite > r.total / 2 && r.colors >= 3, `head row ${i} is blank after the continue: ${JSON.stringify(r)}`);
+  for (const [i, r] of rows.entries())
+    assert.ok(
+      r.nonWhite > r.total / 2 && r.colors >= 3,
+      `head row ${i} is blank after the continue: ${JSON.stringify(r)}`,
+    );
   t.diagnostic(`tiny-gpt: ${gpt.status} Without a save, the prompt's prefill: ${gpt.prefill}`);
 
   // the tiny-llama conversation is still there beside tiny-gpt's
@@ -131,19 +174,28 @@ test('a saved conversation of an older format is ignored with a message, and no 
   const page = await context.newPage();
   await page.goto(new URL('web/demo/', harness.server.url).href);
   await pick(page, 'tiny-gpt');
-  await page.evaluate(() => new Promise((resolve, reject) => {
-    const open = indexedDB.open('mha-wasm-demo', 1);
-    open.onsuccess = () => {
-      const tx = open.result.transaction('conversations', 'readwrite');
-      tx.objectStore('conversations').put({ model: 'tiny-gpt', tokens: [65, 66], cache: 'not this' });
-      tx.oncomplete = () => { open.result.close(); resolve(); };
-      tx.onerror = () => reject(tx.error);
-    };
-    open.onerror = () => reject(open.error);
-  }));
+  await page.evaluate(
+    () =>
+      new Promise((resolve, reject) => {
+        const open = indexedDB.open('mha-wasm-demo', 1);
+        open.onsuccess = () => {
+          const tx = open.result.transaction('conversations', 'readwrite');
+          tx.objectStore('conversations').put({ model: 'tiny-gpt', tokens: [65, 66], cache: 'not this' });
+          tx.oncomplete = () => {
+            open.result.close();
+            resolve();
+          };
+          tx.onerror = () => reject(tx.error);
+        };
+        open.onerror = () => reject(open.error);
+      }),
+  );
   await page.reload();
   await pick(page, 'tiny-gpt');
   assert.equal(await page.$eval(section, (s) => s.dataset.saved), 'ignored');
-  assert.match(await page.textContent('#real-save-status'), /^A conversation saved for tiny-gpt was ignored: it was saved by an older version of this page\./);
+  assert.match(
+    await page.textContent('#real-save-status'),
+    /^A conversation saved for tiny-gpt was ignored: it was saved by an older version of this page\./,
+  );
   assert.equal(await page.isVisible('#real-continue'), false);
 });

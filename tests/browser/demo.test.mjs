@@ -255,7 +255,10 @@ describe('demo page', () => {
     ]) {
       const previous = await page.inputValue(field);
       await page.fill(field, value);
-      await page.waitForFunction((re) => new RegExp(re).test(document.getElementById('errors').textContent), message.source);
+      await page.waitForFunction(
+        (re) => new RegExp(re).test(document.getElementById('errors').textContent),
+        message.source,
+      );
       await change(page, () => page.fill(field, previous));
       assert.equal(await errors.isHidden(), true);
     }
@@ -325,7 +328,15 @@ describe('demo page', () => {
     const { page, problems } = await openDemo(t);
     const unlabelled = await page.evaluate(() =>
       [...document.querySelectorAll('input, select, textarea, button')]
-        .filter((c) => !(c.labels?.length || c.getAttribute('aria-label') || c.getAttribute('aria-labelledby') || (c.tagName === 'BUTTON' && c.textContent.trim())))
+        .filter(
+          (c) =>
+            !(
+              c.labels?.length ||
+              c.getAttribute('aria-label') ||
+              c.getAttribute('aria-labelledby') ||
+              (c.tagName === 'BUTTON' && c.textContent.trim())
+            ),
+        )
         .map((c) => c.id || c.outerHTML.slice(0, 60)),
     );
     assert.deepEqual(unlabelled, []);
@@ -334,7 +345,11 @@ describe('demo page', () => {
     await page.focus('body');
     for (let i = 0; i < 40; i++) {
       await page.keyboard.press('Tab');
-      const id = await page.evaluate(() => document.activeElement?.id || document.activeElement?.dataset?.head && `head-${document.activeElement.dataset.head}`);
+      const id = await page.evaluate(
+        () =>
+          document.activeElement?.id ||
+          (document.activeElement?.dataset?.head && `head-${document.activeElement.dataset.head}`),
+      );
       if (id) reached.add(id);
     }
     for (const id of ['sentence', 'dModel', 'numHeads', 'mask', 'item', 'token', 'head-0', 'rerun', 'copy']) {
@@ -368,7 +383,9 @@ describe('demo page', () => {
       assert.ok(overflow <= 390, `page is ${overflow}px wide at a 390px viewport`);
       const stats = await heatmapStats(page);
       assert.equal(stats.length, 4);
-      const widest = await page.$$eval('#heatmaps canvas', (cs) => Math.max(...cs.map((c) => c.getBoundingClientRect().right)));
+      const widest = await page.$$eval('#heatmaps canvas', (cs) =>
+        Math.max(...cs.map((c) => c.getBoundingClientRect().right)),
+      );
       assert.ok(widest <= 390, `a heatmap reaches x = ${widest}`);
       assert.deepEqual(problems, []);
     }
@@ -383,11 +400,13 @@ describe('demo page', () => {
     await page.waitForTimeout(300);
     assert.equal(await page.locator('#heatmaps canvas[data-marked]').count(), 1, 'a settled page redrew its heatmaps');
     await page.setViewportSize({ width: 600, height: 800 });
-    await page.waitForFunction(() => !document.querySelector('#heatmaps canvas[data-marked]'), null, { timeout: 5_000 });
+    await page.waitForFunction(() => !document.querySelector('#heatmaps canvas[data-marked]'), null, {
+      timeout: 5_000,
+    });
     const narrow = await widths();
     assert.equal(narrow.length, wide.length);
     assert.ok(narrow[0] < wide[0], `canvas ${wide[0]}px wide at 1280, ${narrow[0]}px at 600`);
-    assert.ok(await page.evaluate(() => document.scrollingElement.scrollWidth) <= 600);
+    assert.ok((await page.evaluate(() => document.scrollingElement.scrollWidth)) <= 600);
     assert.deepEqual(problems, []);
   });
 });
@@ -403,43 +422,55 @@ describe('demo page on the other engines', () => {
     await hooked?.close();
   });
 
-  forEachEngine((engine) => {
-    test('draws one non-blank heatmap per head, finishes its checks and timing, redraws for 8 heads; no console errors', async () => {
-      const page = await engine.open(hooked.url);
-      await page.waitFor(() => document.body.dataset.ready === 'true', undefined, { timeout: 20_000 });
-      assert.match(await page.url(), /\/web\/demo\/$/);
-      assert.equal(await page.evaluate(() => window.crossOriginIsolated), true);
-      const stats = await heatmapStats(page);
-      assert.equal(stats.length, 4, 'one canvas per head');
-      for (const s of stats) {
-        assert.ok(s.width > 100 && s.height > 100, `head ${s.head}: canvas ${s.width}x${s.height}`);
-        assert.ok(s.nonWhite > s.total * 0.25, `head ${s.head}: only ${s.nonWhite} of ${s.total} pixels drawn`);
-        assert.ok(s.colors > 8, `head ${s.head}: only ${s.colors} colors`);
-      }
-      const build = await page.evaluate(() => document.getElementById('build-info').textContent);
-      assert.match(build, /v\d+\.\d+\.\d+/);
-      assert.match(build, /SIMD128 on/);
-      const panelsDone = () => ['checks', 'timing'].every((id) => {
-        const el = document.getElementById(id);
-        return el.dataset.state === 'done' && el.dataset.job === document.body.dataset.job;
-      });
-      await page.waitFor(panelsDone, undefined, { timeout: 60_000 });
-      assert.equal(await page.evaluate(() => document.getElementById('exact-diff').textContent), '0');
-      assert.match(await page.evaluate(() => document.getElementById('t-wasm').textContent), /^\d+(\.\d+)? (µs|ms|s)$/);
+  forEachEngine(
+    (engine) => {
+      test('draws one non-blank heatmap per head, finishes its checks and timing, redraws for 8 heads; no console errors', async () => {
+        const page = await engine.open(hooked.url);
+        await page.waitFor(() => document.body.dataset.ready === 'true', undefined, { timeout: 20_000 });
+        assert.match(await page.url(), /\/web\/demo\/$/);
+        assert.equal(await page.evaluate(() => window.crossOriginIsolated), true);
+        const stats = await heatmapStats(page);
+        assert.equal(stats.length, 4, 'one canvas per head');
+        for (const s of stats) {
+          assert.ok(s.width > 100 && s.height > 100, `head ${s.head}: canvas ${s.width}x${s.height}`);
+          assert.ok(s.nonWhite > s.total * 0.25, `head ${s.head}: only ${s.nonWhite} of ${s.total} pixels drawn`);
+          assert.ok(s.colors > 8, `head ${s.head}: only ${s.colors} colors`);
+        }
+        const build = await page.evaluate(() => document.getElementById('build-info').textContent);
+        assert.match(build, /v\d+\.\d+\.\d+/);
+        assert.match(build, /SIMD128 on/);
+        const panelsDone = () =>
+          ['checks', 'timing'].every((id) => {
+            const el = document.getElementById(id);
+            return el.dataset.state === 'done' && el.dataset.job === document.body.dataset.job;
+          });
+        await page.waitFor(panelsDone, undefined, { timeout: 60_000 });
+        assert.equal(await page.evaluate(() => document.getElementById('exact-diff').textContent), '0');
+        assert.match(
+          await page.evaluate(() => document.getElementById('t-wasm').textContent),
+          /^\d+(\.\d+)? (µs|ms|s)$/,
+        );
 
-      const renders = await page.evaluate(() => Number(document.body.dataset.renders));
-      await page.evaluate(() => {
-        const heads = document.getElementById('numHeads');
-        heads.value = '8';
-        heads.dispatchEvent(new Event('input', { bubbles: true }));
+        const renders = await page.evaluate(() => Number(document.body.dataset.renders));
+        await page.evaluate(() => {
+          const heads = document.getElementById('numHeads');
+          heads.value = '8';
+          heads.dispatchEvent(new Event('input', { bubbles: true }));
+        });
+        await page.waitFor((n) => Number(document.body.dataset.renders) > n, renders, { timeout: 10_000 });
+        assert.equal((await heatmapStats(page)).length, 8);
+        // The real-model view loads tiny-gpt in its Worker here too (tests/browser/tiny-gpt.test.mjs: Chromium)
+        await page.waitFor(() => document.getElementById('real-model').dataset.state === 'ready', undefined, {
+          timeout: 60_000,
+        });
+        assert.match(
+          await page.evaluate(() => document.getElementById('real-status').textContent),
+          /^tiny-gpt loaded in \d+ ms/,
+        );
+        assert.deepEqual(await page.problems(), []);
+        await page.close();
       });
-      await page.waitFor((n) => Number(document.body.dataset.renders) > n, renders, { timeout: 10_000 });
-      assert.equal((await heatmapStats(page)).length, 8);
-      // The real-model view loads tiny-gpt in its Worker here too (tests/browser/tiny-gpt.test.mjs: Chromium)
-      await page.waitFor(() => document.getElementById('real-model').dataset.state === 'ready', undefined, { timeout: 60_000 });
-      assert.match(await page.evaluate(() => document.getElementById('real-status').textContent), /^tiny-gpt loaded in \d+ ms/);
-      assert.deepEqual(await page.problems(), []);
-      await page.close();
-    });
-  }, { except: ['chromium'] });
+    },
+    { except: ['chromium'] },
+  );
 });

@@ -19,8 +19,14 @@ function processTable() {
     try {
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
       const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (state !== 'Z') table.set(Number(entry), { ppid: Number(ppid), name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')) });
-    } catch { /* ended while we looked */ }
+      if (state !== 'Z')
+        table.set(Number(entry), {
+          ppid: Number(ppid),
+          name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')),
+        });
+    } catch {
+      /* ended while we looked */
+    }
   }
   return table;
 }
@@ -59,7 +65,9 @@ function firefoxProfilesOf(processes) {
       const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
       const at = args.indexOf('--profile');
       if (at >= 0) dirs.add(args[at + 1]);
-    } catch { /* ended */ }
+    } catch {
+      /* ended */
+    }
   }
   return [...dirs];
 }
@@ -78,12 +86,26 @@ function launchInChild(engine, mode) {
   const child = spawn(process.execPath, [FIXTURE, engine, mode], { stdio: ['pipe', 'pipe', 'pipe'] });
   let output = '';
   const waiting = [];
-  const exited = new Promise((_, reject) => child.once('exit', (code) => reject(new Error(`the launch exited early (${code}): ${output}`))));
+  const exited = new Promise((_, reject) =>
+    child.once('exit', (code) => reject(new Error(`the launch exited early (${code}): ${output}`))),
+  );
   exited.catch(() => {});
   const check = () => waiting.forEach(({ line, resolve }) => output.split('\n').includes(line) && resolve());
-  child.stdout.on('data', (d) => { output += d; check(); });
-  child.stderr.on('data', (d) => { output += d; });
-  const printed = (line) => Promise.race([new Promise((resolve) => { waiting.push({ line, resolve }); check(); }), exited]);
+  child.stdout.on('data', (d) => {
+    output += d;
+    check();
+  });
+  child.stderr.on('data', (d) => {
+    output += d;
+  });
+  const printed = (line) =>
+    Promise.race([
+      new Promise((resolve) => {
+        waiting.push({ line, resolve });
+        check();
+      }),
+      exited,
+    ]);
   return { child, printed };
 }
 
@@ -97,7 +119,11 @@ for (const engine of selectedEngines().filter((name) => name !== 'webkit-flags')
       const started = descendants(child.pid);
       assert.ok(started.length >= 1, 'the launch started no process');
       if (engine === 'webkit') {
-        for (const name of WEBKIT_PROCESSES) assert.ok(started.some((p) => p.name === name), `no ${name} among ${started.map((p) => p.name)}`);
+        for (const name of WEBKIT_PROCESSES)
+          assert.ok(
+            started.some((p) => p.name === name),
+            `no ${name} among ${started.map((p) => p.name)}`,
+          );
       }
       const profiles = engine === 'firefox' ? firefoxProfilesOf(started) : [];
       if (engine === 'firefox') assert.equal(profiles.length, 1, 'the Firefox profile copy in use');
@@ -117,7 +143,11 @@ if (selectedEngines().includes('webkit')) {
     try {
       await printed('ready');
       const started = descendants(child.pid);
-      for (const name of WEBKIT_PROCESSES) assert.ok(started.some((p) => p.name === name), `no ${name} among ${started.map((p) => p.name)}`);
+      for (const name of WEBKIT_PROCESSES)
+        assert.ok(
+          started.some((p) => p.name === name),
+          `no ${name} among ${started.map((p) => p.name)}`,
+        );
       child.stdin.write('close\n');
       await printed('closed');
       // The child still runs: only close() can have ended them.

@@ -24,7 +24,10 @@ after(async () => {
 /** createMHA's choice on this engine (relaxed-simd where it has Relaxed SIMD), plain SIMD128 and the baseline. */
 const buildsOf = (engine) => [
   ...(engine.caps.relaxedSimd
-    ? [{ options: {}, build: 'relaxed-simd', simd: true }, { options: { simd: 'fixed' }, build: 'simd', simd: true }]
+    ? [
+        { options: {}, build: 'relaxed-simd', simd: true },
+        { options: { simd: 'fixed' }, build: 'simd', simd: true },
+      ]
     : [{ options: {}, build: 'simd', simd: true }]),
   { options: { simd: false }, build: 'baseline', simd: false },
 ];
@@ -43,8 +46,16 @@ forEachEngine((engine) => {
           const mha = await createMHA({ threads, simd: 'fixed' });
           for (const c of cases) {
             let out;
-            const summary = await runGoldenCase(mha, c, read, (output) => { out = output; });
-            rows.push({ threads, build: mha.info.build, name: c.name, bits: Array.from(new Uint32Array(out.buffer)), checks: summary.checks });
+            const summary = await runGoldenCase(mha, c, read, (output) => {
+              out = output;
+            });
+            rows.push({
+              threads,
+              build: mha.info.build,
+              name: c.name,
+              bits: Array.from(new Uint32Array(out.buffer)),
+              checks: summary.checks,
+            });
           }
           mha.dispose();
         }
@@ -53,7 +64,11 @@ forEachEngine((engine) => {
       assert.ok(r.length >= 9, `${r.length} runs`);
       for (const row of r) {
         assert.equal(row.build, row.threads > 1 ? 'simd-threads' : 'simd');
-        assert.deepEqual(row.checks.filter((c) => !c.pass), [], `${row.name} on ${row.threads} threads`);
+        assert.deepEqual(
+          row.checks.filter((c) => !c.pass),
+          [],
+          `${row.name} on ${row.threads} threads`,
+        );
         const one = r.find((x) => x.name === row.name && x.threads === 1);
         assert.deepEqual(row.bits, one.bits, `${row.name}: ${row.threads} threads differ in bits from 1 thread`);
       }
@@ -66,24 +81,36 @@ forEachEngine((engine) => {
     for (const { options, build, simd } of buildsOf(engine)) {
       test(`golden ${set} (${cases.length} cases) in the page, ${build} build (${JSON.stringify(options)}): within the spec's tolerances`, async (t) => {
         const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
-        const r = await page.evaluate(async ({ set, options }) => {
-          const { createMHA } = await import('/dist/index.js');
-          const { fetchReader, runGoldenSet } = await import('/scripts/lib/golden-runner.mjs');
-          const read = fetchReader(set);
-          const cases = JSON.parse(new TextDecoder().decode(await read('cases.json')));
-          const mha = await createMHA(options);
-          return { info: { ...mha.info }, results: await runGoldenSet(mha, cases, read) };
-        }, { set, options });
+        const r = await page.evaluate(
+          async ({ set, options }) => {
+            const { createMHA } = await import('/dist/index.js');
+            const { fetchReader, runGoldenSet } = await import('/scripts/lib/golden-runner.mjs');
+            const read = fetchReader(set);
+            const cases = JSON.parse(new TextDecoder().decode(await read('cases.json')));
+            const mha = await createMHA(options);
+            return { info: { ...mha.info }, results: await runGoldenSet(mha, cases, read) };
+          },
+          { set, options },
+        );
         assert.equal(r.info.build, build);
         assert.equal(r.info.simd, simd);
-        assert.deepEqual(r.results.map((x) => x.name), cases.map((c) => c.name));
-        const failed = r.results.flatMap((x) => x.checks.filter((c) => !c.pass).map((c) => `${x.name}: ${c.what} ${JSON.stringify(c)}`));
+        assert.deepEqual(
+          r.results.map((x) => x.name),
+          cases.map((c) => c.name),
+        );
+        const failed = r.results.flatMap((x) =>
+          x.checks.filter((c) => !c.pass).map((c) => `${x.name}: ${c.what} ${JSON.stringify(c)}`),
+        );
         assert.deepEqual(failed, []);
-        const ratios = r.results.flatMap((x) => x.checks.filter((c) => c.tolerance > 0).map((c) => c.maxError / c.tolerance));
+        const ratios = r.results.flatMap((x) =>
+          x.checks.filter((c) => c.tolerance > 0).map((c) => c.maxError / c.tolerance),
+        );
         const float16Array = r.results.some((x) => x.checks.some((c) => c.what.includes('Float16Array')));
-        t.diagnostic(`${r.results.length} cases (${r.results.filter((x) => x.skipped).length} skipped), ` +
-          `${r.results.reduce((n, x) => n + x.checks.length, 0)} checks, worst error / tolerance ` +
-          `${Math.max(...ratios).toExponential(2)}${set === 'v3' ? `; Float16Array ${float16Array ? 'checked (the engine has it)' : 'absent'}` : ''}`);
+        t.diagnostic(
+          `${r.results.length} cases (${r.results.filter((x) => x.skipped).length} skipped), ` +
+            `${r.results.reduce((n, x) => n + x.checks.length, 0)} checks, worst error / tolerance ` +
+            `${Math.max(...ratios).toExponential(2)}${set === 'v3' ? `; Float16Array ${float16Array ? 'checked (the engine has it)' : 'absent'}` : ''}`,
+        );
         assert.deepEqual(await page.problems(), []);
         await page.close();
       });

@@ -31,26 +31,44 @@ const cases = loadGoldenCases();
 const inputs = cases.map((c) => ({
   name: c.name,
   shape: { batch: c.batch, seqLen: c.seqLen, kvSeqLen: c.kvSeqLen, dModel: c.dModel, numHeads: c.numHeads },
-  q: Array.from(readGolden(c, 'q')), k: Array.from(readGolden(c, 'k')), v: Array.from(readGolden(c, 'v')),
+  q: Array.from(readGolden(c, 'q')),
+  k: Array.from(readGolden(c, 'k')),
+  v: Array.from(readGolden(c, 'v')),
   mask: c.hasMask ? Array.from(readGolden(c, 'mask')) : null,
 }));
 
 /** Runs the golden cases in the page on createMHA(options); returns info, the probe's answer, outputs. */
 function runGoldenInPage(page, options, list = inputs) {
-  return page.evaluate(async ([list, opts]) => {
-    const { createMHA } = await import('/dist/index.js');
-    const probe = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 1, 123, 0, 3, 2, 1, 0, 10, 14, 1, 12, 0, 32, 0,
-      32, 0, 32, 0, 253, 133, 2, 26, 11]);
-    const mha = await createMHA(opts);
-    const results = list.map((c) => {
-      const o = { ...c.shape, mask: c.mask ? new Uint8Array(c.mask) : undefined };
-      const q = new Float32Array(c.q), k = new Float32Array(c.k), v = new Float32Array(c.v);
-      return { name: c.name, out: Array.from(mha.multiHeadAttention(q, k, v, o)), weights: Array.from(mha.attentionWeights(q, k, o)) };
-    });
-    const info = { ...mha.info };
-    mha.dispose();
-    return { info, relaxedSimd: WebAssembly.validate(probe), crossOriginIsolated: globalThis.crossOriginIsolated, results };
-  }, [list, options]);
+  return page.evaluate(
+    async ([list, opts]) => {
+      const { createMHA } = await import('/dist/index.js');
+      const probe = new Uint8Array([
+        0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 1, 123, 0, 3, 2, 1, 0, 10, 14, 1, 12, 0, 32, 0, 32, 0, 32, 0, 253,
+        133, 2, 26, 11,
+      ]);
+      const mha = await createMHA(opts);
+      const results = list.map((c) => {
+        const o = { ...c.shape, mask: c.mask ? new Uint8Array(c.mask) : undefined };
+        const q = new Float32Array(c.q),
+          k = new Float32Array(c.k),
+          v = new Float32Array(c.v);
+        return {
+          name: c.name,
+          out: Array.from(mha.multiHeadAttention(q, k, v, o)),
+          weights: Array.from(mha.attentionWeights(q, k, o)),
+        };
+      });
+      const info = { ...mha.info };
+      mha.dispose();
+      return {
+        info,
+        relaxedSimd: WebAssembly.validate(probe),
+        crossOriginIsolated: globalThis.crossOriginIsolated,
+        results,
+      };
+    },
+    [list, options],
+  );
 }
 
 function assertGolden(r, label) {
@@ -64,7 +82,9 @@ function assertGolden(r, label) {
     worst = Math.max(worst, out.ratio);
   }
   assert.equal(r.results.length, cases.length);
-  console.log(`# ${label}: worst |out - out64| / tolerance over ${r.results.length} cases of ${path.basename(goldenDir)}: ${worst.toExponential(3)}`);
+  console.log(
+    `# ${label}: worst |out - out64| / tolerance over ${r.results.length} cases of ${path.basename(goldenDir)}: ${worst.toExponential(3)}`,
+  );
 }
 
 test('Chromium: createMHA() selects relaxed-simd, which passes the golden set (out, weights)', async () => {
@@ -106,21 +126,39 @@ test('Chromium smoke: the spec example and examples/browser.html on the relaxed 
   await page.goto(new URL('examples/browser.html', harness.server.url).href);
   await page.waitForFunction(() => !document.querySelector('#result').textContent.includes('computing'));
   const c = cases.find((x) => x.name === 'example_b2_s5_d12_h3');
-  const r = await page.evaluate(async ([qa, ka, va]) => {
-    const { createMHA } = await import('/dist/index.js');
-    const run = async (options) => {
-      const mha = await createMHA(options);
-      const out = mha.multiHeadAttention(new Float32Array(qa), new Float32Array(ka), new Float32Array(va),
-        { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-      const info = { ...mha.info };
-      mha.dispose();
-      return { info, out: Array.from(out) };
-    };
-    return [await run({}), await run({ wasmUrl: '/dist/mha-relaxed.wasm' }),
-      await run({ wasmUrl: '/dist/mha-relaxed-threads.wasm', threads: 2 })];
-  }, ['q', 'k', 'v'].map((role) => Array.from(readGolden(c, role))));
-  assert.deepEqual(r.map((x) => [x.info.build, x.info.threads]), [['relaxed-simd', 1], ['relaxed-simd', 1], ['relaxed-simd-threads', 2]]);
-  for (const x of r) assert.ok(checkOut(Float32Array.from(x.out), readGolden(c, 'out64'), readGolden(c, 'out32')).ok, x.info.build);
+  const r = await page.evaluate(
+    async ([qa, ka, va]) => {
+      const { createMHA } = await import('/dist/index.js');
+      const run = async (options) => {
+        const mha = await createMHA(options);
+        const out = mha.multiHeadAttention(new Float32Array(qa), new Float32Array(ka), new Float32Array(va), {
+          batch: 2,
+          seqLen: 5,
+          dModel: 12,
+          numHeads: 3,
+        });
+        const info = { ...mha.info };
+        mha.dispose();
+        return { info, out: Array.from(out) };
+      };
+      return [
+        await run({}),
+        await run({ wasmUrl: '/dist/mha-relaxed.wasm' }),
+        await run({ wasmUrl: '/dist/mha-relaxed-threads.wasm', threads: 2 }),
+      ];
+    },
+    ['q', 'k', 'v'].map((role) => Array.from(readGolden(c, role))),
+  );
+  assert.deepEqual(
+    r.map((x) => [x.info.build, x.info.threads]),
+    [
+      ['relaxed-simd', 1],
+      ['relaxed-simd', 1],
+      ['relaxed-simd-threads', 2],
+    ],
+  );
+  for (const x of r)
+    assert.ok(checkOut(Float32Array.from(x.out), readGolden(c, 'out64'), readGolden(c, 'out32')).ok, x.info.build);
   assert.equal(await page.textContent('#result'), `last row: ${expectedLastRow()}`);
   assert.deepEqual(problems, []);
   await page.close();

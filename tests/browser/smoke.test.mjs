@@ -9,7 +9,15 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { startTestServer, RELAXED_SIMD_PROBE } from '../../scripts/lib/engines.mjs';
 import { forEachEngine } from './suites.mjs';
-import { loadGoldenCases, readGolden, compare, expectedLastRow, mulberry32, randomNormal, repoRoot } from '../js/helpers.mjs';
+import {
+  loadGoldenCases,
+  readGolden,
+  compare,
+  expectedLastRow,
+  mulberry32,
+  randomNormal,
+  repoRoot,
+} from '../js/helpers.mjs';
 
 const { version } = JSON.parse(readFileSync(`${repoRoot}/package.json`, 'utf8'));
 let server;
@@ -18,7 +26,9 @@ before(async () => {
   server = await startTestServer({
     // errors.js expects the layout of an installed package and an HTML page at /plain.html (an SPA fallback).
     mounts: { '/node_modules/mha-wasm/': '.' },
-    overrides: { '/plain.html': { type: 'text/html; charset=utf-8', body: '<!doctype html><title>SPA fallback</title>' } },
+    overrides: {
+      '/plain.html': { type: 'text/html; charset=utf-8', body: '<!doctype html><title>SPA fallback</title>' },
+    },
   });
 });
 
@@ -29,12 +39,15 @@ after(async () => {
 forEachEngine((engine) => {
   test('the engine has the threads and relaxed SIMD its capability table row says', async (t) => {
     const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
-    const r = await page.evaluate((probe) => ({
-      crossOriginIsolated: globalThis.crossOriginIsolated,
-      sharedArrayBuffer: typeof SharedArrayBuffer === 'function',
-      relaxedSimd: WebAssembly.validate(new Uint8Array(probe)),
-      cores: navigator.hardwareConcurrency,
-    }), RELAXED_SIMD_PROBE);
+    const r = await page.evaluate(
+      (probe) => ({
+        crossOriginIsolated: globalThis.crossOriginIsolated,
+        sharedArrayBuffer: typeof SharedArrayBuffer === 'function',
+        relaxedSimd: WebAssembly.validate(new Uint8Array(probe)),
+        cores: navigator.hardwareConcurrency,
+      }),
+      RELAXED_SIMD_PROBE,
+    );
     t.diagnostic(`${engine.version}, ${engine.caps.driver}: ${JSON.stringify(r)}`);
     assert.equal(r.crossOriginIsolated, true);
     assert.equal(r.sharedArrayBuffer, engine.caps.threads, 'SharedArrayBuffer in a cross-origin isolated page');
@@ -50,13 +63,20 @@ forEachEngine((engine) => {
     const c = loadGoldenCases().find((x) => x.name === 'example_b2_s5_d12_h3');
     const [q, k, v, out64] = ['q', 'k', 'v', 'out64'].map((role) => readGolden(c, role));
     const page = await engine.open(new URL('examples/browser.html', server.url).href);
-    const result = await page.evaluate(async ([qa, ka, va]) => {
-      const { createMHA } = await import('/dist/index.js');
-      const mha = await createMHA();
-      const out = mha.multiHeadAttention(new Float32Array(qa), new Float32Array(ka), new Float32Array(va),
-        { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-      return { out: Array.from(out), info: mha.info };
-    }, [Array.from(q), Array.from(k), Array.from(v)]);
+    const result = await page.evaluate(
+      async ([qa, ka, va]) => {
+        const { createMHA } = await import('/dist/index.js');
+        const mha = await createMHA();
+        const out = mha.multiHeadAttention(new Float32Array(qa), new Float32Array(ka), new Float32Array(va), {
+          batch: 2,
+          seqLen: 5,
+          dModel: 12,
+          numHeads: 3,
+        });
+        return { out: Array.from(out), info: mha.info };
+      },
+      [Array.from(q), Array.from(k), Array.from(v)],
+    );
     assert.equal(result.info.simd, true);
     assert.equal(result.info.build, engine.caps.relaxedSimd ? 'relaxed-simd' : 'simd');
     const r = compare(Float32Array.from(result.out), out64);
@@ -68,7 +88,10 @@ forEachEngine((engine) => {
   test('examples/browser.html (README browser quick start) shows the right last row', async () => {
     const page = await engine.open(new URL('examples/browser.html', server.url).href);
     await page.waitFor(() => !document.querySelector('#result').textContent.includes('computing'));
-    assert.equal(await page.evaluate(() => document.querySelector('#result').textContent), `last row: ${expectedLastRow()}`);
+    assert.equal(
+      await page.evaluate(() => document.querySelector('#result').textContent),
+      `last row: ${expectedLastRow()}`,
+    );
     assert.deepEqual(await page.problems(), []);
     await page.close();
   });
@@ -89,19 +112,31 @@ forEachEngine((engine) => {
       const changed = bytes.slice();
       changed[70] ^= 1;
       let refused = '';
-      try { mha.loadKVCache(changed); } catch (error) { refused = `${error.constructor.name}: ${error.message}`; }
-      const out = { bytes: Array.from(bytes), same: resaved.every((x, i) => x === bytes[i]) && resaved.length === bytes.length,
-        lengths: Array.from(copy.lengths), refused, build: mha.info.build };
+      try {
+        mha.loadKVCache(changed);
+      } catch (error) {
+        refused = `${error.constructor.name}: ${error.message}`;
+      }
+      const out = {
+        bytes: Array.from(bytes),
+        same: resaved.every((x, i) => x === bytes[i]) && resaved.length === bytes.length,
+        lengths: Array.from(copy.lengths),
+        refused,
+        build: mha.info.build,
+      };
       mha.dispose();
       return out;
     };
     const { createMHA } = await import('../../dist/index.js');
     const expected = await run(createMHA, [q, k, v], cache);
     const page = await engine.open(new URL('tests/browser/fixtures/blank.html', server.url).href);
-    const r = await page.evaluate(async ([source, inputs, options]) => {
-      const { createMHA } = await import('/dist/index.js');
-      return (0, eval)(`(${source})`)(createMHA, inputs, options);
-    }, [run.toString(), [q, k, v], cache]);
+    const r = await page.evaluate(
+      async ([source, inputs, options]) => {
+        const { createMHA } = await import('/dist/index.js');
+        return (0, eval)(`(${source})`)(createMHA, inputs, options);
+      },
+      [run.toString(), [q, k, v], cache],
+    );
     assert.deepEqual(r.lengths, [6, 3]);
     assert.ok(r.same, `${r.build}: the load of the save saves other bytes`);
     assert.deepEqual(r.bytes, expected.bytes, `${r.build} saves other bytes than Node's ${expected.build}`);
@@ -124,11 +159,19 @@ forEachEngine((engine) => {
     assert.match(r.html, new RegExp(`^Error: mha-wasm: ${base}plain\\.html is not a WebAssembly file`));
     assert.ok(r.html.includes('magic bytes 00 61 73 6d'), r.html);
     assert.match(r.html, /starting 3c 21 64 6f, an HTML page.*served as text\/html/);
-    assert.match(r.emptyModule, /^Error: mha-wasm: wasmBinary \(8 bytes\) does not match this script .*without a memory export/);
-    assert.match(r.versionMismatch,
-      new RegExp(`^Error: mha-wasm: version mismatch: the script is ${version} but wasmBinary \\(\\d+ bytes\\) is 9\\.9\\.9`));
+    assert.match(
+      r.emptyModule,
+      /^Error: mha-wasm: wasmBinary \(8 bytes\) does not match this script .*without a memory export/,
+    );
+    assert.match(
+      r.versionMismatch,
+      new RegExp(
+        `^Error: mha-wasm: version mismatch: the script is ${version} but wasmBinary \\(\\d+ bytes\\) is 9\\.9\\.9`,
+      ),
+    );
     assert.equal(r.bothSources, 'TypeError: createMHA: expected at most one of wasmUrl and wasmBinary, got both');
-    for (const key of ['defaultAfter', 'goodUrl', 'goodBinary']) assert.equal(r[key], `no error (version ${version})`, key);
+    for (const key of ['defaultAfter', 'goodUrl', 'goodBinary'])
+      assert.equal(r[key], `no error (version ${version})`, key);
     assert.deepEqual(await page.problems(), [`HTTP 404: ${base}missing.wasm`]);
     await page.close();
   });

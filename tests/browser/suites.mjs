@@ -32,16 +32,27 @@ export function chromiumAndServer({ before, after }) {
  */
 export function canvasStats(page, selector) {
   // page.evaluate with an argument: Playwright's pages and the engine layer's (scripts/lib/engines.mjs) both have it.
-  return page.evaluate((sel) => [...document.querySelectorAll(sel)].map((c) => {
-    const { data } = c.getContext('2d').getImageData(0, 0, c.width, c.height);
-    let nonWhite = 0;
-    const colors = new Set();
-    for (let i = 0; i < data.length; i += 4) {
-      if (data[i] < 250 || data[i + 1] < 250 || data[i + 2] < 250) nonWhite++;
-      colors.add((data[i] << 16) | (data[i + 1] << 8) | data[i + 2]);
-    }
-    return { width: c.width, height: c.height, nonWhite, colors: colors.size, total: data.length / 4, head: c.dataset.head };
-  }), selector);
+  return page.evaluate(
+    (sel) =>
+      [...document.querySelectorAll(sel)].map((c) => {
+        const { data } = c.getContext('2d').getImageData(0, 0, c.width, c.height);
+        let nonWhite = 0;
+        const colors = new Set();
+        for (let i = 0; i < data.length; i += 4) {
+          if (data[i] < 250 || data[i + 1] < 250 || data[i + 2] < 250) nonWhite++;
+          colors.add((data[i] << 16) | (data[i + 1] << 8) | data[i + 2]);
+        }
+        return {
+          width: c.width,
+          height: c.height,
+          nonWhite,
+          colors: colors.size,
+          total: data.length / 4,
+          head: c.dataset.head,
+        };
+      }),
+    selector,
+  );
 }
 
 /**
@@ -55,7 +66,12 @@ export function forEachEngine(body, { except = [] } = {}) {
   for (const name of selectedEngines().filter((n) => !except.includes(n))) {
     describe(name, () => {
       const engine = { name, caps: ENGINES[name] };
-      before(async () => { Object.assign(engine, await launchEngine(name)); }, { timeout: 3 * LAUNCH_TIMEOUT_MS });
+      before(
+        async () => {
+          Object.assign(engine, await launchEngine(name));
+        },
+        { timeout: 3 * LAUNCH_TIMEOUT_MS },
+      );
       after(() => engine.close?.());
       body(engine);
     });

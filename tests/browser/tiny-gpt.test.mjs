@@ -23,9 +23,13 @@ const harness = chromiumAndServer({ before, after });
 async function openRealModel(t, context) {
   const page = await context.newPage();
   const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error') problems.push(`console.error: ${m.text()}`); });
+  page.on('console', (m) => {
+    if (m.type() === 'error') problems.push(`console.error: ${m.text()}`);
+  });
   page.on('pageerror', (e) => problems.push(`uncaught: ${e.message}`));
-  page.on('response', (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`); });
+  page.on('response', (r) => {
+    if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`);
+  });
   await page.goto(new URL('web/demo/', harness.server.url).href);
   await page.waitForSelector('#real-model[data-state="ready"]', { timeout: 30_000 });
   return { page, problems };
@@ -36,11 +40,15 @@ async function generateInPage(page, { count, cache = 'float32' }) {
   await page.selectOption('#real-cache', cache);
   await page.click('#real-run');
   await page.waitForSelector('#real-model[data-state="done"]', { timeout: 30_000 });
-  await page.waitForFunction((n) => document.getElementById('real-text-generated').textContent.length > 0 && document.getElementById('real-model').dataset.generated === String(n), count);
+  await page.waitForFunction(
+    (n) =>
+      document.getElementById('real-text-generated').textContent.length > 0 &&
+      document.getElementById('real-model').dataset.generated === String(n),
+    count,
+  );
 }
 
-
-test('generates the Node runner\'s greedy bytes token by token, draws 4 x 8 head rows and a head\'s pattern, labels L0 H4; no console errors', async (t) => {
+test("generates the Node runner's greedy bytes token by token, draws 4 x 8 head rows and a head's pattern, labels L0 H4; no console errors", async (t) => {
   const context = await harness.browser.newContext({ viewport: { width: 1280, height: 900 } });
   t.after(() => context.close());
   const { page, problems } = await openRealModel(t, context);
@@ -49,18 +57,25 @@ test('generates the Node runner\'s greedy bytes token by token, draws 4 x 8 head
 
   const mha = await createMHA();
   const session = readTinyGPT().createSession(kvCacheBackend(mha));
-  const expected = new TextDecoder().decode(Uint8Array.from(generate(session, [...new TextEncoder().encode(prompt)], 120, { greedy: true })));
+  const expected = new TextDecoder().decode(
+    Uint8Array.from(generate(session, [...new TextEncoder().encode(prompt)], 120, { greedy: true })),
+  );
   session.free();
   assert.equal(await page.textContent('#real-text-generated'), expected);
   assert.equal(await page.textContent('#real-text-prompt'), prompt);
 
   const rows = await canvasStats(page, '#real-heads canvas.head-row');
   assert.equal(rows.length, 32);
-  for (const [i, r] of rows.entries()) assert.ok(r.nonWhite > r.total / 2 && r.colors >= 3, `head row ${i} is blank or flat: ${JSON.stringify(r)}`);
+  for (const [i, r] of rows.entries())
+    assert.ok(r.nonWhite > r.total / 2 && r.colors >= 3, `head row ${i} is blank or flat: ${JSON.stringify(r)}`);
   const [detail] = await canvasStats(page, '#real-detail-canvas');
-  assert.ok(detail.nonWhite > detail.total / 2 && detail.colors > 20, `the detail pattern is blank: ${JSON.stringify(detail)}`);
+  assert.ok(
+    detail.nonWhite > detail.total / 2 && detail.colors > 20,
+    `the detail pattern is blank: ${JSON.stringify(detail)}`,
+  );
 
-  for (const id of ['real-rate', 'real-attention-rate']) assert.match(await page.textContent(`#${id}`), /^[\d,]+ tokens\/s$/, id);
+  for (const id of ['real-rate', 'real-attention-rate'])
+    assert.match(await page.textContent(`#${id}`), /^[\d,]+ tokens\/s$/, id);
   assert.match(await page.textContent('#real-share'), /^\d+\.\d %$/);
   // The training run's one labelled head, and its live score beside the label
   const labelled = page.locator('.head-btn[data-layer="0"][data-head="4"]');
@@ -81,8 +96,14 @@ test('generates the Node runner\'s greedy bytes token by token, draws 4 x 8 head
   await page.waitForFunction(() => /^Layer 0, head 4/.test(document.getElementById('real-detail-title').textContent));
   assert.match(await page.textContent('#real-detail-note'), /test sentences not recomputed here yet, PyTorch 0\.718/);
   await page.click('#real-verify');
-  await page.waitForFunction(() => /sentences \d\.\d{3} recomputed here/.test(document.getElementById('real-detail-note').textContent), null, { timeout: 30_000 });
-  const [, here, pytorch] = (await page.textContent('#real-detail-note')).match(/sentences (\d\.\d{3}) recomputed here, PyTorch (\d\.\d{3})/);
+  await page.waitForFunction(
+    () => /sentences \d\.\d{3} recomputed here/.test(document.getElementById('real-detail-note').textContent),
+    null,
+    { timeout: 30_000 },
+  );
+  const [, here, pytorch] = (await page.textContent('#real-detail-note')).match(
+    /sentences (\d\.\d{3}) recomputed here, PyTorch (\d\.\d{3})/,
+  );
   assert.ok(Math.abs(Number(here) - Number(pytorch)) <= 0.001, `recomputed ${here} vs PyTorch ${pytorch}`);
   assert.deepEqual(problems, []);
 });
@@ -101,7 +122,10 @@ test('the weights are downloaded once: a second visit revalidates them with a 30
   const context = await harness.browser.newContext({ viewport: { width: 390, height: 844 } });
   t.after(() => context.close());
   const visit1 = await openRealModel(t, context);
-  assert.ok(Number(await visit1.page.$eval('#real-model', (s) => s.dataset.transferBytes)) > 5e6, 'the first visit downloads the weights');
+  assert.ok(
+    Number(await visit1.page.$eval('#real-model', (s) => s.dataset.transferBytes)) > 5e6,
+    'the first visit downloads the weights',
+  );
   await visit1.page.close();
   const { page, problems } = await openRealModel(t, context);
   const transfer = Number(await page.$eval('#real-model', (s) => s.dataset.transferBytes));
@@ -121,33 +145,45 @@ test('the weights are downloaded once: a second visit revalidates them with a 30
   await generateInPage(page, { count: 40, cache: 'float16' });
   const width = await page.evaluate(() => document.scrollingElement.scrollWidth);
   assert.ok(width <= 390, `page is ${width}px wide at a 390px viewport`);
-  const right = await page.$$eval('#real-model canvas', (cs) => Math.max(...cs.map((c) => c.getBoundingClientRect().right)));
+  const right = await page.$$eval('#real-model canvas', (cs) =>
+    Math.max(...cs.map((c) => c.getBoundingClientRect().right)),
+  );
   assert.ok(right <= 390, `a canvas reaches x = ${right}`);
   const rows = await canvasStats(page, '#real-heads canvas.head-row');
-  assert.ok(rows.every((r) => r.nonWhite > r.total / 2), 'every head row is drawn at 390 px');
+  assert.ok(
+    rows.every((r) => r.nonWhite > r.total / 2),
+    'every head row is drawn at 390 px',
+  );
   await page.locator('#real-model').screenshot({ path: `${RESULTS}tiny-gpt-390.png` });
   assert.deepEqual(problems, []);
 });
 
-test('in the page\'s Worker: PyTorch\'s logits at every position (prefill(200), prefill(100) + 100 steps, f16 K/V) and greedy bytes (f32, f16)', async (t) => {
+test("in the page's Worker: PyTorch's logits at every position (prefill(200), prefill(100) + 100 steps, f16 K/V) and greedy bytes (f32, f16)", async (t) => {
   const context = await harness.browser.newContext();
   t.after(() => context.close());
   const page = await context.newPage();
   await page.goto(new URL('models/tiny-gpt/config.json', harness.server.url).href); // same origin, no demo running beside it
-  const results = await page.evaluate(() => new Promise((resolve, reject) => {
-    const worker = new Worker('/web/demo/tiny-gpt-worker.js', { type: 'module' });
-    worker.onerror = (e) => reject(new Error(e.message));
-    worker.onmessage = ({ data }) => {
-      if (data.type === 'loaded') worker.postMessage({ type: 'golden' });
-      else if (data.type === 'golden') { worker.terminate(); resolve(data.results); }
-      else if (data.type === 'error') reject(new Error(data.message));
-    };
-    worker.postMessage({ type: 'load' });
-  }));
+  const results = await page.evaluate(
+    () =>
+      new Promise((resolve, reject) => {
+        const worker = new Worker('/web/demo/tiny-gpt-worker.js', { type: 'module' });
+        worker.onerror = (e) => reject(new Error(e.message));
+        worker.onmessage = ({ data }) => {
+          if (data.type === 'loaded') worker.postMessage({ type: 'golden' });
+          else if (data.type === 'golden') {
+            worker.terminate();
+            resolve(data.results);
+          } else if (data.type === 'error') reject(new Error(data.message));
+        };
+        worker.postMessage({ type: 'load' });
+      }),
+  );
   assert.deepEqual(Object.keys(results), ['fullPrefill', 'steps', 'f16Steps', 'greedyF32', 'greedyF16']);
   for (const [name, result] of Object.entries(results)) {
     assert.ok(result.ok, `${name}: ${result.message}`);
     assert.ok(result.worst <= 1, `${name}: worst ${result.worst}`);
   }
-  t.diagnostic(`worst |diff| / allowed: prefill ${results.fullPrefill.worst.toFixed(3)}, steps ${results.steps.worst.toFixed(3)}, f16 ${results.f16Steps.worst.toFixed(3)}`);
+  t.diagnostic(
+    `worst |diff| / allowed: prefill ${results.fullPrefill.worst.toFixed(3)}, steps ${results.steps.worst.toFixed(3)}, f16 ${results.f16Steps.worst.toFixed(3)}`,
+  );
 });

@@ -11,13 +11,15 @@ import { chromiumAndServer } from './suites.mjs';
 
 const harness = chromiumAndServer({ before, after });
 
-test('in a page: PyTorch\'s logits at every position (prefill + 100 steps) and greedy tokens, f32 and f16 KV caches, and the ragged batch', async (t) => {
+test("in a page: PyTorch's logits at every position (prefill + 100 steps) and greedy tokens, f32 and f16 KV caches, and the ragged batch", async (t) => {
   const context = await harness.browser.newContext();
   t.after(() => context.close());
   const page = await context.newPage();
   const problems = [];
   page.on('pageerror', (e) => problems.push(`uncaught: ${e.message}`));
-  page.on('response', (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`); });
+  page.on('response', (r) => {
+    if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`);
+  });
   await page.goto(new URL('models/tiny-llama/config.json', harness.server.url).href); // same origin, nothing else running
   const results = await page.evaluate(async () => {
     const { createMHA } = await import('/dist/index.js');
@@ -36,7 +38,12 @@ test('in a page: PyTorch\'s logits at every position (prefill + 100 steps) and g
       if (ragged) out[`ragged ${dtype}`] = check.checkRaggedBatch(model, mha, golden, dtype);
     }
     // plain objects across the page boundary
-    return Object.fromEntries(Object.entries(out).map(([k, r]) => [k, { ok: r.ok, worst: r.worst, worstAbs: r.worstAbs ?? null, message: r.message }]));
+    return Object.fromEntries(
+      Object.entries(out).map(([k, r]) => [
+        k,
+        { ok: r.ok, worst: r.worst, worstAbs: r.worstAbs ?? null, message: r.message },
+      ]),
+    );
   });
   for (const [name, result] of Object.entries(results)) {
     assert.ok(result.ok, `${name}: ${result.message}`);
@@ -44,7 +51,9 @@ test('in a page: PyTorch\'s logits at every position (prefill + 100 steps) and g
   }
   assert.deepEqual(problems, []);
   const steps = (d) => results[`steps ${d}`];
-  t.diagnostic(`worst |diff|: f32 cache ${steps('float32').worstAbs.toExponential(2)} (${steps('float32').worst.toFixed(3)} of allowed), ` +
-    `f16 cache ${steps('float16').worstAbs.toExponential(2)} (${steps('float16').worst.toFixed(3)} of allowed)` +
-    `${results['ragged float32'] ? '' : '; ragged batch not checked: the KV cache has no per-sequence lengths yet'}`);
+  t.diagnostic(
+    `worst |diff|: f32 cache ${steps('float32').worstAbs.toExponential(2)} (${steps('float32').worst.toFixed(3)} of allowed), ` +
+      `f16 cache ${steps('float16').worstAbs.toExponential(2)} (${steps('float16').worst.toFixed(3)} of allowed)` +
+      `${results['ragged float32'] ? '' : '; ragged batch not checked: the KV cache has no per-sequence lengths yet'}`,
+  );
 });

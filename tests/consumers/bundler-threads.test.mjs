@@ -25,7 +25,16 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launchChromium } from '../../scripts/lib/chromium.mjs';
 import { serve } from '../../scripts/serve.mjs';
-import { repoRoot, sh, installPackedTarball, specGolden, openResources, computeInPage, assertGoldenOutput, bundleWithEsbuild } from './harness.mjs';
+import {
+  repoRoot,
+  sh,
+  installPackedTarball,
+  specGolden,
+  openResources,
+  computeInPage,
+  assertGoldenOutput,
+  bundleWithEsbuild,
+} from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const fixtures = path.join(here, 'fixtures');
@@ -42,9 +51,11 @@ const RELAXED_FILES = Object.freeze(['mha-relaxed.js', 'mha-relaxed.wasm']);
 const ASSET_FILES = Object.freeze([...THREAD_FILES, ...RELAXED_THREAD_FILES, ...RELAXED_FILES]);
 /** Per test: every wait is bounded well below this, so a test fails rather than hangs. */
 const TEST_TIMEOUT = 180_000;
-const FALLBACK_WARNING = new RegExp('^mha-wasm: 2 threads requested, running single-threaded: the page is not ' +
-  'cross-origin isolated \\(crossOriginIsolated is false\\): serve it with the headers Cross-Origin-Opener-Policy: ' +
-  'same-origin and Cross-Origin-Embedder-Policy: require-corp \\(missing COOP/COEP headers\\)$');
+const FALLBACK_WARNING = new RegExp(
+  '^mha-wasm: 2 threads requested, running single-threaded: the page is not ' +
+    'cross-origin isolated \\(crossOriginIsolated is false\\): serve it with the headers Cross-Origin-Opener-Policy: ' +
+    'same-origin and Cross-Origin-Embedder-Policy: require-corp \\(missing COOP/COEP headers\\)$',
+);
 
 let tmp; // the temporary project, with mha-wasm installed from the tarball
 let golden; // { q, k, v, out64 } of the spec's example
@@ -55,8 +66,10 @@ const track = resources.track;
 before(async () => {
   assert.ok(fs.existsSync(path.join(repoRoot, 'dist/mha-threads.wasm')), 'dist/ is not built: run npm run build');
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'mha-wasm-bundler-threads-'));
-  fs.writeFileSync(path.join(tmp, 'package.json'),
-    JSON.stringify({ name: 'mha-wasm-bundler-threads', private: true, type: 'module' }, null, 2));
+  fs.writeFileSync(
+    path.join(tmp, 'package.json'),
+    JSON.stringify({ name: 'mha-wasm-bundler-threads', private: true, type: 'module' }, null, 2),
+  );
   await installPackedTarball(tmp);
   golden = specGolden();
   browser = await launchChromium();
@@ -87,19 +100,28 @@ function buildWebpack() {
     fs.mkdirSync(path.join(dir, 'src'), { recursive: true });
     fs.copyFileSync(path.join(fixtures, 'webpack/webpack.config.cjs'), path.join(dir, 'webpack.config.cjs'));
     fs.copyFileSync(path.join(fixtures, 'threads/webpack-entry.js'), path.join(dir, 'src/main.js'));
-    const { stdout } = await sh(process.execPath, [bin('webpack-cli/bin/cli.js'), '--config', 'webpack.config.cjs', '--json'], { cwd: dir });
+    const { stdout } = await sh(
+      process.execPath,
+      [bin('webpack-cli/bin/cli.js'), '--config', 'webpack.config.cjs', '--json'],
+      { cwd: dir },
+    );
     const stats = JSON.parse(stdout.slice(stdout.indexOf('{')));
     assert.deepEqual(stats.errors, []);
     assert.deepEqual(stats.warnings, []);
     const emitted = {};
     for (const file of ASSET_FILES) {
       const asset = stats.assets.find((a) => a.info?.sourceFilename?.endsWith(`node_modules/mha-wasm/dist/${file}`));
-      assert.ok(asset, `webpack did not emit ${file}: ${JSON.stringify(stats.assets.map((a) => [a.name, a.info?.sourceFilename]))}`);
+      assert.ok(
+        asset,
+        `webpack did not emit ${file}: ${JSON.stringify(stats.assets.map((a) => [a.name, a.info?.sourceFilename]))}`,
+      );
       assert.ok(fs.existsSync(path.join(dir, 'dist', asset.name)), `${asset.name} (${file}) is not in dist/`);
       emitted[file] = asset.name;
     }
     fs.copyFileSync(path.join(fixtures, 'threads/webpack.html'), path.join(dir, 'dist/index.html'));
-    console.log(`# webpack build: ${Date.now() - start} ms; ${ASSET_FILES.map((f) => `${f} -> ${emitted[f]}`).join(', ')}`);
+    console.log(
+      `# webpack build: ${Date.now() - start} ms; ${ASSET_FILES.map((f) => `${f} -> ${emitted[f]}`).join(', ')}`,
+    );
     return { root: path.join(dir, 'dist'), emitted };
   });
 }
@@ -119,13 +141,18 @@ function buildEsbuild() {
     const bundle = fs.readFileSync(path.join(dir, 'dist/main.js'), 'utf8');
     // What makes the copies necessary: the bundle still points next to itself.
     for (const file of ASSET_FILES) {
-      assert.ok(bundle.includes(`new URL("./${file}",import.meta.url)`), `the bundle no longer has new URL("./${file}", import.meta.url)`);
+      assert.ok(
+        bundle.includes(`new URL("./${file}",import.meta.url)`),
+        `the bundle no longer has new URL("./${file}", import.meta.url)`,
+      );
       fs.copyFileSync(path.join(tmp, 'node_modules/mha-wasm/dist', file), path.join(dir, 'dist', file));
     }
     // Found by this suite: without this copy the fallback of createMHA({ threads: 2 }) got HTTP 404.
     fs.copyFileSync(path.join(tmp, 'node_modules/mha-wasm/dist/mha.wasm'), path.join(dir, 'dist/mha.wasm'));
     fs.copyFileSync(path.join(fixtures, 'threads/esbuild.html'), path.join(dir, 'dist/index.html'));
-    console.log(`# esbuild build: ${Date.now() - start} ms; dist/: ${fs.readdirSync(path.join(dir, 'dist')).sort().join(', ')}`);
+    console.log(
+      `# esbuild build: ${Date.now() - start} ms; dist/: ${fs.readdirSync(path.join(dir, 'dist')).sort().join(', ')}`,
+    );
     return { root: path.join(dir, 'dist'), emitted: Object.fromEntries(ASSET_FILES.map((f) => [f, f])) };
   });
 }
@@ -144,10 +171,21 @@ async function openApp(root, { isolation }) {
   const closePage = track(() => page.close());
   const seen = { problems: [], warnings: [], workers: [], requests: [] };
   let failFast;
-  const pageFailed = new Promise((_, reject) => { failFast = reject; });
+  const pageFailed = new Promise((_, reject) => {
+    failFast = reject;
+  });
   pageFailed.catch(() => {});
-  const report = (what) => setTimeout(() => failFast(new Error(`${what}\nproblems: ${JSON.stringify(seen.problems)}\n` +
-    `warnings: ${JSON.stringify(seen.warnings)}\nworkers: ${JSON.stringify(seen.workers)}`)), 250);
+  const report = (what) =>
+    setTimeout(
+      () =>
+        failFast(
+          new Error(
+            `${what}\nproblems: ${JSON.stringify(seen.problems)}\n` +
+              `warnings: ${JSON.stringify(seen.warnings)}\nworkers: ${JSON.stringify(seen.workers)}`,
+          ),
+        ),
+      250,
+    );
   page.on('console', (m) => {
     if (m.type() === 'error') seen.problems.push(`console error: ${m.text()}`);
     if (m.type() === 'warning') {
@@ -166,15 +204,24 @@ async function openApp(root, { isolation }) {
   const guard = (promise) => {
     let timer;
     const timeout = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer from the page within 30 s; problems: ${JSON.stringify(seen.problems)}, ` +
-        `warnings: ${JSON.stringify(seen.warnings)}, workers: ${JSON.stringify(seen.workers)}`)), 30_000);
+      timer = setTimeout(
+        () =>
+          reject(
+            new Error(
+              `no answer from the page within 30 s; problems: ${JSON.stringify(seen.problems)}, ` +
+                `warnings: ${JSON.stringify(seen.warnings)}, workers: ${JSON.stringify(seen.workers)}`,
+            ),
+          ),
+        30_000,
+      );
     });
     return Promise.race([promise, pageFailed, timeout]).finally(() => clearTimeout(timer));
   };
   await guard(page.goto(server.url, { timeout: 30_000 }));
   await guard(page.waitForFunction(() => document.body.dataset.ready === '1', null, { timeout: 30_000 }));
   return {
-    url: server.url, seen,
+    url: server.url,
+    seen,
     evaluate: (fn, arg) => guard(page.evaluate(fn, arg)),
     close: async () => {
       await closePage();
@@ -190,7 +237,8 @@ async function openApp(root, { isolation }) {
  * Returns each instance's info, its golden output, whether its causal output has the same bits as the
  * first instance's, and crossOriginIsolated.
  */
-const timings = (r) => r.results.map((x) => `${x.which}: createMHA ${x.createMs} ms, causal call ${x.causalMs} ms`).join('; ');
+const timings = (r) =>
+  r.results.map((x) => `${x.which}: createMHA ${x.createMs} ms, causal call ${x.causalMs} ms`).join('; ');
 
 /**
  * Threads with COOP/COEP: relaxed-simd-threads (Chromium has Relaxed SIMD) on 2 threads from the app's own
@@ -209,12 +257,18 @@ async function checkThreaded(name, app, singleBuild = 'relaxed-simd') {
   assert.equal(r.crossOriginIsolated, true, 'the page is not cross-origin isolated: COOP/COEP headers missing?');
   const [one, two] = r.results;
   assert.deepEqual(one.info, { version: pkg.version, simd: true, threads: 1, build: singleBuild });
-  assert.deepEqual(two.info, { version: pkg.version, simd: true, threads: 2, build: 'relaxed-simd-threads' },
-    `threads: 2 did not run the threaded build; warnings: ${JSON.stringify(seen.warnings)}`);
+  assert.deepEqual(
+    two.info,
+    { version: pkg.version, simd: true, threads: 2, build: 'relaxed-simd-threads' },
+    `threads: 2 did not run the threaded build; warnings: ${JSON.stringify(seen.warnings)}`,
+  );
   for (const x of r.results) assertGoldenOutput(x, golden);
   if (two.info.build === `${singleBuild}-threads`) {
     assert.deepEqual(two.golden, one.golden, 'the golden example differs between 1 and 2 threads');
-    assert.ok(two.causalBitIdentical, `2 threads differ from 1 thread on the causal problem (max ${two.causalMaxDiff})`);
+    assert.ok(
+      two.causalBitIdentical,
+      `2 threads differ from 1 thread on the causal problem (max ${two.causalMaxDiff})`,
+    );
   }
   assert.deepEqual(seen.warnings, [], 'warnings (a fallback?)');
   assert.deepEqual(seen.problems, []);
@@ -255,31 +309,51 @@ async function checkFallback(name, app, singleBuild = 'relaxed-simd') {
   assert.match(seen.warnings[0], FALLBACK_WARNING);
   assert.deepEqual(seen.workers, []);
   const threaded = [...THREAD_FILES, ...RELAXED_THREAD_FILES].map((f) => new URL(app.emitted[f], p.url).href);
-  assert.deepEqual(seen.requests.filter((u) => threaded.some((t) => u.startsWith(t))), [], 'the threaded build was fetched anyway');
+  assert.deepEqual(
+    seen.requests.filter((u) => threaded.some((t) => u.startsWith(t))),
+    [],
+    'the threaded build was fetched anyway',
+  );
   assert.deepEqual(seen.problems, []);
   console.log(`# ${name} without COOP/COEP: ${timings(r)}`);
 }
 
-test('webpack 5 (fixture config) + COOP/COEP: threads: 2 runs the threaded build (relaxed-simd-threads in Chromium) on 2 threads from the emitted worker, bit-identical to 1 thread', { timeout: TEST_TIMEOUT }, async () => {
-  const start = Date.now();
-  await checkThreaded('webpack', await buildWebpack());
-  console.log(`# webpack + COOP/COEP, threads: 2: ${Date.now() - start} ms`);
-});
+test(
+  'webpack 5 (fixture config) + COOP/COEP: threads: 2 runs the threaded build (relaxed-simd-threads in Chromium) on 2 threads from the emitted worker, bit-identical to 1 thread',
+  { timeout: TEST_TIMEOUT },
+  async () => {
+    const start = Date.now();
+    await checkThreaded('webpack', await buildWebpack());
+    console.log(`# webpack + COOP/COEP, threads: 2: ${Date.now() - start} ms`);
+  },
+);
 
-test('webpack 5, the same app without COOP/COEP: threads: 2 falls back to 1 thread with one warning', { timeout: TEST_TIMEOUT }, async () => {
-  const start = Date.now();
-  await checkFallback('webpack', await buildWebpack());
-  console.log(`# webpack without COOP/COEP: ${Date.now() - start} ms`);
-});
+test(
+  'webpack 5, the same app without COOP/COEP: threads: 2 falls back to 1 thread with one warning',
+  { timeout: TEST_TIMEOUT },
+  async () => {
+    const start = Date.now();
+    await checkFallback('webpack', await buildWebpack());
+    console.log(`# webpack without COOP/COEP: ${Date.now() - start} ms`);
+  },
+);
 
-test('esbuild (README setup: threaded files next to the bundle) + COOP/COEP: threads: 2 runs relaxed-simd-threads on 2 threads (the 1-thread instance, given mha.wasm, is simd)', { timeout: TEST_TIMEOUT }, async () => {
-  const start = Date.now();
-  await checkThreaded('esbuild', await buildEsbuild(), 'simd');
-  console.log(`# esbuild + COOP/COEP, threads: 2: ${Date.now() - start} ms`);
-});
+test(
+  'esbuild (README setup: threaded files next to the bundle) + COOP/COEP: threads: 2 runs relaxed-simd-threads on 2 threads (the 1-thread instance, given mha.wasm, is simd)',
+  { timeout: TEST_TIMEOUT },
+  async () => {
+    const start = Date.now();
+    await checkThreaded('esbuild', await buildEsbuild(), 'simd');
+    console.log(`# esbuild + COOP/COEP, threads: 2: ${Date.now() - start} ms`);
+  },
+);
 
-test('esbuild (README setup), the same app without COOP/COEP: threads: 2 falls back to 1 thread with one warning', { timeout: TEST_TIMEOUT }, async () => {
-  const start = Date.now();
-  await checkFallback('esbuild (README setup)', await buildEsbuild(), 'simd');
-  console.log(`# esbuild (README setup) without COOP/COEP: ${Date.now() - start} ms`);
-});
+test(
+  'esbuild (README setup), the same app without COOP/COEP: threads: 2 falls back to 1 thread with one warning',
+  { timeout: TEST_TIMEOUT },
+  async () => {
+    const start = Date.now();
+    await checkFallback('esbuild (README setup)', await buildEsbuild(), 'simd');
+    console.log(`# esbuild (README setup) without COOP/COEP: ${Date.now() - start} ms`);
+  },
+);

@@ -50,8 +50,10 @@ before(async () => {
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'mha-wasm-consumers-'));
   const { stdout } = await sh('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: repoRoot });
   tarball = path.join(tmp, JSON.parse(stdout)[0].filename);
-  fs.writeFileSync(path.join(tmp, 'package.json'),
-    JSON.stringify({ name: 'mha-wasm-consumer', private: true, type: 'module' }, null, 2));
+  fs.writeFileSync(
+    path.join(tmp, 'package.json'),
+    JSON.stringify({ name: 'mha-wasm-consumer', private: true, type: 'module' }, null, 2),
+  );
   await sh('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', tarball], { cwd: tmp });
   browser = await launchChromium();
 });
@@ -68,10 +70,15 @@ async function openInChromium(root, pagePath, waitFor) {
   const page = await browser.newPage();
   const problems = [];
   // HTTP errors are reported with their URL (Chromium's console message has none); a missing favicon is fine.
-  page.on('console', (m) => m.type() === 'error' && !m.text().startsWith('Failed to load resource') &&
-    problems.push(`console: ${m.text()}`));
-  page.on('response', (r) => r.status() >= 400 && !r.url().endsWith('/favicon.ico') &&
-    problems.push(`HTTP ${r.status()}: ${r.url()}`));
+  page.on(
+    'console',
+    (m) =>
+      m.type() === 'error' && !m.text().startsWith('Failed to load resource') && problems.push(`console: ${m.text()}`),
+  );
+  page.on(
+    'response',
+    (r) => r.status() >= 400 && !r.url().endsWith('/favicon.ico') && problems.push(`HTTP ${r.status()}: ${r.url()}`),
+  );
   page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
   try {
     await page.goto(new URL(pagePath, server.url).href);
@@ -98,20 +105,52 @@ function assertGolden(result, problems) {
 }
 
 test('the tarball holds exactly the files that ship, with sizes reported', () => {
-  const listing = fs.readdirSync(path.join(tmp, 'node_modules/mha-wasm'), { recursive: true })
-    .filter((f) => fs.statSync(path.join(tmp, 'node_modules/mha-wasm', f)).isFile()).sort();
-  assert.deepEqual(listing, [
-    'CHANGELOG.md', 'LICENSE', 'README.md', 'cjs/index.cjs', 'cjs/index.d.cts',
-    'dist/index.d.ts', 'dist/index.js', 'dist/mha-baseline.wasm',
-    'dist/mha-relaxed-threads.js', 'dist/mha-relaxed-threads.node.cjs', 'dist/mha-relaxed-threads.wasm',
-    'dist/mha-relaxed.js', 'dist/mha-relaxed.wasm', 'dist/mha-threads.js', 'dist/mha-threads.node.cjs',
-    'dist/mha-threads.node.worker.cjs', 'dist/mha-threads.wasm', 'dist/mha-threads.worker.js', 'dist/mha.js', 'dist/mha.wasm',
-    'dist/version.d.ts', 'dist/version.js',
-    'docs/API.md', 'package.json',
-  ].map((f) => f.replaceAll('/', path.sep)));
+  const listing = fs
+    .readdirSync(path.join(tmp, 'node_modules/mha-wasm'), { recursive: true })
+    .filter((f) => fs.statSync(path.join(tmp, 'node_modules/mha-wasm', f)).isFile())
+    .sort();
+  assert.deepEqual(
+    listing,
+    [
+      'CHANGELOG.md',
+      'LICENSE',
+      'README.md',
+      'cjs/index.cjs',
+      'cjs/index.d.cts',
+      'dist/index.d.ts',
+      'dist/index.js',
+      'dist/mha-baseline.wasm',
+      'dist/mha-relaxed-threads.js',
+      'dist/mha-relaxed-threads.node.cjs',
+      'dist/mha-relaxed-threads.wasm',
+      'dist/mha-relaxed.js',
+      'dist/mha-relaxed.wasm',
+      'dist/mha-threads.js',
+      'dist/mha-threads.node.cjs',
+      'dist/mha-threads.node.worker.cjs',
+      'dist/mha-threads.wasm',
+      'dist/mha-threads.worker.js',
+      'dist/mha.js',
+      'dist/mha.wasm',
+      'dist/version.d.ts',
+      'dist/version.js',
+      'docs/API.md',
+      'package.json',
+    ].map((f) => f.replaceAll('/', path.sep)),
+  );
   const gzippedSize = {};
-  for (const f of ['dist/mha.wasm', 'dist/mha.js', 'dist/index.js', 'dist/mha-baseline.wasm', 'dist/mha-threads.wasm', 'dist/mha-threads.js',
-    'dist/mha-relaxed.wasm', 'dist/mha-relaxed.js', 'dist/mha-relaxed-threads.wasm', 'dist/mha-relaxed-threads.js']) {
+  for (const f of [
+    'dist/mha.wasm',
+    'dist/mha.js',
+    'dist/index.js',
+    'dist/mha-baseline.wasm',
+    'dist/mha-threads.wasm',
+    'dist/mha-threads.js',
+    'dist/mha-relaxed.wasm',
+    'dist/mha-relaxed.js',
+    'dist/mha-relaxed-threads.wasm',
+    'dist/mha-relaxed-threads.js',
+  ]) {
     const bytes = fs.readFileSync(path.join(tmp, 'node_modules/mha-wasm', f));
     const gzipped = zlib.gzipSync(bytes, { level: 9 }).length;
     gzippedSize[f] = gzipped;
@@ -134,16 +173,35 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
   for (const f of ['dist/mha-relaxed.wasm', 'dist/mha-relaxed-threads.wasm']) {
     assert.ok(gzippedSize[f] < 61000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 61 kB`);
   }
-  for (const [relaxed, twin] of [['dist/mha-relaxed.wasm', 'dist/mha.wasm'], ['dist/mha-relaxed-threads.wasm', 'dist/mha-threads.wasm']]) {
-    assert.ok(gzippedSize[relaxed] <= 1.1 * gzippedSize[twin], `${relaxed}: ${gzippedSize[relaxed]} bytes gzipped, ${twin}: ${gzippedSize[twin]}`);
+  for (const [relaxed, twin] of [
+    ['dist/mha-relaxed.wasm', 'dist/mha.wasm'],
+    ['dist/mha-relaxed-threads.wasm', 'dist/mha-threads.wasm'],
+  ]) {
+    assert.ok(
+      gzippedSize[relaxed] <= 1.1 * gzippedSize[twin],
+      `${relaxed}: ${gzippedSize[relaxed]} bytes gzipped, ${twin}: ${gzippedSize[twin]}`,
+    );
   }
   console.log(`# tarball: ${fs.statSync(tarball).size} bytes`);
 });
 
 test('publint --strict and arethetypeswrong find no problem', async () => {
   await node([bin('publint/src/cli.js'), '--strict', repoRoot], { cwd: repoRoot });
-  const { stdout } = await node([bin('@arethetypeswrong/cli/dist/index.js'), tarball, '--format', 'json',
-    '--exclude-entrypoints', 'mha.wasm', 'mha-threads.wasm', 'mha-baseline.wasm', 'mha-relaxed.wasm', 'mha-relaxed-threads.wasm'], { cwd: tmp });
+  const { stdout } = await node(
+    [
+      bin('@arethetypeswrong/cli/dist/index.js'),
+      tarball,
+      '--format',
+      'json',
+      '--exclude-entrypoints',
+      'mha.wasm',
+      'mha-threads.wasm',
+      'mha-baseline.wasm',
+      'mha-relaxed.wasm',
+      'mha-relaxed-threads.wasm',
+    ],
+    { cwd: tmp },
+  );
   const report = JSON.parse(stdout); // attw also exits non-zero on any problem
   assert.equal(Object.keys(report.problems ?? {}).length, 0, stdout);
 });
@@ -179,17 +237,29 @@ test('TypeScript: a correct consumer compiles with tsc --strict; deliberate type
   const tsc = bin('typescript/bin/tsc');
   // The fixture's tsconfig (strict, noEmit): good.ts under NodeNext and Bundler resolution, then bad.ts.
   const config = JSON.parse(fs.readFileSync(path.join(dir, 'tsconfig.json'), 'utf8'));
-  for (const [file, resolution] of [['good.ts', 'NodeNext'], ['good.ts', 'Bundler']]) {
-    fs.writeFileSync(path.join(dir, `tsconfig.${file}.${resolution}.json`), JSON.stringify({
-      ...config,
-      compilerOptions: { ...config.compilerOptions, module: resolution === 'Bundler' ? 'ESNext' : 'NodeNext',
-        moduleResolution: resolution },
-      files: [file],
-    }));
+  for (const [file, resolution] of [
+    ['good.ts', 'NodeNext'],
+    ['good.ts', 'Bundler'],
+  ]) {
+    fs.writeFileSync(
+      path.join(dir, `tsconfig.${file}.${resolution}.json`),
+      JSON.stringify({
+        ...config,
+        compilerOptions: {
+          ...config.compilerOptions,
+          module: resolution === 'Bundler' ? 'ESNext' : 'NodeNext',
+          moduleResolution: resolution,
+        },
+        files: [file],
+      }),
+    );
     await node([tsc, '-p', `tsconfig.${file}.${resolution}.json`], { cwd: dir });
   }
   fs.writeFileSync(path.join(dir, 'tsconfig.bad.json'), JSON.stringify({ ...config, files: ['bad.ts'] }));
-  const failed = await node([tsc, '-p', 'tsconfig.bad.json'], { cwd: dir }).then(() => null, (e) => e);
+  const failed = await node([tsc, '-p', 'tsconfig.bad.json'], { cwd: dir }).then(
+    () => null,
+    (e) => e,
+  );
   assert.ok(failed, 'bad.ts compiled, but it holds deliberate type errors');
   const lines = failed.stdout.split('\n').filter((l) => l.includes('error TS'));
   assert.equal(lines.length, 5, failed.stdout);
@@ -211,10 +281,14 @@ test('Vite: examples/vite builds with no mha-wasm configuration, and its page co
   const { stdout, stderr } = await node([bin('vite/bin/vite.js'), 'build', '--logLevel', 'warn'], { cwd: dir });
   assert.equal(`${stdout}${stderr}`.trim(), '', 'vite build printed warnings');
   const assets = fs.readdirSync(path.join(dir, 'dist/assets'));
-  assert.ok(assets.some((f) => /^mha-.*\.wasm$/.test(f)), `no mha*.wasm asset emitted: ${assets}`);
+  assert.ok(
+    assets.some((f) => /^mha-.*\.wasm$/.test(f)),
+    `no mha*.wasm asset emitted: ${assets}`,
+  );
   const { value, problems } = await openInChromium(path.join(dir, 'dist'), '/', async (page) => {
-    await page.waitForFunction(() => !document.querySelector('#result').textContent.includes('computing'),
-      null, { timeout: 30_000 });
+    await page.waitForFunction(() => !document.querySelector('#result').textContent.includes('computing'), null, {
+      timeout: 30_000,
+    });
     return { info: await page.textContent('#info'), result: await page.textContent('#result') };
   });
   assert.deepEqual(problems, []);
@@ -227,12 +301,17 @@ test('webpack 5: builds with no configuration for mha-wasm and no warnings; the 
   const dir = path.join(tmp, 'webpack-app');
   copyDir(path.join(fixtures, 'webpack'), dir);
   fs.copyFileSync(path.join(fixtures, 'shared/golden.js'), path.join(dir, 'src/golden.js'));
-  const { stdout } = await node([bin('webpack-cli/bin/cli.js'), '--config', 'webpack.config.cjs', '--json'], { cwd: dir });
+  const { stdout } = await node([bin('webpack-cli/bin/cli.js'), '--config', 'webpack.config.cjs', '--json'], {
+    cwd: dir,
+  });
   const stats = JSON.parse(stdout.slice(stdout.indexOf('{')));
   assert.deepEqual(stats.errors, []);
   assert.deepEqual(stats.warnings, []);
   const files = fs.readdirSync(path.join(dir, 'dist'));
-  assert.ok(files.some((f) => f.endsWith('.wasm')), `no .wasm emitted: ${files}`);
+  assert.ok(
+    files.some((f) => f.endsWith('.wasm')),
+    `no .wasm emitted: ${files}`,
+  );
   fs.copyFileSync(path.join(dir, 'index.html'), path.join(dir, 'dist/index.html'));
   const { value, problems } = await openInChromium(path.join(dir, 'dist'), '/', waitForResult);
   assertGolden(value, problems);
@@ -249,11 +328,14 @@ test('esbuild: bundles with the mha-wasm/mha.wasm subpath (file loader) + wasmUr
 });
 
 test('plain <script type="module">: the installed package imported from node_modules computes in Chromium', async () => {
-  fs.writeFileSync(path.join(tmp, 'plain.html'), `<!doctype html><meta charset="utf-8"><body><script type="module">
+  fs.writeFileSync(
+    path.join(tmp, 'plain.html'),
+    `<!doctype html><meta charset="utf-8"><body><script type="module">
     import { createMHA } from './node_modules/mha-wasm/dist/index.js';
     import { runGolden } from './golden.js';
     runGolden(createMHA, {});
-  </script>`);
+  </script>`,
+  );
   fs.copyFileSync(path.join(fixtures, 'shared/golden.js'), path.join(tmp, 'golden.js'));
   const { value, problems } = await openInChromium(tmp, '/plain.html', waitForResult);
   assertGolden(value, problems);
@@ -266,9 +348,14 @@ function assertLoaderErrors(r, base) {
   assert.match(r.html, new RegExp(`^Error: mha-wasm: ${base}plain\\.html is not a WebAssembly file`));
   assert.ok(r.html.includes('magic bytes 00 61 73 6d'), r.html);
   assert.match(r.html, /starting 3c 21 64 6f, an HTML page.*served as text\/html/);
-  assert.match(r.emptyModule, /^Error: mha-wasm: wasmBinary \(8 bytes\) does not match this script .*without a memory export/);
-  assert.match(r.versionMismatch,
-    new RegExp(`^Error: mha-wasm: version mismatch: the script is ${v} but wasmBinary \\(\\d+ bytes\\) is 9\\.9\\.9`));
+  assert.match(
+    r.emptyModule,
+    /^Error: mha-wasm: wasmBinary \(8 bytes\) does not match this script .*without a memory export/,
+  );
+  assert.match(
+    r.versionMismatch,
+    new RegExp(`^Error: mha-wasm: version mismatch: the script is ${v} but wasmBinary \\(\\d+ bytes\\) is 9\\.9\\.9`),
+  );
   assert.equal(r.bothSources, 'TypeError: createMHA: expected at most one of wasmUrl and wasmBinary, got both');
   for (const key of ['defaultAfter', 'goodUrl', 'goodBinary']) assert.equal(r[key], `no error (version ${v})`, key);
 }
@@ -278,12 +365,15 @@ test('loader errors in Node: 404, HTML page, foreign module, version mismatch na
   try {
     fs.writeFileSync(path.join(tmp, 'plain.html'), '<!doctype html><title>SPA fallback</title>');
     fs.copyFileSync(path.join(fixtures, 'shared/errors.js'), path.join(tmp, 'errors.js'));
-    fs.writeFileSync(path.join(tmp, 'errors-node.mjs'), `
+    fs.writeFileSync(
+      path.join(tmp, 'errors-node.mjs'),
+      `
       import { readFileSync } from 'node:fs';
       import { createMHA } from 'mha-wasm';
       import { loaderErrors } from './errors.js';
       const wasm = readFileSync(new URL('./node_modules/mha-wasm/dist/mha.wasm', import.meta.url));
-      console.log(JSON.stringify(await loaderErrors(createMHA, process.argv[2], wasm)));`);
+      console.log(JSON.stringify(await loaderErrors(createMHA, process.argv[2], wasm)));`,
+    );
     const { stdout } = await node([path.join(tmp, 'errors-node.mjs'), server.url], { cwd: tmp });
     assertLoaderErrors(JSON.parse(stdout), server.url);
   } finally {

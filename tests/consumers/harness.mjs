@@ -13,7 +13,14 @@ const run = promisify(execFile);
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
 export const GOLDEN_SHAPE = Object.freeze({ batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-export const CAUSAL_SHAPE = Object.freeze({ batch: 1, seqLen: 384, kvSeqLen: 384, dModel: 256, numHeads: 4, causal: true });
+export const CAUSAL_SHAPE = Object.freeze({
+  batch: 1,
+  seqLen: 384,
+  kvSeqLen: 384,
+  dModel: 256,
+  numHeads: 4,
+  causal: true,
+});
 
 /** Runs a command; a failure carries its stdout and stderr. */
 export async function sh(file, args, options = {}) {
@@ -66,39 +73,50 @@ export function openResources() {
  * per entry its info, golden output, whether the causal output has the first entry's bits, and timings.
  */
 export function computeInPage(evaluate, list, golden) {
-  return evaluate(async ([list, goldenShape, causalShape, q, k, v]) => {
-    const { createMHA, singleThreadOptions = {} } = window.mhaWasm;
-    let seed = 12345;
-    const random = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 4294967296) - 0.5;
-    const { batch: B, seqLen: S, kvSeqLen: T, dModel: D } = causalShape;
-    const cq = Float32Array.from({ length: B * S * D }, random);
-    const ck = Float32Array.from({ length: B * T * D }, random);
-    const cv = Float32Array.from({ length: B * T * D }, random);
-    const results = [];
-    let first;
-    for (const which of list) {
-      const options = which === 'one' ? singleThreadOptions : which === 'two' ? { threads: 2 } : which;
-      const started = performance.now();
-      const mha = await createMHA(options);
-      const createMs = performance.now() - started;
-      const info = { ...mha.info };
-      const out = mha.multiHeadAttention(new Float32Array(q), new Float32Array(k), new Float32Array(v), goldenShape);
-      const t0 = performance.now();
-      const causal = mha.multiHeadAttention(cq, ck, cv, causalShape);
-      const causalMs = performance.now() - t0;
-      const again = mha.multiHeadAttention(cq, ck, cv, causalShape);
-      first ??= causal;
-      const bits = (a) => new Uint32Array(a.buffer, a.byteOffset, a.length);
-      const same = (a, b) => bits(a).every((x, i) => x === bits(b)[i]);
-      let maxDiff = 0;
-      for (let i = 0; i < causal.length; i++) maxDiff = Math.max(maxDiff, Math.abs(causal[i] - first[i]));
-      results.push({ which, options: String(JSON.stringify(options)), info, golden: Array.from(out),
-        causalBitIdentical: same(causal, first) && same(again, first), causalMaxDiff: maxDiff,
-        causalFinite: causal.every(Number.isFinite), createMs: Math.round(createMs), causalMs: Math.round(causalMs) });
-      mha.dispose();
-    }
-    return { crossOriginIsolated: globalThis.crossOriginIsolated, results };
-  }, [list, GOLDEN_SHAPE, CAUSAL_SHAPE, Array.from(golden.q), Array.from(golden.k), Array.from(golden.v)]);
+  return evaluate(
+    async ([list, goldenShape, causalShape, q, k, v]) => {
+      const { createMHA, singleThreadOptions = {} } = window.mhaWasm;
+      let seed = 12345;
+      const random = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 4294967296 - 0.5;
+      const { batch: B, seqLen: S, kvSeqLen: T, dModel: D } = causalShape;
+      const cq = Float32Array.from({ length: B * S * D }, random);
+      const ck = Float32Array.from({ length: B * T * D }, random);
+      const cv = Float32Array.from({ length: B * T * D }, random);
+      const results = [];
+      let first;
+      for (const which of list) {
+        const options = which === 'one' ? singleThreadOptions : which === 'two' ? { threads: 2 } : which;
+        const started = performance.now();
+        const mha = await createMHA(options);
+        const createMs = performance.now() - started;
+        const info = { ...mha.info };
+        const out = mha.multiHeadAttention(new Float32Array(q), new Float32Array(k), new Float32Array(v), goldenShape);
+        const t0 = performance.now();
+        const causal = mha.multiHeadAttention(cq, ck, cv, causalShape);
+        const causalMs = performance.now() - t0;
+        const again = mha.multiHeadAttention(cq, ck, cv, causalShape);
+        first ??= causal;
+        const bits = (a) => new Uint32Array(a.buffer, a.byteOffset, a.length);
+        const same = (a, b) => bits(a).every((x, i) => x === bits(b)[i]);
+        let maxDiff = 0;
+        for (let i = 0; i < causal.length; i++) maxDiff = Math.max(maxDiff, Math.abs(causal[i] - first[i]));
+        results.push({
+          which,
+          options: String(JSON.stringify(options)),
+          info,
+          golden: Array.from(out),
+          causalBitIdentical: same(causal, first) && same(again, first),
+          causalMaxDiff: maxDiff,
+          causalFinite: causal.every(Number.isFinite),
+          createMs: Math.round(createMs),
+          causalMs: Math.round(causalMs),
+        });
+        mha.dispose();
+      }
+      return { crossOriginIsolated: globalThis.crossOriginIsolated, results };
+    },
+    [list, GOLDEN_SHAPE, CAUSAL_SHAPE, Array.from(golden.q), Array.from(golden.k), Array.from(golden.v)],
+  );
 }
 
 /** One entry of computeInPage: the golden example within 1e-5 of out64, and a finite causal output. */
@@ -116,9 +134,20 @@ export function assertGoldenOutput(result, golden) {
 export async function bundleWithEsbuild(esbuildMain, dir) {
   const esbuild = await import(esbuildMain).then((m) => m.default ?? m);
   const result = await esbuild.build({
-    absWorkingDir: dir, entryPoints: ['src/main.js'], bundle: true, format: 'esm', platform: 'browser',
-    target: 'es2022', outdir: 'dist', loader: { '.wasm': 'file' }, minify: true, logLevel: 'silent',
+    absWorkingDir: dir,
+    entryPoints: ['src/main.js'],
+    bundle: true,
+    format: 'esm',
+    platform: 'browser',
+    target: 'es2022',
+    outdir: 'dist',
+    loader: { '.wasm': 'file' },
+    minify: true,
+    logLevel: 'silent',
   });
   assert.deepEqual(result.errors, []);
-  assert.deepEqual(result.warnings.map((w) => w.text), []);
+  assert.deepEqual(
+    result.warnings.map((w) => w.text),
+    [],
+  );
 }

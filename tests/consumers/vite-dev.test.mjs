@@ -20,7 +20,14 @@ import { pathToFileURL } from 'node:url';
 import { createServer, build, preview, createLogger } from 'vite';
 import { launchChromium } from '../../scripts/lib/chromium.mjs';
 import { expectedLastRow } from '../js/helpers.mjs';
-import { repoRoot, installPackedTarball, specGolden, openResources, computeInPage, assertGoldenOutput } from './harness.mjs';
+import {
+  repoRoot,
+  installPackedTarball,
+  specGolden,
+  openResources,
+  computeInPage,
+  assertGoldenOutput,
+} from './harness.mjs';
 
 const pkg = JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8'));
 
@@ -41,7 +48,8 @@ before(async () => {
   assert.ok(fs.existsSync(path.join(repoRoot, 'dist/mha.wasm')), 'dist/ is not built: run npm run build');
   app = fs.mkdtempSync(path.join(os.tmpdir(), 'mha-wasm-vite-dev-'));
   fs.cpSync(path.join(repoRoot, 'examples/vite'), app, {
-    recursive: true, filter: (src) => !/[\\/](node_modules|dist)$/.test(src),
+    recursive: true,
+    filter: (src) => !/[\\/](node_modules|dist)$/.test(src),
   });
   // The app installs the tarball itself (as a user's app has its own node_modules); Vite comes from the repo.
   const manifest = JSON.parse(fs.readFileSync(path.join(app, 'package.json'), 'utf8'));
@@ -50,19 +58,33 @@ before(async () => {
   fs.writeFileSync(path.join(app, 'package.json'), JSON.stringify(manifest, null, 2));
   await installPackedTarball(app);
   // A second page that hands createMHA to the test. The icon link keeps Chromium from asking for /favicon.ico.
-  fs.writeFileSync(path.join(app, 'test.html'), `<!doctype html>
+  fs.writeFileSync(
+    path.join(app, 'test.html'),
+    `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>mha-wasm test page</title></head>
 <body><script type="module" src="/src/test-entry.js"></script></body></html>
-`);
-  fs.writeFileSync(path.join(app, 'src/test-entry.js'), `import { createMHA, version } from 'mha-wasm';
+`,
+  );
+  fs.writeFileSync(
+    path.join(app, 'src/test-entry.js'),
+    `import { createMHA, version } from 'mha-wasm';
 window.mhaWasm = { createMHA, version };
 document.body.dataset.ready = '1';
-`);
+`,
+  );
   const indexHtml = path.join(app, 'index.html');
-  fs.writeFileSync(indexHtml, fs.readFileSync(indexHtml, 'utf8').replace('<meta charset="utf-8" />',
-    '<meta charset="utf-8" />\n    <link rel="icon" href="data:," />'));
+  fs.writeFileSync(
+    indexHtml,
+    fs
+      .readFileSync(indexHtml, 'utf8')
+      .replace('<meta charset="utf-8" />', '<meta charset="utf-8" />\n    <link rel="icon" href="data:," />'),
+  );
   documented = (await import(pathToFileURL(path.join(app, 'vite.config.js')).href)).default;
-  assert.deepEqual(documented.optimizeDeps?.exclude, ['mha-wasm'], 'examples/vite/vite.config.js changed: review this test');
+  assert.deepEqual(
+    documented.optimizeDeps?.exclude,
+    ['mha-wasm'],
+    'examples/vite/vite.config.js changed: review this test',
+  );
   golden = specGolden();
   browser = await launchChromium();
 });
@@ -78,8 +100,14 @@ after(async () => {
 function recordingLogger(sink) {
   const logger = createLogger('warn', { allowClearScreen: false });
   const { warn, error } = logger;
-  logger.warn = (msg, options) => { sink.push(`vite warn: ${msg}`); warn(msg, options); };
-  logger.error = (msg, options) => { sink.push(`vite error: ${msg}`); error(msg, options); };
+  logger.warn = (msg, options) => {
+    sink.push(`vite warn: ${msg}`);
+    warn(msg, options);
+  };
+  logger.error = (msg, options) => {
+    sink.push(`vite error: ${msg}`);
+    error(msg, options);
+  };
   return logger;
 }
 
@@ -113,7 +141,9 @@ async function openPage(baseUrl, pagePath) {
   const close = track(() => page.close());
   const seen = { problems: [], warnings: [], workers: [], requests: [] };
   let failFast;
-  const pageFailed = new Promise((_, reject) => { failFast = reject; });
+  const pageFailed = new Promise((_, reject) => {
+    failFast = reject;
+  });
   pageFailed.catch(() => {});
   page.on('console', (m) => {
     if (m.type() === 'error') seen.problems.push(`console error: ${m.text()}`);
@@ -124,8 +154,16 @@ async function openPage(baseUrl, pagePath) {
     // A pthread worker that fails to load shows up here (Chromium reports its error event as "ErrorEvent";
     // Emscripten's glue console.warns the reason). Fail now rather than after createMHA's 20 s start-up
     // timeout, with what the page said in the meantime.
-    setTimeout(() => failFast(new Error(`the page reported an uncaught error: ${e.message}\n` +
-      `problems: ${JSON.stringify(seen.problems)}\nwarnings: ${JSON.stringify(seen.warnings)}`)), 250);
+    setTimeout(
+      () =>
+        failFast(
+          new Error(
+            `the page reported an uncaught error: ${e.message}\n` +
+              `problems: ${JSON.stringify(seen.problems)}\nwarnings: ${JSON.stringify(seen.warnings)}`,
+          ),
+        ),
+      250,
+    );
   });
   page.on('response', (r) => r.status() >= 400 && seen.problems.push(`HTTP ${r.status()}: ${r.url()}`));
   page.on('request', (r) => seen.requests.push(r.url()));
@@ -135,8 +173,16 @@ async function openPage(baseUrl, pagePath) {
   const guard = (promise) => {
     let timer;
     const timeout = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer from the page within 30 s; problems: ${JSON.stringify(seen.problems)}, ` +
-        `warnings: ${JSON.stringify(seen.warnings)}`)), 30_000);
+      timer = setTimeout(
+        () =>
+          reject(
+            new Error(
+              `no answer from the page within 30 s; problems: ${JSON.stringify(seen.problems)}, ` +
+                `warnings: ${JSON.stringify(seen.warnings)}`,
+            ),
+          ),
+        30_000,
+      );
     });
     return Promise.race([promise, pageFailed, timeout]).finally(() => clearTimeout(timer));
   };
@@ -165,7 +211,10 @@ function assertThreaded(r, seen) {
   assert.deepEqual(two.golden, one.golden, 'the golden example differs between 1 and 2 threads');
   assert.ok(two.causalBitIdentical, `2 threads differ from 1 thread on the causal problem (max ${two.causalMaxDiff})`);
   assert.ok(seen.workers.length >= 1, 'no Web Worker was started');
-  assert.ok(seen.workers.every((u) => /mha-threads\.worker|^blob:/.test(u)), `unexpected workers: ${seen.workers}`);
+  assert.ok(
+    seen.workers.every((u) => /mha-threads\.worker|^blob:/.test(u)),
+    `unexpected workers: ${seen.workers}`,
+  );
   assert.deepEqual(seen.warnings, []);
   assert.deepEqual(seen.problems, []);
 }
@@ -177,8 +226,11 @@ test('vite dev server, documented config + COOP/COEP: the example page and creat
     // examples/vite's own page, as `npm run dev` shows it.
     const example = await openPage(dev.url, '/');
     try {
-      await example.guard(example.page.waitForFunction(
-        () => !document.querySelector('#result').textContent.includes('computing'), null, { timeout: 30_000 }));
+      await example.guard(
+        example.page.waitForFunction(() => !document.querySelector('#result').textContent.includes('computing'), null, {
+          timeout: 30_000,
+        }),
+      );
       assert.equal(await example.page.textContent('#info'), `mha-wasm ${pkg.version} (simd: true)`);
       assert.equal(await example.page.textContent('#result'), `last row: ${expectedLastRow()}`);
       assert.deepEqual(example.seen.problems, []);
@@ -194,10 +246,16 @@ test('vite dev server, documented config + COOP/COEP: the example page and creat
     assertGoldenOutput(r.results[0], golden);
     // Excluded from pre-bundling: the package is served from its own folder, and so is mha.wasm.
     const base = new URL('/node_modules/mha-wasm/dist/', dev.url).href;
-    assert.ok(p.seen.requests.some((u) => u.startsWith(`${base}index.js`)), `index.js not served from ${base}`);
+    assert.ok(
+      p.seen.requests.some((u) => u.startsWith(`${base}index.js`)),
+      `index.js not served from ${base}`,
+    );
     // Chromium has Relaxed SIMD: createMHA() runs the relaxed build, wasm and glue from the package folder.
     for (const file of ['mha-relaxed.wasm', 'mha-relaxed.js']) {
-      assert.ok(p.seen.requests.some((u) => u.startsWith(`${base}${file}`)), `${file} not fetched from ${base}`);
+      assert.ok(
+        p.seen.requests.some((u) => u.startsWith(`${base}${file}`)),
+        `${file} not fetched from ${base}`,
+      );
     }
     assert.deepEqual(p.seen.warnings, []);
     assert.deepEqual(p.seen.problems, []);
@@ -223,7 +281,9 @@ test('vite dev server + COOP/COEP, with and without optimizeDeps.exclude: thread
       assert.deepEqual(dev.serverLog, []);
     } finally {
       await dev.close();
-      console.log(`# dev server${exclude ? '' : ' without optimizeDeps.exclude'}, threads: 2: ${Date.now() - start} ms`);
+      console.log(
+        `# dev server${exclude ? '' : ' without optimizeDeps.exclude'}, threads: 2: ${Date.now() - start} ms`,
+      );
     }
   }
 });
@@ -242,9 +302,14 @@ test('vite dev server without COOP/COEP: threads: 2 falls back to 1 thread (simd
     }
     // One warning for both threaded requests (once per reason), naming the missing cross-origin isolation.
     assert.equal(p.seen.warnings.length, 1, JSON.stringify(p.seen.warnings));
-    assert.match(p.seen.warnings[0], new RegExp('^mha-wasm: 2 threads requested, running single-threaded: the page is not ' +
-      'cross-origin isolated \\(crossOriginIsolated is false\\): serve it with the headers Cross-Origin-Opener-Policy: ' +
-      'same-origin and Cross-Origin-Embedder-Policy: require-corp \\(missing COOP/COEP headers\\)$'));
+    assert.match(
+      p.seen.warnings[0],
+      new RegExp(
+        '^mha-wasm: 2 threads requested, running single-threaded: the page is not ' +
+          'cross-origin isolated \\(crossOriginIsolated is false\\): serve it with the headers Cross-Origin-Opener-Policy: ' +
+          'same-origin and Cross-Origin-Embedder-Policy: require-corp \\(missing COOP/COEP headers\\)$',
+      ),
+    );
     assert.deepEqual(p.seen.workers, []);
     assert.ok(!p.seen.requests.some((u) => /mha-(relaxed-)?threads/.test(u)), 'the threaded build was fetched anyway');
     assert.deepEqual(p.seen.problems, []);
@@ -265,11 +330,19 @@ test('vite dev server WITHOUT optimizeDeps.exclude: the pre-bundled package stil
     const p = await openTestPage(dev.url);
     let r;
     try {
-      const created = await p.evaluate(() => window.mhaWasm.createMHA().then(() => 'ok', (error) => String(error)));
+      const created = await p.evaluate(() =>
+        window.mhaWasm.createMHA().then(
+          () => 'ok',
+          (error) => String(error),
+        ),
+      );
       if (created !== 'ok') {
         // Not the case with Vite 8.3.8. Were it to happen, the error must be the loader's own, naming the URL.
-        assert.match(created, /^Error: mha-wasm: .*\.wasm.*expected the WebAssembly file mha\.wasm of mha-wasm/,
-          'without optimizeDeps.exclude createMHA() failed without the loader\'s error');
+        assert.match(
+          created,
+          /^Error: mha-wasm: .*\.wasm.*expected the WebAssembly file mha\.wasm of mha-wasm/,
+          "without optimizeDeps.exclude createMHA() failed without the loader's error",
+        );
         assert.fail(`without optimizeDeps.exclude createMHA() now fails (with the loader's error): ${created}`);
       }
       r = await computeInPage(p.evaluate, [{}], golden);
@@ -278,11 +351,16 @@ test('vite dev server WITHOUT optimizeDeps.exclude: the pre-bundled package stil
     }
     // The package really was pre-bundled (else this test would repeat the first one).
     const deps = new URL('/node_modules/.vite-prebundled/deps/mha-wasm.js', dev.url).href;
-    assert.ok(p.seen.requests.some((u) => u.startsWith(deps)), `mha-wasm was not served pre-bundled from ${deps}`);
+    assert.ok(
+      p.seen.requests.some((u) => u.startsWith(deps)),
+      `mha-wasm was not served pre-bundled from ${deps}`,
+    );
     assert.deepEqual(r.results[0].info, { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd' });
     assertGoldenOutput(r.results[0], golden);
-    assert.ok(p.seen.requests.includes(new URL('/node_modules/mha-wasm/dist/mha-relaxed.wasm', dev.url).href),
-      `mha-relaxed.wasm not fetched from the package folder: ${p.seen.requests.filter((u) => u.includes('.wasm'))}`);
+    assert.ok(
+      p.seen.requests.includes(new URL('/node_modules/mha-wasm/dist/mha-relaxed.wasm', dev.url).href),
+      `mha-relaxed.wasm not fetched from the package folder: ${p.seen.requests.filter((u) => u.includes('.wasm'))}`,
+    );
     assert.deepEqual(p.seen.warnings, []);
     assert.deepEqual(p.seen.problems, []);
     assert.deepEqual(dev.serverLog, []);
@@ -301,28 +379,47 @@ test('vite build + vite preview with COOP/COEP: threads: 2 runs the threaded bui
     root: app,
     logLevel: 'warn',
     customLogger: recordingLogger(buildLog),
-    build: { ...documented.build, outDir: 'dist', emptyOutDir: true,
-      rolldownOptions: { input: { index: path.join(app, 'index.html'), test: path.join(app, 'test.html') } } },
+    build: {
+      ...documented.build,
+      outDir: 'dist',
+      emptyOutDir: true,
+      rolldownOptions: { input: { index: path.join(app, 'index.html'), test: path.join(app, 'test.html') } },
+    },
     preview: { host: '127.0.0.1', port: 0, strictPort: true, headers: { ...ISOLATION_HEADERS } },
   };
   await build(config);
   assert.deepEqual(buildLog, [], 'vite build printed warnings');
   const assets = fs.readdirSync(path.join(app, 'dist/assets'));
   // The glue is imported by URL on the page and in every worker: it must be emitted as a file.
-  assert.ok(assets.some((f) => /^mha-threads-.*\.wasm$/.test(f)), `no mha-threads*.wasm emitted: ${assets}`);
-  assert.ok(assets.some((f) => /^mha-threads-.*\.js$/.test(f)), `no mha-threads*.js glue emitted: ${assets}`);
+  assert.ok(
+    assets.some((f) => /^mha-threads-.*\.wasm$/.test(f)),
+    `no mha-threads*.wasm emitted: ${assets}`,
+  );
+  assert.ok(
+    assets.some((f) => /^mha-threads-.*\.js$/.test(f)),
+    `no mha-threads*.js glue emitted: ${assets}`,
+  );
   // The Relaxed SIMD builds' wasm and glue, which Chromium runs.
   for (const name of ['mha-relaxed', 'mha-relaxed-threads']) {
     for (const ext of ['wasm', 'js']) {
-      assert.ok(assets.some((f) => new RegExp(`^${name}-[^.]*\\.${ext}$`).test(f)), `no ${name}*.${ext} emitted: ${assets}`);
+      assert.ok(
+        assets.some((f) => new RegExp(`^${name}-[^.]*\\.${ext}$`).test(f)),
+        `no ${name}*.${ext} emitted: ${assets}`,
+      );
     }
   }
   const workerFile = assets.find((f) => /^mha-threads\.worker-.*\.js$/.test(f));
-  const bundle = assets.filter((f) => f.endsWith('.js')).map((f) => fs.readFileSync(path.join(app, 'dist/assets', f), 'utf8')).join('\n');
+  const bundle = assets
+    .filter((f) => f.endsWith('.js'))
+    .map((f) => fs.readFileSync(path.join(app, 'dist/assets', f), 'utf8'))
+    .join('\n');
   // Inlined: a data: URL whose script is Emscripten's pthread worker.
-  const inlined = [...bundle.matchAll(/data:text\/javascript;base64,([A-Za-z0-9+/=]+)/g)]
-    .some((m) => Buffer.from(m[1], 'base64').toString('utf8').includes('ENVIRONMENT_IS_PTHREAD"]=true'));
-  console.log(`# vite build: the pthread worker is ${workerFile ? `emitted as ${workerFile}` : inlined ? 'inlined as a data: URL' : 'missing'}`);
+  const inlined = [...bundle.matchAll(/data:text\/javascript;base64,([A-Za-z0-9+/=]+)/g)].some((m) =>
+    Buffer.from(m[1], 'base64').toString('utf8').includes('ENVIRONMENT_IS_PTHREAD"]=true'),
+  );
+  console.log(
+    `# vite build: the pthread worker is ${workerFile ? `emitted as ${workerFile}` : inlined ? 'inlined as a data: URL' : 'missing'}`,
+  );
   assert.ok(workerFile || inlined, `the pthread worker script is neither emitted nor inlined: ${assets}`);
 
   const server = await preview(config);

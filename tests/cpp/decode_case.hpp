@@ -66,12 +66,13 @@ struct CacheCase {
 inline std::string describe(const CacheCase& c) {
   std::string steps;
   for (int32_t n : c.steps) steps += std::to_string(n) + " ";
-  return "B " + std::to_string(c.batch) + " H " + std::to_string(c.heads) + " Hkv " + std::to_string(c.kv_heads) + " Dh " +
-         std::to_string(c.head_dim) + (c.dtype == CacheDType::kFloat16    ? " f16"
-                                  : c.dtype == CacheDType::kBFloat16 ? " bf16"
-                                  : c.dtype == CacheDType::kInt8     ? " int8"
-                                                                     : " f32") + " steps " + steps +
-         (c.causal ? "causal" : "not causal") + " window " + std::to_string(c.window_left) + "," +
+  return "B " + std::to_string(c.batch) + " H " + std::to_string(c.heads) + " Hkv " + std::to_string(c.kv_heads) +
+         " Dh " + std::to_string(c.head_dim) +
+         (c.dtype == CacheDType::kFloat16    ? " f16"
+          : c.dtype == CacheDType::kBFloat16 ? " bf16"
+          : c.dtype == CacheDType::kInt8     ? " int8"
+                                             : " f32") +
+         " steps " + steps + (c.causal ? "causal" : "not causal") + " window " + std::to_string(c.window_left) + "," +
          std::to_string(c.window_right) + " softcap " + std::to_string(c.softcap) + (c.slopes.empty() ? "" : " alibi");
 }
 
@@ -179,7 +180,8 @@ inline std::vector<float> reference_for(const CacheCase& c, const CacheData& dat
 
 inline std::vector<const mha::DecodeKernel*> kernels() {
   // Every decode kernel variant compiled into this build (kernel_table.cpp), as the tiled ones are tested.
-  return std::vector<const mha::DecodeKernel*>(mha::decode_kernel_variants().begin(), mha::decode_kernel_variants().end());
+  return std::vector<const mha::DecodeKernel*>(mha::decode_kernel_variants().begin(),
+                                               mha::decode_kernel_variants().end());
 }
 
 // Checks every kernel variant against the reference on one case.
@@ -196,7 +198,7 @@ inline void require_kernels_match_reference(const CacheCase& c, const CacheData&
 }
 
 inline CacheCase make_case(int32_t batch, int32_t heads, int32_t kv_heads, int32_t head_dim, std::vector<int32_t> steps,
-                    CacheDType dtype = CacheDType::kFloat32) {
+                           CacheDType dtype = CacheDType::kFloat32) {
   CacheCase c;
   c.batch = batch;
   c.heads = heads;

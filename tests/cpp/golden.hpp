@@ -118,7 +118,10 @@ class JsonParser {
         std::string key = parse_string();
         expect(':');
         v.object.emplace_back(std::move(key), parse_value());
-        if (peek() == ',') { ++at_; continue; }
+        if (peek() == ',') {
+          ++at_;
+          continue;
+        }
         expect('}');
         return v;
       }
@@ -129,7 +132,10 @@ class JsonParser {
       if (peek() == ']') return ++at_, v;
       for (;;) {
         v.array.push_back(parse_value());
-        if (peek() == ',') { ++at_; continue; }
+        if (peek() == ',') {
+          ++at_;
+          continue;
+        }
         expect(']');
         return v;
       }
@@ -139,8 +145,15 @@ class JsonParser {
       v.string = parse_string();
       return v;
     }
-    if (consume_word("true")) { v.type = Json::Type::kBool; v.boolean = true; return v; }
-    if (consume_word("false")) { v.type = Json::Type::kBool; return v; }
+    if (consume_word("true")) {
+      v.type = Json::Type::kBool;
+      v.boolean = true;
+      return v;
+    }
+    if (consume_word("false")) {
+      v.type = Json::Type::kBool;
+      return v;
+    }
     if (consume_word("null")) return v;
     size_t used = 0;
     v.type = Json::Type::kNumber;
@@ -158,7 +171,7 @@ class JsonParser {
 struct GoldenCase {
   std::string folder;  // the set's folder
   std::string name;
-  std::string kind;    // "stateless" (every v1 case) or "cache"
+  std::string kind;  // "stateless" (every v1 case) or "cache"
   mha::AttentionShape shape;
   int32_t num_kv_heads = 0;  // Hkv (v1: H)
   Json entry;                // the whole cases.json entry (v2: `options`, `cache`)
@@ -198,11 +211,13 @@ inline std::vector<GoldenCase> load_golden_set(const std::string& set) {
     c.entry = entry;
     c.name = entry.at("name").string;
     c.kind = entry.find("kind") != nullptr ? entry.at("kind").string : "stateless";
-    c.shape = mha::AttentionShape{entry.at("batch").as_int(), entry.at("seqLen").as_int(), entry.at("kvSeqLen").as_int(),
-                                  entry.at("dModel").as_int(), entry.at("numHeads").as_int()};
+    c.shape =
+        mha::AttentionShape{entry.at("batch").as_int(), entry.at("seqLen").as_int(), entry.at("kvSeqLen").as_int(),
+                            entry.at("dModel").as_int(), entry.at("numHeads").as_int()};
     c.num_kv_heads = c.shape.num_heads;
     const Json* options = entry.find("options");
-    if (options != nullptr && options->find("numKvHeads") != nullptr) c.num_kv_heads = options->at("numKvHeads").as_int();
+    if (options != nullptr && options->find("numKvHeads") != nullptr)
+      c.num_kv_heads = options->at("numKvHeads").as_int();
     out.push_back(std::move(c));
   }
   return out;

@@ -44,6 +44,8 @@ inline size_t heap_slack_bytes() {
 }
 
 // True when `now` is `before`, up to the allocator's slack.
-inline bool heap_back_to(size_t before, size_t now) { return now >= before ? now - before <= heap_slack_bytes() : before - now <= heap_slack_bytes(); }
+inline bool heap_back_to(size_t before, size_t now) {
+  return now >= before ? now - before <= heap_slack_bytes() : before - now <= heap_slack_bytes();
+}
 
 }  // namespace mha_test

@@ -16,7 +16,8 @@ namespace mha_test {
 
 // Rope tables of `positions` rows as ropeTables computes them: angle = p * theta^(-2r / rotary_dim), in
 // double, rounded to float32.
-inline void rope_tables(int32_t rotary_dim, int32_t positions, double theta, std::vector<float>& cos, std::vector<float>& sin) {
+inline void rope_tables(int32_t rotary_dim, int32_t positions, double theta, std::vector<float>& cos,
+                        std::vector<float>& sin) {
   cos.clear();
   sin.clear();
   for (int32_t p = 0; p < positions; ++p) {
@@ -74,7 +75,8 @@ struct StridedCall {
     a.sinks = sinks.empty() ? nullptr : sinks.data();
     a.alibi_slopes = alibi.empty() ? nullptr : alibi.data();
     a.kv_lengths = kv_lengths.empty() ? nullptr : kv_lengths.data();
-    if (!bias.empty()) a.bias = mha::BiasView{bias.data(), 0, int64_t{shape.seq_len} * shape.kv_seq_len};  // [1, H, S, T]
+    if (!bias.empty())
+      a.bias = mha::BiasView{bias.data(), 0, int64_t{shape.seq_len} * shape.kv_seq_len};  // [1, H, S, T]
     if (!cos.empty()) {
       a.rope.cos = cos.data();
       a.rope.sin = sin.data();
@@ -96,9 +98,7 @@ struct StridedCall {
     std::fill(sin.begin(), sin.end(), 0.0f);
   }
 
-  void random_sinks(uint64_t seed, float scale = 1.0f) {
-    sinks = random_tensor(size_t(shape.num_heads), seed, scale);
-  }
+  void random_sinks(uint64_t seed, float scale = 1.0f) { sinks = random_tensor(size_t(shape.num_heads), seed, scale); }
   void random_bias(uint64_t seed) {
     bias = random_tensor(size_t(shape.num_heads) * shape.seq_len * shape.kv_seq_len, seed);
   }

@@ -37,8 +37,7 @@ using namespace decode_case;  // CacheCase, the harness and the suite's checks (
 
 TEST_CASE("decode: every kernel equals the reference for MHA, GQA and MQA, every dtype, many head dims", "[decode]") {
   const std::vector<CacheCase> shapes = {
-      make_case(1, 4, 4, 8, {9, 1, 1, 1}),
-      make_case(2, 4, 2, 16, {6, 1, 1, 3, 1}),
+      make_case(1, 4, 4, 8, {9, 1, 1, 1}),       make_case(2, 4, 2, 16, {6, 1, 1, 3, 1}),
       make_case(1, 8, 1, 64, {600, 1, 1, 2}),     // MQA, past a 512-key block
       make_case(2, 6, 3, 5, {33, 1, 7, 1}),       // Dh not a multiple of 4
       make_case(1, 32, 1, 8, {40, 3, 1}),         // 32 heads share one KV head: 96 rows, 3 row blocks
@@ -194,7 +193,7 @@ TEST_CASE("decode: a prefill into an empty cache takes the tiled kernel with GQA
   std::vector<CacheCase> cases;
   for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {
     cases.push_back(make_case(2, 8, 2, 32, {70, 1, 3}, dtype));  // GQA
-    cases.push_back(make_case(1, 6, 1, 16, {40}, dtype));       // MQA
+    cases.push_back(make_case(1, 6, 1, 16, {40}, dtype));        // MQA
     CacheCase c = make_case(1, 4, 2, 24, {50, 2}, dtype);
     c.window_left = 7;
     c.window_right = 0;
@@ -242,8 +241,7 @@ TEST_CASE("decode: a prefill into an empty cache takes the tiled kernel with GQA
 TEST_CASE("decode: bit-identical for 1, 2 and 3 threads, with the parallel split engaged", "[decode][parallel]") {
   const std::vector<CacheCase> shapes = {
       make_case(1, 16, 1, 64, {1500, 1, 1, 2}),  // MQA: the key blocks are the only parallelism
-      make_case(1, 8, 2, 64, {1200, 1, 3}, CacheDType::kFloat16),
-      make_case(4, 16, 4, 32, {300, 1, 1}),
+      make_case(1, 8, 2, 64, {1200, 1, 3}, CacheDType::kFloat16), make_case(4, 16, 4, 32, {300, 1, 1}),
       make_case(1, 8, 8, 64, {600, 1}),  // tiled prefill, then decode
   };
   uint32_t seed = 700;
@@ -373,7 +371,8 @@ TEST_CASE("decode: bad calls get a status and change nothing", "[decode]") {
   REQUIRE(cache->max_length() == 8);
 }
 
-TEST_CASE("decode: 20,000 steps of appends, truncates, creates and frees leave the heap where it started", "[decode][memory]") {
+TEST_CASE("decode: 20,000 steps of appends, truncates, creates and frees leave the heap where it started",
+          "[decode][memory]") {
   const size_t heap_at_start = mha_test::heap_bytes_in_use();
   {
     const CacheCase c = make_case(1, 4, 2, 16, {64});
@@ -432,7 +431,8 @@ TEST_CASE("decode: golden v2 cache cases through the C++ API, within the golden 
       c.window_left = bound(options.at("window").array.at(0));
       c.window_right = bound(options.at("window").array.at(1));
     }
-    for (const char* unsupported : {"softcap", "alibiSlopes", "scale", "emptyRows", "queryOffset", "kvLengths", "biasShape"})
+    for (const char* unsupported :
+         {"softcap", "alibiSlopes", "scale", "emptyRows", "queryOffset", "kvLengths", "biasShape"})
       REQUIRE(options.find(unsupported) == nullptr);  // none in the vendored set; a new one would need handling here
     const mha_test::Json& cache = g.entry.at("cache");
     for (const mha_test::Json& n : cache.at("steps").array) c.steps.push_back(n.as_int());
@@ -466,7 +466,8 @@ TEST_CASE("decode: golden v2 cache cases through the C++ API, within the golden 
 TEST_CASE("decode: every tiled kernel variant of the build has its decode kernel, in the same order", "[decode]") {
   std::vector<std::string> tiled, decode;
   for (const mha::KernelVariant* kernel : mha::kernel_variants()) tiled.push_back(kernel->name);
-  for (const mha::DecodeKernel* kernel : mha::decode_kernel_variants()) decode.push_back(mha::decode_kernel_name(*kernel));
+  for (const mha::DecodeKernel* kernel : mha::decode_kernel_variants())
+    decode.push_back(mha::decode_kernel_name(*kernel));
   INFO("tiled " << tiled.size() << ", decode " << decode.size());
   REQUIRE(decode == tiled);  // kernel_table.cpp lists both per variant (the test cores have scalar too)
   REQUIRE(std::string(mha::decode_kernel_name(mha::default_decode_kernel())) == mha::default_kernel().name);

@@ -69,22 +69,20 @@ TEST_CASE("decode: a float16 cache with subnormal halves decodes as the referenc
   }
 }
 
-
 TEST_CASE("decode: non-finite inputs and float32 overflow get the reference's answer", "[decode]") {
   for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16}) {
     CacheCase c = make_case(1, 4, 2, 8, {12, 1, 1, 1}, dtype);
     CacheData data = case_data(c, 900);
     const int32_t D = c.q_width(), Dkv = c.kv_width();
-    data.q[size_t(3) * D + 1] = kNaN;               // a NaN query element: its row of head 0 is NaN
-    data.k[size_t(5) * Dkv + Dkv - 1] = kInf;       // an infinite key of KV head 1 (heads 2, 3)
-    data.v[size_t(10) * Dkv + 2] = kNaN;            // V of key 10, hidden from queries < 10 of its step
-    data.q[size_t(13) * D + 8] = 1e20f;             // q . k past float32 (1e20 * 1e20 and more): the double
-    data.k[size_t(4) * Dkv] = 3e19f;                // reference stays finite (f16: k overflows to inf)
+    data.q[size_t(3) * D + 1] = kNaN;          // a NaN query element: its row of head 0 is NaN
+    data.k[size_t(5) * Dkv + Dkv - 1] = kInf;  // an infinite key of KV head 1 (heads 2, 3)
+    data.v[size_t(10) * Dkv + 2] = kNaN;       // V of key 10, hidden from queries < 10 of its step
+    data.q[size_t(13) * D + 8] = 1e20f;        // q . k past float32 (1e20 * 1e20 and more): the double
+    data.k[size_t(4) * Dkv] = 3e19f;           // reference stays finite (f16: k overflows to inf)
     data.q[size_t(13) * D] = 3e19f;
     require_kernels_match_reference(c, data);
   }
 }
-
 
 TEST_CASE("decode: the simd128 kernel's path of a block follows its dtype, rows, q and halves", "[decode]") {
   using mha::DecodeLoader;
@@ -152,12 +150,12 @@ TEST_CASE("decode: the simd128 kernel's path of a block follows its dtype, rows,
   REQUIRE(mha::simd128::choose_decode_path(specials).loader == DecodeLoader::kScalarKernel);
 }
 
-
-TEST_CASE("decode: the int8 one-row fold keeps its precision for tiny and huge values, and q past its bound", "[decode]") {
+TEST_CASE("decode: the int8 one-row fold keeps its precision for tiny and huge values, and q past its bound",
+          "[decode]") {
   // One row per KV head (the fold: scales applied per block of 32, the widening's 2^24 taken out per
   // block of scores and once per o), Dh 64 (two blocks) and Dh 40 (a block of 8, Dv8 % 16 == 8).
-  for (const CacheCase& shape : {make_case(1, 4, 4, 64, {40, 1, 1}, CacheDType::kInt8),
-                                 make_case(1, 2, 2, 40, {37, 1, 2}, CacheDType::kInt8)}) {
+  for (const CacheCase& shape :
+       {make_case(1, 4, 4, 64, {40, 1, 1}, CacheDType::kInt8), make_case(1, 2, 2, 40, {37, 1, 2}, CacheDType::kInt8)}) {
     // V near 2^-100: its scales near 2^-107, no subnormal weight on the way. V near 2^110: the SIMD
     // kernels' 2^24-scaled sums of o overflow float32 while the true o is finite, and those rows take
     // the driver's exact path.

@@ -34,7 +34,7 @@ struct SinksRopeCacheCase {
   int32_t window_left = -1;
   std::vector<float> sinks, cos, sin;  // sinks (H), rope tables (P, rotary_dim / 2), or empty
   mha::RotaryTables rope;              // positions, rotary_dim, interleaved; tables() points at cos, sin
-  std::vector<float> q, k, v;  // (B, T, H*Dh), (B, T, Hkv*Dh), (B, T, Hkv*Dv)
+  std::vector<float> q, k, v;          // (B, T, H*Dh), (B, T, Hkv*Dh), (B, T, Hkv*Dv)
 
   int32_t total() const {
     int32_t t = 0;
@@ -125,8 +125,10 @@ std::vector<float> stateless(const SinksRopeCacheCase& c) {
   if (c.dtype != CacheDType::kFloat32) {
     for (int32_t r = 0; r < c.batch * T; ++r) {
       const int32_t position = r % T;
-      for (int32_t h = 0; h < c.heads && a.rope.enabled(); ++h) mha::rotate_head(&q[size_t(r) * c.qw() + h * c.dh], 1, a.rope, position);
-      for (int32_t g = 0; g < c.kv_heads && a.rope.enabled(); ++g) mha::rotate_head(&k[size_t(r) * c.kw() + g * c.dh], 1, a.rope, position);
+      for (int32_t h = 0; h < c.heads && a.rope.enabled(); ++h)
+        mha::rotate_head(&q[size_t(r) * c.qw() + h * c.dh], 1, a.rope, position);
+      for (int32_t g = 0; g < c.kv_heads && a.rope.enabled(); ++g)
+        mha::rotate_head(&k[size_t(r) * c.kw() + g * c.dh], 1, a.rope, position);
     }
     mha::round_as_stored(c.dtype, k.data(), k.data(), int64_t{c.batch} * T * c.kv_heads, c.dh);
     mha::round_as_stored(c.dtype, v.data(), v.data(), int64_t{c.batch} * T * c.kv_heads, c.value_dim());
@@ -177,13 +179,15 @@ std::vector<SinksRopeCacheCase> sinks_rope_cases() {
 
 }  // namespace
 
-TEST_CASE("decode, sinks and rope: rope, Dv and sinks through every decode kernel, the exact rows and the tiled prefill", "[decode][sinks-rope]") {
+TEST_CASE(
+    "decode, sinks and rope: rope, Dv and sinks through every decode kernel, the exact rows and the tiled prefill",
+    "[decode][sinks-rope]") {
   uint64_t seed = 9100;
   for (SinksRopeCacheCase c : sinks_rope_cases()) {
     c.fill(seed++);
     const std::vector<float> ref = stateless(c);
     INFO("Dh " << c.dh << " Dv " << c.value_dim() << " f16 " << (c.dtype == CacheDType::kFloat16) << " rope "
-                << !c.cos.empty() << " sinks " << !c.sinks.empty() << " T " << c.total());
+               << !c.cos.empty() << " sinks " << !c.sinks.empty() << " T " << c.total());
     for (const mha::DecodeKernel* kernel : mha::decode_kernel_variants()) {
       INFO("decode kernel " << mha::decode_kernel_name(*kernel));
       mha_test::require_close(ref, run_cache(c, kernel, mha::CachePath::kDecodeKernel));
@@ -213,7 +217,8 @@ TEST_CASE("decode, sinks and rope: a prefill and any split into steps give the s
   }
 }
 
-TEST_CASE("decode, sinks and rope: keys are stored rotated; bad sinks, rope and Dv change nothing", "[decode][sinks-rope]") {
+TEST_CASE("decode, sinks and rope: keys are stored rotated; bad sinks, rope and Dv change nothing",
+          "[decode][sinks-rope]") {
   SinksRopeCacheCase c;
   c.dv = 12;
   c.steps = {3};
@@ -260,7 +265,8 @@ TEST_CASE("decode, sinks and rope: keys are stored rotated; bad sinks, rope and 
   CHECK(mha::KVCache::create({1, 2, 8, 4, CacheDType::kFloat32, -1}, none) == Status::kBadVHeadDim);
 }
 
-TEST_CASE("decode, sinks and rope: golden cache cases with rope, vHeadDim, sinks, float16 storage and ragged lengths", "[decode][sinks-rope][golden]") {
+TEST_CASE("decode, sinks and rope: golden cache cases with rope, vHeadDim, sinks, float16 storage and ragged lengths",
+          "[decode][sinks-rope][golden]") {
   int ran = 0;
   for (const mha_test::GoldenCase& g : mha_test::load_golden_set("v3")) {
     if (g.kind != "cache") continue;
@@ -272,7 +278,7 @@ TEST_CASE("decode, sinks and rope: golden cache cases with rope, vHeadDim, sinks
     c.heads = g.shape.num_heads;
     c.kv_heads = g.num_kv_heads;
     c.dh = g.entry.at("headDim").as_int();
-    c.dtype = dtype == "float16" ? CacheDType::kFloat16
+    c.dtype = dtype == "float16"    ? CacheDType::kFloat16
               : dtype == "bfloat16" ? CacheDType::kBFloat16
               : dtype == "int8"     ? CacheDType::kInt8
                                     : CacheDType::kFloat32;

@@ -27,7 +27,8 @@ uint32_t ulp_distance(float a, float b) {
 }  // namespace
 
 // MHA_SIMD_VARIANT_NAME: "simd128" here, "relaxed" where test_exp2_relaxed.cpp compiles this file again.
-TEST_CASE(MHA_SIMD_VARIANT_NAME " exp2 (softmax in log2 units): accurate on [-126, 0], +0 below -126.5, NaN kept", "[exp]") {
+TEST_CASE(MHA_SIMD_VARIANT_NAME " exp2 (softmax in log2 units): accurate on [-126, 0], +0 below -126.5, NaN kept",
+          "[exp]") {
   const mha::simd::Exp2Constants k;
   auto exp2_lane0 = [&k](float x) { return mha::simd::exp2_nonpositive(mha::simd::VecF(x), k).get(0); };
   uint32_t worst = 0;
@@ -35,11 +36,17 @@ TEST_CASE(MHA_SIMD_VARIANT_NAME " exp2 (softmax in log2 units): accurate on [-12
   for (int n = 0; n <= 2000000; ++n) {
     const float x = mha::simd::kExp2Accurate * static_cast<float>(n) / 2000000.0f;
     const uint32_t d = ulp_distance(exp2_lane0(x), std::exp2(x));
-    if (d > worst) { worst = d; worst_x = x; }
+    if (d > worst) {
+      worst = d;
+      worst_x = x;
+    }
   }
   for (float x = -1e-3f; x <= 0.0f; x = std::nextafter(x, 1.0f) + 1e-9f) {
     const uint32_t d = ulp_distance(exp2_lane0(x), std::exp2(x));
-    if (d > worst) { worst = d; worst_x = x; }
+    if (d > worst) {
+      worst = d;
+      worst_x = x;
+    }
   }
   INFO("worst " << worst << " ulp at x = " << worst_x);
   REQUIRE(worst <= 3);

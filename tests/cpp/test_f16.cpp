@@ -91,7 +91,8 @@ void simd_decode8(const uint16_t* halves, float* out) {
 // SIMD encode of 8 floats; *special = the flag store8 reports.
 void simd_encode8(const float* x, uint16_t* halves, bool* special) {
   alignas(16) uint16_t aligned[8];
-  *special = mha::f16::simd::store8(mha::f16::simd::VecF::load_unaligned(x), mha::f16::simd::VecF::load_unaligned(x + 4), aligned);
+  *special = mha::f16::simd::store8(mha::f16::simd::VecF::load_unaligned(x),
+                                    mha::f16::simd::VecF::load_unaligned(x + 4), aligned);
   std::memcpy(halves, aligned, sizeof aligned);
 }
 #endif
@@ -107,8 +108,8 @@ TEST_CASE("f16: every half decodes to its value, and encodes back to itself", "[
     if (std::isnan(expected)) {
       const uint16_t again = mha::f16::encode(expected);
       REQUIRE(mha::f16::is_special(again));
-      REQUIRE((again & 0x3ff) != 0);                    // still NaN
-      REQUIRE((again & 0x8000) == (half & 0x8000));     // sign kept
+      REQUIRE((again & 0x3ff) != 0);                 // still NaN
+      REQUIRE((again & 0x8000) == (half & 0x8000));  // sign kept
     } else {
       REQUIRE(mha::f16::encode(expected) == half);
     }
@@ -145,7 +146,8 @@ TEST_CASE("f16: encode rounds to nearest even at every midpoint, overflows to in
   CHECK(mha::f16::encode(-std::numeric_limits<float>::denorm_min()) == 0x8000);
   CHECK(mha::f16::encode(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // tie between 1 and 1 + 2^-10: even
   CHECK(mha::f16::encode(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);
-  CHECK(mha::f16::encode(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25)) == 0x0400);  // tie: largest subnormal (odd) -> min normal
+  CHECK(mha::f16::encode(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25)) ==
+        0x0400);  // tie: largest subnormal (odd) -> min normal
 }
 
 TEST_CASE("f16: encode of random float bit patterns equals the definition", "[f16]") {
@@ -182,7 +184,8 @@ TEST_CASE("f16 SIMD: widening every half equals the scalar decode, scaled by 2^-
   }
 }
 
-TEST_CASE("f16 SIMD: encode equals the scalar encode on random bit patterns and every midpoint; flags inf/NaN", "[f16][simd]") {
+TEST_CASE("f16 SIMD: encode equals the scalar encode on random bit patterns and every midpoint; flags inf/NaN",
+          "[f16][simd]") {
   std::mt19937 rng(1602);
   std::vector<float> inputs;
   for (int n = 0; n < 200000; ++n) inputs.push_back(bits_float(rng()));
@@ -215,8 +218,9 @@ TEST_CASE("f16 SIMD: encode equals the scalar encode on random bit patterns and 
 }
 #endif
 
-TEST_CASE("f16 tensors: widen_halves and narrow_floats equal decode and encode, in place and out of place, every length",
-          "[f16]") {
+TEST_CASE(
+    "f16 tensors: widen_halves and narrow_floats equal decode and encode, in place and out of place, every length",
+    "[f16]") {
   // Every binary16 code, then floats around every rounding boundary and the specials.
   std::vector<uint16_t> codes(65536);
   for (uint32_t h = 0; h < 65536; ++h) codes[h] = static_cast<uint16_t>(h);
@@ -238,7 +242,8 @@ TEST_CASE("f16 tensors: widen_halves and narrow_floats equal decode and encode, 
     // In place: the halves in the upper half of the float slot, as web/src/staging.ts stages them.
     std::vector<float> slot(n + 1);
     std::memcpy(reinterpret_cast<char*>(slot.data()) + 2 * n, codes.data(), 2 * n);
-    mha::widen_halves(reinterpret_cast<const uint16_t*>(reinterpret_cast<char*>(slot.data()) + 2 * n), slot.data(), int64_t(n));
+    mha::widen_halves(reinterpret_cast<const uint16_t*>(reinterpret_cast<char*>(slot.data()) + 2 * n), slot.data(),
+                      int64_t(n));
     for (size_t i = 0; i < n; ++i) REQUIRE((std::memcmp(&slot[i], &out[i], 4) == 0));
   }
   for (const size_t n : {size_t(1), size_t(8), size_t(13), floats.size()}) {

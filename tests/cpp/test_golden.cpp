@@ -13,10 +13,10 @@
 #include "mha/reference/reference.hpp"
 #include "test_util.hpp"
 
-using mha_test::GoldenCall;
-using mha_test::GoldenCase;
 using mha_test::check_lse;
 using mha_test::error_ratio;
+using mha_test::GoldenCall;
+using mha_test::GoldenCase;
 
 TEST_CASE("golden v1: reference, weights and split_heads match PyTorch on every case", "[golden]") {
   const auto cases = mha_test::load_golden_set("v1");
@@ -105,8 +105,8 @@ TEST_CASE("golden v2: the reference matches PyTorch on every stateless case (out
       worst_weight = std::fmax(worst_weight, std::fabs(weights[i] - weights64[i]));
     }
   }
-  WARN("reference over the v2 stateless set: worst out error / tolerance " << worst_out << ", lse error / tolerance "
-                                                                            << worst_lse << ", weight error " << worst_weight);
+  WARN("reference over the v2 stateless set: worst out error / tolerance "
+       << worst_out << ", lse error / tolerance " << worst_lse << ", weight error " << worst_weight);
   CHECK(worst_out < 0.1);
 }
 

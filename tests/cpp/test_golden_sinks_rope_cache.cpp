@@ -49,7 +49,8 @@ void check_float16_rounding(const std::vector<float>& out, const GoldenCall& g) 
 
 }  // namespace
 
-TEST_CASE("golden v3: the reference matches PyTorch on every stateless case (out, lse, weights, stages)", "[golden][sinks-rope]") {
+TEST_CASE("golden v3: the reference matches PyTorch on every stateless case (out, lse, weights, stages)",
+          "[golden][sinks-rope]") {
   double worst_out = 0.0, worst_lse = 0.0, worst_stage = 0.0, worst_weight = 0.0;
   for (const GoldenCase& c : stateless_v3()) {
     INFO("case " << c.name << ": " << c.entry.at("description").string);
@@ -76,8 +77,8 @@ TEST_CASE("golden v3: the reference matches PyTorch on every stateless case (out
       worst_weight = std::fmax(worst_weight, std::fabs(weights[i] - weights64[i]));
     }
     const std::pair<const char*, mha::ScoreStage> stages[] = {{"stage_scaled64", mha::ScoreStage::kScaled},
-                                                             {"stage_softcapped64", mha::ScoreStage::kSoftcapped},
-                                                             {"stage_biased64", mha::ScoreStage::kBiased}};
+                                                              {"stage_softcapped64", mha::ScoreStage::kSoftcapped},
+                                                              {"stage_biased64", mha::ScoreStage::kBiased}};
     for (const auto& [role, stage] : stages) {
       INFO("stage file " << role);
       std::vector<float> scores(size_t(s.weights_elements()));
@@ -85,13 +86,13 @@ TEST_CASE("golden v3: the reference matches PyTorch on every stateless case (out
       mha_test::check_lse(scores, c.read<float>(role, s.weights_elements()), worst_stage);
     }
   }
-  WARN("reference over the v3 stateless set: worst out error / tolerance " << worst_out << ", lse " << worst_lse
-                                                                            << ", stages " << worst_stage << ", weight error "
-                                                                            << worst_weight);
+  WARN("reference over the v3 stateless set: worst out error / tolerance "
+       << worst_out << ", lse " << worst_lse << ", stages " << worst_stage << ", weight error " << worst_weight);
   CHECK(worst_out < 0.1);
 }
 
-TEST_CASE("golden v3: every kernel variant matches PyTorch on every stateless case (out, lse)", "[golden][sinks-rope][kernels]") {
+TEST_CASE("golden v3: every kernel variant matches PyTorch on every stateless case (out, lse)",
+          "[golden][sinks-rope][kernels]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   mha::Workspace workspace;

@@ -19,7 +19,7 @@ struct Pair {
 
 // Dense (1, S, D) x (1, T, D), one head, no mask: `kernel` and the reference (mha_test::run_both).
 Pair run_one_head(const mha::KernelVariant& kernel, int32_t s, int32_t t, int32_t d, const std::vector<float>& q,
-              const std::vector<float>& k, const std::vector<float>& v, float scale) {
+                  const std::vector<float>& k, const std::vector<float>& v, float scale) {
   mha_test::Problem p;
   p.shape = mha::AttentionShape{1, s, t, d, 1};
   p.q = q;

@@ -26,8 +26,8 @@ TEST_CASE("split_heads puts x[b, s, h*Dh + e] at xh[b, h, s, e]", "[heads]") {
 }
 
 TEST_CASE("merge_heads(split_heads(x)) == x bit-exactly, NaN payloads and signed zeros included", "[heads]") {
-  for (auto [B, S, D, H] : std::vector<std::array<int32_t, 4>>{{1, 1, 1, 1}, {2, 5, 12, 3}, {3, 7, 21, 7},
-                                                                {1, 9, 30, 5}, {2, 4, 64, 64}, {1, 3, 17, 1}}) {
+  for (auto [B, S, D, H] : std::vector<std::array<int32_t, 4>>{
+           {1, 1, 1, 1}, {2, 5, 12, 3}, {3, 7, 21, 7}, {1, 9, 30, 5}, {2, 4, 64, 64}, {1, 3, 17, 1}}) {
     INFO("B=" << B << " S=" << S << " D=" << D << " H=" << H);
     auto x = mha_test::random_tensor(static_cast<size_t>(B) * S * D, 77);
     x[0] = -0.0f;

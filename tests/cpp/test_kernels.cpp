@@ -19,8 +19,7 @@
 
 using namespace mha_test;
 
-TEST_CASE("kernels: random shapes, masks, causal, misaligned and strided buffers match the reference",
-          "[kernels]") {
+TEST_CASE("kernels: random shapes, masks, causal, misaligned and strided buffers match the reference", "[kernels]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   std::mt19937_64 pick(20240611);
@@ -40,8 +39,8 @@ TEST_CASE("kernels: random shapes, masks, causal, misaligned and strided buffers
     const int row_pad = uni(0, 1) == 0 ? 0 : uni(1, 2 * dh * heads + 3);
     Problem p = make_problem({batch, s, t, dh * heads, heads}, seed, 1.0f, mask_kind, causal, offset, row_pad);
     if (uni(0, 4) == 0) p.scale = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);  // any finite scale
-    INFO("seed " << seed << " B=" << batch << " S=" << s << " T=" << t << " H=" << heads << " Dh=" << dh << " mask="
-                 << int(mask_kind) << " causal=" << causal << " offset=" << offset << " row_pad=" << row_pad
+    INFO("seed " << seed << " B=" << batch << " S=" << s << " T=" << t << " H=" << heads << " Dh=" << dh
+                 << " mask=" << int(mask_kind) << " causal=" << causal << " offset=" << offset << " row_pad=" << row_pad
                  << " scale=" << p.scale);
     const Outputs o = run_both(p, kernel);
     require_close(o.ref, o.fast, kTol);
@@ -54,7 +53,8 @@ TEST_CASE("kernels: q/k/v as slices of one packed (B, S, 3D) qkv buffer", "[kern
   const uint64_t seed = 77;
   INFO("seed " << seed);
   const mha::AttentionShape shape{2, 37, 37, 96, 3};
-  const std::vector<float> qkv = mha_test::random_tensor(size_t(shape.batch) * shape.seq_len * 3 * shape.d_model + 1, seed);
+  const std::vector<float> qkv =
+      mha_test::random_tensor(size_t(shape.batch) * shape.seq_len * 3 * shape.d_model + 1, seed);
   const float* base = qkv.data() + 1;  // misaligned as well
   const int64_t row = 3 * shape.d_model, batch = shape.seq_len * row;
   for (bool causal : {false, true}) {
@@ -87,8 +87,8 @@ TEST_CASE("kernels: longer sequences cross several key tiles and query blocks", 
                         std::make_tuple(2, 600, 700, 256, 4, true, MaskKind::kRandom)}) {
     const uint64_t seed = 1000 + std::get<1>(c);
     INFO("seed " << seed << " S=" << std::get<1>(c) << " T=" << std::get<2>(c) << " D=" << std::get<3>(c));
-    const Problem p = make_problem({std::get<0>(c), std::get<1>(c), std::get<2>(c), std::get<3>(c), std::get<4>(c)}, seed,
-                                   1.0f, std::get<6>(c), std::get<5>(c));
+    const Problem p = make_problem({std::get<0>(c), std::get<1>(c), std::get<2>(c), std::get<3>(c), std::get<4>(c)},
+                                   seed, 1.0f, std::get<6>(c), std::get<5>(c));
     const Outputs o = run_both(p, kernel);
     require_close(o.ref, o.fast, kTol);
   }
@@ -305,8 +305,9 @@ TEST_CASE("kernels: out may be q itself, with the bits of a separate out", "[ker
   SECTION("several units and key tiles, masks with fully hidden rows, causal, strided and misaligned q") {
     for (uint64_t seed : {41u, 42u, 43u}) {
       INFO("seed " << seed);
-      const Problem p = make_problem({2, 150, 290, 40, 4}, seed, 1.0f, seed == 42 ? MaskKind::kFullyMaskedRows : MaskKind::kRandom,
-                                     seed != 41, seed == 43 ? 3 : 0, seed == 43 ? 5 : 0);
+      const Problem p =
+          make_problem({2, 150, 290, 40, 4}, seed, 1.0f, seed == 42 ? MaskKind::kFullyMaskedRows : MaskKind::kRandom,
+                       seed != 41, seed == 43 ? 3 : 0, seed == 43 ? 5 : 0);
       std::vector<float> separate;
       REQUIRE(mha::attention(p.args(separate), ws, kernel) == mha::Status::kOk);
       REQUIRE(bit_equal(attention_into_q(p, ws, kernel), separate));
@@ -314,8 +315,8 @@ TEST_CASE("kernels: out may be q itself, with the bits of a separate out", "[ker
   }
   SECTION("rows redone by the reference (non-finite q, overflowing logits) read q before it is overwritten") {
     Problem p = make_problem({1, 70, 90, 32, 2}, 44);
-    p.q_at(0, 5, 3) = kNaN;        // head 0 of row 5: NaN
-    p.q_at(0, 9, 20) = 3e38f;      // head 1 of row 9: q.k overflows to inf
+    p.q_at(0, 5, 3) = kNaN;    // head 0 of row 5: NaN
+    p.q_at(0, 9, 20) = 3e38f;  // head 1 of row 9: q.k overflows to inf
     p.q_at(0, 66, 1) = kInf;
     std::vector<float> separate;
     REQUIRE(mha::attention(p.args(separate), ws, kernel) == mha::Status::kOk);
@@ -351,7 +352,8 @@ TEST_CASE("kernels: units cover every (batch, head, row) exactly once", "[kernel
       REQUIRE(unit.q_end - unit.q_begin <= plan.rows_per_unit);
       for (int32_t hg = 0; hg < plan.heads_per_kv_head; ++hg) {
         const int32_t head = unit.kv_head * plan.heads_per_kv_head + hg;
-        for (int i = unit.q_begin; i < unit.q_end; ++i) ++seen[(size_t(unit.batch) * shape.num_heads + head) * shape.seq_len + i];
+        for (int i = unit.q_begin; i < unit.q_end; ++i)
+          ++seen[(size_t(unit.batch) * shape.num_heads + head) * shape.seq_len + i];
       }
     }
     for (int x : seen) REQUIRE(x == 1);
@@ -403,7 +405,8 @@ TEST_CASE("kernels: numHeads = 1 on per-head copies equals the multi-head kernel
       REQUIRE(mha::attention(single.args(one), ws, kernel) == mha::Status::kOk);
       for (int b = 0; b < 2; ++b)
         for (int i = 0; i < 67; ++i)
-          REQUIRE(std::memcmp(&one[(size_t(b) * 67 + i) * 20], &multi[(size_t(b) * 67 + i) * 60 + h * 20], 20 * sizeof(float)) == 0);
+          REQUIRE(std::memcmp(&one[(size_t(b) * 67 + i) * 20], &multi[(size_t(b) * 67 + i) * 60 + h * 20],
+                              20 * sizeof(float)) == 0);
     }
   }
 }

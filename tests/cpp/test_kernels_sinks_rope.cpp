@@ -73,7 +73,8 @@ void check_against_reference(const StridedCall& c, const mha::KernelVariant& ker
 
 }  // namespace
 
-TEST_CASE("kernels, sinks and rope: random calls with Dv, sinks and rope and the Part 2 options match the reference", "[kernels][sinks-rope]") {
+TEST_CASE("kernels, sinks and rope: random calls with Dv, sinks and rope and the Part 2 options match the reference",
+          "[kernels][sinks-rope]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   for (uint64_t seed = 1; seed <= 120; ++seed) {
     const StridedCall c = random_call(seed);
@@ -86,7 +87,8 @@ TEST_CASE("kernels, sinks and rope: random calls with Dv, sinks and rope and the
   }
 }
 
-TEST_CASE("kernels, sinks and rope: Dv below, above and beside Dh on long rows (several tiles, blocks and units)", "[kernels][sinks-rope]") {
+TEST_CASE("kernels, sinks and rope: Dv below, above and beside Dh on long rows (several tiles, blocks and units)",
+          "[kernels][sinks-rope]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   for (int32_t dv : {1, 5, 13, 20, 8, 64}) {
     for (bool causal : {false, true}) {
@@ -99,7 +101,8 @@ TEST_CASE("kernels, sinks and rope: Dv below, above and beside Dh on long rows (
   }
 }
 
-TEST_CASE("kernels, sinks and rope: sinks give rows without a visible key out 0 and lse = sink; a dominating sink", "[kernels][sinks-rope]") {
+TEST_CASE("kernels, sinks and rope: sinks give rows without a visible key out 0 and lse = sink; a dominating sink",
+          "[kernels][sinks-rope]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   for (bool zero_rows : {false, true}) {
@@ -120,7 +123,8 @@ TEST_CASE("kernels, sinks and rope: sinks give rows without a visible key out 0 
   }
 }
 
-TEST_CASE("kernels, sinks and rope: sinks of -1e30 are no sinks, cos 1 sin 0 is no rope, bit for bit", "[kernels][sinks-rope]") {
+TEST_CASE("kernels, sinks and rope: sinks of -1e30 are no sinks, cos 1 sin 0 is no rope, bit for bit",
+          "[kernels][sinks-rope]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   for (uint64_t seed = 500; seed < 530; ++seed) {
     StridedCall c = random_call(seed);
@@ -151,7 +155,8 @@ TEST_CASE("kernels, sinks and rope: sinks of -1e30 are no sinks, cos 1 sin 0 is 
     for (int32_t rotary : {dh, 2}) {
       const bool interleaved = rotary == 2;
       StridedCall turned = c;
-      turned.set_identity_rope(rotary, std::max(c.base.query_offset + c.shape.seq_len, c.shape.kv_seq_len), interleaved);
+      turned.set_identity_rope(rotary, std::max(c.base.query_offset + c.shape.seq_len, c.shape.kv_seq_len),
+                               interleaved);
       const Result rotated = run(turned, &kernel);
       REQUIRE(mha_test::bit_equal(plain.out, rotated.out));
       REQUIRE(mha_test::bit_equal(plain.lse, rotated.lse));

@@ -55,7 +55,9 @@ struct Tokens {
   mha::TensorView<const float> v() const { return {v_buf.data() + offset, int64_t{n} * (width + pad), width + pad}; }
 };
 
-float stored(float x, CacheDType dtype) { return dtype == CacheDType::kFloat16 ? mha::f16::decode(mha::f16::encode(x)) : x; }
+float stored(float x, CacheDType dtype) {
+  return dtype == CacheDType::kFloat16 ? mha::f16::decode(mha::f16::encode(x)) : x;
+}
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
@@ -71,7 +73,8 @@ void require_contents(const KVCache& cache, const std::vector<const Tokens*>& ap
             INFO("b " << b << " token " << position << " head " << g << " d " << d);
             const int32_t column = g * c.head_dim + d;
             REQUIRE(same_bits(cache.key(b, g, position, d), stored(tokens->k_buf[tokens->at(b, t, column)], c.dtype)));
-            REQUIRE(same_bits(cache.value(b, g, position, d), stored(tokens->v_buf[tokens->at(b, t, column)], c.dtype)));
+            REQUIRE(
+                same_bits(cache.value(b, g, position, d), stored(tokens->v_buf[tokens->at(b, t, column)], c.dtype)));
           }
     }
   }
@@ -96,8 +99,9 @@ TEST_CASE("kv cache: byte counts, dims and the 2 GiB limit", "[kv_cache]") {
   half.dtype = CacheDType::kFloat16;
   CHECK(mha::kv_cache_bytes(half) == mha::kv_cache_bytes(small) / 2);
 
-  for (KVCacheConfig bad : {KVCacheConfig{0, 1, 8, 8, CacheDType::kFloat32}, KVCacheConfig{1, 0, 8, 8, CacheDType::kFloat32},
-                            KVCacheConfig{1, 1, 0, 8, CacheDType::kFloat32}, KVCacheConfig{1, 1, 8, -1, CacheDType::kFloat32}}) {
+  for (KVCacheConfig bad :
+       {KVCacheConfig{0, 1, 8, 8, CacheDType::kFloat32}, KVCacheConfig{1, 0, 8, 8, CacheDType::kFloat32},
+        KVCacheConfig{1, 1, 0, 8, CacheDType::kFloat32}, KVCacheConfig{1, 1, 8, -1, CacheDType::kFloat32}}) {
     CHECK(mha::validate_cache_config(bad) == Status::kNonPositiveDim);
     CHECK(mha::kv_cache_bytes(bad) == -1.0);
   }
@@ -215,7 +219,7 @@ TEST_CASE("kv cache: f16 caches track the first inf/NaN position through appends
   REQUIRE(cache->special_from(0) == mha::kNoSpecialValues);
   Tokens c(config, 40, 140, 0, 0);
   c.k_buf[c.at(0, 39, 4)] = -kInf;  // token 49, in K
-  c.v_buf[c.at(0, 20, 3)] = kNaN;    // token 30, in a V group that the SIMD encoder writes
+  c.v_buf[c.at(0, 20, 3)] = kNaN;   // token 30, in a V group that the SIMD encoder writes
   REQUIRE(cache->append(c.k(), c.v(), c.n) == Status::kOk);
   REQUIRE(cache->special_from(0) == 30);
   REQUIRE(cache->key(0, 0, 49, 4) == -kInf);
@@ -232,7 +236,8 @@ TEST_CASE("kv cache: f16 caches track the first inf/NaN position through appends
   REQUIRE(std::isnan(f32->value(0, 0, 20, 3)));
 }
 
-TEST_CASE("kv cache registry: ids are never reused, freed or foreign ids are invalid, memory comes back", "[kv_cache]") {
+TEST_CASE("kv cache registry: ids are never reused, freed or foreign ids are invalid, memory comes back",
+          "[kv_cache]") {
   const size_t heap_before = mha_test::heap_bytes_in_use();
   {
     mha::KVCacheRegistry registry(1000);
@@ -255,7 +260,8 @@ TEST_CASE("kv cache registry: ids are never reused, freed or foreign ids are inv
     REQUIRE(c != a);
     REQUIRE(registry.find(b) != nullptr);
     uint32_t failed = 123;
-    REQUIRE(registry.create(KVCacheConfig{1, 64, 128, 1 << 20, CacheDType::kFloat32}, &failed) == Status::kCacheTooLarge);
+    REQUIRE(registry.create(KVCacheConfig{1, 64, 128, 1 << 20, CacheDType::kFloat32}, &failed) ==
+            Status::kCacheTooLarge);
     REQUIRE(failed == 0);
     REQUIRE(registry.size() == 2);
     registry.free_all();
@@ -276,8 +282,8 @@ TEST_CASE("kv cache registry: ids are never reused, freed or foreign ids are inv
 
 TEST_CASE("kv cache: round_to_f16 gives exactly the value a float16 cache stores, specials included", "[kv_cache]") {
   std::vector<float> x = mha_test::random_tensor(203, 77, 30000.0f);  // some overflow past 65504
-  const float specials[] = {0.0f, -0.0f, 65504.0f, 65520.0f, -65519.0f, 1e-8f, -3e-5f, 6.1e-5f,
-                            mha_test::kInf, -mha_test::kInf, mha_test::kNaN};
+  const float specials[] = {0.0f,   -0.0f,   65504.0f,       65520.0f,        -65519.0f,     1e-8f,
+                            -3e-5f, 6.1e-5f, mha_test::kInf, -mha_test::kInf, mha_test::kNaN};
   x.insert(x.begin() + 5, std::begin(specials), std::end(specials));
   std::vector<float> y(x.size(), -1.0f);
   mha::round_to_f16(x.data(), y.data(), static_cast<int64_t>(x.size()));

@@ -50,7 +50,8 @@ std::unique_ptr<KVCache> make_cache(const KVCacheConfig& config) {
 
 }  // namespace
 
-TEST_CASE("kv cache dtypes: bfloat16 rounds to nearest even, keeps NaN, overflows to inf, reads back exactly", "[kv_cache]") {
+TEST_CASE("kv cache dtypes: bfloat16 rounds to nearest even, keeps NaN, overflows to inf, reads back exactly",
+          "[kv_cache]") {
   for (uint32_t b = 0; b < 0x7f800000u; b += 0x3f1u) {  // finite floats of every exponent, both signs
     for (float x : {from_bits(b), -from_bits(b)}) {
       INFO("bits " << bits(x));
@@ -64,7 +65,7 @@ TEST_CASE("kv cache dtypes: bfloat16 rounds to nearest even, keeps NaN, overflow
   const uint16_t nan = mha::bf16::encode(from_bits(0x7f800001u));  // a signalling NaN whose payload is below bit 16
   CHECK(std::isnan(mha::bf16::decode(nan)));
   CHECK(mha::bf16::encode(from_bits(0xffc12345u)) == 0xffc1);  // quiet NaN: sign and upper payload kept
-  for (uint32_t h = 0; h < 0x10000u; ++h) {  // every bfloat16 is a float32 exactly
+  for (uint32_t h = 0; h < 0x10000u; ++h) {                    // every bfloat16 is a float32 exactly
     const float x = mha::bf16::decode(uint16_t(h));
     if (!std::isnan(x)) REQUIRE(mha::bf16::encode(x) == h);
   }
@@ -99,7 +100,8 @@ TEST_CASE("kv cache dtypes: int8 quantizes per block of 32 as q8_0 and reads bac
   CHECK(tq[1] == 2);
 }
 
-TEST_CASE("kv cache dtypes: append stores and read returns the values of the codecs, K and V, every Dh and Dv", "[kv_cache]") {
+TEST_CASE("kv cache dtypes: append stores and read returns the values of the codecs, K and V, every Dh and Dv",
+          "[kv_cache]") {
   for (CacheDType dtype : {CacheDType::kBFloat16, CacheDType::kInt8}) {
     for (int32_t head_dim : {1, 8, 31, 33, 64, 100}) {
       const int32_t value_dim = head_dim == 33 ? 40 : 0;
@@ -136,17 +138,19 @@ TEST_CASE("kv cache dtypes: bytes per token and head as documented", "[kv_cache]
   CHECK(bytes(CacheDType::kFloat16) == 4.0 * 4096 * 8 * 64);
   CHECK(bytes(CacheDType::kBFloat16) == 4.0 * 4096 * 8 * 64);
   CHECK(bytes(CacheDType::kInt8) == (2.0 * 64 + 8.0 * 2) * 4096 * 8);  // docs/spec.md 4.8: 2 Dh + 8 ceil(Dh / 32)
-  const KVCacheConfig odd{2, 3, 40, 33, CacheDType::kInt8, 12};  // 2 panels, Dv8 16, NBk 2, NBv 1
+  const KVCacheConfig odd{2, 3, 40, 33, CacheDType::kInt8, 12};        // 2 panels, Dv8 16, NBk 2, NBv 1
   CHECK(mha::kv_cache_bytes(odd) == double(2 * 3 * (64 * 40 + 33 * 16 + 64 * 2 * 4 + 33 * 1 * 4)));
 }
 
-TEST_CASE("kv cache dtypes: int8 refuses inf and NaN in k or v, rotated keys included, and stores nothing", "[kv_cache]") {
+TEST_CASE("kv cache dtypes: int8 refuses inf and NaN in k or v, rotated keys included, and stores nothing",
+          "[kv_cache]") {
   const KVCacheConfig config{2, 2, 8, 16, CacheDType::kInt8};
   auto cache = make_cache(config);
   const int32_t n = 3, w = 16;
   auto k = mha_test::random_tensor(size_t(2) * n * w, 1), v = mha_test::random_tensor(size_t(2) * n * w, 2);
   REQUIRE(cache->append({k.data(), n * w, w}, {v.data(), n * w, w}, n) == Status::kOk);
-  std::vector<float> before_k(size_t(2) * n * w), before_v(before_k.size()), after_k(before_k.size()), after_v(before_k.size());
+  std::vector<float> before_k(size_t(2) * n * w), before_v(before_k.size()), after_k(before_k.size()),
+      after_v(before_k.size());
   REQUIRE(cache->read(before_k.data(), before_v.data(), 0, n) == Status::kOk);
   for (int which = 0; which < 3; ++which) {
     auto k2 = k, v2 = v;

@@ -105,7 +105,8 @@ void require_same_tokens(const KVCache& a, const KVCache& b) {
 // One attend of n tokens (H = 2 Hkv query heads, causal) with seeded inputs; its output.
 std::vector<float> attend(KVCache& cache, int32_t n, uint64_t seed, const int32_t* counts = nullptr) {
   const KVCacheConfig& c = cache.config();
-  const int32_t H = 2 * c.num_kv_heads, qw = H * c.head_dim, kw = c.num_kv_heads * c.head_dim, vw = c.num_kv_heads * c.value_dim();
+  const int32_t H = 2 * c.num_kv_heads, qw = H * c.head_dim, kw = c.num_kv_heads * c.head_dim,
+                vw = c.num_kv_heads * c.value_dim();
   const int32_t ow = H * c.value_dim();
   const auto q = mha_test::random_tensor(size_t(c.batch) * n * qw, seed);
   const auto k = mha_test::random_tensor(size_t(c.batch) * n * kw, seed + 1);
@@ -172,8 +173,10 @@ TEST_CASE("kv cache io: CRC-32 is IEEE 802.3's (zlib's), in any split and any si
 }
 
 TEST_CASE("kv cache io: round trips keep every bit and every later attend's bits", "[kv_cache_io]") {
-  const CacheDType dtype = GENERATE(CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8);
-  const int32_t value_dim = GENERATE(0, 5, 20, 40);  // 40: two int8 blocks  // Dv = Dh, smaller (not a multiple of 8), larger
+  const CacheDType dtype =
+      GENERATE(CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8);
+  const int32_t value_dim =
+      GENERATE(0, 5, 20, 40);  // 40: two int8 blocks  // Dv = Dh, smaller (not a multiple of 8), larger
   INFO("dtype " << int(dtype) << " value_dim " << value_dim);
   SECTION("uniform lengths across a panel boundary") {
     auto cache = make_cache(KVCacheConfig{2, 2, 12, 80, dtype, value_dim});
@@ -242,7 +245,8 @@ TEST_CASE("kv cache io: the capacity option", "[kv_cache_io]") {
   }
 }
 
-TEST_CASE("kv cache io: every changed byte, every truncation and extra bytes are refused, nothing leaks", "[kv_cache_io]") {
+TEST_CASE("kv cache io: every changed byte, every truncation and extra bytes are refused, nothing leaks",
+          "[kv_cache_io]") {
   auto cache = make_cache(KVCacheConfig{2, 1, 3, 8, CacheDType::kFloat16, 2});
   append(*cache, 3, 11);
   const int32_t keep[] = {3, 1};
@@ -305,8 +309,10 @@ TEST_CASE("kv cache io: each header field's own message", "[kv_cache_io]") {
   REQUIRE(why == "version 7, this build reads versions 1 and 2 (docs/cache-format.md)");
   REQUIRE(refused(with(8, 0), why) == Status::kCacheBadSave);
   REQUIRE(refused(with(16, 2), why) == Status::kCacheBadSave);
-  REQUIRE(why == "dtype 2 (bfloat16) in a version 1 save; save() writes float32 and float16 as version 1, bfloat16 and int8 as "
-                 "version 2");
+  REQUIRE(
+      why ==
+      "dtype 2 (bfloat16) in a version 1 save; save() writes float32 and float16 as version 1, bfloat16 and int8 as "
+      "version 2");
   REQUIRE(refused(with(16, 3), why) == Status::kCacheBadSave);
   REQUIRE(why.find("dtype 3 (int8) in a version 1 save") == 0);
   REQUIRE(refused(with(8, 2), why) == Status::kCacheBadSave);
@@ -336,13 +342,15 @@ TEST_CASE("kv cache io: each header field's own message", "[kv_cache_io]") {
   // A valid save of a cache that no heap holds: its own status, not kCacheBadSave.
   Bytes huge = with(36, 1u << 30);
   REQUIRE(refused(huge, why) == Status::kCacheTooLarge);
-  REQUIRE(why.find("a float32 cache of batch 1, numKvHeads 2, headDim 4, vHeadDim 4 and capacity 1073741824 needs") == 0);
+  REQUIRE(why.find("a float32 cache of batch 1, numKvHeads 2, headDim 4, vHeadDim 4 and capacity 1073741824 needs") ==
+          0);
   // A size overflow: 2^31 - 1 tokens of Hkv (2^31 - 1) * (Dh + Dv) (2^32 - 2) elements.
   Bytes wide = bytes;
   for (size_t at : {24, 28, 32, 36, 48}) put_u32(wide, at, 0x7fffffffu);
   resign(wide);
   REQUIRE(refused(wide, why) == Status::kCacheBadSave);
-  REQUIRE(why == std::to_string(bytes.size()) + " bytes, a cache of these dims and lengths is more than 2^53 (truncated?)");
+  REQUIRE(why ==
+          std::to_string(bytes.size()) + " bytes, a cache of these dims and lengths is more than 2^53 (truncated?)");
 }
 
 TEST_CASE("kv cache io: int8 saves hold only what a quantization stores", "[kv_cache_io]") {
@@ -356,18 +364,22 @@ TEST_CASE("kv cache io: int8 saves hold only what a quantization stores", "[kv_c
   std::string why;
   auto changed = [&](size_t at, uint32_t value, bool word) {
     Bytes b = bytes;
-    if (word) put_u32(b, at, value);
-    else b[at] = uint8_t(value);
+    if (word)
+      put_u32(b, at, value);
+    else
+      b[at] = uint8_t(value);
     resign(b);
     return b;
   };
   REQUIRE(refused(changed(k_scales_at + 4, 0xbf800000u, true), why) == Status::kCacheBadSave);  // -1
-  REQUIRE(why.find("sequence 0, token 0, KV head 0: the k block 1 (scale 0xbf800000) is not what an int8 quantization") == 0);
+  REQUIRE(
+      why.find("sequence 0, token 0, KV head 0: the k block 1 (scale 0xbf800000) is not what an int8 quantization") ==
+      0);
   REQUIRE(refused(changed(v_scales_at + 8, 0x7fc00000u, true), why) == Status::kCacheBadSave);  // NaN
   REQUIRE(why.find("sequence 0, token 2, KV head 0: the v block 0") == 0);
   REQUIRE(refused(changed(v_at + 3, 0x80, false), why) == Status::kCacheBadSave);  // -128
   REQUIRE(refused(changed(k_scales_at, 0, true), why) == Status::kCacheBadSave);   // scale 0, values not
-  REQUIRE(load(changed(k_at, 0x81, false))->key(0, 0, 0, 0) < 0.0f);                 // -127: a valid value
+  REQUIRE(load(changed(k_at, 0x81, false))->key(0, 0, 0, 0) < 0.0f);               // -127: a valid value
   // Every value of the loaded cache is q * scale of the save.
   auto copy = load(bytes);
   for (int32_t j = 0; j < 3; ++j)

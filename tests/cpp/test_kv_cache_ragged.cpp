@@ -35,8 +35,8 @@ struct Step {
 // the decode kernel; sequence 2 stays empty, then gets a tiled prefill beside the others' decode steps.
 const std::vector<Step>& schedule() {
   static const std::vector<Step> steps = {
-      {{37, 5, 0, 20}, {}}, {{1, 1, 0, 1}, {}},  {{3, 0, 17, 1}, {}}, {{}, {30, 6, 10, 21}},
-      {{1, 1, 1, 0}, {}},   {{2, 2, 2, 2}, {}},  {{0, 0, 0, 0}, {}},  {{1, 40, 1, 1}, {}},
+      {{37, 5, 0, 20}, {}}, {{1, 1, 0, 1}, {}}, {{3, 0, 17, 1}, {}}, {{}, {30, 6, 10, 21}},
+      {{1, 1, 1, 0}, {}},   {{2, 2, 2, 2}, {}}, {{0, 0, 0, 0}, {}},  {{1, 40, 1, 1}, {}},
   };
   return steps;
 }
@@ -90,7 +90,8 @@ struct Inputs {
 
 Inputs step_inputs(const RaggedCase& c, const std::vector<int32_t>& counts, int32_t n, uint64_t seed) {
   const int32_t qw = c.heads * c.dh, kw = c.kv_heads * c.dh, vw = c.kv_heads * c.value_dim();
-  Inputs in{mha_test::random_tensor(size_t(kBatch) * n * qw, seed), mha_test::random_tensor(size_t(kBatch) * n * kw, seed + 1),
+  Inputs in{mha_test::random_tensor(size_t(kBatch) * n * qw, seed),
+            mha_test::random_tensor(size_t(kBatch) * n * kw, seed + 1),
             mha_test::random_tensor(size_t(kBatch) * n * vw, seed + 2)};
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int32_t b = 0; b < kBatch; ++b)
@@ -111,8 +112,10 @@ struct Runner {
   mha::Workspace tiled;
 
   // One attend of `batch` sequences, rows [0, n) of sequences [first, first + batch) of the inputs.
-  void attend(mha::KVCache& cache, const Inputs& in, int32_t first, int32_t n, const int32_t* counts, std::vector<float>& out) {
-    const int32_t qw = c.heads * c.dh, kw = c.kv_heads * c.dh, vw = c.kv_heads * c.value_dim(), ow = c.heads * c.value_dim();
+  void attend(mha::KVCache& cache, const Inputs& in, int32_t first, int32_t n, const int32_t* counts,
+              std::vector<float>& out) {
+    const int32_t qw = c.heads * c.dh, kw = c.kv_heads * c.dh, vw = c.kv_heads * c.value_dim(),
+                  ow = c.heads * c.value_dim();
     mha::CacheAttendArgs args;
     args.new_tokens = n;
     args.new_token_counts = counts;
@@ -182,7 +185,8 @@ void check_against_alone(const RaggedCase& c, const mha::DecodeKernel* kernel, m
 
 }  // namespace
 
-TEST_CASE("ragged cache: each sequence gives the bits it gives alone, every decode kernel and path", "[decode][ragged]") {
+TEST_CASE("ragged cache: each sequence gives the bits it gives alone, every decode kernel and path",
+          "[decode][ragged]") {
   for (const RaggedCase& c : cases()) {
     INFO("f16 " << (c.dtype == CacheDType::kFloat16) << " Dv " << c.value_dim() << " rope " << c.rotary_dim << " sinks "
                 << !c.sinks.empty() << " window " << c.window_left);
@@ -198,7 +202,8 @@ TEST_CASE("ragged cache: each sequence gives the bits it gives alone, every deco
   }
 }
 
-TEST_CASE("ragged cache: bad counts, per-sequence capacity, truncations and reads change nothing", "[kv_cache][ragged]") {
+TEST_CASE("ragged cache: bad counts, per-sequence capacity, truncations and reads change nothing",
+          "[kv_cache][ragged]") {
   RaggedCase c;
   std::unique_ptr<mha::KVCache> cache = make_cache(c, kBatch);
   Runner run{c, nullptr, mha::CachePath::kAuto, nullptr, {}, {}};

@@ -56,7 +56,8 @@ Problem random_options_problem(uint64_t seed) {
   }
   if (uni(0, 3) == 0) o.softcap = static_cast<float>(real(0.5, 40.0));
   if (uni(0, 3) == 0) {
-    for (int h = 0; h < heads; ++h) o.alibi_slopes.push_back(static_cast<float>(uni(0, 1) ? std::exp2(-8.0 * (h + 1) / heads) : real(-0.5, 0.5)));
+    for (int h = 0; h < heads; ++h)
+      o.alibi_slopes.push_back(static_cast<float>(uni(0, 1) ? std::exp2(-8.0 * (h + 1) / heads) : real(-0.5, 0.5)));
   }
   if (uni(0, 3) == 0) {
     p.random_bias(uni(0, 1) ? batch : 1, uni(0, 1) ? heads : 1, seed + 11, static_cast<float>(real(0.1, 4.0)),
@@ -77,13 +78,13 @@ TEST_CASE("options: random combinations at the tiles' edges match the reference 
     const uint64_t seed = pick();
     const Problem p = random_options_problem(seed);
     const Options& o = p.options;
-    INFO("trial " << trial << " seed " << seed << ": B=" << p.shape.batch << " S=" << p.shape.seq_len << " T="
-                  << p.shape.kv_seq_len << " H=" << p.shape.num_heads << " Hkv=" << p.shape.kv_heads() << " Dh="
-                  << p.shape.head_dim() << " causal=" << p.causal << " mask=" << !p.mask.empty() << " offset="
-                  << o.query_offset << " kvLengths=" << o.kv_lengths.size() << " window=[" << o.window_left << ", "
-                  << o.window_right << "] softcap=" << o.softcap << " alibi=" << o.alibi_slopes.size()
-                  << " bias=" << o.bias_batch << "x" << o.bias_heads << " emptyRows=" << int(o.empty_rows)
-                  << " lse=" << o.lse << " scale=" << p.scale);
+    INFO("trial " << trial << " seed " << seed << ": B=" << p.shape.batch << " S=" << p.shape.seq_len
+                  << " T=" << p.shape.kv_seq_len << " H=" << p.shape.num_heads << " Hkv=" << p.shape.kv_heads()
+                  << " Dh=" << p.shape.head_dim() << " causal=" << p.causal << " mask=" << !p.mask.empty()
+                  << " offset=" << o.query_offset << " kvLengths=" << o.kv_lengths.size() << " window=["
+                  << o.window_left << ", " << o.window_right << "] softcap=" << o.softcap
+                  << " alibi=" << o.alibi_slopes.size() << " bias=" << o.bias_batch << "x" << o.bias_heads
+                  << " emptyRows=" << int(o.empty_rows) << " lse=" << o.lse << " scale=" << p.scale);
     const Outputs out = run_both(p, kernel);
     require_close(out.ref, out.fast);
     if (o.lse) require_close_lse(out.ref_lse, out.fast_lse);
@@ -133,8 +134,9 @@ TEST_CASE("options: a broadcast bias (zero strides) equals the same bias expande
     const size_t plane = 70 * 90;
     for (int b = 0; b < 2; ++b)
       for (int h = 0; h < 3; ++h)
-        std::copy_n(&broadcast.options.bias[((bias_batch == 1 ? 0 : b) * bias_heads + (bias_heads == 1 ? 0 : h)) * plane],
-                    plane, &full.options.bias[(size_t(b) * 3 + h) * plane]);
+        std::copy_n(
+            &broadcast.options.bias[((bias_batch == 1 ? 0 : b) * bias_heads + (bias_heads == 1 ? 0 : h)) * plane],
+            plane, &full.options.bias[(size_t(b) * 3 + h) * plane]);
     const Outputs o1 = run_both(broadcast, kernel), o2 = run_both(full, kernel);
     REQUIRE(bit_equal(o1.fast, o2.fast));
     REQUIRE(bit_equal(o1.ref, o2.ref));
@@ -172,7 +174,8 @@ TEST_CASE("options: the lse combines attention over two disjoint key sets into t
   require_close(all.ref, combined);
 }
 
-TEST_CASE("options: empty rows are NaN or 0 with lse -inf; a NaN score makes its row NaN either way", "[options][kernels]") {
+TEST_CASE("options: empty rows are NaN or 0 with lse -inf; a NaN score makes its row NaN either way",
+          "[options][kernels]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   for (const mha::EmptyRows empty : {mha::EmptyRows::kNaN, mha::EmptyRows::kZero}) {
@@ -257,6 +260,7 @@ TEST_CASE("options: a window over S * T beyond 2^31 runs in O(S * W) and reads o
       REQUIRE(out[size_t(i) * 4 + c] == p.v_at(0, i, c % 2));  // one key: weight exactly 1
     }
   // lse = the one score: scale * q . k.
-  const double score = double(p.scale) * (double(p.q_at(0, 5, 0)) * p.k_at(0, 5, 0) + double(p.q_at(0, 5, 1)) * p.k_at(0, 5, 1));
+  const double score =
+      double(p.scale) * (double(p.q_at(0, 5, 0)) * p.k_at(0, 5, 0) + double(p.q_at(0, 5, 1)) * p.k_at(0, 5, 1));
   REQUIRE(std::fabs(lse[5] - score) <= 1e-5 * std::max(1.0, std::fabs(score)));
 }

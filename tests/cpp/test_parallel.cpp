@@ -1,7 +1,7 @@
 // The thread pool and the parallel attention (src/mha/core/parallel.hpp): every index runs exactly once, and
 // the output is bit-identical to the single-threaded attention() for 1, 2, 3 and 4 threads, on plain,
-// causal, masked and cross-attention shapes, for every kernel variant. Native only: the wasm Catch2 binary is single-threaded;
-// the threaded wasm build is tested through the JS API (tests/js/threads.test.mjs).
+// causal, masked and cross-attention shapes, for every kernel variant. Native only: the wasm Catch2 binary is
+// single-threaded; the threaded wasm build is tested through the JS API (tests/js/threads.test.mjs).
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -141,7 +141,8 @@ TEST_CASE("thread pool: a pool that is created and destroyed without work joins 
   }
 }
 
-TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threads, every kernel variant", "[parallel]") {
+TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threads, every kernel variant",
+          "[parallel]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   struct Case {
@@ -150,11 +151,11 @@ TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threa
     bool mask;
   };
   const Case cases[] = {
-      {{2, 130, 130, 64, 4}, false, false},   // several query blocks, partial last block
-      {{1, 257, 257, 96, 3}, true, false},    // causal: unbalanced units
-      {{3, 70, 90, 48, 2}, false, true},      // random mask, cross-attention
-      {{1, 300, 200, 128, 8}, true, true},    // causal + mask, S > T
-      {{1, 5, 7, 8, 2}, false, false},        // tiny: runs inline
+      {{2, 130, 130, 64, 4}, false, false},  // several query blocks, partial last block
+      {{1, 257, 257, 96, 3}, true, false},   // causal: unbalanced units
+      {{3, 70, 90, 48, 2}, false, true},     // random mask, cross-attention
+      {{1, 300, 200, 128, 8}, true, true},   // causal + mask, S > T
+      {{1, 5, 7, 8, 2}, false, false},       // tiny: runs inline
   };
   uint32_t seed = 20240601;
   for (const Case& c : cases) {
@@ -165,9 +166,8 @@ TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threa
       p.mask.resize(static_cast<size_t>(c.shape.mask_elements()));
       for (auto& m : p.mask) m = (gen() % 4) != 0;
     }
-    INFO("shape B" << c.shape.batch << " S" << c.shape.seq_len << " T" << c.shape.kv_seq_len << " D"
-                   << c.shape.d_model << " H" << c.shape.num_heads << " causal " << c.causal << " mask " << c.mask
-                   << " seed " << seed);
+    INFO("shape B" << c.shape.batch << " S" << c.shape.seq_len << " T" << c.shape.kv_seq_len << " D" << c.shape.d_model
+                   << " H" << c.shape.num_heads << " causal " << c.causal << " mask " << c.mask << " seed " << seed);
     mha::Workspace ws;
     REQUIRE(mha::attention(p.args(), ws, kernel) == mha::Status::kOk);
     const std::vector<float> expected = p.out;
@@ -192,10 +192,12 @@ TEST_CASE("parallel attention: bit-identical to attention() for 1, 2, 3, 4 threa
   }
 }
 
-TEST_CASE("parallel attention: Dv, sinks and rope bit-identical to attention() for 1, 2, 3, 4 threads", "[parallel][sinks-rope]") {
+TEST_CASE("parallel attention: Dv, sinks and rope bit-identical to attention() for 1, 2, 3, 4 threads",
+          "[parallel][sinks-rope]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
-  const mha::AttentionShape shapes[] = {{2, 130, 130, 64, 4, 2, 24}, {1, 257, 300, 96, 3, 1, 5}, {1, 200, 200, 64, 8, 2, 96}};
+  const mha::AttentionShape shapes[] = {
+      {2, 130, 130, 64, 4, 2, 24}, {1, 257, 300, 96, 3, 1, 5}, {1, 200, 200, 64, 8, 2, 96}};
   uint64_t seed = 7300;
   for (const mha::AttentionShape& s : shapes) {
     mha_test::StridedCall c(s, seed++, 1, 2);
@@ -267,11 +269,13 @@ TEST_CASE("parallel attention: begin/join of consecutive calls, each on its own 
   }
 }
 
-TEST_CASE("parallel attention: two calls pending on the pool at once, joined oldest first, keep their bits", "[parallel]") {
+TEST_CASE("parallel attention: two calls pending on the pool at once, joined oldest first, keep their bits",
+          "[parallel]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
   std::vector<mha_test::Problem> calls;
-  for (uint32_t i = 0; i < 5; ++i) calls.emplace_back(mha::AttentionShape{2, 130, 130 + 10 * int32_t(i), 64, 4}, 700 + i);
+  for (uint32_t i = 0; i < 5; ++i)
+    calls.emplace_back(mha::AttentionShape{2, 130, 130 + 10 * int32_t(i), 64, 4}, 700 + i);
   std::vector<std::vector<float>> expected;
   mha::Workspace ws;
   for (auto& c : calls) {
@@ -322,11 +326,14 @@ TEST_CASE("parallel attention: the work threshold", "[parallel]") {
   REQUIRE(mha::attention_flops({1, 64, 64, 64, 1}, true) == 0.5 * mha::attention_flops({1, 64, 64, 64, 1}, false));
 }
 
-TEST_CASE("parallel attention: with every option (GQA, window, offset, lengths, softcap, ALiBi, bias, lse) bit-identical to attention()",
-          "[parallel][options]") {
+TEST_CASE(
+    "parallel attention: with every option (GQA, window, offset, lengths, softcap, ALiBi, bias, lse) bit-identical to "
+    "attention()",
+    "[parallel][options]") {
   const mha::KernelVariant& kernel = EACH_KERNEL();
   INFO("kernel " << kernel.name);
-  mha_test::Problem p = mha_test::make_problem({2, 300, 350, 8 * 16, 8, 2}, 20261202, 1.0f, mha_test::MaskKind::kNone, true);
+  mha_test::Problem p =
+      mha_test::make_problem({2, 300, 350, 8 * 16, 8, 2}, 20261202, 1.0f, mha_test::MaskKind::kNone, true);
   p.options.query_offset = 50;
   p.options.window_left = 90;
   p.options.kv_lengths = {350, 170};

@@ -82,8 +82,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("reference, sinks and rope: Dv < Dh gives the first Dv columns of V padded to Dh, bit for bit", "[reference][sinks-rope]") {
-  const AttentionShape wide{2, 5, 7, 4 * 12, 4, 2};   // B, S, T, D, H, Hkv; Dh 12
+TEST_CASE("reference, sinks and rope: Dv < Dh gives the first Dv columns of V padded to Dh, bit for bit",
+          "[reference][sinks-rope]") {
+  const AttentionShape wide{2, 5, 7, 4 * 12, 4, 2};  // B, S, T, D, H, Hkv; Dh 12
   AttentionShape narrow = wide;
   narrow.v_head_dim = 8;
   V3Problem padded(wide, 11), cut(narrow, 11);
@@ -127,7 +128,8 @@ TEST_CASE("reference, sinks and rope: Dv > Dh reads Dv values per key", "[refere
   }
 }
 
-TEST_CASE("reference, sinks and rope: stage 'softmax' is the weights bit for bit; the other stages are the scores", "[reference][sinks-rope]") {
+TEST_CASE("reference, sinks and rope: stage 'softmax' is the weights bit for bit; the other stages are the scores",
+          "[reference][sinks-rope]") {
   V3Problem p(AttentionShape{2, 4, 6, 3 * 8, 3, 3}, 21);
   p.base.causal = true;
   p.base.softcap = 2.5f;
@@ -145,14 +147,15 @@ TEST_CASE("reference, sinks and rope: stage 'softmax' is the weights bit for bit
       for (int32_t i = 0; i < 4; ++i) {
         for (int32_t j = 0; j < 6; ++j) {
           double dot = 0.0;
-          for (int32_t d = 0; d < 8; ++d) dot += double{p.q[size_t((b * 4 + i) * 24 + h * 8 + d)]} * p.k[size_t((b * 6 + j) * 24 + h * 8 + d)];
+          for (int32_t d = 0; d < 8; ++d)
+            dot += double{p.q[size_t((b * 4 + i) * 24 + h * 8 + d)]} * p.k[size_t((b * 6 + j) * 24 + h * 8 + d)];
           const double s = dot * p.base.scale;
           const double c = 2.5 * std::tanh(s / 2.5);
           const size_t at = size_t(((b * 3 + h) * 4 + i) * 6 + j);
-          CHECK(scaled[at] == static_cast<float>(s));     // every key, hidden or not
+          CHECK(scaled[at] == static_cast<float>(s));  // every key, hidden or not
           CHECK(capped[at] == static_cast<float>(c));
           if (j > i) {
-            CHECK(biased[at] == -kInf);                     // causal hides it
+            CHECK(biased[at] == -kInf);  // causal hides it
           } else {
             CHECK(biased[at] == static_cast<float>(c - slopes[size_t(h)] * std::fabs(double(i - j))));
           }
@@ -164,7 +167,8 @@ TEST_CASE("reference, sinks and rope: stage 'softmax' is the weights bit for bit
   CHECK(mha::reference_attention_weights(p.args(), sink.data(), static_cast<ScoreStage>(4)) == Status::kBadStage);
 }
 
-TEST_CASE("reference, sinks and rope: a sink joins the denominator; a very negative sink changes nothing", "[reference][sinks-rope]") {
+TEST_CASE("reference, sinks and rope: a sink joins the denominator; a very negative sink changes nothing",
+          "[reference][sinks-rope]") {
   V3Problem with(AttentionShape{1, 3, 5, 2 * 4, 2, 2}, 31), without(AttentionShape{1, 3, 5, 2 * 4, 2, 2}, 31);
   with.sinks = {-1e30f, -1e30f};
   REQUIRE(mha::reference_attention(with.args()) == Status::kOk);
@@ -187,7 +191,8 @@ TEST_CASE("reference, sinks and rope: a sink joins the denominator; a very negat
   CHECK(weights_at(one, ScoreStage::kSoftmax)[0] == Approx(w).epsilon(1e-7));
 }
 
-TEST_CASE("reference, sinks and rope: with sinks, weights sum to 1 minus the sink's share, and empty rows give 0", "[reference][sinks-rope]") {
+TEST_CASE("reference, sinks and rope: with sinks, weights sum to 1 minus the sink's share, and empty rows give 0",
+          "[reference][sinks-rope]") {
   V3Problem p(AttentionShape{2, 4, 6, 2 * 8, 2, 1}, 41);
   p.sinks = {0.7f, -2.0f};
   std::vector<int32_t> kv_lengths{6, 0};  // batch item 1 sees no key
@@ -222,7 +227,8 @@ TEST_CASE("reference, sinks and rope: rope with zero angles is no rope, bit for 
   CHECK(same_bits(with.lse, without.lse));
 }
 
-TEST_CASE("reference, sinks and rope: rope rotates pairs as the spec says (rotate_half and interleaved)", "[reference][sinks-rope]") {
+TEST_CASE("reference, sinks and rope: rope rotates pairs as the spec says (rotate_half and interleaved)",
+          "[reference][sinks-rope]") {
   for (const bool interleaved : {false, true}) {
     INFO("interleaved " << interleaved);
     // One head, Dh 4, rotary_dim 4: q at position 1 against one key at position 0 (unrotated) and check
@@ -236,9 +242,11 @@ TEST_CASE("reference, sinks and rope: rope rotates pairs as the spec says (rotat
     const float c0 = p.cos[2], c1 = p.cos[3], s0 = p.sin[2], s1 = p.sin[3];  // row 1
     double rq[4];
     if (interleaved) {
-      rq[0] = 1.0 * c0 - 2.0 * s0, rq[1] = 2.0 * c0 + 1.0 * s0, rq[2] = 3.0 * c1 - 4.0 * s1, rq[3] = 4.0 * c1 + 3.0 * s1;
+      rq[0] = 1.0 * c0 - 2.0 * s0, rq[1] = 2.0 * c0 + 1.0 * s0, rq[2] = 3.0 * c1 - 4.0 * s1,
+      rq[3] = 4.0 * c1 + 3.0 * s1;
     } else {
-      rq[0] = 1.0 * c0 - 3.0 * s0, rq[1] = 2.0 * c1 - 4.0 * s1, rq[2] = 3.0 * c0 + 1.0 * s0, rq[3] = 4.0 * c1 + 2.0 * s1;
+      rq[0] = 1.0 * c0 - 3.0 * s0, rq[1] = 2.0 * c1 - 4.0 * s1, rq[2] = 3.0 * c0 + 1.0 * s0,
+      rq[3] = 4.0 * c1 + 2.0 * s1;
     }
     const std::vector<float> scaled = weights_at(p, ScoreStage::kScaled);
     CHECK(scaled[0] == Approx(rq[0] * 0.5 - rq[1] + rq[2] * 0.25 + rq[3] * 2.0).epsilon(1e-7));
@@ -267,7 +275,8 @@ TEST_CASE("reference, sinks and rope: with rope, scores depend on relative posit
   }
 }
 
-TEST_CASE("reference, sinks and rope: bad options are statuses; the kernels refuse what they do not compute yet", "[reference][sinks-rope]") {
+TEST_CASE("reference, sinks and rope: bad options are statuses; the kernels refuse what they do not compute yet",
+          "[reference][sinks-rope]") {
   V3Problem p(AttentionShape{1, 3, 4, 2 * 4, 2, 1}, 81);
   p.sinks = {0.0f, std::numeric_limits<float>::quiet_NaN()};
   CHECK(mha::reference_attention(p.args()) == Status::kBadSinks);

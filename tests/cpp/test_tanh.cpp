@@ -57,8 +57,9 @@ TEST_CASE("simd tanh: within 2 ulp of the correctly rounded tanh on every 64th p
   WARN("simd tanh: worst " << worst << " ulp at x = " << worst_x);
   REQUIRE(worst <= 2);
 
-  alignas(16) const float special[8] = {0.0f, -0.0f, kInf, -kInf, kNaN, std::numeric_limits<float>::denorm_min(),
-                                        std::numeric_limits<float>::max(), 0.625f};
+  alignas(16) const float special[8] = {
+      0.0f,  -0.0f, kInf, -kInf, kNaN, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max(),
+      0.625f};
   alignas(16) float out[8];
   mha::simd::tanh(mha::simd::VecF::load_aligned(special), k).store_aligned(out);
   mha::simd::tanh(mha::simd::VecF::load_aligned(special + 4), k).store_aligned(out + 4);

@@ -39,9 +39,9 @@ inline std::vector<const mha::KernelVariant*> kernel_list() {
 }
 
 // One section per kernel variant of the build (Catch2 reruns the test case for each); its name is INFO.
-#define EACH_KERNEL()                                                                    \
-  ([](const mha::KernelVariant* kernel_) -> const mha::KernelVariant& {                 \
-    return *kernel_;                                                                     \
+#define EACH_KERNEL()                                                   \
+  ([](const mha::KernelVariant* kernel_) -> const mha::KernelVariant& { \
+    return *kernel_;                                                    \
   }(GENERATE(Catch::Generators::from_range(::mha_test::kernel_list()))))
 
 enum class MaskKind { kNone, kRandom, kKeyPadding, kFullyMaskedRows };
@@ -52,11 +52,11 @@ struct Options {
   std::vector<int32_t> kv_lengths;  // (B), or empty
   int32_t window_left = -1, window_right = -1;
   float softcap = 0.0f;
-  std::vector<float> alibi_slopes;  // (H), or empty
-  std::vector<float> bias;          // [bias_batch, bias_heads, S, T], or empty
+  std::vector<float> alibi_slopes;         // (H), or empty
+  std::vector<float> bias;                 // [bias_batch, bias_heads, S, T], or empty
   int32_t bias_batch = 0, bias_heads = 0;  // 1 or B, 1 or H
   mha::EmptyRows empty_rows = mha::EmptyRows::kNaN;
-  bool lse = false;                 // ask for the (B, H, S) lse
+  bool lse = false;  // ask for the (B, H, S) lse
 };
 
 // One attention problem with its own buffers. q is (B, S, D), k/v (B, T, Hkv*Dh), in buffers that may be
@@ -77,7 +77,8 @@ struct Problem {
 
   Problem() = default;
   // Dense standard-normal q, k, v (times input_scale) from one seed.
-  Problem(mha::AttentionShape s, uint64_t seed, float input_scale = 1.0f) : shape(s), scale(mha::default_scale(s.head_dim())) {
+  Problem(mha::AttentionShape s, uint64_t seed, float input_scale = 1.0f)
+      : shape(s), scale(mha::default_scale(s.head_dim())) {
     q = random_tensor(size_t(s.q_elements()), seed, input_scale);
     k = random_tensor(size_t(s.kv_elements()), seed + 1, input_scale);
     v = random_tensor(size_t(s.kv_elements()), seed + 2, input_scale);
@@ -89,7 +90,9 @@ struct Problem {
   int64_t q_batch_stride() const { return shape.seq_len * row_stride(); }
   int64_t kv_batch_stride() const { return shape.kv_seq_len * kv_row_stride(); }
   size_t q_index(int b, int i, int c) const { return size_t(offset + b * q_batch_stride() + i * row_stride() + c); }
-  size_t kv_index(int b, int j, int c) const { return size_t(offset + b * kv_batch_stride() + j * kv_row_stride() + c); }
+  size_t kv_index(int b, int j, int c) const {
+    return size_t(offset + b * kv_batch_stride() + j * kv_row_stride() + c);
+  }
   float& q_at(int b, int i, int c) { return q[q_index(b, i, c)]; }
   float& k_at(int b, int j, int c) { return k[kv_index(b, j, c)]; }
   float& v_at(int b, int j, int c) { return v[kv_index(b, j, c)]; }
@@ -134,7 +137,8 @@ struct Problem {
 
   // A random [bias_batch, bias_heads, S, T] bias (standard normal times `scale`, a fraction `hidden` of it
   // -inf) as options.bias.
-  void random_bias(int32_t bias_batch, int32_t bias_heads, uint64_t seed, float bias_scale = 1.0f, double hidden = 0.0) {
+  void random_bias(int32_t bias_batch, int32_t bias_heads, uint64_t seed, float bias_scale = 1.0f,
+                   double hidden = 0.0) {
     options.bias_batch = bias_batch;
     options.bias_heads = bias_heads;
     options.bias = random_tensor(size_t(bias_batch) * bias_heads * shape.seq_len * shape.kv_seq_len, seed, bias_scale);
@@ -229,8 +233,8 @@ inline void require_close(const std::vector<float>& ref, const std::vector<float
     }
     if (std::isfinite(err)) worst = std::max(worst, err);
   }
-  INFO("worst finite error " << worst << ", allowed " << tol * ref_max << ", bad elements " << bad
-                             << ", first at " << first_bad << " (ref " << (bad ? ref[first_bad] : 0.0f) << ", fast "
+  INFO("worst finite error " << worst << ", allowed " << tol * ref_max << ", bad elements " << bad << ", first at "
+                             << first_bad << " (ref " << (bad ? ref[first_bad] : 0.0f) << ", fast "
                              << (bad ? fast[first_bad] : 0.0f) << ")");
   REQUIRE(bad == 0);
 }

@@ -25,8 +25,8 @@ TEST_CASE("validation: bad shapes, pointers and scales are refused as values", "
            {{1, 2, 2, 0, 2}, Status::kNonPositiveDim},
            {{1, 2, 2, 4, 0}, Status::kNonPositiveDim},
            {{1, 2, 2, 10, 4}, Status::kHeadsDoNotDivide},
-           {{1 << 20, 1 << 10, 2, 4, 2}, Status::kTooLarge},          // q has 2^32 elements
-           {{1, 2, 1 << 30, 4, 2}, Status::kTooLarge},                // k has 2^32 elements
+           {{1 << 20, 1 << 10, 2, 4, 2}, Status::kTooLarge},                          // q has 2^32 elements
+           {{1, 2, 1 << 30, 4, 2}, Status::kTooLarge},                                // k has 2^32 elements
            {{0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 1}, Status::kTooLarge},  // no int64 overflow
        }) {
     INFO("shape " << shape.batch << "," << shape.seq_len << "," << shape.kv_seq_len << "," << shape.d_model << ","
@@ -52,7 +52,7 @@ TEST_CASE("validation: bad shapes, pointers and scales are refused as values", "
   args = p.args();
   args.shape = AttentionShape{4, 1 << 15, 1 << 15, 4, 4};
   CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kMask) == Status::kTooLarge);  // mask alone is 2^32
-  CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kNone) == Status::kOk);  // no (S, T) tensor without it
+  CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kNone) == Status::kOk);        // no (S, T) tensor without it
   args.shape = AttentionShape{1, 1 << 15, 1 << 15, 4, 4};
   CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kMask) == Status::kOk);
   CHECK(mha::validate_shape(args.shape, mha::ScoreTensor::kWeights) == Status::kTooLarge);
@@ -125,30 +125,38 @@ TEST_CASE("validation: bad options are refused as status values by the reference
     Status expected;
   };
   const Bad cases[] = {
-      {"num_kv_heads 3 does not divide 4", [](mha::AttentionArgs& a, const void*) { a.shape.num_kv_heads = 3; }, nullptr,
-       Status::kKvHeadsDoNotDivide},
+      {"num_kv_heads 3 does not divide 4", [](mha::AttentionArgs& a, const void*) { a.shape.num_kv_heads = 3; },
+       nullptr, Status::kKvHeadsDoNotDivide},
       {"num_kv_heads -1", [](mha::AttentionArgs& a, const void*) { a.shape.num_kv_heads = -1; }, nullptr,
        Status::kKvHeadsDoNotDivide},
-      {"query_offset -1", [](mha::AttentionArgs& a, const void*) { a.query_offset = -1; }, nullptr, Status::kBadQueryOffset},
-      {"query_offset + S beyond int32", [](mha::AttentionArgs& a, const void*) { a.query_offset = 0x7ffffffe; }, nullptr,
+      {"query_offset -1", [](mha::AttentionArgs& a, const void*) { a.query_offset = -1; }, nullptr,
        Status::kBadQueryOffset},
+      {"query_offset + S beyond int32", [](mha::AttentionArgs& a, const void*) { a.query_offset = 0x7ffffffe; },
+       nullptr, Status::kBadQueryOffset},
       {"window_left -2", [](mha::AttentionArgs& a, const void*) { a.window_left = -2; }, nullptr, Status::kBadWindow},
       {"window_right -5", [](mha::AttentionArgs& a, const void*) { a.window_right = -5; }, nullptr, Status::kBadWindow},
-      {"kv_lengths 5 > T", [](mha::AttentionArgs& a, const void* d) { a.kv_lengths = static_cast<const std::vector<int32_t>*>(d)->data(); },
+      {"kv_lengths 5 > T",
+       [](mha::AttentionArgs& a, const void* d) { a.kv_lengths = static_cast<const std::vector<int32_t>*>(d)->data(); },
        &lengths_bad, Status::kBadKvLength},
-      {"kv_lengths -1", [](mha::AttentionArgs& a, const void* d) { a.kv_lengths = static_cast<const std::vector<int32_t>*>(d)->data(); },
+      {"kv_lengths -1",
+       [](mha::AttentionArgs& a, const void* d) { a.kv_lengths = static_cast<const std::vector<int32_t>*>(d)->data(); },
        &lengths_negative, Status::kBadKvLength},
       {"softcap NaN", [](mha::AttentionArgs& a, const void*) { a.softcap = kNaN; }, nullptr, Status::kBadSoftcap},
       {"softcap inf", [](mha::AttentionArgs& a, const void*) { a.softcap = kInf; }, nullptr, Status::kBadSoftcap},
       {"softcap -1", [](mha::AttentionArgs& a, const void*) { a.softcap = -1.0f; }, nullptr, Status::kBadSoftcap},
-      {"ALiBi slope NaN", [](mha::AttentionArgs& a, const void* d) { a.alibi_slopes = static_cast<const std::vector<float>*>(d)->data(); },
+      {"ALiBi slope NaN",
+       [](mha::AttentionArgs& a, const void* d) { a.alibi_slopes = static_cast<const std::vector<float>*>(d)->data(); },
        &slopes_bad, Status::kBadAlibiSlope},
-      {"ALiBi slope inf", [](mha::AttentionArgs& a, const void* d) { a.alibi_slopes = static_cast<const std::vector<float>*>(d)->data(); },
+      {"ALiBi slope inf",
+       [](mha::AttentionArgs& a, const void* d) { a.alibi_slopes = static_cast<const std::vector<float>*>(d)->data(); },
        &slopes_inf, Status::kBadAlibiSlope},
-      {"bias with a negative stride", [](mha::AttentionArgs& a, const void* d) { a.bias = mha::BiasView{static_cast<const std::vector<float>*>(d)->data(), -12, 0}; },
+      {"bias with a negative stride",
+       [](mha::AttentionArgs& a, const void* d) {
+         a.bias = mha::BiasView{static_cast<const std::vector<float>*>(d)->data(), -12, 0};
+       },
        &slopes_bad, Status::kBadBiasShape},
-      {"empty_rows 2", [](mha::AttentionArgs& a, const void*) { a.empty_rows = static_cast<mha::EmptyRows>(2); }, nullptr,
-       Status::kBadEmptyRows},
+      {"empty_rows 2", [](mha::AttentionArgs& a, const void*) { a.empty_rows = static_cast<mha::EmptyRows>(2); },
+       nullptr, Status::kBadEmptyRows},
   };
   for (const Bad& bad : cases) {
     INFO(bad.what);

@@ -1,6 +1,6 @@
 // Differential fuzzing of every kernel variant of the build (mha::kernel_variants(): simd128 and scalar)
-// against the double-precision reference (mha::reference_attention), under ASan + UBSan. Built by the CMake option MHA_FUZZ (clang only);
-// run with `npm run fuzz` (scripts/fuzz.sh) or the short fixed-seed slice in scripts/test.sh.
+// against the double-precision reference (mha::reference_attention), under ASan + UBSan. Built by the CMake option
+// MHA_FUZZ (clang only); run with `npm run fuzz` (scripts/fuzz.sh) or the short fixed-seed slice in scripts/test.sh.
 //
 // Input layout (tests/fuzz/README.md describes it for corpus authors): a header of shape/config bytes,
 // an 8-byte seed for the bulk values, then any number of 4-byte "injections" that put special values
@@ -55,9 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const V3Options v3 = split_v3(data, size);
   const uint8_t* o = options.bytes;  // all 0 without an options tail
   Reader in{data, size};
-  const uint8_t h0 = in.u8(), h1 = in.u8(), h2 = in.u8(), h3 = in.u8(), h4 = in.u8(), flags = in.u8(),
-                layout = in.u8(), mask_kind = in.u8(), value_kinds = in.u8(), v_kind = in.u8(),
-                scale_kind = in.u8();
+  const uint8_t h0 = in.u8(), h1 = in.u8(), h2 = in.u8(), h3 = in.u8(), h4 = in.u8(), flags = in.u8(), layout = in.u8(),
+                mask_kind = in.u8(), value_kinds = in.u8(), v_kind = in.u8(), scale_kind = in.u8();
   const uint64_t seed = in.u64();
 
   mha::AttentionShape shape;
@@ -65,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shape.seq_len = pick_len(h1);
   shape.kv_seq_len = (flags & 0x40) ? shape.seq_len : pick_len(h2);
   shape.num_kv_heads = 1 + h3 % 4;
-  shape.num_heads = shape.num_kv_heads * (1 + o[0] % 4);  // grouped-query heads with options
+  shape.num_heads = shape.num_kv_heads * (1 + o[0] % 4);            // grouped-query heads with options
   const int32_t head_dim = (h4 < 200) ? 1 + h4 % 20 : 1 + h4 % 70;  // odd and 1 included
   shape.d_model = head_dim * shape.num_heads;
   shape.v_head_dim = pick_value_dim(v3);
@@ -73,8 +72,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int32_t v_d = shape.value_dim() * shape.num_kv_heads, out_d = shape.value_dim() * shape.num_heads;
   // Keep one input cheap (the reference is O(B H S T Dh)): shrink T, then S.
   while (int64_t{shape.batch} * shape.seq_len * shape.kv_seq_len * (shape.d_model + out_d) > 300000) {
-    if (shape.kv_seq_len > 1) shape.kv_seq_len = (shape.kv_seq_len + 1) / 2;
-    else shape.seq_len = (shape.seq_len + 1) / 2;
+    if (shape.kv_seq_len > 1)
+      shape.kv_seq_len = (shape.kv_seq_len + 1) / 2;
+    else
+      shape.seq_len = (shape.seq_len + 1) / 2;
   }
   const int32_t B = shape.batch, S = shape.seq_len, T = shape.kv_seq_len, D = shape.d_model, Dh = head_dim;
   const bool causal = flags & 1;
@@ -104,7 +105,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fill_values(k_cells, value_kinds >> 3 & 7, rng);
   fill_values(v_cells, v_kind, rng);
   if (value_kinds & 0x40) {  // k = q (self-attention on one tensor) when the shapes agree
-    if (S == T) for (size_t i = 0; i < k_cells.size(); ++i) *k_cells[i] = *q_cells[i];
+    if (S == T)
+      for (size_t i = 0; i < k_cells.size(); ++i) *k_cells[i] = *q_cells[i];
   }
 
   std::vector<uint8_t> mask;
@@ -128,7 +130,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0: *q_cells[index % q_cells.size()] = special_value(kind); break;
       case 1: *k_cells[index % k_cells.size()] = special_value(kind); break;
       case 2: *v_cells[index % v_cells.size()] = special_value(kind); break;
-      default: if (!mask.empty()) mask[index % mask.size()] ^= 1; break;
+      default:
+        if (!mask.empty()) mask[index % mask.size()] ^= 1;
+        break;
     }
   }
 
@@ -182,7 +186,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  B, S, T, D, shape.num_heads, shape.num_kv_heads, causal, with_mask, strided, double(scale),
                  args.query_offset, int(args.kv_lengths != nullptr), args.window_left, args.window_right,
                  double(args.softcap), int(args.alibi_slopes != nullptr), int(args.bias.data != nullptr),
-                 int(args.empty_rows), int(want_lse), shape.value_dim(), int(args.sinks != nullptr), args.rope.rotary_dim);
+                 int(args.empty_rows), int(want_lse), shape.value_dim(), int(args.sinks != nullptr),
+                 args.rope.rotary_dim);
   }
   std::vector<KernelOutput> outputs;
   for (const mha::KernelVariant* kernel : mha::kernel_variants()) {
@@ -215,7 +220,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<float> scratch(plan.scratch.total + 16, kNaN);
     float* aligned = scratch.data();
     while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
-    for (int64_t u = plan.unit_count - 1; u >= 0; --u) kernel->run_unit(a2, plan, mha::plan_unit(shape, plan, u), aligned);
+    for (int64_t u = plan.unit_count - 1; u >= 0; --u)
+      kernel->run_unit(a2, plan, mha::plan_unit(shape, plan, u), aligned);
     if (std::memcmp(out2.storage.data(), out.storage.data(), out.storage.size() * sizeof(float)) != 0 ||
         (want_lse && std::memcmp(lse2.data(), outputs.back().lse.data(), lse2.size() * sizeof(float)) != 0)) {
       fail("units in reverse order differ from attention()");

@@ -26,13 +26,15 @@
 //   and the sum, and a value of 0 in the hull; Dv only changes which columns are compared.
 // Domain: rows whose float32 intermediates can overflow although the double reference does not
 //   (a) logit overflow: max_j a_j or A >= FLT_MAX / 4, or a logit term of the options (ALiBi, bias)
-//       that large: q.k (or scale * q.k, or the score) is not representable in float32; the kernel sees +-inf logits (so NaN or a different winner) where the reference
-//       computes in double. PyTorch float32 behaves like the kernel. Counted as `logit_range`.
+//       that large: q.k (or scale * q.k, or the score) is not representable in float32; the kernel sees +-inf logits
+//       (so NaN or a different winner) where the reference computes in double. PyTorch float32 behaves like the kernel.
+//       Counted as `logit_range`.
 //   (b) accumulation overflow: T * max_j |v_jd| >= FLT_MAX / 4 (finite v_jd): the unnormalized online-softmax
 //       accumulator sum_j p_j v_jd (p_j <= 1) can overflow to inf before the final division by l.
 //       Counted as `value_range`.
 //   (c) weight underflow (see the check below): an infinite v at a key whose weight is 0 in one
-//       precision and positive in the other: NaN vs +-inf. Counted as `weight_underflow`. MHA_FUZZ_STRICT=1 turns (a), (b) and (c) into failures.
+//       precision and positive in the other: NaN vs +-inf. Counted as `weight_underflow`. MHA_FUZZ_STRICT=1 turns (a),
+//       (b) and (c) into failures.
 #pragma once
 
 #include <algorithm>
@@ -67,7 +69,9 @@ struct Counters {
   uint64_t inputs = 0, outputs = 0, logit_range = 0, value_range = 0, weight_underflow = 0;
   ~Counters() {
     if (std::getenv("MHA_FUZZ_STATS") != nullptr) {
-      std::fprintf(stderr, "fuzz_attention: %llu inputs, %llu outputs compared; float32-range exemptions: %llu logit, %llu value, %llu weight underflow\n",
+      std::fprintf(stderr,
+                   "fuzz_attention: %llu inputs, %llu outputs compared; float32-range exemptions: %llu logit, %llu "
+                   "value, %llu weight underflow\n",
                    (unsigned long long)inputs, (unsigned long long)outputs, (unsigned long long)logit_range,
                    (unsigned long long)value_range, (unsigned long long)weight_underflow);
     }
@@ -84,9 +88,9 @@ struct KernelOutput {
 // Check 6 for every variant's output: per row the reference weights in double, the tolerance terms, then
 // every column of each output.
 inline void compare_with_reference(const mha::AttentionArgs& args, const Strided& q, const Strided& k, const Strided& v,
-                            const std::vector<KernelOutput>& outputs, const Strided& ref,
-                            const std::vector<float>& ref_lse, const std::vector<uint8_t>& mask, float scale,
-                            int32_t Dh) {
+                                   const std::vector<KernelOutput>& outputs, const Strided& ref,
+                                   const std::vector<float>& ref_lse, const std::vector<uint8_t>& mask, float scale,
+                                   int32_t Dh) {
   const mha::AttentionShape& shape = args.shape;
   const int32_t group = shape.num_heads / shape.kv_heads();
   const int32_t B = shape.batch, S = shape.seq_len, T = shape.kv_seq_len, D = shape.d_model, Dv = shape.value_dim();
@@ -108,10 +112,9 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
         double a_max = 0.0, m = -INFINITY, option_terms = 0.0, score_max = 0.0;
         const int32_t g = h / group;
         const double position = double(args.query_offset) + i;
-        const float* bias_row = args.bias.data == nullptr
-                                    ? nullptr
-                                    : args.bias.data + b * args.bias.batch_stride + h * args.bias.head_stride +
-                                          int64_t{i} * T;
+        const float* bias_row = args.bias.data == nullptr ? nullptr
+                                                          : args.bias.data + b * args.bias.batch_stride +
+                                                                h * args.bias.head_stride + int64_t{i} * T;
         for (int32_t j = 0; j < T; ++j) {
           visible[j] = visibility.visible(i, j);
           if (!visible[j]) continue;
@@ -185,7 +188,8 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
             }
             const double lse_tol = E + 2.0 * gamma_t + 8.0 * kU * std::max(1.0, std::abs(double(r)));
             if (std::isfinite(r) && !(std::abs(double(f) - r) <= lse_tol)) {
-              std::fprintf(stderr, "lse b=%d h=%d i=%d: fast=%.9g ref=%.9g tol=%g\n", b, h, i, double(f), double(r), lse_tol);
+              std::fprintf(stderr, "lse b=%d h=%d i=%d: fast=%.9g ref=%.9g tol=%g\n", b, h, i, double(f), double(r),
+                           lse_tol);
               fail("fast and reference lse differ beyond the derived tolerance");
             }
           }
@@ -195,7 +199,8 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
           const float r = ref.at(b, i, c);
           // A sink is a key whose value is 0 (its weight joins the sum, its value row is none): both
           // results are convex combinations of the visible v and that 0.
-          double v1 = 0.0, vmin = has_sink ? 0.0 : INFINITY, vmax = has_sink ? 0.0 : -INFINITY, vabs = 0.0, vabs_finite = 0.0;
+          double v1 = 0.0, vmin = has_sink ? 0.0 : INFINITY, vmax = has_sink ? 0.0 : -INFINITY, vabs = 0.0,
+                 vabs_finite = 0.0;
           bool col_finite = true;
           for (int32_t j = 0; j < T; ++j) {
             if (!visible[j]) continue;
@@ -214,13 +219,15 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
             ++g_counters.outputs;
             if (empty_row) {
               if (std::memcmp(&f, &r, sizeof f) != 0 && !(std::isnan(f) && std::isnan(r))) {
-                std::fprintf(stderr, "empty row b=%d h=%d i=%d e=%d: fast=%g ref=%g\n", b, h, i, e, double(f), double(r));
+                std::fprintf(stderr, "empty row b=%d h=%d i=%d e=%d: fast=%g ref=%g\n", b, h, i, e, double(f),
+                             double(r));
                 fail("an empty row differs from the reference's");
               }
               continue;
             }
             if (!strict && (logit_range || value_range)) {
-              if (value_class(f) != value_class(r) || (std::isfinite(f) && std::abs(double(f) - r) > vmax - vmin + 1e-6 * vabs)) {
+              if (value_class(f) != value_class(r) ||
+                  (std::isfinite(f) && std::abs(double(f) - r) > vmax - vmin + 1e-6 * vabs)) {
                 g_counters.logit_range += logit_range;
                 g_counters.value_range += value_range && !logit_range;
               }
@@ -255,8 +262,10 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
                            double(r), row_finite, col_finite);
               if (std::getenv("MHA_FUZZ_VERBOSE")) {
                 for (int32_t j = 0; j < T; ++j) {
-                  std::fprintf(stderr, "  key %d visible=%d logit=%g v=%g:", j, visible[j], logits[j], double(v.at(b, j, g * Dv + e)));
-                  for (int32_t x = 0; x < Dh; ++x) std::fprintf(stderr, " %g*%g", double(q.at(b, i, h * Dh + x)), double(k.at(b, j, g * Dh + x)));
+                  std::fprintf(stderr, "  key %d visible=%d logit=%g v=%g:", j, visible[j], logits[j],
+                               double(v.at(b, j, g * Dv + e)));
+                  for (int32_t x = 0; x < Dh; ++x)
+                    std::fprintf(stderr, " %g*%g", double(q.at(b, i, h * Dh + x)), double(k.at(b, j, g * Dh + x)));
                   std::fprintf(stderr, "\n");
                 }
               }
@@ -271,9 +280,8 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
               // V1 uses the double weights, which underflow to exactly 0 for keys more than ~745 below the max
               // logit; a logit error that large (2E >= 700) can make such a key win in float32, so there the
               // weight-ratio bound says nothing and only the convex hull bounds the result.
-              const double perturbation = 2.0 * E >= 700.0
-                                              ? INFINITY
-                                              : std::expm1(2.0 * E) * v1 + rounding * v1 + 4.0 * kU * v1;
+              const double perturbation =
+                  2.0 * E >= 700.0 ? INFINITY : std::expm1(2.0 * E) * v1 + rounding * v1 + 4.0 * kU * v1;
               const double hull = (vmax - vmin) + (2.0 * gamma_t + 8.0 * kU) * vabs;
               tol = std::min(perturbation, hull) + flush + kU * std::abs(double(r));
             } else {
@@ -294,11 +302,12 @@ inline void compare_with_reference(const mha::AttentionArgs& args, const Strided
             tol += (T + 2) * double(std::numeric_limits<float>::denorm_min());
             const double err = std::abs(double(f) - double(r));
             if (!(err <= tol)) {
-              std::fprintf(stderr,
-                           "b=%d h=%d i=%d e=%d B=%d S=%d T=%d D=%d H=%d causal=%d mask=%d scale=%g: fast=%.9g ref=%.9g "
-                           "err=%g tol=%g (E=%g V1=%g hull=[%g, %g])\n",
-                           b, h, i, e, B, S, T, D, shape.num_heads, causal, with_mask, double(scale), double(f),
-                           double(r), err, tol, E, v1, vmin, vmax);
+              std::fprintf(
+                  stderr,
+                  "b=%d h=%d i=%d e=%d B=%d S=%d T=%d D=%d H=%d causal=%d mask=%d scale=%g: fast=%.9g ref=%.9g "
+                  "err=%g tol=%g (E=%g V1=%g hull=[%g, %g])\n",
+                  b, h, i, e, B, S, T, D, shape.num_heads, causal, with_mask, double(scale), double(f), double(r), err,
+                  tol, E, v1, vmin, vmax);
               fail("fast and reference differ beyond the derived tolerance");
             }
           }

@@ -32,13 +32,11 @@ struct Reader {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kFltMax = std::numeric_limits<float>::max();
-constexpr double kU = 1.0 / (1 << 24);  // float32 unit roundoff
+constexpr double kU = 1.0 / (1 << 24);          // float32 unit roundoff
 constexpr uint32_t kSentinelBits = 0x7fc0dead;  // a NaN with a recognizable payload
 
 float sentinel() { return mha::f16::bits_float(kSentinelBits); }
-bool is_sentinel(float f) {
-  return mha::f16::float_bits(f) == kSentinelBits;
-}
+bool is_sentinel(float f) { return mha::f16::float_bits(f) == kSentinelBits; }
 
 // A strided (B, rows, D) tensor in a buffer of exactly the size it needs (plus a leading offset), so
 // ASan reports any read past its last element. Gap elements (row and batch padding) hold the sentinel.
@@ -49,12 +47,19 @@ struct Strided {
   int32_t batch = 0, rows = 0, d = 0;
 
   Strided(int32_t b, int32_t r, int32_t dm, int32_t off, int32_t row_pad, int32_t batch_pad)
-      : offset(off), row_stride(dm + row_pad), batch_stride(int64_t{r} * (dm + row_pad) + batch_pad), batch(b), rows(r), d(dm) {
+      : offset(off),
+        row_stride(dm + row_pad),
+        batch_stride(int64_t{r} * (dm + row_pad) + batch_pad),
+        batch(b),
+        rows(r),
+        d(dm) {
     const size_t extent = size_t(off) + size_t((b - 1) * batch_stride + (r - 1) * row_stride + dm);
     storage.assign(extent, sentinel());
   }
   float& at(int32_t b, int32_t r, int32_t c) { return storage[size_t(offset + b * batch_stride + r * row_stride + c)]; }
-  float at(int32_t b, int32_t r, int32_t c) const { return storage[size_t(offset + b * batch_stride + r * row_stride + c)]; }
+  float at(int32_t b, int32_t r, int32_t c) const {
+    return storage[size_t(offset + b * batch_stride + r * row_stride + c)];
+  }
   bool is_element(size_t index) const {
     if (index < size_t(offset)) return false;
     const int64_t rel = int64_t(index) - offset;
@@ -74,13 +79,14 @@ void fill_values(std::vector<float*>& cells, uint8_t kind, std::mt19937_64& rng)
   for (float* cell : cells) {
     float x = 0.0f;
     switch (kind % 8) {
-      case 0: case 1: x = normal(rng); break;                              // ordinary
-      case 2: x = normal(rng) * 30.0f; break;                              // logits near exp's range
+      case 0:
+      case 1: x = normal(rng); break;          // ordinary
+      case 2: x = normal(rng) * 30.0f; break;  // logits near exp's range
       case 3: x = std::ldexp(normal(rng), std::uniform_int_distribution<int>(-30, 30)(rng)); break;  // wide
       case 4: x = std::ldexp(1.0f + std::abs(normal(rng)), exponent(rng)) * (rng() & 1 ? 1.f : -1.f); break;
-      case 5: x = constant; break;                                         // all equal
-      case 6: x = std::ldexp(normal(rng), -140); break;                    // denormals
-      case 7: x = normal(rng) * 1e9f; break;                               // huge: one-hot softmax, large E
+      case 5: x = constant; break;                       // all equal
+      case 6: x = std::ldexp(normal(rng), -140); break;  // denormals
+      case 7: x = normal(rng) * 1e9f; break;             // huge: one-hot softmax, large E
     }
     *cell = x;
   }
@@ -105,7 +111,9 @@ float special_value(uint8_t kind) {
 
 float pick_scale(uint8_t kind, Reader& in, int32_t head_dim) {
   switch (kind % 10) {
-    case 0: case 1: case 2: return mha::default_scale(head_dim);
+    case 0:
+    case 1:
+    case 2: return mha::default_scale(head_dim);
     case 3: return 0.0f;
     case 4: return -mha::default_scale(head_dim);
     case 5: return float(int8_t(in.u8())) / 32.0f;  // [-4, 4)
@@ -169,7 +177,8 @@ constexpr size_t kV3Bytes = sizeof(V3Options::bytes);
 
 inline V3Options split_v3(const uint8_t* data, size_t& size) {
   V3Options o;
-  if (size >= 19 + sizeof kV3Magic + kV3Bytes && std::memcmp(data + size - kV3Bytes - sizeof kV3Magic, kV3Magic, sizeof kV3Magic) == 0) {
+  if (size >= 19 + sizeof kV3Magic + kV3Bytes &&
+      std::memcmp(data + size - kV3Bytes - sizeof kV3Magic, kV3Magic, sizeof kV3Magic) == 0) {
     o.present = true;
     std::memcpy(o.bytes, data + size - kV3Bytes, kV3Bytes);
     size -= kV3Bytes + sizeof kV3Magic;
@@ -200,7 +209,10 @@ inline void apply_v3(const V3Options& v3, uint64_t seed, mha::AttentionArgs& arg
   if (o[1] % 5 != 0) {
     constexpr float kSpecial[] = {0.0f, kFltMax, -kFltMax, 1e30f, std::numeric_limits<float>::denorm_min(), 88.0f};
     for (int32_t h = 0; h < shape.num_heads; ++h) {
-      const float x = o[1] % 5 == 1 ? 2.0f * normal(rng) : o[1] % 5 == 2 ? 30.0f : o[1] % 5 == 3 ? -1e30f : kSpecial[rng() % 6];
+      const float x = o[1] % 5 == 1   ? 2.0f * normal(rng)
+                      : o[1] % 5 == 2 ? 30.0f
+                      : o[1] % 5 == 3 ? -1e30f
+                                      : kSpecial[rng() % 6];
       buffers.sinks.push_back(x);
     }
     args.sinks = buffers.sinks.data();
@@ -229,7 +241,8 @@ struct RotatedTensor {
   double mag(int32_t b, int32_t r, int32_t c) const { return magnitude[(size_t(b) * rows + r) * width + c]; }
 };
 
-inline RotatedTensor rotate_tensor(const Strided& t, const mha::RotaryTables& rope, int32_t head_dim, int64_t first_position) {
+inline RotatedTensor rotate_tensor(const Strided& t, const mha::RotaryTables& rope, int32_t head_dim,
+                                   int64_t first_position) {
   RotatedTensor out;
   out.rows = t.rows;
   out.width = t.d;

@@ -38,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mha::SavedCacheHeader header;
   const mha::Status checked = mha::KVCacheStorage::check(data, int64_t(size), 0, header, &why);
   if (checked != mha::Status::kOk) {
-    if (checked != mha::Status::kCacheBadSave && checked != mha::Status::kCacheTooLarge) fail("check: unexpected status", why);
+    if (checked != mha::Status::kCacheBadSave && checked != mha::Status::kCacheTooLarge)
+      fail("check: unexpected status", why);
     if (why.empty()) fail("check: a refusal without a reason", why);
   }
   if (checked == mha::Status::kOk && mha::kv_cache_bytes(header.config) > kMaxFuzzCacheBytes) return 0;
@@ -61,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int32_t longest = cache->max_length();
   if (longest > 0) {
     std::unique_ptr<mha::KVCache> tight;
-    if (mha::KVCacheStorage::load(data, int64_t(size), longest, tight, &why) != mha::Status::kOk) fail("reload at max_length", why);
+    if (mha::KVCacheStorage::load(data, int64_t(size), longest, tight, &why) != mha::Status::kOk)
+      fail("reload at max_length", why);
     for (int32_t b = 0; b < cache->config().batch; ++b) {
       if (tight->length(b) != cache->length(b)) fail("reload: lengths differ", why);
       if (tight->special_from(b) != cache->special_from(b)) fail("reload: special_from differs", why);
@@ -72,7 +74,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const float a = cache->key(0, g, j, 0), b = tight->key(0, g, j, 0);
       if (std::memcmp(&a, &b, sizeof a) != 0) fail("reload: a key differs", why);
     }
-    if (longest > 1 && mha::KVCacheStorage::load(data, int64_t(size), longest - 1, tight, &why) != mha::Status::kCacheBadLength) {
+    if (longest > 1 &&
+        mha::KVCacheStorage::load(data, int64_t(size), longest - 1, tight, &why) != mha::Status::kCacheBadLength) {
       fail("a capacity below the longest length was accepted", why);
     }
   }

@@ -19,7 +19,11 @@ function seed(name, options, steps, truncate) {
     const scale = extra?.scale ?? 1;
     const k = randomNormal(B * n * Hkv * Dh, random).map((x) => x * scale);
     const v = randomNormal(B * n * Hkv * Dv, random).map((x) => x * scale);
-    cache.attend(randomNormal(B * n * 2 * Hkv * Dh, random), k, v, { numHeads: 2 * Hkv, newTokens, ...(extra?.options ?? {}) });
+    cache.attend(randomNormal(B * n * 2 * Hkv * Dh, random), k, v, {
+      numHeads: 2 * Hkv,
+      newTokens,
+      ...(extra?.options ?? {}),
+    });
   }
   if (truncate) cache.truncate(truncate);
   const bytes = cache.save();
@@ -30,13 +34,23 @@ function seed(name, options, steps, truncate) {
 
 seed('f32_b1_empty', { batch: 1, numKvHeads: 1, headDim: 4, capacity: 8 }, []);
 seed('f16_b3_empty', { batch: 3, numKvHeads: 2, headDim: 3, capacity: 5, dtype: 'float16', vHeadDim: 2 }, []);
-seed('f32_b2_ragged_dv5', { batch: 2, numKvHeads: 2, headDim: 3, capacity: 12, vHeadDim: 5 }, [[4], [3, [1, 3]]], [5, 2]);
+seed(
+  'f32_b2_ragged_dv5',
+  { batch: 2, numKvHeads: 2, headDim: 3, capacity: 12, vHeadDim: 5 },
+  [[4], [3, [1, 3]]],
+  [5, 2],
+);
 seed('f16_b1_panels', { batch: 1, numKvHeads: 1, headDim: 4, capacity: 40, dtype: 'float16' }, [[20], [13]]);
 // Values past binary16's range: inf halves (special_from).
-seed('f16_b2_specials', { batch: 2, numKvHeads: 1, headDim: 2, capacity: 6, dtype: 'float16' }, [[3, undefined, { scale: 1e5 }]]);
+seed('f16_b2_specials', { batch: 2, numKvHeads: 1, headDim: 2, capacity: 6, dtype: 'float16' }, [
+  [3, undefined, { scale: 1e5 }],
+]);
 // Version 2 (bfloat16 and int8): the values, then int8's float32 scales per 32-value block.
 seed('bf16_b2_ragged', { batch: 2, numKvHeads: 1, headDim: 4, capacity: 9, dtype: 'bfloat16' }, [[3], [2, [2, 1]]]);
-seed('int8_b1_blocks', { batch: 1, numKvHeads: 1, headDim: 40, capacity: 36, dtype: 'int8', vHeadDim: 24 }, [[20], [13]]);
+seed('int8_b1_blocks', { batch: 1, numKvHeads: 1, headDim: 40, capacity: 36, dtype: 'int8', vHeadDim: 24 }, [
+  [20],
+  [13],
+]);
 seed('int8_b2_empty', { batch: 2, numKvHeads: 2, headDim: 32, capacity: 4, dtype: 'int8' }, []);
 const rope = mha.ropeTables({ rotaryDim: 4, positions: 16 });
 seed('f32_b1_rope', { batch: 1, numKvHeads: 2, headDim: 4, capacity: 16 }, [[5, undefined, { options: { rope } }]]);

@@ -15,14 +15,20 @@ const header = fs.readFileSync(path.join(repoRoot, HEADER), 'utf8');
 const wasm = await createMhaModule({ wasmBinary: fs.readFileSync(path.join(repoRoot, 'dist/mha.wasm')) });
 
 test(`${OUTPUT} is what scripts/gen-abi.mjs makes of ${HEADER}`, () => {
-  assert.equal(fs.readFileSync(path.join(repoRoot, OUTPUT), 'utf8'), generate(header),
-    `${OUTPUT} is stale: run \`node scripts/gen-abi.mjs\``);
+  assert.equal(
+    fs.readFileSync(path.join(repoRoot, OUTPUT), 'utf8'),
+    generate(header),
+    `${OUTPUT} is stale: run \`node scripts/gen-abi.mjs\``,
+  );
 });
 
 test('the generator refuses a list it cannot read (a field that is not 4 bytes, a repeated name)', () => {
   const list = (...lines) => `#define MHA_ATTENTION_CALL_FIELDS(X) \\\n${lines.join(' \\\n')}\n`;
   assert.throws(() => parseFields(list('  X(double, scale, "no")'), 'MHA_ATTENTION_CALL_FIELDS'), /4-byte type/);
-  assert.throws(() => parseFields(list('  X(int32_t, a, "")', '  X(int32_t, a, "")'), 'MHA_ATTENTION_CALL_FIELDS'), /distinct/);
+  assert.throws(
+    () => parseFields(list('  X(int32_t, a, "")', '  X(int32_t, a, "")'), 'MHA_ATTENTION_CALL_FIELDS'),
+    /distinct/,
+  );
   assert.throws(() => parseFields('', 'MHA_ATTENTION_CALL_FIELDS'), /no #define/);
 });
 
@@ -35,7 +41,10 @@ for (const [macro, layoutOf, read] of [
   test(`${macro}: the module's struct has the header's fields, in its order, 4 bytes apart`, () => {
     const { size, ...offsets } = layoutOf();
     assert.deepEqual(Object.keys(offsets), names);
-    assert.deepEqual(Object.values(offsets), names.map((_, i) => 4 * i));
+    assert.deepEqual(
+      Object.values(offsets),
+      names.map((_, i) => 4 * i),
+    );
     assert.equal(size, 4 * names.length);
   });
 

@@ -36,14 +36,22 @@ const K_UNSUPPORTED_OPTION = Object.fromEntries(cppStatuses()).kUnsupportedOptio
 test('every status of src/mha/core/shape.hpp has a message from the module; numbers that are none have an empty one', () => {
   const statuses = cppStatuses();
   assert.ok(statuses.length >= 8, `found only ${statuses.length} statuses`);
-  assert.deepEqual(statuses.map(([, n]) => n), statuses.map((_, i) => i), 'the status numbers are 0, 1, 2, ...');
+  assert.deepEqual(
+    statuses.map(([, n]) => n),
+    statuses.map((_, i) => i),
+    'the status numbers are 0, 1, 2, ...',
+  );
   for (const [file, wasm] of Object.entries(builds)) {
     const messages = statuses.map(([name, n]) => {
       const message = wasm.statusMessage(n);
       assert.ok(typeof message === 'string' && message.length > 0, `${file}: ${name} (${n}) has no message`);
       return message;
     });
-    assert.equal(new Set(messages).size, messages.length, `${file}: two statuses share a message: ${messages.join(' | ')}`);
+    assert.equal(
+      new Set(messages).size,
+      messages.length,
+      `${file}: two statuses share a message: ${messages.join(' | ')}`,
+    );
     assert.equal(wasm.statusMessage(statuses.length), '');
     assert.equal(wasm.statusMessage(-1), '');
   }
@@ -51,12 +59,21 @@ test('every status of src/mha/core/shape.hpp has a message from the module; numb
 
 test('web/src holds no copy of a status message (they come from the module on the error path)', () => {
   const wasm = builds['mha.wasm'];
-  const messages = cppStatuses().filter(([name]) => name !== 'kOk').map(([, n]) => wasm.statusMessage(n));
-  const sources = [...tsSources(), [path.join(repoRoot, 'dist/index.js'), fs.readFileSync(path.join(repoRoot, 'dist/index.js'), 'utf8')]];
+  const messages = cppStatuses()
+    .filter(([name]) => name !== 'kOk')
+    .map(([, n]) => wasm.statusMessage(n));
+  const sources = [
+    ...tsSources(),
+    [path.join(repoRoot, 'dist/index.js'), fs.readFileSync(path.join(repoRoot, 'dist/index.js'), 'utf8')],
+  ];
   assert.ok(sources.length > 10, 'the TypeScript sources were not found');
   for (const [file, text] of sources) {
-    for (const message of messages) assert.ok(!text.includes(message), `${path.relative(repoRoot, file)} copies the message "${message}"`);
-    assert.ok(!/STATUS_MESSAGES|kUnsupportedOption|kOutOfMemory/.test(text), `${path.relative(repoRoot, file)} names a status`);
+    for (const message of messages)
+      assert.ok(!text.includes(message), `${path.relative(repoRoot, file)} copies the message "${message}"`);
+    assert.ok(
+      !/STATUS_MESSAGES|kUnsupportedOption|kOutOfMemory/.test(text),
+      `${path.relative(repoRoot, file)} names a status`,
+    );
   }
 });
 
@@ -64,9 +81,26 @@ test('attentionCallLayout: 4-byte fields at distinct offsets that cover the whol
   for (const [file, wasm] of Object.entries(builds)) {
     const { size, ...fields } = wasm.attentionCallLayout();
     const offsets = Object.values(fields).sort((a, b) => a - b);
-    assert.deepEqual(offsets, offsets.map((_, i) => 4 * i), `${file}: ${JSON.stringify(fields)}`);
+    assert.deepEqual(
+      offsets,
+      offsets.map((_, i) => 4 * i),
+      `${file}: ${JSON.stringify(fields)}`,
+    );
     assert.equal(size, 4 * offsets.length);
-    for (const name of ['q', 'k', 'v', 'out', 'mask', 'batch', 'seq_len', 'kv_seq_len', 'd_model', 'num_heads', 'causal', 'scale']) {
+    for (const name of [
+      'q',
+      'k',
+      'v',
+      'out',
+      'mask',
+      'batch',
+      'seq_len',
+      'kv_seq_len',
+      'd_model',
+      'num_heads',
+      'causal',
+      'scale',
+    ]) {
       assert.ok(name in fields, `${file}: no field ${name}`);
     }
   }
@@ -81,10 +115,35 @@ const [q, k, v] = [0, 1, 2].map(() => randomNormal(B * S * D, random));
 /** v1 field values of the call, and the v2 and v3 fields at their "none" values (see AttentionCallAbi). */
 function v1Call() {
   return {
-    batch: B, seq_len: S, kv_seq_len: T, d_model: D, num_heads: H, num_kv_heads: H, query_offset: 0, causal: 0,
-    window_left: -1, window_right: -1, bias_batch: 1, bias_heads: 1, empty_rows: 0, scale: Math.fround(1 / Math.sqrt(Dh)),
-    softcap: 0, mask: 0, bias: 0, kv_lengths: 0, alibi_slopes: 0, lse: 0,
-    v_head_dim: 0, sinks: 0, rope_cos: 0, rope_sin: 0, rope_positions: 0, rope_rotary_dim: 0, rope_interleaved: 0, rope_first_position: 0, stage: 3,
+    batch: B,
+    seq_len: S,
+    kv_seq_len: T,
+    d_model: D,
+    num_heads: H,
+    num_kv_heads: H,
+    query_offset: 0,
+    causal: 0,
+    window_left: -1,
+    window_right: -1,
+    bias_batch: 1,
+    bias_heads: 1,
+    empty_rows: 0,
+    scale: Math.fround(1 / Math.sqrt(Dh)),
+    softcap: 0,
+    mask: 0,
+    bias: 0,
+    kv_lengths: 0,
+    alibi_slopes: 0,
+    lse: 0,
+    v_head_dim: 0,
+    sinks: 0,
+    rope_cos: 0,
+    rope_sin: 0,
+    rope_positions: 0,
+    rope_rotary_dim: 0,
+    rope_interleaved: 0,
+    rope_first_position: 0,
+    stage: 3,
   };
 }
 
@@ -100,10 +159,18 @@ function runCall(wasm, fields) {
   const stage = (array) => {
     const at = wasm._malloc(Math.max(16, array.byteLength));
     blocks.push(at);
-    new Uint8Array(wasm.HEAPU8.buffer, at, array.byteLength).set(new Uint8Array(array.buffer, array.byteOffset, array.byteLength));
+    new Uint8Array(wasm.HEAPU8.buffer, at, array.byteLength).set(
+      new Uint8Array(array.buffer, array.byteOffset, array.byteLength),
+    );
     return at;
   };
-  const [qAt, kAt, vAt, outAt, lseAt] = [q, k, v, new Float32Array(B * S * D), new Float32Array(B * H * S).fill(12345)].map(stage);
+  const [qAt, kAt, vAt, outAt, lseAt] = [
+    q,
+    k,
+    v,
+    new Float32Array(B * S * D),
+    new Float32Array(B * H * S).fill(12345),
+  ].map(stage);
   Object.assign(call, { q: qAt, k: kAt, v: vAt, out: outAt, lse: call.lse === 0 ? 0 : lseAt });
   for (const [name, value] of Object.entries(call)) if (ArrayBuffer.isView(value)) call[name] = stage(value);
   const callAt = wasm._malloc(layout.size);
@@ -148,7 +215,12 @@ const V2_FIELDS = {
   // v3 (docs/spec.md 4.1, 4.4, 4.5): the kernels may refuse them with kNotInKernels until they compute them.
   v_head_dim: { v_head_dim: 2 },
   sinks: { sinks: new Float32Array([1, -1, 2, 0]) },
-  rope: { rope_cos: new Float32Array(T).fill(0.5), rope_sin: new Float32Array(T).fill(0.75), rope_positions: T, rope_rotary_dim: 2 },
+  rope: {
+    rope_cos: new Float32Array(T).fill(0.5),
+    rope_sin: new Float32Array(T).fill(0.75),
+    rope_positions: T,
+    rope_rotary_dim: 2,
+  },
 };
 
 for (const [file, wasm] of Object.entries(builds)) {
@@ -160,7 +232,11 @@ for (const [file, wasm] of Object.entries(builds)) {
       if (r.status === K_UNSUPPORTED_OPTION) continue;
       assert.equal(r.status, 0, `${name}: status ${r.status}: ${wasm.statusMessage(r.status)}`);
       if (name === 'lse') assert.ok(!r.lse.every((x) => x === 12345), 'lse: the call ran but wrote no lse');
-      else assert.ok(!bitsEqual(r.out, name === 'empty_rows' ? masked.out : plain.out), `${name}: the call ran as if it were not set`);
+      else
+        assert.ok(
+          !bitsEqual(r.out, name === 'empty_rows' ? masked.out : plain.out),
+          `${name}: the call ran as if it were not set`,
+        );
     }
     // stage belongs to attention_weights: any other value than softmax (3) refuses mha_attention.
     assert.equal(runCall(wasm, { stage: 0 }).status, K_UNSUPPORTED_OPTION, 'stage 0 on mha_attention');

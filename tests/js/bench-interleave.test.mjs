@@ -8,7 +8,13 @@ import { JOBS, meets } from '../../bench/lib/jobs.mjs';
 
 function selfTimed(name, times, log) {
   let call = 0;
-  return { name, run: () => { log.push(name); return times[Math.min(call++, times.length - 1)]; } };
+  return {
+    name,
+    run: () => {
+      log.push(name);
+      return times[Math.min(call++, times.length - 1)];
+    },
+  };
 }
 
 test('rounds alternate forward and backward, one sample per contestant per round', async () => {
@@ -41,7 +47,10 @@ test('every job ratio names two of its contestants, and bounds are judged on the
   for (const job of JOBS) {
     const names = job.contestants.map((c) => (typeof c === 'string' ? c : c.name));
     for (const ratio of job.ratios) {
-      assert.ok(names.includes(ratio.a) && names.includes(ratio.b), `${job.name}: ${ratio.a} / ${ratio.b} not among ${names.join(', ')}`);
+      assert.ok(
+        names.includes(ratio.a) && names.includes(ratio.b),
+        `${job.name}: ${ratio.a} / ${ratio.b} not among ${names.join(', ')}`,
+      );
     }
   }
   assert.equal(meets({ median: 1.7, atLeast: 1.8 }), false);

@@ -8,8 +8,20 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
 import { attention } from '../../scripts/lib/reference.mjs';
-import { bitsEqual, checkLse, checkOut, checkWeights, goldenOptions, goldenV2Dir, heapCopy, loadGoldenCases, mulberry32,
-  randomNormal, readGolden, referenceAll } from './helpers.mjs';
+import {
+  bitsEqual,
+  checkLse,
+  checkOut,
+  checkWeights,
+  goldenOptions,
+  goldenV2Dir,
+  heapCopy,
+  loadGoldenCases,
+  mulberry32,
+  randomNormal,
+  readGolden,
+  referenceAll,
+} from './helpers.mjs';
 
 /**
  * Installs the stand-in core on `mha` and returns the list of the structs it was called with (each as
@@ -24,7 +36,8 @@ function installStandIn(mha) {
     const fields = {};
     for (const [name, offset] of Object.entries(layout)) {
       if (name === 'size') continue;
-      fields[name] = name === 'scale' || name === 'softcap' ? wasm.HEAPF32[(at + offset) >>> 2] : wasm.HEAP32[(at + offset) >>> 2];
+      fields[name] =
+        name === 'scale' || name === 'softcap' ? wasm.HEAPF32[(at + offset) >>> 2] : wasm.HEAP32[(at + offset) >>> 2];
     }
     return fields;
   };
@@ -35,7 +48,15 @@ function installStandIn(mha) {
     const { batch: B, seq_len: S, kv_seq_len: T, d_model: D, num_heads: H, num_kv_heads: Hkv } = c;
     const kvD = (D / H) * Hkv;
     const shape = {
-      B, S, T, D, H, Hkv, causal: c.causal === 1, scale: c.scale, queryOffset: c.query_offset,
+      B,
+      S,
+      T,
+      D,
+      H,
+      Hkv,
+      causal: c.causal === 1,
+      scale: c.scale,
+      queryOffset: c.query_offset,
       mask: c.mask ? wasm.HEAPU8.slice(c.mask, c.mask + B * S * T) : undefined,
       kvLengths: c.kv_lengths ? wasm.HEAP32.slice(c.kv_lengths >>> 2, (c.kv_lengths >>> 2) + B) : undefined,
       window: [c.window_left === -1 ? Infinity : c.window_left, c.window_right === -1 ? Infinity : c.window_right],
@@ -62,13 +83,18 @@ function installStandIn(mha) {
 
 const cases = loadGoldenCases(goldenV2Dir).filter((c) => c.kind === 'stateless');
 
-for (const [label, createOptions] of [['simd', {}], ['simd-threads (2 threads)', { threads: 2 }]]) {
+for (const [label, createOptions] of [
+  ['simd', {}],
+  ['simd-threads (2 threads)', { threads: 2 }],
+]) {
   test(`${label}, stand-in core: every stateless v2 case gives out64, lse64 and weights64 through the struct`, async () => {
     const mha = await createMHA({ ...createOptions, warmup: false });
     try {
       const calls = installStandIn(mha);
       for (const c of cases) {
-        const [q, k, v, out64, out32, weights64, lse64] = ['q', 'k', 'v', 'out64', 'out32', 'weights64', 'lse64'].map((role) => readGolden(c, role));
+        const [q, k, v, out64, out32, weights64, lse64] = ['q', 'k', 'v', 'out64', 'out32', 'weights64', 'lse64'].map(
+          (role) => readGolden(c, role),
+        );
         const options = goldenOptions(c);
         const lse = new Float32Array(lse64.length);
         const r = checkOut(mha.multiHeadAttention(q, k, v, { ...options, lse }), out64, out32);
@@ -95,16 +121,30 @@ test('stand-in core: the struct carries each option as given (random shapes and 
       const numKvHeads = pick(1, 3);
       const numHeads = numKvHeads * pick(1, 3);
       const headDim = pick(1, 9);
-      const o = { batch: pick(1, 3), seqLen: pick(1, 9), kvSeqLen: pick(1, 11), dModel: numHeads * headDim, numHeads, numKvHeads };
+      const o = {
+        batch: pick(1, 3),
+        seqLen: pick(1, 9),
+        kvSeqLen: pick(1, 11),
+        dModel: numHeads * headDim,
+        numHeads,
+        numKvHeads,
+      };
       if (random() < 0.5) o.causal = true;
       if (random() < 0.5) o.queryOffset = pick(0, 6);
-      if (random() < 0.4) o.kvLengths = random() < 0.5 ? Array.from({ length: o.batch }, () => pick(0, o.kvSeqLen)) : Int32Array.from({ length: o.batch }, () => pick(0, o.kvSeqLen));
+      if (random() < 0.4)
+        o.kvLengths =
+          random() < 0.5
+            ? Array.from({ length: o.batch }, () => pick(0, o.kvSeqLen))
+            : Int32Array.from({ length: o.batch }, () => pick(0, o.kvSeqLen));
       if (random() < 0.4) o.window = [random() < 0.3 ? Infinity : pick(0, 4), random() < 0.3 ? Infinity : pick(0, 4)];
       if (random() < 0.4) o.softcap = 0.5 + random() * 10;
       if (random() < 0.4) o.alibiSlopes = Array.from({ length: numHeads }, () => random());
       if (random() < 0.4) {
         o.biasShape = [random() < 0.5 ? 1 : o.batch, random() < 0.5 ? 1 : numHeads, o.seqLen, o.kvSeqLen];
-        o.bias = randomNormal(o.biasShape.reduce((x, y) => x * y), random);
+        o.bias = randomNormal(
+          o.biasShape.reduce((x, y) => x * y),
+          random,
+        );
       }
       if (random() < 0.3) o.mask = Array.from({ length: o.batch * o.seqLen * o.kvSeqLen }, () => random() < 0.7);
       if (random() < 0.4) o.emptyRows = random() < 0.5 ? 'zero' : 'nan';
@@ -113,10 +153,18 @@ test('stand-in core: the struct carries each option as given (random shapes and 
       const [q, k, v] = [o.batch * o.seqLen * o.dModel, kvLength, kvLength].map((n) => randomNormal(n, random));
       // The reference on float32 inputs: slopes, scale and softcap are float32 in the struct.
       const f32 = (x) => (x === undefined ? undefined : Math.fround(x));
-      const expected = referenceAll(q, k, v, { ...o, scale: f32(o.scale), softcap: f32(o.softcap), alibiSlopes: o.alibiSlopes && Float32Array.from(o.alibiSlopes) });
+      const expected = referenceAll(q, k, v, {
+        ...o,
+        scale: f32(o.scale),
+        softcap: f32(o.softcap),
+        alibiSlopes: o.alibiSlopes && Float32Array.from(o.alibiSlopes),
+      });
       const lse = new Float32Array(o.batch * numHeads * o.seqLen);
       const label = `trial ${trial} ${JSON.stringify({ ...o, bias: o.bias && 'bias', mask: o.mask && 'mask' })}`;
-      assert.ok(bitsEqual(mha.multiHeadAttention(q, k, v, { ...o, lse }), Float32Array.from(expected.out)), `${label}: out`);
+      assert.ok(
+        bitsEqual(mha.multiHeadAttention(q, k, v, { ...o, lse }), Float32Array.from(expected.out)),
+        `${label}: out`,
+      );
       assert.ok(bitsEqual(lse, Float32Array.from(expected.lse)), `${label}: lse`);
       assert.ok(bitsEqual(mha.attentionWeights(q, k, o), Float32Array.from(expected.weights)), `${label}: weights`);
       const last = calls.at(-1);
@@ -135,27 +183,61 @@ test('stand-in core: batch groups carry their slice of q, k, v, mask, bias, key 
     const calls = installStandIn(mha);
     // Staged per item (the result goes over the staged q): q 96*512*4, k and v 2*96*256*4 (2 KV heads of 128),
     // the mask 96*96, a bias with a batch dim its item's slice, lse 4*96*4. Groups of floor(1 MiB / that).
-    const o = { batch: 5, seqLen: 96, kvSeqLen: 96, dModel: 512, numHeads: 4, numKvHeads: 2, kvLengths: [96, 50, 1, 0, 77], emptyRows: 'zero' };
+    const o = {
+      batch: 5,
+      seqLen: 96,
+      kvSeqLen: 96,
+      dModel: 512,
+      numHeads: 4,
+      numKvHeads: 2,
+      kvLengths: [96, 50, 1, 0, 77],
+      emptyRows: 'zero',
+    };
     const random = mulberry32(77);
     const kvLength = 5 * 96 * 256;
     const [q, k, v] = [5 * 96 * 512, kvLength, kvLength].map((n) => randomNormal(n, random));
     o.mask = Uint8Array.from({ length: 5 * 96 * 96 }, () => (random() < 0.8 ? 1 : 0));
-    for (const biasShape of [[5, 4, 96, 96], [1, 4, 96, 96], [5, 1, 96, 96]]) {
-      const perItem = 96 * 512 * 4 + 2 * 96 * 256 * 4 + 96 * 96 + (biasShape[0] > 1 ? biasShape[1] * 96 * 96 * 4 : 0) + 4 * 96 * 4;
+    for (const biasShape of [
+      [5, 4, 96, 96],
+      [1, 4, 96, 96],
+      [5, 1, 96, 96],
+    ]) {
+      const perItem =
+        96 * 512 * 4 + 2 * 96 * 256 * 4 + 96 * 96 + (biasShape[0] > 1 ? biasShape[1] * 96 * 96 * 4 : 0) + 4 * 96 * 4;
       const group = Math.floor(2 ** 20 / perItem);
       const batches = Array.from({ length: Math.ceil(5 / group) }, (_, n) => Math.min(group, 5 - n * group));
       assert.ok(batches.length > 1, 'the shape must be staged in groups');
-      const bias = randomNormal(biasShape.reduce((x, y) => x * y), random);
+      const bias = randomNormal(
+        biasShape.reduce((x, y) => x * y),
+        random,
+      );
       const options = { ...o, bias, biasShape };
       const expected = referenceAll(q, k, v, options);
       const lse = new Float32Array(5 * 4 * 96);
       calls.length = 0;
       const out = mha.multiHeadAttention(q, k, v, { ...options, lse });
-      assert.deepEqual(calls.map((c) => c.batch), batches, `${biasShape}: batch groups`);
-      assert.deepEqual(calls.map((c) => c.bias_batch), biasShape[0] === 1 ? batches.map(() => 1) : batches, `${biasShape}: bias_batch per group`);
-      assert.deepEqual(calls.map((c) => c.bias_heads), batches.map(() => biasShape[1]), `${biasShape}: bias_heads`);
-      if (biasShape[0] === 1) assert.equal(new Set(calls.map((c) => c.bias)).size, 1, 'a broadcast bias is one staged copy for every group');
-      assert.equal(calls[1].kv_lengths - calls[0].kv_lengths, group * 4, 'the second group reads the key lengths of its items');
+      assert.deepEqual(
+        calls.map((c) => c.batch),
+        batches,
+        `${biasShape}: batch groups`,
+      );
+      assert.deepEqual(
+        calls.map((c) => c.bias_batch),
+        biasShape[0] === 1 ? batches.map(() => 1) : batches,
+        `${biasShape}: bias_batch per group`,
+      );
+      assert.deepEqual(
+        calls.map((c) => c.bias_heads),
+        batches.map(() => biasShape[1]),
+        `${biasShape}: bias_heads`,
+      );
+      if (biasShape[0] === 1)
+        assert.equal(new Set(calls.map((c) => c.bias)).size, 1, 'a broadcast bias is one staged copy for every group');
+      assert.equal(
+        calls[1].kv_lengths - calls[0].kv_lengths,
+        group * 4,
+        'the second group reads the key lengths of its items',
+      );
       assert.ok(bitsEqual(out, Float32Array.from(expected.out)), `${biasShape}: out`);
       assert.ok(bitsEqual(lse, Float32Array.from(expected.lse)), `${biasShape}: lse`);
       // The same call with the bias and lse as heap tensors: addressed per group, not staged (so the groups
@@ -167,8 +249,17 @@ test('stand-in core: batch groups carry their slice of q, k, v, mask, bias, key 
       assert.ok(bitsEqual(out2, out), `${biasShape}: out with heap-tensor bias and lse`);
       assert.ok(bitsEqual(tLse.toArray(), lse), `${biasShape}: heap-tensor lse`);
       assert.equal(calls[0].batch, tensorGroup);
-      if (biasShape[0] !== 1) assert.equal(calls[1].bias - calls[0].bias, tensorGroup * biasShape[1] * 96 * 96 * 4, 'the second group reads its bias slice in place');
-      assert.equal(calls[1].lse - calls[0].lse, tensorGroup * 4 * 96 * 4, 'the second group writes its lse slice in place');
+      if (biasShape[0] !== 1)
+        assert.equal(
+          calls[1].bias - calls[0].bias,
+          tensorGroup * biasShape[1] * 96 * 96 * 4,
+          'the second group reads its bias slice in place',
+        );
+      assert.equal(
+        calls[1].lse - calls[0].lse,
+        tensorGroup * 4 * 96 * 4,
+        'the second group writes its lse slice in place',
+      );
       tBias.free();
       tLse.free();
     }
@@ -184,14 +275,33 @@ test('stand-in core: a call without the Part 2 options writes the "none" value o
     const x = randomNormal(2 * 5 * 12, mulberry32(5));
     mha.multiHeadAttention(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3, causal: true });
     mha.attentionWeights(x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-    const none = { num_kv_heads: 3, query_offset: 0, window_left: -1, window_right: -1, bias: 0, bias_batch: 1, bias_heads: 1,
-      kv_lengths: 0, alibi_slopes: 0, softcap: 0, empty_rows: 0, lse: 0, mask: 0 };
+    const none = {
+      num_kv_heads: 3,
+      query_offset: 0,
+      window_left: -1,
+      window_right: -1,
+      bias: 0,
+      bias_batch: 1,
+      bias_heads: 1,
+      kv_lengths: 0,
+      alibi_slopes: 0,
+      softcap: 0,
+      empty_rows: 0,
+      lse: 0,
+      mask: 0,
+    };
     for (const c of calls) {
       assert.deepEqual(Object.fromEntries(Object.keys(none).map((name) => [name, c[name]])), none, `${c.kind}`);
       assert.deepEqual([c.batch, c.seq_len, c.kv_seq_len, c.d_model, c.num_heads], [2, 5, 5, 12, 3]);
       assert.equal(c.scale, Math.fround(1 / Math.sqrt(4)));
     }
-    assert.deepEqual(calls.map((c) => [c.kind, c.causal]), [['attention', 1], ['weights', 0]]);
+    assert.deepEqual(
+      calls.map((c) => [c.kind, c.causal]),
+      [
+        ['attention', 1],
+        ['weights', 0],
+      ],
+    );
   } finally {
     mha.dispose();
   }

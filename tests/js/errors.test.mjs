@@ -16,9 +16,19 @@ const hugeKV = new Float32Array(2 ** 28);
 
 // [description, thunk, error class, fragments the message must contain]
 export const BAD_INPUTS = [
-  ['q is not a typed array', () => mha.multiHeadAttention([1, 2, 3], k, v, shape), TypeError, ['q:', 'Float32Array of length 120', 'Array(3)']],
+  [
+    'q is not a typed array',
+    () => mha.multiHeadAttention([1, 2, 3], k, v, shape),
+    TypeError,
+    ['q:', 'Float32Array of length 120', 'Array(3)'],
+  ],
   ['q is a Float64Array', () => attend({}, new Float64Array(120)), TypeError, ['q:', 'Float64Array(120)']],
-  ['k one element short', () => attend({}, q, k.subarray(1)), RangeError, ['k: expected Float32Array of length 120 (batch*kvSeqLen*dModel = 2*5*12), got length 119']],
+  [
+    'k one element short',
+    () => attend({}, q, k.subarray(1)),
+    RangeError,
+    ['k: expected Float32Array of length 120 (batch*kvSeqLen*dModel = 2*5*12), got length 119'],
+  ],
   ['v missing', () => mha.multiHeadAttention(q, k, undefined, shape), TypeError, ['v:', 'undefined']],
   ['options missing', () => mha.multiHeadAttention(q, k, v), TypeError, ['options', 'undefined']],
   ['options is null', () => mha.multiHeadAttention(q, k, v, null), TypeError, ['options', 'null']],
@@ -29,25 +39,83 @@ export const BAD_INPUTS = [
   ['seqLen fractional', () => attend({ seqLen: 2.5 }), RangeError, ['seqLen', 'got 2.5']],
   ['dModel NaN', () => attend({ dModel: NaN }), RangeError, ['dModel', 'got NaN']],
   ['numHeads Infinity', () => attend({ numHeads: Infinity }), RangeError, ['numHeads', 'got Infinity']],
-  ['dModel not divisible by numHeads', () => attend({ numHeads: 5 }), RangeError, ['dModel', 'multiple of numHeads (5)', 'got 12']],
+  [
+    'dModel not divisible by numHeads',
+    () => attend({ numHeads: 5 }),
+    RangeError,
+    ['dModel', 'multiple of numHeads (5)', 'got 12'],
+  ],
   ['kvSeqLen zero', () => attend({ kvSeqLen: 0 }), RangeError, ['kvSeqLen', 'got 0']],
   ['kvSeqLen does not match k', () => attend({ kvSeqLen: 6 }), RangeError, ['k:', 'length 144', 'got length 120']],
   ['mask wrong length', () => attend({ mask: new Uint8Array(49) }), RangeError, ['mask', 'length 50', 'got length 49']],
-  ['mask wrong type', () => attend({ mask: new Float32Array(50) }), TypeError, ['mask', 'Uint8Array or boolean[]', 'Float32Array(50)']],
+  [
+    'mask wrong type',
+    () => attend({ mask: new Float32Array(50) }),
+    TypeError,
+    ['mask', 'Uint8Array or boolean[]', 'Float32Array(50)'],
+  ],
   ['mask array of numbers', () => attend({ mask: new Array(50).fill(1) }), TypeError, ['mask', 'boolean', 'index 0']],
   ['causal not boolean', () => attend({ causal: 'yes' }), TypeError, ['causal', 'boolean', '"yes"']],
   ['scale NaN', () => attend({ scale: NaN }), RangeError, ['scale', 'finite', 'NaN']],
   ['scale Infinity', () => attend({ scale: -Infinity }), RangeError, ['scale', 'finite', '-Infinity']],
   ['scale a string', () => attend({ scale: '0.5' }), TypeError, ['scale', '"0.5"']],
-  ['out wrong length', () => attend({ out: new Float32Array(10) }), RangeError, ['out:', 'length 120', 'got length 10']],
+  [
+    'out wrong length',
+    () => attend({ out: new Float32Array(10) }),
+    RangeError,
+    ['out:', 'length 120', 'got length 10'],
+  ],
   ['unknown option (typo)', () => attend({ numheads: 3 }), TypeError, ['unknown option "numheads"']],
-  ['shape beyond 2^31 elements', () => attend({ batch: 65536, seqLen: 65536, dModel: 12 }), RangeError, ['too large', 'batch*seqLen*dModel']],
-  ['splitHeads wrong length', () => mha.splitHeads(q.subarray(0, 100), shape), RangeError, ['splitHeads: x', 'length 120', 'got length 100']],
-  ['splitHeads extra option', () => mha.splitHeads(q, { ...shape, kvSeqLen: 5 }), TypeError, ['splitHeads', 'unknown option "kvSeqLen"']],
+  [
+    'shape beyond 2^31 elements',
+    () => attend({ batch: 65536, seqLen: 65536, dModel: 12 }),
+    RangeError,
+    ['too large', 'batch*seqLen*dModel'],
+  ],
+  [
+    'splitHeads wrong length',
+    () => mha.splitHeads(q.subarray(0, 100), shape),
+    RangeError,
+    ['splitHeads: x', 'length 120', 'got length 100'],
+  ],
+  [
+    'splitHeads extra option',
+    () => mha.splitHeads(q, { ...shape, kvSeqLen: 5 }),
+    TypeError,
+    ['splitHeads', 'unknown option "kvSeqLen"'],
+  ],
   ['mergeHeads not a Float32Array', () => mha.mergeHeads('x', shape), TypeError, ['mergeHeads: xh', '"x"']],
-  ['attentionWeights k short', () => mha.attentionWeights(q, k.subarray(0, 12), shape), RangeError, ['attentionWeights: k', 'got length 12']],
-  ['attentionWeights weights beyond 2^31', () => mha.attentionWeights(new Float32Array(2 * 2 ** 14 * 4), new Float32Array(2 * 2 ** 14 * 4), { batch: 2, seqLen: 2 ** 14, dModel: 4, numHeads: 4 }), RangeError, ['too large', 'batch*numHeads*seqLen*kvSeqLen']],
-  ['inputs that do not fit in wasm memory', () => mha.multiHeadAttention(hugeQ, hugeKV, hugeKV, { batch: 1, seqLen: 2 ** 21, kvSeqLen: 2 ** 21, dModel: 128, numHeads: 2 }), RangeError, ['bytes of wasm memory']],
+  [
+    'attentionWeights k short',
+    () => mha.attentionWeights(q, k.subarray(0, 12), shape),
+    RangeError,
+    ['attentionWeights: k', 'got length 12'],
+  ],
+  [
+    'attentionWeights weights beyond 2^31',
+    () =>
+      mha.attentionWeights(new Float32Array(2 * 2 ** 14 * 4), new Float32Array(2 * 2 ** 14 * 4), {
+        batch: 2,
+        seqLen: 2 ** 14,
+        dModel: 4,
+        numHeads: 4,
+      }),
+    RangeError,
+    ['too large', 'batch*numHeads*seqLen*kvSeqLen'],
+  ],
+  [
+    'inputs that do not fit in wasm memory',
+    () =>
+      mha.multiHeadAttention(hugeQ, hugeKV, hugeKV, {
+        batch: 1,
+        seqLen: 2 ** 21,
+        kvSeqLen: 2 ** 21,
+        dModel: 128,
+        numHeads: 2,
+      }),
+    RangeError,
+    ['bytes of wasm memory'],
+  ],
 ];
 
 for (const [description, thunk, ErrorClass, fragments] of BAD_INPUTS) {
@@ -57,8 +125,14 @@ for (const [description, thunk, ErrorClass, fragments] of BAD_INPUTS) {
 test('createMHA rejects bad options', async () => {
   await assert.rejects(createMHA({ threads: 0 }), (e) => e instanceof RangeError && e.message.includes('threads'));
   await assert.rejects(createMHA({ threads: '4' }), (e) => e instanceof TypeError && e.message.includes('threads'));
-  await assert.rejects(createMHA({ thread: 2 }), (e) => e instanceof TypeError && e.message.includes('unknown option "thread"'));
-  await assert.rejects(createMHA({ warmup: 'yes' }), (e) => e instanceof TypeError && e.message.includes('warmup: expected a boolean, got "yes"'));
+  await assert.rejects(
+    createMHA({ thread: 2 }),
+    (e) => e instanceof TypeError && e.message.includes('unknown option "thread"'),
+  );
+  await assert.rejects(
+    createMHA({ warmup: 'yes' }),
+    (e) => e instanceof TypeError && e.message.includes('warmup: expected a boolean, got "yes"'),
+  );
 });
 
 test('after every bad input the instance still gives the golden answer', () => {
@@ -91,8 +165,10 @@ test('splitHeads/mergeHeads take sequences whose seqLen^2 passes 2^31 (no (S, T)
   const xh = mha.splitHeads(x, shape);
   assert.equal(xh[1 * 50000 * 2 + 3 * 2 + 1], x[3 * 4 + 1 * 2 + 1]); // xh[0, 1, 3, 1] = x[0, 3, 1*2 + 1]
   assert.deepEqual(mha.mergeHeads(xh, shape), x);
-  assert.throws(() => mha.splitHeads(new Float32Array(0), { batch: 2 ** 16, seqLen: 2 ** 16, dModel: 1, numHeads: 1 }),
-    (e) => e instanceof RangeError && e.message.includes('batch*seqLen*dModel'));
+  assert.throws(
+    () => mha.splitHeads(new Float32Array(0), { batch: 2 ** 16, seqLen: 2 ** 16, dModel: 1, numHeads: 1 }),
+    (e) => e instanceof RangeError && e.message.includes('batch*seqLen*dModel'),
+  );
 });
 
 test('seqLen*kvSeqLen beyond 2^31 without a mask runs: the kernel never forms an (S, T) tensor', () => {
@@ -107,13 +183,17 @@ test('seqLen*kvSeqLen beyond 2^31 without a mask runs: the kernel never forms an
       const qi = x[row * 2 + h];
       let max = -Infinity;
       for (let j = 0; j <= row; j++) max = Math.max(max, qi * x[j * 2 + h]);
-      let num = 0, den = 0;
+      let num = 0,
+        den = 0;
       for (let j = 0; j <= row; j++) {
         const w = Math.exp(qi * x[j * 2 + h] - max);
         num += w * x[j * 2 + h];
         den += w;
       }
-      assert.ok(Math.abs(out[row * 2 + h] - num / den) <= 1e-5, `row ${row} head ${h}: ${out[row * 2 + h]} vs ${num / den}`);
+      assert.ok(
+        Math.abs(out[row * 2 + h] - num / den) <= 1e-5,
+        `row ${row} head ${h}: ${out[row * 2 + h]} vs ${num / den}`,
+      );
     }
   }
 });

@@ -23,17 +23,44 @@ test('examples/zero-copy.mjs (README zero-copy calls) prints the last row of two
 });
 
 test('examples/model-options.mjs (README options for real models) prints what the float64 reference computes', () => {
-  const stdout = execFileSync(process.execPath, [path.join(repoRoot, 'examples/model-options.mjs')], { encoding: 'utf8' });
+  const stdout = execFileSync(process.execPath, [path.join(repoRoot, 'examples/model-options.mjs')], {
+    encoding: 'utf8',
+  });
   const fill = (length, phase) => Float32Array.from({ length }, (_, i) => Math.sin(i * 0.7 + phase));
   const row = (values) => Array.from(values, (n) => n.toFixed(4)).join(' ');
-  const gqa = referenceMHA(fill(6 * 64, 0), fill(6 * 16, 1), fill(6 * 16, 2),
-    { batch: 1, seqLen: 6, dModel: 64, numHeads: 8, numKvHeads: 2, causal: true });
+  const gqa = referenceMHA(fill(6 * 64, 0), fill(6 * 16, 1), fill(6 * 16, 2), {
+    batch: 1,
+    seqLen: 6,
+    dModel: 64,
+    numHeads: 8,
+    numKvHeads: 2,
+    causal: true,
+  });
   const x = fill(10 * 16, 3);
-  const windowed = referenceMHA(x, x, x, { batch: 1, seqLen: 10, dModel: 16, numHeads: 2, causal: true, window: [3, 0] });
-  const decode = referenceAll(fill(64, 4), fill(9 * 16, 5), fill(9 * 16, 6),
-    { batch: 1, seqLen: 1, kvSeqLen: 9, dModel: 64, numHeads: 8, numKvHeads: 2, causal: true, queryOffset: 8 });
-  for (const line of [`gqa last row: ${row(gqa.subarray(5 * 64))}`, `window last row: ${row(windowed.subarray(9 * 16))}`,
-    `decode row: ${row(decode.out)}`, `decode lse: ${row(decode.lse)}`]) {
+  const windowed = referenceMHA(x, x, x, {
+    batch: 1,
+    seqLen: 10,
+    dModel: 16,
+    numHeads: 2,
+    causal: true,
+    window: [3, 0],
+  });
+  const decode = referenceAll(fill(64, 4), fill(9 * 16, 5), fill(9 * 16, 6), {
+    batch: 1,
+    seqLen: 1,
+    kvSeqLen: 9,
+    dModel: 64,
+    numHeads: 8,
+    numKvHeads: 2,
+    causal: true,
+    queryOffset: 8,
+  });
+  for (const line of [
+    `gqa last row: ${row(gqa.subarray(5 * 64))}`,
+    `window last row: ${row(windowed.subarray(9 * 16))}`,
+    `decode row: ${row(decode.out)}`,
+    `decode lse: ${row(decode.lse)}`,
+  ]) {
     assert.ok(stdout.includes(line), `${stdout}\n(expected the line "${line}")`);
   }
 });

@@ -5,23 +5,54 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { checkLse, checkOut, checkWeights, goldenOptions, goldenV2Dir, heapCopy, loadGoldenCases, readGolden,
-  referenceAll } from './helpers.mjs';
+import {
+  checkLse,
+  checkOut,
+  checkWeights,
+  goldenOptions,
+  goldenV2Dir,
+  heapCopy,
+  loadGoldenCases,
+  readGolden,
+  referenceAll,
+} from './helpers.mjs';
 
 const cases = loadGoldenCases(goldenV2Dir).filter((c) => c.kind === 'stateless');
 
 test('the v2 golden set is present: at least 15 stateless cases, covering every option', () => {
   assert.ok(cases.length >= 15, `found ${cases.length} stateless cases`);
   const used = new Set(cases.flatMap((c) => Object.keys(c.options)));
-  for (const option of ['numKvHeads', 'queryOffset', 'causal', 'window', 'kvLengths', 'softcap', 'alibiSlopes', 'biasShape', 'emptyRows', 'scale']) {
+  for (const option of [
+    'numKvHeads',
+    'queryOffset',
+    'causal',
+    'window',
+    'kvLengths',
+    'softcap',
+    'alibiSlopes',
+    'biasShape',
+    'emptyRows',
+    'scale',
+  ]) {
     assert.ok(used.has(option), `no case sets ${option}`);
   }
 });
 
 /** q, k, v and the golden outputs of a case, and its options by API name (its bias and mask read). */
 function loadCase(c) {
-  const [q, k, v, out64, out32, weights64] = ['q', 'k', 'v', 'out64', 'out32', 'weights64'].map((role) => readGolden(c, role));
-  return { q, k, v, out64, out32, weights64, lse64: c.files.lse64 ? readGolden(c, 'lse64') : undefined, options: goldenOptions(c) };
+  const [q, k, v, out64, out32, weights64] = ['q', 'k', 'v', 'out64', 'out32', 'weights64'].map((role) =>
+    readGolden(c, role),
+  );
+  return {
+    q,
+    k,
+    v,
+    out64,
+    out32,
+    weights64,
+    lse64: c.files.lse64 ? readGolden(c, 'lse64') : undefined,
+    options: goldenOptions(c),
+  };
 }
 
 test('the float64 JS reference reproduces every stateless case (out, lse, weights)', () => {
@@ -42,7 +73,11 @@ test('the float64 JS reference reproduces every stateless case (out, lse, weight
   console.log(`# reference: worst |out - out64| / tolerance over ${cases.length} v2 cases: ${worst.toExponential(3)}`);
 });
 
-const BUILDS = [['simd', {}], ['baseline', { simd: false }], ['simd-threads (2 threads)', { threads: 2 }]];
+const BUILDS = [
+  ['simd', {}],
+  ['baseline', { simd: false }],
+  ['simd-threads (2 threads)', { threads: 2 }],
+];
 
 for (const [label, createOptions] of BUILDS) {
   const mha = await createMHA(createOptions);
@@ -81,8 +116,11 @@ test('every stateless case with q, k, v, bias, out and lse as heap tensors gives
       assert.deepEqual(new Uint32Array(tOut.toArray().buffer), new Uint32Array(expected.buffer), `${c.name}: out`);
       assert.deepEqual(new Uint32Array(tLse.toArray().buffer), new Uint32Array(lse.buffer), `${c.name}: lse`);
       const weights = mha.attentionWeights(g.q, g.k, g.options);
-      assert.deepEqual(new Uint32Array(mha.attentionWeights(g.q, g.k, { ...g.options, bias: options.bias }).buffer),
-        new Uint32Array(weights.buffer), `${c.name}: weights with a heap-tensor bias`);
+      assert.deepEqual(
+        new Uint32Array(mha.attentionWeights(g.q, g.k, { ...g.options, bias: options.bias }).buffer),
+        new Uint32Array(weights.buffer),
+        `${c.name}: weights with a heap-tensor bias`,
+      );
       mha.dispose();
     }
   } finally {

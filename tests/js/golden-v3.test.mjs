@@ -18,15 +18,30 @@ test('the v3 golden set is present: 26 cases, every Part 4 option, the skipped o
   assert.equal(cases.length, 26);
   const used = new Set(cases.flatMap((c) => Object.keys(c.options)));
   for (const option of ['vHeadDim', 'dtype', 'sinks', 'rope']) assert.ok(used.has(option), `no case sets ${option}`);
-  for (const name of Object.keys(SKIPPED_CASES)) assert.ok(cases.some((c) => c.name === name), `no case ${name}`);
+  for (const name of Object.keys(SKIPPED_CASES))
+    assert.ok(
+      cases.some((c) => c.name === name),
+      `no case ${name}`,
+    );
 });
 
-const BUILDS = [['simd', {}], ['baseline', { simd: false }], ['simd-threads (2 threads)', { threads: 2 }]];
+const BUILDS = [
+  ['simd', {}],
+  ['baseline', { simd: false }],
+  ['simd-threads (2 threads)', { threads: 2 }],
+];
 /** The sections of docs/spec.md Part 4 a check of case `c` tests. */
 function sectionsOf(c, check) {
   const o = c.options;
-  return [o.vHeadDim !== undefined && '4.1 vHeadDim', o.dtype === 'float16' && '4.2 float16', check.what.includes('stage') && '4.3 stage',
-    o.sinks !== undefined && '4.4 sinks', o.rope !== undefined && '4.5 rope'].filter(Boolean).map((section) => `spec ${section}`);
+  return [
+    o.vHeadDim !== undefined && '4.1 vHeadDim',
+    o.dtype === 'float16' && '4.2 float16',
+    check.what.includes('stage') && '4.3 stage',
+    o.sinks !== undefined && '4.4 sinks',
+    o.rope !== undefined && '4.5 rope',
+  ]
+    .filter(Boolean)
+    .map((section) => `spec ${section}`);
 }
 
 /** The worst error / tolerance of each kind of check and each section of Part 4, over every build (printed by the summary). */
@@ -43,11 +58,15 @@ for (const [label, mha] of instances) {
     test(`${label}: v3 ${c.name}${skipped ? ` (skipped: ${skipped})` : ''}`, { skip: skipped }, async () => {
       const { checks } = await runGoldenCase(mha, c, read);
       assert.ok(checks.length > 0);
-      assert.deepEqual(checks.filter((x) => !x.pass).map((x) => `${x.what}: ${x.problem}`), []);
+      assert.deepEqual(
+        checks.filter((x) => !x.pass).map((x) => `${x.what}: ${x.problem}`),
+        [],
+      );
       for (const x of checks) {
         const ratio = x.tolerance > 0 ? x.maxError / x.tolerance : 0;
         for (const kind of [x.what.replace(/ \(.*\)/, ''), ...sectionsOf(c, x)]) {
-          if (!(worst.get(kind)?.ratio >= ratio)) worst.set(kind, { ratio, maxError: x.maxError, tolerance: x.tolerance, name: c.name });
+          if (!(worst.get(kind)?.ratio >= ratio))
+            worst.set(kind, { ratio, maxError: x.maxError, tolerance: x.tolerance, name: c.name });
         }
       }
       // Run again, a case leaves nothing behind on the heap: the staging is reused. Measured from a second
@@ -63,8 +82,10 @@ for (const [label, mha] of instances) {
 
 test('v3 summary: the worst error / tolerance of each check', () => {
   for (const [kind, w] of worst) {
-    console.log(`# ${kind}: worst ${w.ratio.toExponential(3)} of the tolerance (|error| ${w.maxError?.toExponential(3)}, ` +
-      `tolerance ${w.tolerance?.toExponential(3)}, ${w.name})`);
+    console.log(
+      `# ${kind}: worst ${w.ratio.toExponential(3)} of the tolerance (|error| ${w.maxError?.toExponential(3)}, ` +
+        `tolerance ${w.tolerance?.toExponential(3)}, ${w.name})`,
+    );
     assert.ok(w.ratio <= 1);
   }
 });

@@ -20,7 +20,11 @@ for (const c of cases) {
   const mask = c.hasMask ? readGolden(c, 'mask') : undefined;
 
   test(`golden ${c.name}: multiHeadAttention within tolerance of out64, NaN rows identical`, () => {
-    const r = checkOut(mha.multiHeadAttention(q, k, v, { ...shape, mask }), readGolden(c, 'out64'), readGolden(c, 'out32'));
+    const r = checkOut(
+      mha.multiHeadAttention(q, k, v, { ...shape, mask }),
+      readGolden(c, 'out64'),
+      readGolden(c, 'out32'),
+    );
     assert.ok(r.ok, r.problem);
     worstRatio = Math.max(worstRatio, r.ratio);
   });
@@ -30,7 +34,10 @@ for (const c of cases) {
     const split = mha.splitHeads(q, headShape);
     assert.deepEqual(new Uint32Array(split.buffer), new Uint32Array(readGolden(c, 'split_q').buffer));
     const merged = mha.mergeHeads(split, headShape);
-    assert.deepEqual(new Uint32Array(merged.buffer), new Uint32Array(q.buffer.slice(q.byteOffset, q.byteOffset + q.byteLength)));
+    assert.deepEqual(
+      new Uint32Array(merged.buffer),
+      new Uint32Array(q.buffer.slice(q.byteOffset, q.byteOffset + q.byteLength)),
+    );
   });
 
   test(`golden ${c.name}: attentionWeights within 1e-5 of weights64`, () => {

@@ -23,7 +23,8 @@ function detached(TypedArray = Float32Array, length = 120) {
 // wasm memory has: malloc itself returns 0 (ABORTING_MALLOC=0), nothing is allocated or grown.
 const MALLOC_FAIL_S = 23169; // 4*S^2 + 8*S bytes = 2,147,395,632 < 2^31, but no room for it in 2 GiB
 const mallocQ = new Float32Array(MALLOC_FAIL_S);
-const mallocFail = () => mha.attentionWeights(mallocQ, mallocQ, { batch: 1, seqLen: MALLOC_FAIL_S, dModel: 1, numHeads: 1 });
+const mallocFail = () =>
+  mha.attentionWeights(mallocQ, mallocQ, { batch: 1, seqLen: MALLOC_FAIL_S, dModel: 1, numHeads: 1 });
 
 // ---------------------------------------------------------------------------------------------
 // 1. The bad-input matrix, second half: what errors.test.mjs (33 cases) does not cover.
@@ -32,13 +33,23 @@ export const MORE_BAD_INPUTS = [
   // multiHeadAttention: q, k, v, out as arrays of the wrong kind, missing, detached, or Proxies
   ['mha: q missing', () => mha.multiHeadAttention(undefined, k, v, shape), TypeError, ['q:', 'undefined']],
   ['mha: k a plain Array', () => mha.multiHeadAttention(q, Array.from(k), v, shape), TypeError, ['k:', 'Array(120)']],
-  ['mha: v one element long', () => attend({}, q, k, v.subarray(0, 121 - 120)), RangeError, ['v:', 'length 120', 'got length 1']],
+  [
+    'mha: v one element long',
+    () => attend({}, q, k, v.subarray(0, 121 - 120)),
+    RangeError,
+    ['v:', 'length 120', 'got length 1'],
+  ],
   ['mha: q detached', () => attend({}, detached()), TypeError, ['q:', 'detached']],
   ['mha: k detached', () => attend({}, q, detached()), TypeError, ['k:', 'detached']],
   ['mha: v detached', () => attend({}, q, k, detached()), TypeError, ['v:', 'detached']],
   ['mha: out detached', () => attend({ out: detached() }), TypeError, ['out:', 'detached']],
   ['mha: q a Proxy of a Float32Array', () => attend({}, new Proxy(q, {})), TypeError, ['q:', 'Proxy']],
-  ['mha: mask a Proxy of a Uint8Array', () => attend({ mask: new Proxy(new Uint8Array(50), {}) }), TypeError, ['mask:', 'Proxy']],
+  [
+    'mha: mask a Proxy of a Uint8Array',
+    () => attend({ mask: new Proxy(new Uint8Array(50), {}) }),
+    TypeError,
+    ['mask:', 'Proxy'],
+  ],
   ['mha: out a Float64Array', () => attend({ out: new Float64Array(120) }), TypeError, ['out:', 'Float64Array(120)']],
   ['mha: out a plain Array', () => attend({ out: new Array(120).fill(0) }), TypeError, ['out:', 'Array(120)']],
   ['mha: out null', () => attend({ out: null }), TypeError, ['out:', 'null']],
@@ -69,17 +80,55 @@ export const MORE_BAD_INPUTS = [
   ['mha: kvSeqLen a string', () => attend({ kvSeqLen: '5' }), TypeError, ['kvSeqLen', '"5"']],
   ['mha: kvSeqLen null', () => attend({ kvSeqLen: null }), TypeError, ['kvSeqLen', 'null']],
   // product of dims beyond 2^32 (each dim valid)
-  ['mha: batch*seqLen*dModel = 2^33', () => attend({ batch: 2 ** 16, seqLen: 2 ** 16, dModel: 2, numHeads: 1 }), RangeError, ['too large', 'batch*seqLen*dModel']],
-  ['mha: batch*kvSeqLen*dModel beyond 2^32', () => attend({ batch: 2, seqLen: 1, kvSeqLen: 2 ** 30, dModel: 4, numHeads: 1 }), RangeError, ['too large', 'batch*kvSeqLen*dModel']],
-  ['mha: mask with batch*seqLen*kvSeqLen beyond 2^32', () => { const n = 4 * 2 ** 16; return attend({ batch: 4, seqLen: 2 ** 16, kvSeqLen: 2 ** 16, dModel: 1, numHeads: 1, mask: new Uint8Array(8) }, new Float32Array(n), new Float32Array(n), new Float32Array(n)); }, RangeError, ['too large for a mask', 'batch*seqLen*kvSeqLen = 4*65536*65536']],
+  [
+    'mha: batch*seqLen*dModel = 2^33',
+    () => attend({ batch: 2 ** 16, seqLen: 2 ** 16, dModel: 2, numHeads: 1 }),
+    RangeError,
+    ['too large', 'batch*seqLen*dModel'],
+  ],
+  [
+    'mha: batch*kvSeqLen*dModel beyond 2^32',
+    () => attend({ batch: 2, seqLen: 1, kvSeqLen: 2 ** 30, dModel: 4, numHeads: 1 }),
+    RangeError,
+    ['too large', 'batch*kvSeqLen*dModel'],
+  ],
+  [
+    'mha: mask with batch*seqLen*kvSeqLen beyond 2^32',
+    () => {
+      const n = 4 * 2 ** 16;
+      return attend(
+        { batch: 4, seqLen: 2 ** 16, kvSeqLen: 2 ** 16, dModel: 1, numHeads: 1, mask: new Uint8Array(8) },
+        new Float32Array(n),
+        new Float32Array(n),
+        new Float32Array(n),
+      );
+    },
+    RangeError,
+    ['too large for a mask', 'batch*seqLen*kvSeqLen = 4*65536*65536'],
+  ],
   // mask
   ['mha: mask detached', () => attend({ mask: detached(Uint8Array, 50) }), TypeError, ['mask', 'detached']],
   ['mha: mask an Int8Array', () => attend({ mask: new Int8Array(50) }), TypeError, ['mask', 'Int8Array(50)']],
-  ['mha: mask a Uint8ClampedArray', () => attend({ mask: new Uint8ClampedArray(50) }), TypeError, ['mask', 'Uint8ClampedArray(50)']],
+  [
+    'mha: mask a Uint8ClampedArray',
+    () => attend({ mask: new Uint8ClampedArray(50) }),
+    TypeError,
+    ['mask', 'Uint8ClampedArray(50)'],
+  ],
   ['mha: mask a number', () => attend({ mask: 1 }), TypeError, ['mask', 'got 1']],
-  ['mha: mask boolean[] too long', () => attend({ mask: new Array(51).fill(true) }), RangeError, ['mask', 'length 50', 'got length 51']],
+  [
+    'mha: mask boolean[] too long',
+    () => attend({ mask: new Array(51).fill(true) }),
+    RangeError,
+    ['mask', 'length 50', 'got length 51'],
+  ],
   ['mha: mask boolean[] with a hole', () => attend({ mask: new Array(50) }), TypeError, ['mask', 'boolean', 'index 0']],
-  ['mha: mask boolean[] with a string', () => attend({ mask: [...new Array(49).fill(true), 'false'] }), TypeError, ['mask', '"false"', 'index 49']],
+  [
+    'mha: mask boolean[] with a string',
+    () => attend({ mask: [...new Array(49).fill(true), 'false'] }),
+    TypeError,
+    ['mask', '"false"', 'index 49'],
+  ],
   // causal, scale
   ['mha: causal 1', () => attend({ causal: 1 }), TypeError, ['causal', 'boolean', 'got 1']],
   ['mha: causal null', () => attend({ causal: null }), TypeError, ['causal', 'null']],
@@ -94,32 +143,108 @@ export const MORE_BAD_INPUTS = [
   // splitHeads / mergeHeads: x, shape, every dim
   ['splitHeads: x missing', () => mha.splitHeads(undefined, shape), TypeError, ['splitHeads: x', 'undefined']],
   ['splitHeads: x detached', () => mha.splitHeads(detached(), shape), TypeError, ['splitHeads: x', 'detached']],
-  ['splitHeads: x a Float64Array', () => mha.splitHeads(new Float64Array(120), shape), TypeError, ['splitHeads: x', 'Float64Array(120)']],
+  [
+    'splitHeads: x a Float64Array',
+    () => mha.splitHeads(new Float64Array(120), shape),
+    TypeError,
+    ['splitHeads: x', 'Float64Array(120)'],
+  ],
   ['splitHeads: shape missing', () => mha.splitHeads(q), TypeError, ['splitHeads: shape', 'undefined']],
-  ['splitHeads: batch zero', () => mha.splitHeads(q, { ...shape, batch: 0 }), RangeError, ['splitHeads: batch', 'got 0']],
-  ['splitHeads: seqLen NaN', () => mha.splitHeads(q, { ...shape, seqLen: NaN }), RangeError, ['splitHeads: seqLen', 'NaN']],
-  ['splitHeads: dModel fractional', () => mha.splitHeads(q, { ...shape, dModel: 1.5 }), RangeError, ['splitHeads: dModel', '1.5']],
-  ['splitHeads: numHeads does not divide', () => mha.splitHeads(q, { ...shape, numHeads: 5 }), RangeError, ['splitHeads: dModel', 'multiple of numHeads (5)']],
-  ['splitHeads: option mask is unknown', () => mha.splitHeads(q, { ...shape, mask: new Uint8Array(50) }), TypeError, ['unknown option "mask"']],
+  [
+    'splitHeads: batch zero',
+    () => mha.splitHeads(q, { ...shape, batch: 0 }),
+    RangeError,
+    ['splitHeads: batch', 'got 0'],
+  ],
+  [
+    'splitHeads: seqLen NaN',
+    () => mha.splitHeads(q, { ...shape, seqLen: NaN }),
+    RangeError,
+    ['splitHeads: seqLen', 'NaN'],
+  ],
+  [
+    'splitHeads: dModel fractional',
+    () => mha.splitHeads(q, { ...shape, dModel: 1.5 }),
+    RangeError,
+    ['splitHeads: dModel', '1.5'],
+  ],
+  [
+    'splitHeads: numHeads does not divide',
+    () => mha.splitHeads(q, { ...shape, numHeads: 5 }),
+    RangeError,
+    ['splitHeads: dModel', 'multiple of numHeads (5)'],
+  ],
+  [
+    'splitHeads: option mask is unknown',
+    () => mha.splitHeads(q, { ...shape, mask: new Uint8Array(50) }),
+    TypeError,
+    ['unknown option "mask"'],
+  ],
   ['mergeHeads: xh missing', () => mha.mergeHeads(undefined, shape), TypeError, ['mergeHeads: xh', 'undefined']],
-  ['mergeHeads: xh too long', () => mha.mergeHeads(new Float32Array(121), shape), RangeError, ['mergeHeads: xh', 'batch*numHeads*seqLen*headDim = 2*3*5*4', 'got length 121']],
+  [
+    'mergeHeads: xh too long',
+    () => mha.mergeHeads(new Float32Array(121), shape),
+    RangeError,
+    ['mergeHeads: xh', 'batch*numHeads*seqLen*headDim = 2*3*5*4', 'got length 121'],
+  ],
   ['mergeHeads: shape null', () => mha.mergeHeads(q, null), TypeError, ['mergeHeads: shape', 'null']],
-  ['mergeHeads: numHeads missing', () => mha.mergeHeads(q, { ...shape, numHeads: undefined }), TypeError, ['mergeHeads: numHeads', 'undefined']],
-  ['mergeHeads: batch Infinity', () => mha.mergeHeads(q, { ...shape, batch: Infinity }), RangeError, ['mergeHeads: batch', 'Infinity']],
-  ['mergeHeads: option causal is unknown', () => mha.mergeHeads(q, { ...shape, causal: true }), TypeError, ['unknown option "causal"']],
+  [
+    'mergeHeads: numHeads missing',
+    () => mha.mergeHeads(q, { ...shape, numHeads: undefined }),
+    TypeError,
+    ['mergeHeads: numHeads', 'undefined'],
+  ],
+  [
+    'mergeHeads: batch Infinity',
+    () => mha.mergeHeads(q, { ...shape, batch: Infinity }),
+    RangeError,
+    ['mergeHeads: batch', 'Infinity'],
+  ],
+  [
+    'mergeHeads: option causal is unknown',
+    () => mha.mergeHeads(q, { ...shape, causal: true }),
+    TypeError,
+    ['unknown option "causal"'],
+  ],
   // attentionWeights: q, k, options, every option
-  ['weights: q missing', () => mha.attentionWeights(undefined, k, shape), TypeError, ['attentionWeights: q', 'undefined']],
-  ['weights: k a Float64Array', () => weights({}, q, new Float64Array(120)), TypeError, ['attentionWeights: k', 'Float64Array(120)']],
+  [
+    'weights: q missing',
+    () => mha.attentionWeights(undefined, k, shape),
+    TypeError,
+    ['attentionWeights: q', 'undefined'],
+  ],
+  [
+    'weights: k a Float64Array',
+    () => weights({}, q, new Float64Array(120)),
+    TypeError,
+    ['attentionWeights: k', 'Float64Array(120)'],
+  ],
   ['weights: q detached', () => weights({}, detached()), TypeError, ['attentionWeights: q', 'detached']],
   ['weights: options missing', () => mha.attentionWeights(q, k), TypeError, ['attentionWeights: options', 'undefined']],
   ['weights: out is not an option', () => weights({ out: new Float32Array(150) }), TypeError, ['unknown option "out"']],
   ['weights: kvSeqLen zero', () => weights({ kvSeqLen: 0 }), RangeError, ['attentionWeights: kvSeqLen', 'got 0']],
-  ['weights: mask wrong length', () => weights({ mask: new Uint8Array(10) }), RangeError, ['attentionWeights: mask', 'length 50']],
+  [
+    'weights: mask wrong length',
+    () => weights({ mask: new Uint8Array(10) }),
+    RangeError,
+    ['attentionWeights: mask', 'length 50'],
+  ],
   ['weights: causal a string', () => weights({ causal: 'true' }), TypeError, ['attentionWeights: causal', '"true"']],
   ['weights: scale NaN', () => weights({ scale: NaN }), RangeError, ['attentionWeights: scale', 'NaN']],
   ['weights: numHeads zero', () => weights({ numHeads: 0 }), RangeError, ['attentionWeights: numHeads', 'got 0']],
   // heap: shapes that pass the element limits but cannot be staged in the wasm memory
-  ['weights: 2^30 weights = 4 GiB, beyond the wasm memory', () => mha.attentionWeights(new Float32Array(2 ** 15), new Float32Array(2 ** 15), { batch: 1, seqLen: 2 ** 15, dModel: 1, numHeads: 1 }), RangeError, ['bytes of wasm memory']],
+  [
+    'weights: 2^30 weights = 4 GiB, beyond the wasm memory',
+    () =>
+      mha.attentionWeights(new Float32Array(2 ** 15), new Float32Array(2 ** 15), {
+        batch: 1,
+        seqLen: 2 ** 15,
+        dModel: 1,
+        numHeads: 1,
+      }),
+    RangeError,
+    ['bytes of wasm memory'],
+  ],
   ['weights: 2 GiB - 88 KiB, malloc returns 0', mallocFail, RangeError, ['2147395632 bytes of wasm memory']],
 ];
 
@@ -144,8 +269,11 @@ test('createMHA: every bad options value is rejected', async () => {
     [{ threads: 2, simd: false, fast: true }, TypeError, 'unknown option "fast"'],
   ];
   for (const [options, ErrorClass, fragment] of cases) {
-    await assert.rejects(createMHA(options), (e) => e instanceof ErrorClass && e.message.includes(fragment),
-      `createMHA(${JSON.stringify(options)})`);
+    await assert.rejects(
+      createMHA(options),
+      (e) => e instanceof ErrorClass && e.message.includes(fragment),
+      `createMHA(${JSON.stringify(options)})`,
+    );
   }
   // Allowed: no options, {}, 'auto', a positive integer, a key explicitly undefined (threads: see threads.test.mjs).
   for (const options of [undefined, {}, { threads: 'auto' }, { threads: 3 }, { threads: undefined }, { simd: false }]) {
@@ -170,7 +298,10 @@ test('scale 0 and negative scales are allowed (documented); tiny and huge finite
     const ref = referenceMHA(q, k, v, { ...shape, scale: Math.fround(scale) });
     const r = compare(out, ref);
     assert.equal(r.specialMismatch, -1, `scale ${scale}: NaN or infinity positions differ`);
-    assert.ok(r.maxError < 1e-4 * Math.max(1, r.maxExpected) || Math.abs(scale) > 1e6, `scale ${scale}: max error ${r.maxError}`);
+    assert.ok(
+      r.maxError < 1e-4 * Math.max(1, r.maxExpected) || Math.abs(scale) > 1e6,
+      `scale ${scale}: max error ${r.maxError}`,
+    );
   }
 });
 
@@ -210,7 +341,11 @@ test('wasm memory and process external memory are flat over 20,000 valid, invali
     () => assert.throws(() => attend({}, q, k.subarray(1)), RangeError),
     () => assert.throws(() => attend({ out: detached() }), TypeError),
     () => assert.throws(mallocFail, RangeError), // malloc returns 0
-    () => assert.throws(() => mha.attentionWeights(big, big, { batch: 1, seqLen: 2 ** 15, dModel: 1, numHeads: 1 }), RangeError),
+    () =>
+      assert.throws(
+        () => mha.attentionWeights(big, big, { batch: 1, seqLen: 2 ** 15, dModel: 1, numHeads: 1 }),
+        RangeError,
+      ),
   ];
   // One round ends with the largest valid call, so the staging arena has the same size at each reading.
   const round = () => {
@@ -226,14 +361,24 @@ test('wasm memory and process external memory are flat over 20,000 valid, invali
     round();
     if (i % 500 === 499) {
       const now = mha.memoryStats();
-      assert.equal(now.heapBytesInUse, before.heapBytesInUse, `heap bytes in use changed after ${(i + 1) * calls.length} calls`);
-      assert.equal(now.wasmMemoryBytes, before.wasmMemoryBytes, `wasm memory grew after ${(i + 1) * calls.length} calls`);
+      assert.equal(
+        now.heapBytesInUse,
+        before.heapBytesInUse,
+        `heap bytes in use changed after ${(i + 1) * calls.length} calls`,
+      );
+      assert.equal(
+        now.wasmMemoryBytes,
+        before.wasmMemoryBytes,
+        `wasm memory grew after ${(i + 1) * calls.length} calls`,
+      );
     }
   }
   fullGc();
   const after = mha.memoryStats();
   const externalAfter = process.memoryUsage().external;
-  console.log(`# 20,000 calls: wasm heap in use ${before.heapBytesInUse} -> ${after.heapBytesInUse} B, memory ${before.wasmMemoryBytes} -> ${after.wasmMemoryBytes} B, external ${externalBefore} -> ${externalAfter} B`);
+  console.log(
+    `# 20,000 calls: wasm heap in use ${before.heapBytesInUse} -> ${after.heapBytesInUse} B, memory ${before.wasmMemoryBytes} -> ${after.wasmMemoryBytes} B, external ${externalBefore} -> ${externalAfter} B`,
+  );
   assert.equal(after.heapBytesInUse, before.heapBytesInUse);
   assert.equal(after.wasmMemoryBytes, before.wasmMemoryBytes);
   assert.ok(externalAfter - externalBefore < 65536, `external memory grew by ${externalAfter - externalBefore} bytes`);
@@ -254,7 +399,12 @@ test('one array passed as several of q, k, v is staged once and gives the same b
   const x = Float32Array.from(q);
   const y = Float32Array.from(k);
   const options = { ...shape, causal: true };
-  for (const [qq, kk, vv] of [[x, x, x], [x, x, y], [x, y, y], [x, y, x]]) {
+  for (const [qq, kk, vv] of [
+    [x, x, x],
+    [x, x, y],
+    [x, y, y],
+    [x, y, x],
+  ]) {
     const copies = [Float32Array.from(qq), Float32Array.from(kk), Float32Array.from(vv)];
     const expected = mha.multiHeadAttention(copies[0], copies[1], copies[2], options);
     const before = mha.memoryStats().heapBytesInUse;
@@ -283,7 +433,10 @@ test('subarray views at odd offsets of larger buffers, as inputs and as out', ()
   pool.set(k, 121);
   pool.set(v, 241);
   const out = pool.subarray(361, 481);
-  const result = mha.multiHeadAttention(pool.subarray(1, 121), pool.subarray(121, 241), pool.subarray(241, 361), { ...shape, out });
+  const result = mha.multiHeadAttention(pool.subarray(1, 121), pool.subarray(121, 241), pool.subarray(241, 361), {
+    ...shape,
+    out,
+  });
   assert.equal(result, out);
   assert.deepEqual(result, attend({}));
   assert.ok(Number.isNaN(pool[0]) === false && pool[481] === 0, 'wrote outside the out view');
@@ -372,7 +525,10 @@ test('two instances in one process are independent (interleaved calls, dispose o
 });
 
 test('an instance cannot be sent to another thread (not cloneable), so it is never shared', () => {
-  assert.throws(() => structuredClone(mha), (e) => e.name === 'DataCloneError');
+  assert.throws(
+    () => structuredClone(mha),
+    (e) => e.name === 'DataCloneError',
+  );
 });
 
 test('instances in 4 worker threads at once each compute the golden example correctly', async () => {
@@ -394,16 +550,23 @@ test('instances in 4 worker threads at once each compute the golden example corr
       parentPort.postMessage({ maxError, nanMismatch, simd: mha.info.simd });
     }).catch((e) => parentPort.postMessage({ error: String(e && e.stack || e) }));
   `;
-  const run = () => new Promise((resolve, reject) => {
-    const worker = new Worker(source, { eval: true, workerData: { url, q, k, v, out64, shape, rounds: 500 } });
-    worker.once('message', resolve);
-    worker.once('error', reject);
-  });
+  const run = () =>
+    new Promise((resolve, reject) => {
+      const worker = new Worker(source, { eval: true, workerData: { url, q, k, v, out64, shape, rounds: 500 } });
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
   // The main thread keeps computing while the workers run.
-  const results = await Promise.all([run(), run(), run(), run(), (async () => {
-    for (let i = 0; i < 200; i++) assert.ok(compare(attend({}), out64).maxError < 1e-5);
-    return { maxError: 0, nanMismatch: 0, simd: mha.info.simd };
-  })()]);
+  const results = await Promise.all([
+    run(),
+    run(),
+    run(),
+    run(),
+    (async () => {
+      for (let i = 0; i < 200; i++) assert.ok(compare(attend({}), out64).maxError < 1e-5);
+      return { maxError: 0, nanMismatch: 0, simd: mha.info.simd };
+    })(),
+  ]);
   for (const r of results) {
     assert.equal(r.error, undefined, r.error);
     assert.equal(r.nanMismatch, 0);

@@ -4,7 +4,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { bitsEqual, compare, expectError, heapCopy, loadSpecExample, mulberry32, randomNormal, randomProblem, referenceMHA } from './helpers.mjs';
+import {
+  bitsEqual,
+  compare,
+  expectError,
+  heapCopy,
+  loadSpecExample,
+  mulberry32,
+  randomNormal,
+  randomProblem,
+  referenceMHA,
+} from './helpers.mjs';
 
 const mha = await createMHA();
 const { q, k, v, out64, shape } = loadSpecExample();
@@ -12,14 +22,27 @@ const { q, k, v, out64, shape } = loadSpecExample();
 // Shapes: the spec example, cross-attention, and one large enough for the threaded build to split it.
 const SHAPES = [
   { name: 'spec example (2,5,5,12,3)', batch: 2, seqLen: 5, dModel: 12, numHeads: 3 },
-  { name: 'cross, causal + mask (2,9,13,16,4)', batch: 2, seqLen: 9, kvSeqLen: 13, dModel: 16, numHeads: 4, causal: true, mask: true },
+  {
+    name: 'cross, causal + mask (2,9,13,16,4)',
+    batch: 2,
+    seqLen: 9,
+    kvSeqLen: 13,
+    dModel: 16,
+    numHeads: 4,
+    causal: true,
+    mask: true,
+  },
   { name: 'parallel-sized (2,130,130,256,4)', batch: 2, seqLen: 130, kvSeqLen: 130, dModel: 256, numHeads: 4 },
 ];
 
 // ---------------------------------------------------------------------------------------------
 // Results
 
-for (const [label, createOptions] of [['simd', {}], ['baseline', { simd: false }], ['simd-threads (2 threads)', { threads: 2 }]]) {
+for (const [label, createOptions] of [
+  ['simd', {}],
+  ['baseline', { simd: false }],
+  ['simd-threads (2 threads)', { threads: 2 }],
+]) {
   test(`${label}: HeapTensor and mixed arguments give the Float32Array path's bits`, async () => {
     const instance = await createMHA(createOptions);
     try {
@@ -72,8 +95,14 @@ test('q = k = v as one tensor (self-attention), with causal and with a mask, equ
   for (const extra of [{}, { causal: true }, { mask }, { mask, causal: true }, { scale: 0.25 }]) {
     const expected = mha.multiHeadAttention(q, q, q, { ...shape, ...extra });
     assert.ok(compare(expected, referenceMHA(q, q, q, { ...shape, ...extra })).maxError < 1e-5, JSON.stringify(extra));
-    assert.ok(bitsEqual(mha.multiHeadAttention(x, x, x, { ...shape, ...extra }), expected), `new array, ${JSON.stringify(Object.keys(extra))}`);
-    assert.ok(bitsEqual(mha.multiHeadAttention(x, x, x, { ...shape, ...extra, out }), expected), `out tensor, ${JSON.stringify(Object.keys(extra))}`);
+    assert.ok(
+      bitsEqual(mha.multiHeadAttention(x, x, x, { ...shape, ...extra }), expected),
+      `new array, ${JSON.stringify(Object.keys(extra))}`,
+    );
+    assert.ok(
+      bitsEqual(mha.multiHeadAttention(x, x, x, { ...shape, ...extra, out }), expected),
+      `out tensor, ${JSON.stringify(Object.keys(extra))}`,
+    );
   }
   assert.ok(bitsEqual(x.toArray(), q), 'the input tensor was modified');
   x.free();
@@ -92,7 +121,10 @@ test('the kernel reads tensors in place: writes through data or set() change the
   const first = mha.multiHeadAttention(tq, tk, tv, shape);
   tv.data.fill(2);
   const allTwo = mha.multiHeadAttention(tq, tk, tv, shape);
-  assert.ok(allTwo.every((x) => Math.abs(x - 2) < 1e-6), 'softmax weights sum to 1, so v = 2 everywhere gives 2');
+  assert.ok(
+    allTwo.every((x) => Math.abs(x - 2) < 1e-6),
+    'softmax weights sum to 1, so v = 2 everywhere gives 2',
+  );
   tv.set(v);
   assert.ok(bitsEqual(mha.multiHeadAttention(tq, tk, tv, shape), first));
   for (const t of [tq, tk, tv]) t.free();
@@ -120,7 +152,10 @@ test('with q, k, v and out all tensors a call stages nothing: heap use grows by 
   // depends on the allocator's placement (1 KiB bounds it).
   instance.multiHeadAttention(qa, ka, va, s);
   const staged = instance.memoryStats().heapBytesInUse - steady.heapBytesInUse;
-  assert.ok(staged >= 3 * qa.length * 4 - 1024, `the Float32Array path staged ${staged} bytes, less than its three inputs`);
+  assert.ok(
+    staged >= 3 * qa.length * 4 - 1024,
+    `the Float32Array path staged ${staged} bytes, less than its three inputs`,
+  );
   instance.dispose();
 });
 
@@ -139,7 +174,10 @@ test('allocate: 16-byte aligned, the requested length, contents writable through
   }
   // No two tensors overlap: each still holds its own values.
   for (const t of tensors) {
-    assert.deepEqual(Array.from(t.data), Array.from({ length: t.length }, (_, i) => i + t.length));
+    assert.deepEqual(
+      Array.from(t.data),
+      Array.from({ length: t.length }, (_, i) => i + t.length),
+    );
     t.free();
   }
 });
@@ -214,7 +252,10 @@ async function withFullMemory(body) {
     };
     const before = instance.memoryStats().wasmMemoryBytes;
     await body(instance, tensors);
-    assert.ok(instance.memoryStats().wasmMemoryBytes > before, 'the call did not grow the memory, so nothing was tested');
+    assert.ok(
+      instance.memoryStats().wasmMemoryBytes > before,
+      'the call did not grow the memory, so nothing was tested',
+    );
   } finally {
     instance.dispose();
   }
@@ -228,11 +269,17 @@ for (const which of ['q', 'k', 'v', 'out']) {
       const view = tensors[which].data;
       if (which === 'out') view.fill(NaN);
       const args = { q: qa, k: ka, v: va, [which]: view };
-      const result = instance.multiHeadAttention(args.q, args.k, args.v, { ...options, out: which === 'out' ? view : undefined });
+      const result = instance.multiHeadAttention(args.q, args.k, args.v, {
+        ...options,
+        out: which === 'out' ? view : undefined,
+      });
       assert.equal(view.length, 0, 'the call did not detach the view, so nothing was tested');
       assert.ok(bitsEqual(result, expected), `${which}: wrong result`);
       if (which === 'out') {
-        assert.ok(result.buffer === tensors.out.data.buffer, 'out: the returned array is not a view of the current memory');
+        assert.ok(
+          result.buffer === tensors.out.data.buffer,
+          'out: the returned array is not a view of the current memory',
+        );
         assert.equal(result.byteOffset, tensors.out.data.byteOffset, 'out: the returned view is not where out was');
         assert.ok(bitsEqual(tensors.out.data, expected), 'out: the tensor does not hold the result');
       }
@@ -268,7 +315,9 @@ test("a tensor's data passed to splitHeads and attentionWeights survives the mem
   });
   await withFullMemory((instance, tensors) => {
     const view = tensors.q.data;
-    assert.ok(bitsEqual(instance.attentionWeights(view, tensors.k.data, { ...options, mask: undefined }), expectedWeights));
+    assert.ok(
+      bitsEqual(instance.attentionWeights(view, tensors.k.data, { ...options, mask: undefined }), expectedWeights),
+    );
     assert.equal(view.length, 0, 'attentionWeights did not detach the view, so nothing was tested');
   });
 });
@@ -294,7 +343,12 @@ const MALLOC_FAIL_LENGTH = 2 ** 29 - 64; // 2 GiB - 256 bytes
 // [description, thunk, error class, message fragments]
 const BAD_CALLS = [
   // allocate(length)
-  ['allocate: length missing', () => mha.allocate(), TypeError, ['allocate: length', 'positive integer', 'got undefined']],
+  [
+    'allocate: length missing',
+    () => mha.allocate(),
+    TypeError,
+    ['allocate: length', 'positive integer', 'got undefined'],
+  ],
   ['allocate: length a string', () => mha.allocate('120'), TypeError, ['allocate: length', 'got "120"']],
   ['allocate: length a BigInt', () => mha.allocate(120n), TypeError, ['allocate: length', 'got 120']],
   ['allocate: length 0', () => mha.allocate(0), RangeError, ['allocate: length', 'positive integer', 'got 0']],
@@ -303,42 +357,177 @@ const BAD_CALLS = [
   ['allocate: length NaN', () => mha.allocate(NaN), RangeError, ['allocate: length', 'got NaN']],
   ['allocate: length Infinity', () => mha.allocate(Infinity), RangeError, ['allocate: length', 'got Infinity']],
   ['allocate: length 2^31', () => mha.allocate(2 ** 31), RangeError, ['allocate: length', 'below 2^31']],
-  ['allocate: 2^29 floats = 2 GiB, beyond the wasm memory', () => mha.allocate(2 ** 29), RangeError, ['allocate: length', '2147483648 bytes of wasm memory', '2 GiB at most']],
-  ['allocate: malloc returns 0', () => mha.allocate(MALLOC_FAIL_LENGTH), RangeError, ['allocate: length', `${MALLOC_FAIL_LENGTH * 4} bytes of wasm memory`]],
+  [
+    'allocate: 2^29 floats = 2 GiB, beyond the wasm memory',
+    () => mha.allocate(2 ** 29),
+    RangeError,
+    ['allocate: length', '2147483648 bytes of wasm memory', '2 GiB at most'],
+  ],
+  [
+    'allocate: malloc returns 0',
+    () => mha.allocate(MALLOC_FAIL_LENGTH),
+    RangeError,
+    ['allocate: length', `${MALLOC_FAIL_LENGTH * 4} bytes of wasm memory`],
+  ],
   // multiHeadAttention with tensors
-  ['mha: k tensor one element short', () => attend(t120, t119, v120), RangeError, ['multiHeadAttention: k: expected HeapTensor of length 120 (batch*kvSeqLen*dModel = 2*5*12), got length 119']],
-  ['mha: q tensor too short', () => attend(t119, k120, v120), RangeError, ['multiHeadAttention: q:', 'length 120 (batch*seqLen*dModel = 2*5*12)', 'got length 119']],
-  ['mha: k tensor, kvSeqLen does not match', () => attend(t120, k120, v120, { kvSeqLen: 6 }), RangeError, ['multiHeadAttention: k: expected HeapTensor of length 144', 'got length 120']],
-  ['mha: out tensor too short', () => attend(t120, k120, v120, { out: t119 }), RangeError, ['multiHeadAttention: out:', 'HeapTensor of length 120', 'got length 119']],
-  ['mha: q a tensor of another instance', () => attend(foreign, k120, v120), TypeError, ['multiHeadAttention: q:', 'another mha-wasm instance', "this instance's allocate()"]],
-  ['mha: out a tensor of another instance', () => attend(q, k, v, { out: foreign }), TypeError, ['multiHeadAttention: out:', 'another mha-wasm instance']],
-  ['mha: q freed', () => attend(freed, k, v), TypeError, ['multiHeadAttention: q:', 'HeapTensor was freed (by free())']],
+  [
+    'mha: k tensor one element short',
+    () => attend(t120, t119, v120),
+    RangeError,
+    ['multiHeadAttention: k: expected HeapTensor of length 120 (batch*kvSeqLen*dModel = 2*5*12), got length 119'],
+  ],
+  [
+    'mha: q tensor too short',
+    () => attend(t119, k120, v120),
+    RangeError,
+    ['multiHeadAttention: q:', 'length 120 (batch*seqLen*dModel = 2*5*12)', 'got length 119'],
+  ],
+  [
+    'mha: k tensor, kvSeqLen does not match',
+    () => attend(t120, k120, v120, { kvSeqLen: 6 }),
+    RangeError,
+    ['multiHeadAttention: k: expected HeapTensor of length 144', 'got length 120'],
+  ],
+  [
+    'mha: out tensor too short',
+    () => attend(t120, k120, v120, { out: t119 }),
+    RangeError,
+    ['multiHeadAttention: out:', 'HeapTensor of length 120', 'got length 119'],
+  ],
+  [
+    'mha: q a tensor of another instance',
+    () => attend(foreign, k120, v120),
+    TypeError,
+    ['multiHeadAttention: q:', 'another mha-wasm instance', "this instance's allocate()"],
+  ],
+  [
+    'mha: out a tensor of another instance',
+    () => attend(q, k, v, { out: foreign }),
+    TypeError,
+    ['multiHeadAttention: out:', 'another mha-wasm instance'],
+  ],
+  [
+    'mha: q freed',
+    () => attend(freed, k, v),
+    TypeError,
+    ['multiHeadAttention: q:', 'HeapTensor was freed (by free())'],
+  ],
   ['mha: v freed', () => attend(q, k, freed), TypeError, ['multiHeadAttention: v:', 'freed']],
   ['mha: out freed', () => attend(q, k, v, { out: freed }), TypeError, ['multiHeadAttention: out:', 'freed']],
-  ['mha: out is q', () => attend(t120, k120, v120, { out: t120 }), TypeError, ['multiHeadAttention: out: expected a HeapTensor other than q (the kernel reads q while it writes out), got q itself']],
+  [
+    'mha: out is q',
+    () => attend(t120, k120, v120, { out: t120 }),
+    TypeError,
+    [
+      'multiHeadAttention: out: expected a HeapTensor other than q (the kernel reads q while it writes out), got q itself',
+    ],
+  ],
   ['mha: out is k', () => attend(q, t120, v, { out: t120 }), TypeError, ['out:', 'other than k', 'got k itself']],
-  ['mha: out is v (q, k arrays)', () => attend(q, k, t120, { out: t120 }), TypeError, ['out:', 'other than v', 'got v itself']],
+  [
+    'mha: out is v (q, k arrays)',
+    () => attend(q, k, t120, { out: t120 }),
+    TypeError,
+    ['out:', 'other than v', 'got v itself'],
+  ],
   ['mha: out is q = k = v', () => attend(t120, t120, t120, { out: t120 }), TypeError, ['out:', 'other than q']],
-  ['mha: q a look-alike object', () => attend({ length: 120, data: q, set() {}, toArray() {}, free() {} }, k, v), TypeError, ['multiHeadAttention: q:', 'Float32Array of length 120', 'or a HeapTensor of that length', 'got Object']],
-  ['mha: k a Proxy of a tensor', () => attend(q, new Proxy(k120, {}), v), TypeError, ['multiHeadAttention: k:', 'only inherits from HeapTensor', 'Proxy']],
-  ['mha: v not a tensor or array', () => attend(q, k, 'v'), TypeError, ['multiHeadAttention: v:', 'or a HeapTensor', 'got "v"']],
+  [
+    'mha: q a look-alike object',
+    () => attend({ length: 120, data: q, set() {}, toArray() {}, free() {} }, k, v),
+    TypeError,
+    ['multiHeadAttention: q:', 'Float32Array of length 120', 'or a HeapTensor of that length', 'got Object'],
+  ],
+  [
+    'mha: k a Proxy of a tensor',
+    () => attend(q, new Proxy(k120, {}), v),
+    TypeError,
+    ['multiHeadAttention: k:', 'only inherits from HeapTensor', 'Proxy'],
+  ],
+  [
+    'mha: v not a tensor or array',
+    () => attend(q, k, 'v'),
+    TypeError,
+    ['multiHeadAttention: v:', 'or a HeapTensor', 'got "v"'],
+  ],
   // methods that take Float32Arrays only
-  ['splitHeads: x a tensor', () => mha.splitHeads(t120, shape), TypeError, ['splitHeads: x: expected Float32Array of length 120', 'got HeapTensor(120)', 'only multiHeadAttention takes a HeapTensor; pass its data']],
+  [
+    'splitHeads: x a tensor',
+    () => mha.splitHeads(t120, shape),
+    TypeError,
+    [
+      'splitHeads: x: expected Float32Array of length 120',
+      'got HeapTensor(120)',
+      'only multiHeadAttention takes a HeapTensor; pass its data',
+    ],
+  ],
   ['mergeHeads: xh a tensor', () => mha.mergeHeads(t120, shape), TypeError, ['mergeHeads: xh:', 'got HeapTensor(120)']],
-  ['attentionWeights: k a tensor', () => mha.attentionWeights(q, k120, shape), TypeError, ['attentionWeights: k:', 'got HeapTensor(120)']],
-  ['splitHeads: x a freed tensor', () => mha.splitHeads(freed, shape), TypeError, ['splitHeads: x:', 'got HeapTensor(120, freed)']],
+  [
+    'attentionWeights: k a tensor',
+    () => mha.attentionWeights(q, k120, shape),
+    TypeError,
+    ['attentionWeights: k:', 'got HeapTensor(120)'],
+  ],
+  [
+    'splitHeads: x a freed tensor',
+    () => mha.splitHeads(freed, shape),
+    TypeError,
+    ['splitHeads: x:', 'got HeapTensor(120, freed)'],
+  ],
   // HeapTensor methods
-  ['set: source a Float64Array', () => t120.set(new Float64Array(3)), TypeError, ['HeapTensor.set: source: expected a Float32Array, got Float64Array(3)']],
+  [
+    'set: source a Float64Array',
+    () => t120.set(new Float64Array(3)),
+    TypeError,
+    ['HeapTensor.set: source: expected a Float32Array, got Float64Array(3)'],
+  ],
   ['set: source a plain Array', () => t120.set([1, 2]), TypeError, ['HeapTensor.set: source:', 'got Array(2)']],
   ['set: source a tensor', () => t120.set(k120), TypeError, ['HeapTensor.set: source:', 'got HeapTensor(120)']],
-  ['set: source too long', () => t120.set(new Float32Array(121)), RangeError, ['HeapTensor.set: source: expected at most 120 elements (length 120 - offset 0), got length 121']],
-  ['set: source does not fit at offset', () => t120.set(new Float32Array(10), 115), RangeError, ['HeapTensor.set: source:', 'at most 5 elements', 'offset 115', 'got length 10']],
-  ['set: offset negative', () => t120.set(new Float32Array(1), -1), RangeError, ['HeapTensor.set: offset: expected an integer in [0, 120], got -1']],
-  ['set: offset past the end', () => t120.set(new Float32Array(0), 121), RangeError, ['HeapTensor.set: offset', 'got 121']],
-  ['set: offset fractional', () => t120.set(new Float32Array(1), 0.5), RangeError, ['HeapTensor.set: offset', 'got 0.5']],
+  [
+    'set: source too long',
+    () => t120.set(new Float32Array(121)),
+    RangeError,
+    ['HeapTensor.set: source: expected at most 120 elements (length 120 - offset 0), got length 121'],
+  ],
+  [
+    'set: source does not fit at offset',
+    () => t120.set(new Float32Array(10), 115),
+    RangeError,
+    ['HeapTensor.set: source:', 'at most 5 elements', 'offset 115', 'got length 10'],
+  ],
+  [
+    'set: offset negative',
+    () => t120.set(new Float32Array(1), -1),
+    RangeError,
+    ['HeapTensor.set: offset: expected an integer in [0, 120], got -1'],
+  ],
+  [
+    'set: offset past the end',
+    () => t120.set(new Float32Array(0), 121),
+    RangeError,
+    ['HeapTensor.set: offset', 'got 121'],
+  ],
+  [
+    'set: offset fractional',
+    () => t120.set(new Float32Array(1), 0.5),
+    RangeError,
+    ['HeapTensor.set: offset', 'got 0.5'],
+  ],
   ['set: offset a string', () => t120.set(new Float32Array(1), '1'), TypeError, ['HeapTensor.set: offset', 'got "1"']],
-  ['set: source detached', () => { const a = new Float32Array(4); structuredClone(a.buffer, { transfer: [a.buffer] }); t120.set(a); }, TypeError, ['HeapTensor.set: source', 'detached']],
-  ['set on a freed tensor', () => freed.set(new Float32Array(1)), TypeError, ['HeapTensor.set: the HeapTensor was freed (by free()); allocate a new one']],
+  [
+    'set: source detached',
+    () => {
+      const a = new Float32Array(4);
+      structuredClone(a.buffer, { transfer: [a.buffer] });
+      t120.set(a);
+    },
+    TypeError,
+    ['HeapTensor.set: source', 'detached'],
+  ],
+  [
+    'set on a freed tensor',
+    () => freed.set(new Float32Array(1)),
+    TypeError,
+    ['HeapTensor.set: the HeapTensor was freed (by free()); allocate a new one'],
+  ],
   ['data of a freed tensor', () => freed.data, TypeError, ['HeapTensor.data:', 'freed (by free())']],
   ['toArray of a freed tensor', () => freed.toArray(), TypeError, ['HeapTensor.toArray:', 'freed']],
 ];
@@ -351,7 +540,10 @@ test('after every bad call the instance gives the golden answer; none changes th
   const before = mha.memoryStats();
   for (const [description, thunk] of BAD_CALLS) {
     assert.throws(thunk);
-    assert.ok(compare(mha.multiHeadAttention(t120, k120, v120, { ...shape, out: out120 }), out64).maxError < 1e-5, description);
+    assert.ok(
+      compare(mha.multiHeadAttention(t120, k120, v120, { ...shape, out: out120 }), out64).maxError < 1e-5,
+      description,
+    );
     assert.ok(bitsEqual(t120.data, q), `${description}: q tensor modified`);
   }
   assert.deepEqual(mha.memoryStats(), before);
@@ -365,7 +557,13 @@ test('free() is idempotent; a tensor cannot be resized from outside', () => {
   t.free();
   expectError(() => t.data, TypeError, ['freed']);
   const live = heapCopy(mha, q);
-  assert.throws(() => { live.length = 12; }, TypeError, 'length is read-only');
+  assert.throws(
+    () => {
+      live.length = 12;
+    },
+    TypeError,
+    'length is read-only',
+  );
   assert.equal(live.length, 120);
   // The length the call checks is the one allocated: a 120-element tensor is still right for the shape.
   assert.ok(compare(mha.multiHeadAttention(live, k, v, shape), out64).maxError < 1e-5);
@@ -384,7 +582,10 @@ test('dispose() frees every live tensor of the instance (later uses are TypeErro
   assert.equal(instance.memoryStats().heapBytesInUse, idle, 'dispose() left memory in use');
   expectError(() => tq.data, TypeError, ['HeapTensor.data: the HeapTensor was freed (by dispose())']);
   expectError(() => tOut.set(q), TypeError, ['HeapTensor.set:', 'freed (by dispose())']);
-  expectError(() => instance.multiHeadAttention(tq, k, v, shape), TypeError, ['multiHeadAttention: q:', 'freed (by dispose())']);
+  expectError(() => instance.multiHeadAttention(tq, k, v, shape), TypeError, [
+    'multiHeadAttention: q:',
+    'freed (by dispose())',
+  ]);
   expectError(() => early.data, TypeError, ['freed (by free())']); // freed before: still says by whom
   tq.free(); // harmless after dispose
   // New tensors work after dispose().
@@ -427,7 +628,9 @@ test('no leak: 3,000 allocate/free cycles and 3,000 calls through tensors bring 
   const before = instance.memoryStats();
   for (let i = 0; i < 1500; i++) round(i);
   const after = instance.memoryStats();
-  console.log(`# 3,000 calls, 13,500 allocations: heap in use ${before.heapBytesInUse} -> ${after.heapBytesInUse} B, memory ${before.wasmMemoryBytes} -> ${after.wasmMemoryBytes} B`);
+  console.log(
+    `# 3,000 calls, 13,500 allocations: heap in use ${before.heapBytesInUse} -> ${after.heapBytesInUse} B, memory ${before.wasmMemoryBytes} -> ${after.wasmMemoryBytes} B`,
+  );
   assert.equal(after.heapBytesInUse, before.heapBytesInUse);
   assert.equal(after.wasmMemoryBytes, before.wasmMemoryBytes);
   instance.dispose();
@@ -449,23 +652,38 @@ test('user code that runs during validation (an option getter) cannot free a che
   // Option getters are read once, when the option itself is checked: causal and scale come after q, k, v.
   const onFirstRead = (options, key, value, act) => {
     let reads = 0;
-    Object.defineProperty(options, key, { enumerable: true, get() { if (++reads === 1) act(); return value; } });
+    Object.defineProperty(options, key, {
+      enumerable: true,
+      get() {
+        if (++reads === 1) act();
+        return value;
+      },
+    });
     return options;
   };
   for (const which of ['q', 'k', 'v']) {
     const tensors = { q: heapCopy(mha, q), k: heapCopy(mha, k), v: heapCopy(mha, v) };
     const options = onFirstRead({ ...shape }, 'causal', false, () => tensors[which].free());
-    expectError(() => mha.multiHeadAttention(tensors.q, tensors.k, tensors.v, options), TypeError,
-      [`multiHeadAttention: ${which}: the HeapTensor was freed during validation, by an option getter`]);
+    expectError(() => mha.multiHeadAttention(tensors.q, tensors.k, tensors.v, options), TypeError, [
+      `multiHeadAttention: ${which}: the HeapTensor was freed during validation, by an option getter`,
+    ]);
     for (const t of Object.values(tensors)) t.free();
   }
   const arrays = { q: Float32Array.from(q), k: Float32Array.from(k) };
-  const options = onFirstRead({ ...shape }, 'scale', 0.5, () => structuredClone(arrays.k.buffer, { transfer: [arrays.k.buffer] }));
-  expectError(() => mha.multiHeadAttention(arrays.q, arrays.k, v, options), TypeError,
-    ["multiHeadAttention: k: the Float32Array's ArrayBuffer was detached during validation"]);
+  const options = onFirstRead({ ...shape }, 'scale', 0.5, () =>
+    structuredClone(arrays.k.buffer, { transfer: [arrays.k.buffer] }),
+  );
+  expectError(() => mha.multiHeadAttention(arrays.q, arrays.k, v, options), TypeError, [
+    "multiHeadAttention: k: the Float32Array's ArrayBuffer was detached during validation",
+  ]);
   const q2 = Float32Array.from(q);
-  const weightsOptions = onFirstRead({ ...shape }, 'causal', true, () => structuredClone(q2.buffer, { transfer: [q2.buffer] }));
-  expectError(() => mha.attentionWeights(q2, k, weightsOptions), TypeError, ['attentionWeights: q:', 'detached during validation']);
+  const weightsOptions = onFirstRead({ ...shape }, 'causal', true, () =>
+    structuredClone(q2.buffer, { transfer: [q2.buffer] }),
+  );
+  expectError(() => mha.attentionWeights(q2, k, weightsOptions), TypeError, [
+    'attentionWeights: q:',
+    'detached during validation',
+  ]);
   // A getter that frees an unrelated tensor is harmless.
   const spare = mha.allocate(3);
   const tq = heapCopy(mha, q);

@@ -6,19 +6,49 @@ import { spawn } from 'node:child_process';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
-import { goldenDir, goldenOptions, goldenV2Dir, goldenV3Dir, loadGoldenCases, readGolden, repoRoot } from '../../scripts/lib/golden.mjs';
+import {
+  goldenDir,
+  goldenOptions,
+  goldenV2Dir,
+  goldenV3Dir,
+  loadGoldenCases,
+  readGolden,
+  repoRoot,
+} from '../../scripts/lib/golden.mjs';
 import { checkLse, checkOut, checkWeights, compare, sliceRows } from '../../scripts/lib/golden-runner.mjs';
 import { mulberry32, normalSampler, randomNormal } from '../../scripts/lib/prng.mjs';
 import { attention } from '../../scripts/lib/reference.mjs';
 
 // The tolerance rules live in the golden runner (pure ECMAScript, also run by the pages and jsc); the
 // golden reader, the float16 rounding, the PRNG and the reference in scripts/lib/ too (the bench uses them).
-export { checkLse, checkOut, checkWeights, compare, goldenDir, goldenOptions, goldenV2Dir, goldenV3Dir, loadGoldenCases, mulberry32,
-  normalSampler, randomNormal, readGolden, repoRoot, roundToFloat16, sliceRows };
+export {
+  checkLse,
+  checkOut,
+  checkWeights,
+  compare,
+  goldenDir,
+  goldenOptions,
+  goldenV2Dir,
+  goldenV3Dir,
+  loadGoldenCases,
+  mulberry32,
+  normalSampler,
+  randomNormal,
+  readGolden,
+  repoRoot,
+  roundToFloat16,
+  sliceRows,
+};
 
 /** True when two typed arrays hold the same bytes. */
 export function bitsEqual(a, b) {
-  return a.length === b.length && Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
+  return (
+    a.length === b.length &&
+    Buffer.compare(
+      Buffer.from(a.buffer, a.byteOffset, a.byteLength),
+      Buffer.from(b.buffer, b.byteOffset, b.byteLength),
+    ) === 0
+  );
 }
 
 /**
@@ -28,12 +58,21 @@ export function bitsEqual(a, b) {
 export function runChild(source, { timeoutMs = 20000, nodeFlags = [] } = {}) {
   return new Promise((resolve, reject) => {
     const started = performance.now();
-    const child = spawn(process.execPath, [...nodeFlags, '--input-type=module', '-e', source], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...nodeFlags, '--input-type=module', '-e', source], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d) => { stdout += d; });
-    child.stderr.on('data', (d) => { stderr += d; });
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`child did not exit within ${timeoutMs} ms\n${stdout}\n${stderr}`)); }, timeoutMs);
+    child.stdout.on('data', (d) => {
+      stdout += d;
+    });
+    child.stderr.on('data', (d) => {
+      stderr += d;
+    });
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`child did not exit within ${timeoutMs} ms\n${stdout}\n${stderr}`));
+    }, timeoutMs);
     child.on('exit', (code) => {
       clearTimeout(timer);
       resolve({ code, stdout, stderr, ms: performance.now() - started });
@@ -44,7 +83,10 @@ export function runChild(source, { timeoutMs = 20000, nodeFlags = [] } = {}) {
 /** Expects `thunk` to throw an error of that class whose message contains every fragment. */
 export function expectError(thunk, ErrorClass, fragments) {
   assert.throws(thunk, (error) => {
-    assert.ok(error instanceof ErrorClass, `expected ${ErrorClass.name}, got ${error?.constructor?.name}: ${error?.message}`);
+    assert.ok(
+      error instanceof ErrorClass,
+      `expected ${ErrorClass.name}, got ${error?.constructor?.name}: ${error?.message}`,
+    );
     for (const f of fragments) assert.ok(error.message.includes(f), `message "${error.message}" lacks "${f}"`);
     return true;
   });
@@ -84,22 +126,42 @@ export function randomProblem(spec, seed) {
   const given = spec.mask instanceof Uint8Array || Array.isArray(spec.mask) ? spec.mask : undefined;
   const options = { ...spec, kvSeqLen: T, causal: spec.causal ?? false, mask: given };
   delete options.name;
-  if (spec.mask === true || spec.mask === 'random') options.mask = Uint8Array.from({ length: B * S * T }, () => (random() < 0.7 ? 1 : 0));
+  if (spec.mask === true || spec.mask === 'random')
+    options.mask = Uint8Array.from({ length: B * S * T }, () => (random() < 0.7 ? 1 : 0));
   if (spec.mask === 'padding') {
     options.mask = new Uint8Array(B * S * T);
     for (let b = 0; b < B; b++) {
       for (let i = 0; i < S; i++) options.mask.fill(1, (b * S + i) * T, (b * S + i) * T + Math.max(0, T - 37 * b));
     }
   }
-  return { q: randomNormal(B * S * D, random), k: randomNormal(B * T * kvD, random), v: randomNormal(B * T * kvD, random), options };
+  return {
+    q: randomNormal(B * S * D, random),
+    k: randomNormal(B * T * kvD, random),
+    v: randomNormal(B * T * kvD, random),
+    options,
+  };
 }
 
 /** The reference's shape letters for API options. */
 function referenceShape(o) {
   return {
-    B: o.batch, S: o.seqLen, T: o.kvSeqLen ?? o.seqLen, D: o.dModel, H: o.numHeads, Hkv: o.numKvHeads, causal: o.causal ?? false,
-    scale: o.scale, mask: o.mask, queryOffset: o.queryOffset, kvLengths: o.kvLengths, window: o.window, softcap: o.softcap,
-    alibiSlopes: o.alibiSlopes, bias: o.bias, biasShape: o.biasShape, emptyRows: o.emptyRows,
+    B: o.batch,
+    S: o.seqLen,
+    T: o.kvSeqLen ?? o.seqLen,
+    D: o.dModel,
+    H: o.numHeads,
+    Hkv: o.numKvHeads,
+    causal: o.causal ?? false,
+    scale: o.scale,
+    mask: o.mask,
+    queryOffset: o.queryOffset,
+    kvLengths: o.kvLengths,
+    window: o.window,
+    softcap: o.softcap,
+    alibiSlopes: o.alibiSlopes,
+    bias: o.bias,
+    biasShape: o.biasShape,
+    emptyRows: o.emptyRows,
   };
 }
 

@@ -11,10 +11,19 @@ import path from 'node:path';
 import { repoRoot } from './helpers.mjs';
 
 const SOURCE = /\.(mjs|js|cjs|ts)$/;
-const files = execFileSync('git', ['ls-files', '-z'], { cwd: repoRoot, encoding: 'utf8' }).split('\0')
-  .filter((f) => SOURCE.test(f) && !f.startsWith('node_modules/') && !f.startsWith('dist/') && !f.endsWith('.d.ts')
-    && !f.includes('/fixtures/') && !f.startsWith('tests/golden/'));
-const IMPORT = /(?:^|[^\w.$])(?:import|export)\s[^'"`;]*?\sfrom\s*['"]([^'"]+)['"]|(?:^|[^\w.$])import\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/gm;
+const files = execFileSync('git', ['ls-files', '-z'], { cwd: repoRoot, encoding: 'utf8' })
+  .split('\0')
+  .filter(
+    (f) =>
+      SOURCE.test(f) &&
+      !f.startsWith('node_modules/') &&
+      !f.startsWith('dist/') &&
+      !f.endsWith('.d.ts') &&
+      !f.includes('/fixtures/') &&
+      !f.startsWith('tests/golden/'),
+  );
+const IMPORT =
+  /(?:^|[^\w.$])(?:import|export)\s[^'"`;]*?\sfrom\s*['"]([^'"]+)['"]|(?:^|[^\w.$])import\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/gm;
 
 /** The repository-relative file `spec` names from `from`, or undefined for a package or a missing file. */
 function resolveImport(from, spec) {
@@ -24,7 +33,8 @@ function resolveImport(from, spec) {
   else return undefined;
   target = path.posix.normalize(target);
   for (const candidate of [target, target.replace(/\.js$/, '.ts')]) {
-    if (fs.existsSync(path.join(repoRoot, candidate)) && fs.statSync(path.join(repoRoot, candidate)).isFile()) return candidate;
+    if (fs.existsSync(path.join(repoRoot, candidate)) && fs.statSync(path.join(repoRoot, candidate)).isFile())
+      return candidate;
   }
   return undefined;
 }
@@ -32,7 +42,10 @@ function resolveImport(from, spec) {
 const graph = new Map();
 for (const file of files) {
   // Comments out first: they quote imports (`import { serve } from './scripts/serve.mjs'`) as examples.
-  const source = fs.readFileSync(path.join(repoRoot, file), 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, '');
+  const source = fs
+    .readFileSync(path.join(repoRoot, file), 'utf8')
+    .replace(/\/\*[\s\S]*?\*\//g, '')
+    .replace(/^\s*\/\/.*$/gm, '');
   const edges = new Set();
   for (const m of source.matchAll(IMPORT)) {
     const target = resolveImport(file, m[1] ?? m[2] ?? m[3]);
@@ -48,20 +61,29 @@ test('the walk sees the imports it should (a check of the check)', () => {
 });
 
 test('runtime code (models/, web/, examples/) imports neither bench/ nor tests/', () => {
-  const bad = [...graph].flatMap(([file, edges]) => (/^(models|web|examples)\//.test(file)
-    ? edges.filter((e) => /^(bench|tests)\//.test(e)).map((e) => `${file} -> ${e}`) : []));
+  const bad = [...graph].flatMap(([file, edges]) =>
+    /^(models|web|examples)\//.test(file)
+      ? edges.filter((e) => /^(bench|tests)\//.test(e)).map((e) => `${file} -> ${e}`)
+      : [],
+  );
   assert.deepEqual(bad, []);
 });
 
 test('bench/ and scripts/ do not import tests/; scripts/lib/ does not import bench/ either', () => {
-  const bad = [...graph].flatMap(([file, edges]) => edges
-    .filter((e) => (/^(bench|scripts)\//.test(file) && e.startsWith('tests/')) || (file.startsWith('scripts/lib/') && e.startsWith('bench/')))
-    .map((e) => `${file} -> ${e}`));
+  const bad = [...graph].flatMap(([file, edges]) =>
+    edges
+      .filter(
+        (e) =>
+          (/^(bench|scripts)\//.test(file) && e.startsWith('tests/')) ||
+          (file.startsWith('scripts/lib/') && e.startsWith('bench/')),
+      )
+      .map((e) => `${file} -> ${e}`),
+  );
   assert.deepEqual(bad, []);
 });
 
 test('no import cycles', () => {
-  const state = new Map();  // file -> 'open' while on the stack, 'done' after
+  const state = new Map(); // file -> 'open' while on the stack, 'done' after
   const cycles = [];
   const stack = [];
   const visit = (file) => {

@@ -9,13 +9,31 @@ import { createMHA } from '../../dist/index.js';
 import { bitsEqual, expectError, mulberry32, randomNormal } from './helpers.mjs';
 import { float16Bits } from '../../scripts/lib/float16.mjs';
 
-const B = 4, H = 8, Hkv = 2, Dh = 16, Dv = 12, CAPACITY = 96;
+const B = 4,
+  H = 8,
+  Hkv = 2,
+  Dh = 16,
+  Dv = 12,
+  CAPACITY = 96;
 // Per step: real rows of each sequence (n = their max), or a truncation to these lengths. Sequences 0
 // and 3 start with a tiled prefill, 1 with a short one, 2 stays empty and then gets its prefill.
-const SCHEDULE = [[37, 5, 0, 20], [1, 1, 0, 1], [3, 0, 17, 1], { truncate: [30, 6, 10, 21] }, [1, 1, 1, 0], [2, 2, 2, 2],
-  [0, 0, 0, 0], [1, 24, 1, 1]];
+const SCHEDULE = [
+  [37, 5, 0, 20],
+  [1, 1, 0, 1],
+  [3, 0, 17, 1],
+  { truncate: [30, 6, 10, 21] },
+  [1, 1, 1, 0],
+  [2, 2, 2, 2],
+  [0, 0, 0, 0],
+  [1, 24, 1, 1],
+];
 
-const BUILDS = [['simd', { simd: 'fixed' }], ['baseline', { simd: false }], [undefined, {}], [undefined, { threads: 3 }]];
+const BUILDS = [
+  ['simd', { simd: 'fixed' }],
+  ['baseline', { simd: false }],
+  [undefined, {}],
+  [undefined, { threads: 3 }],
+];
 const instances = [];
 for (const [label, options] of BUILDS) {
   const mha = await createMHA(options);
@@ -43,18 +61,38 @@ function checkSchedule(mha, { dtype, rope, sinks }) {
       }
       const n = Math.max(1, ...step);
       const [q, k, v] = [H * Dh, Hkv * Dh, Hkv * Dv].map((width) => randomNormal(B * n * width, random));
-      for (let b = 0; b < B; b++) {  // padding rows: never read
-        for (const [x, width] of [[q, H * Dh], [k, Hkv * Dh], [v, Hkv * Dv]]) x.fill(NaN, (b * n + step[b]) * width, (b + 1) * n * width);
+      for (let b = 0; b < B; b++) {
+        // padding rows: never read
+        for (const [x, width] of [
+          [q, H * Dh],
+          [k, Hkv * Dh],
+          [v, Hkv * Dv],
+        ])
+          x.fill(NaN, (b * n + step[b]) * width, (b + 1) * n * width);
       }
       const out = together.attend(q, k, v, { ...options, newTokens: step });
       for (let b = 0; b < B; b++) {
         const padding = out.subarray((b * n + step[b]) * H * Dv, (b + 1) * n * H * Dv);
-        assert.ok(padding.every((x) => x === 0), `sequence ${b}: padding out rows are 0`);
+        assert.ok(
+          padding.every((x) => x === 0),
+          `sequence ${b}: padding out rows are 0`,
+        );
         if (step[b] === 0) continue;
-        const own = alone[b].attend(rowsOf(q, b, n, H * Dh, step[b]), rowsOf(k, b, n, Hkv * Dh, step[b]), rowsOf(v, b, n, Hkv * Dv, step[b]), options);
-        assert.ok(bitsEqual(own, out.subarray(b * n * H * Dv, (b * n + step[b]) * H * Dv)), `sequence ${b} of step [${step}]: bits of the sequence alone`);
+        const own = alone[b].attend(
+          rowsOf(q, b, n, H * Dh, step[b]),
+          rowsOf(k, b, n, Hkv * Dh, step[b]),
+          rowsOf(v, b, n, Hkv * Dv, step[b]),
+          options,
+        );
+        assert.ok(
+          bitsEqual(own, out.subarray(b * n * H * Dv, (b * n + step[b]) * H * Dv)),
+          `sequence ${b} of step [${step}]: bits of the sequence alone`,
+        );
       }
-      assert.deepEqual([...together.lengths], alone.map((cache) => cache.length));
+      assert.deepEqual(
+        [...together.lengths],
+        alone.map((cache) => cache.length),
+      );
     }
     // read: tokens [start, end) of every sequence, each equal to its own cache's.
     const shortest = Math.min(...together.lengths);
@@ -63,8 +101,14 @@ function checkSchedule(mha, { dtype, rope, sinks }) {
     const tokens = shortest - 2;
     for (let b = 0; b < B; b++) {
       const mine = alone[b].read({ start: 2, end: shortest });
-      assert.ok(bitsEqual(mine.k, k.subarray(b * tokens * Hkv * Dh, (b + 1) * tokens * Hkv * Dh)), `read k of sequence ${b}`);
-      assert.ok(bitsEqual(mine.v, v.subarray(b * tokens * Hkv * Dv, (b + 1) * tokens * Hkv * Dv)), `read v of sequence ${b}`);
+      assert.ok(
+        bitsEqual(mine.k, k.subarray(b * tokens * Hkv * Dh, (b + 1) * tokens * Hkv * Dh)),
+        `read k of sequence ${b}`,
+      );
+      assert.ok(
+        bitsEqual(mine.v, v.subarray(b * tokens * Hkv * Dv, (b + 1) * tokens * Hkv * Dv)),
+        `read v of sequence ${b}`,
+      );
     }
   } finally {
     together.free();
@@ -94,7 +138,10 @@ test('read: float32 values as given, float16 bits as rounded; keys in (B, T, Hkv
     assert.ok(bitsEqual(all.k, expect(k)) && bitsEqual(all.v, expect(v)), `${dtype}: read() is what was stored`);
     const part = cache.read({ start: 1, end: 3 });
     assert.equal(part.k.length, 2 * 2 * Hkv * Dh);
-    assert.ok(bitsEqual(part.k.subarray(2 * Hkv * Dh, 4 * Hkv * Dh), expect(k.subarray(6 * Hkv * Dh, 8 * Hkv * Dh))), 'sequence 1, tokens 1..2');
+    assert.ok(
+      bitsEqual(part.k.subarray(2 * Hkv * Dh, 4 * Hkv * Dh), expect(k.subarray(6 * Hkv * Dh, 8 * Hkv * Dh))),
+      'sequence 1, tokens 1..2',
+    );
     assert.equal(cache.read({ start: 5 }).k.length, 0);
     cache.free();
   }
@@ -114,11 +161,16 @@ test('errors: bad newTokens, truncations, reads and length of a ragged cache are
     [{ newTokens: [1, -1, 0] }, RangeError, ['newTokens: entry 1', 'got -1']],
     [{ newTokens: [1, 0.5, 0] }, RangeError, ['newTokens: entry 1', 'got 0.5']],
     [{ newTokens: [1, '1', 0] }, TypeError, ['newTokens: entry 1', 'got "1"']],
-    [{ newTokens: [3, 0, 0] }, RangeError, ['KVCache.attend: k: 3 new tokens of sequence 0', 'length 4 + 3 > capacity 6'], 4],
+    [
+      { newTokens: [3, 0, 0] },
+      RangeError,
+      ['KVCache.attend: k: 3 new tokens of sequence 0', 'length 4 + 3 > capacity 6'],
+      4,
+    ],
   ];
   for (const [options, ErrorClass, fragments, n = 2] of bad) {
     const [q, k, v] = step(n);
-    if (n === 4) cache.attend(...step(1), { numHeads: 2, newTokens: [1, 0, 0] });  // sequence 0 at 4
+    if (n === 4) cache.attend(...step(1), { numHeads: 2, newTokens: [1, 0, 0] }); // sequence 0 at 4
     expectError(() => cache.attend(q, k, v, { numHeads: 2, ...options }), ErrorClass, fragments);
   }
   assert.deepEqual([...cache.lengths], [4, 1, 0]);
@@ -145,9 +197,14 @@ test('memory: 3,000 ragged steps with truncations leave the heap where it starte
   const random = mulberry32(5);
   const run = (steps) => {
     for (let i = 0; i < steps; i++) {
-      const counts = [i % 2, 1, (i % 3) === 0 ? 2 : 0];
+      const counts = [i % 2, 1, i % 3 === 0 ? 2 : 0];
       const n = 2;
-      cache.attend(randomNormal(3 * n * 32, random), randomNormal(3 * n * 16, random), randomNormal(3 * n * 16, random), { numHeads: 4, newTokens: counts });
+      cache.attend(
+        randomNormal(3 * n * 32, random),
+        randomNormal(3 * n * 16, random),
+        randomNormal(3 * n * 16, random),
+        { numHeads: 4, newTokens: counts },
+      );
       if (Math.max(...cache.lengths) > 60) cache.truncate([1, 2, 3].map((x, b) => Math.min(x, cache.lengths[b])));
     }
   };

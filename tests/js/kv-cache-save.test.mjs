@@ -10,10 +10,21 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createMHA } from '../../dist/index.js';
 import { bitsEqual, expectError, fullGc, mulberry32, randomNormal, repoRoot, runChild } from './helpers.mjs';
-import { buildCache, continueDecoding, expectedSaveBytes, roundTrips, sha256, SPECS } from './fixtures/kv-cache-save-scenarios.mjs';
+import {
+  buildCache,
+  continueDecoding,
+  expectedSaveBytes,
+  roundTrips,
+  sha256,
+  SPECS,
+} from './fixtures/kv-cache-save-scenarios.mjs';
 
-const BUILDS = [['simd', { simd: 'fixed' }], ['baseline', { simd: false }], ['simd-threads (2 threads)', { simd: 'fixed', threads: 2 }]];
-const savesByBuild = new Map();  // spec name -> [build, sha256 of the save]
+const BUILDS = [
+  ['simd', { simd: 'fixed' }],
+  ['baseline', { simd: false }],
+  ['simd-threads (2 threads)', { simd: 'fixed', threads: 2 }],
+];
+const savesByBuild = new Map(); // spec name -> [build, sha256 of the save]
 
 for (const [label, createOptions] of BUILDS) {
   const mha = await createMHA(createOptions);
@@ -22,8 +33,15 @@ for (const [label, createOptions] of BUILDS) {
     test(`${label}: ${spec.name}: the loaded copy has the same tokens, saves to the same bytes and decodes with the same bits`, () => {
       const cache = buildCache(mha, spec);
       const bytes = cache.save();
-      assert.ok(bytes instanceof Uint8Array && bytes.buffer instanceof ArrayBuffer, 'a Uint8Array of its own (not of the shared heap)');
-      assert.equal(bytes.length, expectedSaveBytes(spec, Array.from(cache.lengths)), 'header, the stored tokens only, checksum');
+      assert.ok(
+        bytes instanceof Uint8Array && bytes.buffer instanceof ArrayBuffer,
+        'a Uint8Array of its own (not of the shared heap)',
+      );
+      assert.equal(
+        bytes.length,
+        expectedSaveBytes(spec, Array.from(cache.lengths)),
+        'header, the stored tokens only, checksum',
+      );
       const copy = mha.loadKVCache(bytes);
       assert.deepEqual(copy.lengths, cache.lengths);
       assert.equal(copy.capacity, cache.capacity);
@@ -46,10 +64,14 @@ for (const [label, createOptions] of BUILDS) {
 test('relaxed-simd and relaxed-simd-threads (child Node with Relaxed SIMD): the same round trips, and the same bytes as simd', async () => {
   const scenarios = pathToFileURL(path.join(repoRoot, 'tests/js/fixtures/kv-cache-save-scenarios.mjs')).href;
   const index = pathToFileURL(path.join(repoRoot, 'dist/index.js')).href;
-  const source = `import { createMHA } from '${index}';\nimport { roundTrips } from '${scenarios}';\n` +
+  const source =
+    `import { createMHA } from '${index}';\nimport { roundTrips } from '${scenarios}';\n` +
     'const out = {};\nfor (const threads of [1, 2]) {\n  const mha = await createMHA({ threads });\n' +
     '  out[mha.info.build] = roundTrips(mha);\n  mha.dispose();\n}\nconsole.log(JSON.stringify(out));';
-  const { code, stdout, stderr } = await runChild(source, { nodeFlags: ['--experimental-wasm-relaxed-simd'], timeoutMs: 300000 });
+  const { code, stdout, stderr } = await runChild(source, {
+    nodeFlags: ['--experimental-wasm-relaxed-simd'],
+    timeoutMs: 300000,
+  });
   assert.equal(code, 0, stderr);
   const results = JSON.parse(stdout.trim().split('\n').at(-1));
   assert.deepEqual(Object.keys(results).sort(), ['relaxed-simd', 'relaxed-simd-threads']);
@@ -75,7 +97,11 @@ test('a save loads from any Uint8Array view (a subarray at an odd offset, a Node
     const bytes = cache.save();
     const inside = new Uint8Array(bytes.length + 7);
     inside.set(bytes, 3);
-    for (const view of [inside.subarray(3, 3 + bytes.length), Buffer.from(bytes), new Uint8Array(bytes.buffer.slice(0))]) {
+    for (const view of [
+      inside.subarray(3, 3 + bytes.length),
+      Buffer.from(bytes),
+      new Uint8Array(bytes.buffer.slice(0)),
+    ]) {
       const copy = mha.loadKVCache(view);
       assert.ok(bitsEqual(copy.save(), bytes));
       copy.free();
@@ -99,8 +125,12 @@ test('errors: wrong types and options are TypeErrors, bad values RangeErrors, ea
   const mha = await createMHA();
   try {
     const cache = mha.createKVCache({ batch: 2, numKvHeads: 1, headDim: 4, capacity: 16 });
-    cache.attend(randomNormal(2 * 3 * 8, mulberry32(1)), randomNormal(2 * 3 * 4, mulberry32(2)), randomNormal(2 * 3 * 4, mulberry32(3)),
-      { numHeads: 2, newTokens: [3, 1] });
+    cache.attend(
+      randomNormal(2 * 3 * 8, mulberry32(1)),
+      randomNormal(2 * 3 * 4, mulberry32(2)),
+      randomNormal(2 * 3 * 4, mulberry32(3)),
+      { numHeads: 2, newTokens: [3, 1] },
+    );
     const bytes = cache.save();
     const longer = new Uint8Array(bytes.length + 1);
     longer.set(bytes);
@@ -108,7 +138,16 @@ test('errors: wrong types and options are TypeErrors, bad values RangeErrors, ea
     assert.throws(() => mha.loadKVCache(longer), RangeError);
     mha.loadKVCache(bytes).free();
     const heap = mha.memoryStats().heapBytesInUse;
-    for (const bad of [[1, 2, 3], bytes.buffer, new Uint8ClampedArray(bytes), new Int8Array(bytes), null, undefined, 'bytes', new DataView(bytes.buffer)]) {
+    for (const bad of [
+      [1, 2, 3],
+      bytes.buffer,
+      new Uint8ClampedArray(bytes),
+      new Int8Array(bytes),
+      null,
+      undefined,
+      'bytes',
+      new DataView(bytes.buffer),
+    ]) {
       expectError(() => mha.loadKVCache(bad), TypeError, ['loadKVCache: bytes: expected a Uint8Array']);
     }
     expectError(() => mha.loadKVCache(new Proxy(bytes, {})), TypeError, ['loadKVCache: bytes: expected a Uint8Array']);
@@ -116,24 +155,39 @@ test('errors: wrong types and options are TypeErrors, bad values RangeErrors, ea
     structuredClone(detached.buffer, { transfer: [detached.buffer] });
     expectError(() => mha.loadKVCache(detached), TypeError, ['loadKVCache: bytes:', 'detached']);
     expectError(() => mha.loadKVCache(bytes, null), TypeError, ['loadKVCache: options: expected an options object']);
-    expectError(() => mha.loadKVCache(bytes, { capcity: 4 }), TypeError, ['loadKVCache: options: unknown option "capcity"']);
-    expectError(() => mha.loadKVCache(bytes, { capacity: '4' }), TypeError, ['loadKVCache: capacity: expected a positive integer']);
+    expectError(() => mha.loadKVCache(bytes, { capcity: 4 }), TypeError, [
+      'loadKVCache: options: unknown option "capcity"',
+    ]);
+    expectError(() => mha.loadKVCache(bytes, { capacity: '4' }), TypeError, [
+      'loadKVCache: capacity: expected a positive integer',
+    ]);
     for (const capacity of [0, -1, 1.5, 2 ** 31, NaN]) {
-      expectError(() => mha.loadKVCache(bytes, { capacity }), RangeError, ['loadKVCache: capacity: expected a positive integer']);
+      expectError(() => mha.loadKVCache(bytes, { capacity }), RangeError, [
+        'loadKVCache: capacity: expected a positive integer',
+      ]);
     }
-    expectError(() => mha.loadKVCache(bytes, { capacity: 2 }), RangeError,
-      ['loadKVCache: capacity: expected at least the longest saved sequence, lengths[0] = 3, got 2']);
-    expectError(() => mha.loadKVCache(bytes, { capacity: 2 ** 30 }), RangeError,
-      ['loadKVCache: capacity: a float32 cache of batch 2, numKvHeads 1, headDim 4, vHeadDim 4 and capacity 1073741824 needs',
-        'more than it can provide (2 GiB at most)']);
-    expectError(() => mha.loadKVCache(bytes.subarray(0, 40)), RangeError, ['loadKVCache: bytes: 40 bytes, shorter than the smallest']);
+    expectError(() => mha.loadKVCache(bytes, { capacity: 2 }), RangeError, [
+      'loadKVCache: capacity: expected at least the longest saved sequence, lengths[0] = 3, got 2',
+    ]);
+    expectError(() => mha.loadKVCache(bytes, { capacity: 2 ** 30 }), RangeError, [
+      'loadKVCache: capacity: a float32 cache of batch 2, numKvHeads 1, headDim 4, vHeadDim 4 and capacity 1073741824 needs',
+      'more than it can provide (2 GiB at most)',
+    ]);
+    expectError(() => mha.loadKVCache(bytes.subarray(0, 40)), RangeError, [
+      'loadKVCache: bytes: 40 bytes, shorter than the smallest',
+    ]);
     expectError(() => mha.loadKVCache(new Uint8Array(0)), RangeError, ['loadKVCache: bytes: 0 bytes']);
     const text = new Uint8Array([...bytes.subarray(0, 5), ...bytes.subarray(6)]);
-    expectError(() => mha.loadKVCache(text), RangeError, ['loadKVCache: bytes: bytes 0..7 are not the mha-wasm KV cache magic', 'line endings']);
+    expectError(() => mha.loadKVCache(text), RangeError, [
+      'loadKVCache: bytes: bytes 0..7 are not the mha-wasm KV cache magic',
+      'line endings',
+    ]);
     const changed = bytes.slice();
     changed[60] ^= 4;
     expectError(() => mha.loadKVCache(changed), RangeError, ['loadKVCache: bytes: checksum mismatch']);
-    expectError(() => mha.loadKVCache(longer), RangeError, [`loadKVCache: bytes: ${bytes.length + 1} bytes, a cache of these dims and lengths is ${bytes.length} (extra bytes after it?)`]);
+    expectError(() => mha.loadKVCache(longer), RangeError, [
+      `loadKVCache: bytes: ${bytes.length + 1} bytes, a cache of these dims and lengths is ${bytes.length} (extra bytes after it?)`,
+    ]);
     assert.equal(mha.memoryStats().heapBytesInUse, heap, 'nothing outlives a refused load');
     const freed = mha.createKVCache({ batch: 1, numKvHeads: 1, headDim: 4, capacity: 4 });
     freed.free();
@@ -154,7 +208,8 @@ function crc32(bytes) {
   return (crc ^ 0xffffffff) >>> 0;
 }
 function resign(bytes) {
-  if (bytes.length >= 4) new DataView(bytes.buffer, bytes.byteOffset).setUint32(bytes.length - 4, crc32(bytes.subarray(0, -4)), true);
+  if (bytes.length >= 4)
+    new DataView(bytes.buffer, bytes.byteOffset).setUint32(bytes.length - 4, crc32(bytes.subarray(0, -4)), true);
   return bytes;
 }
 
@@ -163,7 +218,7 @@ function mutate(base, random) {
   const int = (n) => Math.floor(random() * n);
   let bytes = base.slice();
   const kind = int(6);
-  let header = true;  // whether the header may have changed
+  let header = true; // whether the header may have changed
   if (kind === 0) {
     header = false;
     for (let i = 1 + int(3); i > 0; i--) {
@@ -199,7 +254,7 @@ test('mutations: 3000 changed, grown, shrunk and truncated saves are each refuse
     const random = mulberry32(3000);
     const bases = [SPECS[5], SPECS[1]].map((spec) => {
       const cache = buildCache(mha, spec);
-      cache.truncate(Array.from(cache.lengths, (x) => Math.min(x, 5)));  // a few hundred bytes
+      cache.truncate(Array.from(cache.lengths, (x) => Math.min(x, 5))); // a few hundred bytes
       const bytes = cache.save();
       cache.free();
       return bytes;
@@ -223,8 +278,14 @@ test('mutations: 3000 changed, grown, shrunk and truncated saves are each refuse
     for (let i = 0; i < 3000; i++) {
       const input = mutate(bases[i % bases.length], random);
       // Every third one inside a larger buffer, at an odd offset.
-      const view = i % 3 === 0 ? (() => { const outer = new Uint8Array(input.length + 5); outer.set(input, 1); return outer.subarray(1, 1 + input.length); })()
-        : input;
+      const view =
+        i % 3 === 0
+          ? (() => {
+              const outer = new Uint8Array(input.length + 5);
+              outer.set(input, 1);
+              return outer.subarray(1, 1 + input.length);
+            })()
+          : input;
       let cache;
       try {
         cache = mha.loadKVCache(view);
@@ -242,7 +303,9 @@ test('mutations: 3000 changed, grown, shrunk and truncated saves are each refuse
     }
     fullGc();
     const afterRun = mha.memoryStats();
-    console.log(`# mutations: ${JSON.stringify(counts)}; reasons: ${JSON.stringify(Object.fromEntries([...reasons].sort((a, b) => b[1] - a[1])))}`);
+    console.log(
+      `# mutations: ${JSON.stringify(counts)}; reasons: ${JSON.stringify(Object.fromEntries([...reasons].sort((a, b) => b[1] - a[1])))}`,
+    );
     assert.equal(counts.loaded + counts.RangeError + counts.TypeError, 3000);
     assert.ok(counts.loaded > 0, 'some re-signed changes of token bytes are valid saves');
     assert.equal(afterRun.heapBytesInUse, before.heapBytesInUse, 'heap bytes in use');
@@ -250,8 +313,13 @@ test('mutations: 3000 changed, grown, shrunk and truncated saves are each refuse
     // The instance still works: an attend equals a fresh instance's.
     const fresh = await createMHA();
     try {
-      const [q, k, v] = [randomNormal(8, mulberry32(5)), randomNormal(4, mulberry32(6)), randomNormal(4, mulberry32(7))];
-      const run = (m) => m.createKVCache({ batch: 1, numKvHeads: 1, headDim: 4, capacity: 4 }).attend(q, k, v, { numHeads: 2 });
+      const [q, k, v] = [
+        randomNormal(8, mulberry32(5)),
+        randomNormal(4, mulberry32(6)),
+        randomNormal(4, mulberry32(7)),
+      ];
+      const run = (m) =>
+        m.createKVCache({ batch: 1, numKvHeads: 1, headDim: 4, capacity: 4 }).attend(q, k, v, { numHeads: 2 });
       assert.ok(bitsEqual(run(mha), run(fresh)));
     } finally {
       fresh.dispose();
@@ -269,10 +337,18 @@ test('the bench shape: 4096 float16 tokens of 8 KV heads of 64 save within 1.01x
     const random = mulberry32(4096);
     const k = randomNormal(T * Hkv * Dh, random);
     // window [0, 0]: each token sees itself only, so the prefill that fills the cache is cheap.
-    cache.attend(randomNormal(T * Hkv * Dh, random), k, randomNormal(T * Hkv * Dh, random), { numHeads: Hkv, window: [0, 0] });
+    cache.attend(randomNormal(T * Hkv * Dh, random), k, randomNormal(T * Hkv * Dh, random), {
+      numHeads: Hkv,
+      window: [0, 0],
+    });
     const raw = T * Hkv * 2 * Dh * 2;
-    const time = (f) => { const t0 = performance.now(); const r = f(); return [performance.now() - t0, r]; };
-    const saves = [], loads = [];
+    const time = (f) => {
+      const t0 = performance.now();
+      const r = f();
+      return [performance.now() - t0, r];
+    };
+    const saves = [],
+      loads = [];
     let bytes;
     for (let i = 0; i < 5; i++) {
       const [ms, b] = time(() => cache.save());
@@ -284,8 +360,10 @@ test('the bench shape: 4096 float16 tokens of 8 KV heads of 64 save within 1.01x
       copy.free();
     }
     const median = (xs) => xs.slice().sort((a, b) => a - b)[xs.length >> 1];
-    console.log(`# ${bytes.length} bytes for ${raw} raw (${(bytes.length / raw).toFixed(6)}x); save ${median(saves).toFixed(1)} ms, ` +
-      `load ${median(loads).toFixed(1)} ms (median of 5)`);
+    console.log(
+      `# ${bytes.length} bytes for ${raw} raw (${(bytes.length / raw).toFixed(6)}x); save ${median(saves).toFixed(1)} ms, ` +
+        `load ${median(loads).toFixed(1)} ms (median of 5)`,
+    );
     assert.ok(bytes.length <= 1.01 * raw, `${bytes.length} bytes for ${raw} raw`);
     assert.equal(bytes.length, raw + 56);
   } finally {

@@ -5,8 +5,20 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
-import { bitsEqual, checkOut, expectError, fullGc, goldenV2Dir, heapCopy, loadGoldenCases, mulberry32, randomNormal, readGolden,
-  roundToFloat16, sliceRows } from './helpers.mjs';
+import {
+  bitsEqual,
+  checkOut,
+  expectError,
+  fullGc,
+  goldenV2Dir,
+  heapCopy,
+  loadGoldenCases,
+  mulberry32,
+  randomNormal,
+  readGolden,
+  roundToFloat16,
+  sliceRows,
+} from './helpers.mjs';
 import { runCacheCase, widenHalves } from '../../scripts/lib/golden-runner.mjs';
 import { roundAsStored } from '../../scripts/lib/cache-rounding.mjs';
 
@@ -25,12 +37,20 @@ function runCase(mha, c, useHeapTensors = false) {
   const staging = useHeapTensors ? { stage: (x) => heapCopy(mha, x), release: (tensor) => tensor.free() } : {};
   const { out, lengths } = runCacheCase(mha, c, q, k, v, staging);
   let total = 0;
-  assert.deepEqual(lengths, c.cache.steps.map((n) => (total += n)));
+  assert.deepEqual(
+    lengths,
+    c.cache.steps.map((n) => (total += n)),
+  );
   return out;
 }
 
-const BUILDS = [['simd', {}], ['baseline', { simd: false }], ['simd-threads (1 thread)', { threads: 1 }],
-  ['simd-threads (2 threads)', { threads: 2 }], ['simd-threads (3 threads)', { threads: 3 }]];
+const BUILDS = [
+  ['simd', {}],
+  ['baseline', { simd: false }],
+  ['simd-threads (1 thread)', { threads: 1 }],
+  ['simd-threads (2 threads)', { threads: 2 }],
+  ['simd-threads (3 threads)', { threads: 3 }],
+];
 const threadOutputs = new Map();
 
 for (const [label, createOptions] of BUILDS) {
@@ -71,63 +91,84 @@ function randomSteps(total, random) {
   return steps;
 }
 
-test('property: a prefill and random steps equal one stateless causal call over the values as read back ' +
-  '(every dtype, GQA, windows, softcap, ALiBi), bit for bit on 2 threads', async () => {
-  const mha = await createMHA();
-  const pool = await createMHA({ threads: 2 });
-  try {
-    const random = mulberry32(14);
-    const worst = {};
-    for (let trial = 0; trial < 48; trial++) {
-      const B = 1 + Math.floor(random() * 2);
-      const Hkv = 1 + Math.floor(random() * 3);
-      const H = Hkv * (1 + Math.floor(random() * 3));
-      const Dh = [4, 8, 16, 17, 32, 40][Math.floor(random() * 6)];
-      const S = 1 + Math.floor(random() * 40);
-      const dtype = DTYPES[trial % DTYPES.length];
-      const extra = {};
-      if (random() < 0.3) extra.window = [Math.floor(random() * 8), Infinity];
-      if (random() < 0.2) extra.softcap = 2 + random() * 10;
-      if (random() < 0.2) extra.alibiSlopes = Array.from({ length: H }, () => random() * 0.5);
-      const q = randomNormal(B * S * H * Dh, random);
-      const k = randomNormal(B * S * Hkv * Dh, random);
-      const v = randomNormal(B * S * Hkv * Dh, random);
-      const capacity = S + Math.floor(random() * 5);
-      const steps = randomSteps(S, random);
-      const run = (instance) => {
-        const cache = instance.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity, dtype });
-        const out = new Float32Array(q.length);
-        let t = 0;
-        for (const n of steps) {
-          const step = cache.attend(sliceRows(q, B, S, H * Dh, t, n), sliceRows(k, B, S, Hkv * Dh, t, n), sliceRows(v, B, S, Hkv * Dh, t, n),
-            { numHeads: H, ...extra });
-          for (let b = 0; b < B; b++) out.set(step.subarray(b * n * H * Dh, (b + 1) * n * H * Dh), (b * S + t) * H * Dh);
-          t += n;
-        }
-        const stored = cache.read();
-        cache.free();
-        return { out, stored };
-      };
-      const { out, stored } = run(mha);
-      const label = `trial ${trial}: B ${B} S ${S} H ${H} Hkv ${Hkv} Dh ${Dh} ${dtype} steps ${steps.join('+')} ${JSON.stringify(extra)}`;
-      // The values as read back are the spec's rounding of k and v (docs/spec.md 4.8), computed here on its own.
-      const [kStored, vStored] = dtype === 'float16' ? [widenHalves(stored.k), widenHalves(stored.v)] : [stored.k, stored.v];
-      assert.ok(bitsEqual(kStored, roundAsStored(k, dtype, Hkv, Dh)) && bitsEqual(vStored, roundAsStored(v, dtype, Hkv, Dh)),
-        `${label}: read() is not k and v rounded as ${dtype} stores them`);
-      const expected = mha.multiHeadAttention(q, kStored, vStored,
-        { batch: B, seqLen: S, kvSeqLen: S, dModel: H * Dh, numHeads: H, numKvHeads: Hkv, causal: true, ...extra });
-      let maxError = 0;
-      for (let i = 0; i < out.length; i++) maxError = Math.max(maxError, Math.abs(out[i] - expected[i]));
-      assert.ok(maxError <= 2e-5, `${label}: max |cache - stateless| = ${maxError}`);
-      worst[dtype] = Math.max(worst[dtype] ?? 0, maxError);
-      assert.ok(bitsEqual(run(pool).out, out), `${label}: 2 threads differ from 1`);
+test(
+  'property: a prefill and random steps equal one stateless causal call over the values as read back ' +
+    '(every dtype, GQA, windows, softcap, ALiBi), bit for bit on 2 threads',
+  async () => {
+    const mha = await createMHA();
+    const pool = await createMHA({ threads: 2 });
+    try {
+      const random = mulberry32(14);
+      const worst = {};
+      for (let trial = 0; trial < 48; trial++) {
+        const B = 1 + Math.floor(random() * 2);
+        const Hkv = 1 + Math.floor(random() * 3);
+        const H = Hkv * (1 + Math.floor(random() * 3));
+        const Dh = [4, 8, 16, 17, 32, 40][Math.floor(random() * 6)];
+        const S = 1 + Math.floor(random() * 40);
+        const dtype = DTYPES[trial % DTYPES.length];
+        const extra = {};
+        if (random() < 0.3) extra.window = [Math.floor(random() * 8), Infinity];
+        if (random() < 0.2) extra.softcap = 2 + random() * 10;
+        if (random() < 0.2) extra.alibiSlopes = Array.from({ length: H }, () => random() * 0.5);
+        const q = randomNormal(B * S * H * Dh, random);
+        const k = randomNormal(B * S * Hkv * Dh, random);
+        const v = randomNormal(B * S * Hkv * Dh, random);
+        const capacity = S + Math.floor(random() * 5);
+        const steps = randomSteps(S, random);
+        const run = (instance) => {
+          const cache = instance.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity, dtype });
+          const out = new Float32Array(q.length);
+          let t = 0;
+          for (const n of steps) {
+            const step = cache.attend(
+              sliceRows(q, B, S, H * Dh, t, n),
+              sliceRows(k, B, S, Hkv * Dh, t, n),
+              sliceRows(v, B, S, Hkv * Dh, t, n),
+              { numHeads: H, ...extra },
+            );
+            for (let b = 0; b < B; b++)
+              out.set(step.subarray(b * n * H * Dh, (b + 1) * n * H * Dh), (b * S + t) * H * Dh);
+            t += n;
+          }
+          const stored = cache.read();
+          cache.free();
+          return { out, stored };
+        };
+        const { out, stored } = run(mha);
+        const label = `trial ${trial}: B ${B} S ${S} H ${H} Hkv ${Hkv} Dh ${Dh} ${dtype} steps ${steps.join('+')} ${JSON.stringify(extra)}`;
+        // The values as read back are the spec's rounding of k and v (docs/spec.md 4.8), computed here on its own.
+        const [kStored, vStored] =
+          dtype === 'float16' ? [widenHalves(stored.k), widenHalves(stored.v)] : [stored.k, stored.v];
+        assert.ok(
+          bitsEqual(kStored, roundAsStored(k, dtype, Hkv, Dh)) && bitsEqual(vStored, roundAsStored(v, dtype, Hkv, Dh)),
+          `${label}: read() is not k and v rounded as ${dtype} stores them`,
+        );
+        const expected = mha.multiHeadAttention(q, kStored, vStored, {
+          batch: B,
+          seqLen: S,
+          kvSeqLen: S,
+          dModel: H * Dh,
+          numHeads: H,
+          numKvHeads: Hkv,
+          causal: true,
+          ...extra,
+        });
+        let maxError = 0;
+        for (let i = 0; i < out.length; i++) maxError = Math.max(maxError, Math.abs(out[i] - expected[i]));
+        assert.ok(maxError <= 2e-5, `${label}: max |cache - stateless| = ${maxError}`);
+        worst[dtype] = Math.max(worst[dtype] ?? 0, maxError);
+        assert.ok(bitsEqual(run(pool).out, out), `${label}: 2 threads differ from 1`);
+      }
+      console.log(
+        `# cache vs stateless over the read-back values, worst max |difference| per dtype over 48 random splits: ${JSON.stringify(worst)}`,
+      );
+    } finally {
+      mha.dispose();
+      pool.dispose();
     }
-    console.log(`# cache vs stateless over the read-back values, worst max |difference| per dtype over 48 random splits: ${JSON.stringify(worst)}`);
-  } finally {
-    mha.dispose();
-    pool.dispose();
-  }
-});
+  },
+);
 
 test('f16 storage rounds to nearest even and overflows to Infinity (one token attending to itself returns v)', async () => {
   const mha = await createMHA();
@@ -137,7 +178,10 @@ test('f16 storage rounds to nearest even and overflows to Infinity (one token at
     const cache = mha.createKVCache({ batch: 1, numKvHeads: 1, headDim: Dh, capacity: 1, dtype: 'float16' });
     const v = Float32Array.from(values);
     const out = cache.attend(new Float32Array(Dh), new Float32Array(Dh), v, { numHeads: 1 });
-    assert.deepEqual(Array.from(out), values.map((x) => Math.fround(roundToFloat16(x))));
+    assert.deepEqual(
+      Array.from(out),
+      values.map((x) => Math.fround(roundToFloat16(x))),
+    );
     assert.equal(out[3], Infinity);
   } finally {
     mha.dispose();
@@ -166,23 +210,59 @@ test('errors: each bad input gets a precise error and changes nothing', async ()
     const first = cache.attend(row(3, 2), row(3, 2), row(3, 2), { numHeads: 2 });
     assert.equal(cache.length, 3);
     const attend = (q, k, v, o) => () => cache.attend(q, k, v, o);
-    expectError(attend(row(1, 3), row(1, 2), row(1, 2), { numHeads: 3 }), RangeError,
-      ['KVCache.attend: numHeads', "multiple of the cache's numKvHeads (2)", 'got 3']);
-    expectError(attend(row(1, 2), row(1, 2), row(2, 2), { numHeads: 2 }), RangeError, ['KVCache.attend: v', 'length 8', 'got length 16']);
-    expectError(attend(row(1, 2), new Float32Array(5), row(1, 2), { numHeads: 2 }), RangeError, ['KVCache.attend: k', 'got length 5']);
-    expectError(attend(row(2, 2), row(1, 2), row(1, 2), { numHeads: 2 }), RangeError, ['KVCache.attend: q', 'length 8', 'got length 16']);
-    expectError(attend(row(1, 2), [1, 2], row(1, 2), { numHeads: 2 }), TypeError, ['KVCache.attend: k', 'Float32Array']);
-    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, window: [-1, 0] }), RangeError, ['KVCache.attend: window']);
-    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, softcap: 0 }), RangeError, ['KVCache.attend: softcap']);
-    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, alibiSlopes: [1] }), RangeError,
-      ['KVCache.attend: alibiSlopes', 'got length 1']);
-    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, scale: NaN }), RangeError, ['KVCache.attend: scale']);
-    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, emptyRows: 'skip' }), RangeError, ['KVCache.attend: emptyRows']);
-    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, causal: 1 }), TypeError, ['KVCache.attend: causal', 'boolean']);
-    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, mask: new Uint8Array(4) }), TypeError, ['unknown option "mask"']);
+    expectError(attend(row(1, 3), row(1, 2), row(1, 2), { numHeads: 3 }), RangeError, [
+      'KVCache.attend: numHeads',
+      "multiple of the cache's numKvHeads (2)",
+      'got 3',
+    ]);
+    expectError(attend(row(1, 2), row(1, 2), row(2, 2), { numHeads: 2 }), RangeError, [
+      'KVCache.attend: v',
+      'length 8',
+      'got length 16',
+    ]);
+    expectError(attend(row(1, 2), new Float32Array(5), row(1, 2), { numHeads: 2 }), RangeError, [
+      'KVCache.attend: k',
+      'got length 5',
+    ]);
+    expectError(attend(row(2, 2), row(1, 2), row(1, 2), { numHeads: 2 }), RangeError, [
+      'KVCache.attend: q',
+      'length 8',
+      'got length 16',
+    ]);
+    expectError(attend(row(1, 2), [1, 2], row(1, 2), { numHeads: 2 }), TypeError, [
+      'KVCache.attend: k',
+      'Float32Array',
+    ]);
+    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, window: [-1, 0] }), RangeError, [
+      'KVCache.attend: window',
+    ]);
+    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, softcap: 0 }), RangeError, [
+      'KVCache.attend: softcap',
+    ]);
+    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, alibiSlopes: [1] }), RangeError, [
+      'KVCache.attend: alibiSlopes',
+      'got length 1',
+    ]);
+    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, scale: NaN }), RangeError, [
+      'KVCache.attend: scale',
+    ]);
+    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, emptyRows: 'skip' }), RangeError, [
+      'KVCache.attend: emptyRows',
+    ]);
+    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, causal: 1 }), TypeError, [
+      'KVCache.attend: causal',
+      'boolean',
+    ]);
+    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, mask: new Uint8Array(4) }), TypeError, [
+      'unknown option "mask"',
+    ]);
     // Overflow: 3 + 2 > 4 is refused, and nothing was stored.
-    expectError(attend(row(2, 2), row(2, 2), row(2, 2), { numHeads: 2 }), RangeError,
-      ['KVCache.attend: k', 'capacity', 'length 3 + 2 > capacity 4', 'nothing was stored']);
+    expectError(attend(row(2, 2), row(2, 2), row(2, 2), { numHeads: 2 }), RangeError, [
+      'KVCache.attend: k',
+      'capacity',
+      'length 3 + 2 > capacity 4',
+      'nothing was stored',
+    ]);
     assert.equal(cache.length, 3);
     expectError(() => cache.truncate(4), RangeError, ['KVCache.truncate: n', '[0, max(lengths) = 3]', 'got 4']);
     expectError(() => cache.truncate('1'), TypeError, ['KVCache.truncate: n']);
@@ -192,29 +272,41 @@ test('errors: each bad input gets a precise error and changes nothing', async ()
     const step = cache.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 });
     cache.truncate(3);
     expectError(attend(row(2, 2), row(2, 2), row(2, 2), { numHeads: 2 }), RangeError, ['capacity']);
-    assert.ok(bitsEqual(cache.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }), step), 'overflow changed the cache');
+    assert.ok(
+      bitsEqual(cache.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }), step),
+      'overflow changed the cache',
+    );
 
     cache.free();
-    cache.free();  // again: nothing
-    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }), TypeError, ['KVCache.attend', 'freed (by free())']);
+    cache.free(); // again: nothing
+    expectError(attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }), TypeError, [
+      'KVCache.attend',
+      'freed (by free())',
+    ]);
     expectError(() => cache.truncate(0), TypeError, ['KVCache.truncate', 'freed']);
 
     // Another instance's heap tensor is refused; a disposed instance's cache is freed.
     const other = await createMHA();
     const foreign = heapCopy(other, row(1, 2));
     const c2 = mha.createKVCache(dims);
-    expectError(() => c2.attend(foreign, row(1, 2), row(1, 2), { numHeads: 2 }), TypeError, ['KVCache.attend: q', 'another']);
+    expectError(() => c2.attend(foreign, row(1, 2), row(1, 2), { numHeads: 2 }), TypeError, [
+      'KVCache.attend: q',
+      'another',
+    ]);
     assert.equal(c2.length, 0);
     const c3 = other.createKVCache(dims);
     other.dispose();
     expectError(() => c3.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }), TypeError, ['freed (by dispose())']);
-    c2.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 });  // this instance's cache still works
+    c2.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2 }); // this instance's cache still works
     assert.equal(c2.length, 1);
     // out: a Float32Array is filled and returned; a HeapTensor out that is q is refused.
     const out = new Float32Array(8);
     assert.equal(c2.attend(row(1, 2), row(1, 2), row(1, 2), { numHeads: 2, out }), out);
     const qt = heapCopy(mha, row(1, 2));
-    expectError(() => c2.attend(qt, row(1, 2), row(1, 2), { numHeads: 2, out: qt }), TypeError, ['KVCache.attend: out', 'other than q']);
+    expectError(() => c2.attend(qt, row(1, 2), row(1, 2), { numHeads: 2, out: qt }), TypeError, [
+      'KVCache.attend: out',
+      'other than q',
+    ]);
     assert.equal(c2.length, 2);
     qt.free();
   } finally {
@@ -231,8 +323,12 @@ test('memory: 20,000 one-token attend/truncate steps and create/free cycles leav
     const kv = randomNormal(Hkv * Dh, random);
     const cycle = (dtype) => {
       const c = mha.createKVCache({ batch: 2, numKvHeads: Hkv, headDim: Dh, capacity: 32, dtype });
-      c.attend(randomNormal(2 * 3 * H * Dh, random), randomNormal(2 * 3 * Hkv * Dh, random), randomNormal(2 * 3 * Hkv * Dh, random),
-        { numHeads: H });
+      c.attend(
+        randomNormal(2 * 3 * H * Dh, random),
+        randomNormal(2 * 3 * Hkv * Dh, random),
+        randomNormal(2 * 3 * Hkv * Dh, random),
+        { numHeads: H },
+      );
       c.free();
     };
     /** `steps` one-token steps on a fresh cache, rolled back at the capacity, with create/free cycles. */

@@ -22,7 +22,9 @@ test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls
       };
     });
     const halves = inputs.map(({ q, kv }) => [Uint16Array.from(q, () => 0x3c00), Uint16Array.from(kv, () => 0x3800)]);
-    const ropes = inputs.map(({ o }) => mha.ropeTables({ rotaryDim: 2, positions: Math.max(o.seqLen, o.kvSeqLen ?? o.seqLen) }));
+    const ropes = inputs.map(({ o }) =>
+      mha.ropeTables({ rotaryDim: 2, positions: Math.max(o.seqLen, o.kvSeqLen ?? o.seqLen) }),
+    );
     const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 4, capacity: 4, dtype: 'float16' });
     const token = new Uint16Array(8);
     const round = (i) => {
@@ -31,23 +33,55 @@ test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls
       const rope = { ...ropes[i % inputs.length], rotaryDim: 2 };
       const sinks = new Float32Array(o.numHeads);
       switch (i % 15) {
-        case 6: mha.multiHeadAttention(hq, hkv, hkv, { ...o, dtype: 'float16' }); break;
-        case 7: mha.attentionWeights(q, kv, { ...o, stage: 'biased', sinks, rope, causal: true }); break;
-        case 8: mha.multiHeadAttention(q, kv, kv, { ...o, sinks }); break;
-        case 9: mha.multiHeadAttention(q, kv, kv, { ...o, rope }); break;
-        case 10: assert.throws(() => mha.multiHeadAttention(q, kv, kv, { ...o, rope: { ...rope, rotaryDim: 3 } }), RangeError); break;
-        case 11: assert.throws(() => mha.multiHeadAttention(hq, kv, kv, { ...o, dtype: 'float16' }), TypeError); break;
-        case 12: cache.attend(token, token, token, { numHeads: 2, dtype: 'float16' }); if (cache.length === 4) cache.truncate(0); break;
-        case 13: cache.attend(token, token, token, { numHeads: 2, dtype: 'float16', sinks: [0, 0] }); if (cache.length === 4) cache.truncate(0); break;
-        case 14: mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 4, capacity: 4, vHeadDim: 2 }).free(); break;
+        case 6:
+          mha.multiHeadAttention(hq, hkv, hkv, { ...o, dtype: 'float16' });
+          break;
+        case 7:
+          mha.attentionWeights(q, kv, { ...o, stage: 'biased', sinks, rope, causal: true });
+          break;
+        case 8:
+          mha.multiHeadAttention(q, kv, kv, { ...o, sinks });
+          break;
+        case 9:
+          mha.multiHeadAttention(q, kv, kv, { ...o, rope });
+          break;
+        case 10:
+          assert.throws(() => mha.multiHeadAttention(q, kv, kv, { ...o, rope: { ...rope, rotaryDim: 3 } }), RangeError);
+          break;
+        case 11:
+          assert.throws(() => mha.multiHeadAttention(hq, kv, kv, { ...o, dtype: 'float16' }), TypeError);
+          break;
+        case 12:
+          cache.attend(token, token, token, { numHeads: 2, dtype: 'float16' });
+          if (cache.length === 4) cache.truncate(0);
+          break;
+        case 13:
+          cache.attend(token, token, token, { numHeads: 2, dtype: 'float16', sinks: [0, 0] });
+          if (cache.length === 4) cache.truncate(0);
+          break;
+        case 14:
+          mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 4, capacity: 4, vHeadDim: 2 }).free();
+          break;
       }
       switch (i % 15) {
-        case 0: mha.multiHeadAttention(q, kv, kv, o); break;
-        case 1: mha.multiHeadAttention(q, kv, kv, { ...o, mask, causal: true }); break;
-        case 2: mha.attentionWeights(q, kv, o); break;
-        case 3: mha.mergeHeads(mha.splitHeads(q, { ...o, kvSeqLen: undefined }), { ...o, kvSeqLen: undefined }); break;
-        case 4: assert.throws(() => mha.multiHeadAttention(q, kv.subarray(1), kv, o), RangeError); break;
-        case 5: assert.throws(() => mha.multiHeadAttention(q, kv, kv, { ...o, numHeads: 7 }), RangeError); break;
+        case 0:
+          mha.multiHeadAttention(q, kv, kv, o);
+          break;
+        case 1:
+          mha.multiHeadAttention(q, kv, kv, { ...o, mask, causal: true });
+          break;
+        case 2:
+          mha.attentionWeights(q, kv, o);
+          break;
+        case 3:
+          mha.mergeHeads(mha.splitHeads(q, { ...o, kvSeqLen: undefined }), { ...o, kvSeqLen: undefined });
+          break;
+        case 4:
+          assert.throws(() => mha.multiHeadAttention(q, kv.subarray(1), kv, o), RangeError);
+          break;
+        case 5:
+          assert.throws(() => mha.multiHeadAttention(q, kv, kv, { ...o, numHeads: 7 }), RangeError);
+          break;
       }
     };
     for (let i = 0; i < 300; i++) round(i); // reach the steady-state arena size first
@@ -58,7 +92,9 @@ test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls
     fullGc();
     const after = process.memoryUsage().external;
     const statsAfter = mha.memoryStats();
-    console.log(`# external memory: ${before} -> ${after} bytes; wasm heap in use ${statsBefore.heapBytesInUse} -> ${statsAfter.heapBytesInUse} bytes over 5,000 calls`);
+    console.log(
+      `# external memory: ${before} -> ${after} bytes; wasm heap in use ${statsBefore.heapBytesInUse} -> ${statsAfter.heapBytesInUse} bytes over 5,000 calls`,
+    );
     // The exact measure: malloc'd bytes and the wasm memory size do not change at all.
     assert.equal(statsAfter.heapBytesInUse, statsBefore.heapBytesInUse, 'bytes in use on the wasm heap changed');
     assert.equal(statsAfter.wasmMemoryBytes, statsBefore.wasmMemoryBytes, 'wasm memory grew');

@@ -18,7 +18,8 @@ const WITHOUT = ['--no-experimental-wasm-relaxed-simd'];
 
 /** Runs export `name` of relaxed-checks.mjs (with `args`) in a child Node with `flags`; its JSON result. */
 async function inChild(flags, name, ...args) {
-  const source = `import * as checks from '${checks}';\n` +
+  const source =
+    `import * as checks from '${checks}';\n` +
     `console.log(JSON.stringify(await checks.${name}(...${JSON.stringify(args)})));`;
   const { code, stdout, stderr } = await runChild(source, { nodeFlags: flags, timeoutMs: 300000 });
   assert.equal(code, 0, `child ${name} failed: ${stderr}`);
@@ -26,7 +27,9 @@ async function inChild(flags, name, ...args) {
 }
 
 const info = (build, threads) => ({ version: createMHAVersion, simd: build !== 'baseline', threads, build });
-const createMHAVersion = JSON.parse((await import('node:fs')).readFileSync(path.join(repoRoot, 'package.json'), 'utf8')).version;
+const createMHAVersion = JSON.parse(
+  (await import('node:fs')).readFileSync(path.join(repoRoot, 'package.json'), 'utf8'),
+).version;
 
 test('with Relaxed SIMD: createMHA selects relaxed-simd (threads: relaxed-simd-threads); fixed and false force SIMD128 and baseline', async () => {
   const r = await inChild(WITH, 'selection');
@@ -74,15 +77,20 @@ test('with Relaxed SIMD: a relaxed file as wasmBinary or wasmUrl decides the bui
   }
 });
 
-for (const [label, options, build] of [['relaxed-simd', {}, 'relaxed-simd'], ['relaxed-simd-threads (3 threads)', { threads: 3 }, 'relaxed-simd-threads']]) {
-  let run;  // one child per build for both sets
+for (const [label, options, build] of [
+  ['relaxed-simd', {}, 'relaxed-simd'],
+  ['relaxed-simd-threads (3 threads)', { threads: 3 }, 'relaxed-simd-threads'],
+]) {
+  let run; // one child per build for both sets
   const result = () => (run ??= inChild(WITH, 'golden', options));
   test(`golden v1 on ${label}: every case within the golden tolerance (out and weights), NaN positions identical`, async () => {
     const r = await result();
     assert.equal(r.info.build, build);
     assert.ok(r.v1.cases >= 18, `v1 cases run: ${r.v1.cases}`);
     assert.deepEqual(r.v1.failures, []);
-    console.log(`# ${label}: worst |out - out64| / tolerance over ${r.v1.cases} v1 cases: ${r.v1.worstRatio.toExponential(3)}`);
+    console.log(
+      `# ${label}: worst |out - out64| / tolerance over ${r.v1.cases} v1 cases: ${r.v1.worstRatio.toExponential(3)}`,
+    );
   });
   test(`golden v2 (stateless cases) on ${label}: every case within the golden tolerance`, async (t) => {
     const r = await result();
@@ -102,19 +110,34 @@ test('relaxed-simd and relaxed-simd-threads (2, 3 threads) give identical bits; 
   assert.deepEqual(r.builds, ['relaxed-simd/1', 'simd/1', 'relaxed-simd-threads/2', 'relaxed-simd-threads/3']);
   for (const row of r.shapes) {
     assert.deepEqual(row.threadsEqual, [true, true], `${row.name}: a thread count changed the bits`);
-    for (const [which, vs] of [['relaxed', row.relaxedVsReference], ['fixed', row.fixedVsReference]]) {
-      assert.equal(vs.specialMismatch, -1, `${row.name}: ${which}: NaN or infinity positions differ from the reference`);
+    for (const [which, vs] of [
+      ['relaxed', row.relaxedVsReference],
+      ['fixed', row.fixedVsReference],
+    ]) {
+      assert.equal(
+        vs.specialMismatch,
+        -1,
+        `${row.name}: ${which}: NaN or infinity positions differ from the reference`,
+      );
       assert.ok(vs.maxError < 1e-5, `${row.name}: ${which}: max |out - float64 reference| = ${vs.maxError}`);
     }
     assert.ok(row.maxDifferenceFromFixed < 1e-5, `${row.name}: relaxed vs fixed: ${row.maxDifferenceFromFixed}`);
-    console.log(`# ${row.name}: ${row.differingFromFixed} of ${row.values} values differ from simd: 'fixed', ` +
-      `by at most ${row.maxDifferenceFromFixed.toExponential(2)}; vs float64: relaxed ${row.relaxedVsReference.maxError.toExponential(2)}, ` +
-      `fixed ${row.fixedVsReference.maxError.toExponential(2)}`);
+    console.log(
+      `# ${row.name}: ${row.differingFromFixed} of ${row.values} values differ from simd: 'fixed', ` +
+        `by at most ${row.maxDifferenceFromFixed.toExponential(2)}; vs float64: relaxed ${row.relaxedVsReference.maxError.toExponential(2)}, ` +
+        `fixed ${row.fixedVsReference.maxError.toExponential(2)}`,
+    );
   }
 });
 
 test("simd: anything but 'auto', 'fixed' or false is refused with the accepted values named", async () => {
-  for (const [value, ErrorClass] of [['relaxed', RangeError], [true, RangeError], ['FIXED', RangeError], [1, TypeError], [null, TypeError]]) {
+  for (const [value, ErrorClass] of [
+    ['relaxed', RangeError],
+    [true, RangeError],
+    ['FIXED', RangeError],
+    [1, TypeError],
+    [null, TypeError],
+  ]) {
     await assert.rejects(createMHA({ simd: value }), (error) => {
       assert.ok(error instanceof ErrorClass, `${String(value)}: ${error}`);
       assert.ok(error.message.includes("createMHA: simd: expected 'auto', 'fixed' or false"), error.message);
@@ -125,10 +148,14 @@ test("simd: anything but 'auto', 'fixed' or false is refused with the accepted v
 
 test('the relaxed files hold f32x4.relaxed_madd, the other builds none (wasm-objdump)', () => {
   const count = (file) => {
-    const r = spawnSync('wasm-objdump', ['-d', path.join(repoRoot, 'dist', file)], { encoding: 'utf8', maxBuffer: 1 << 28 });
+    const r = spawnSync('wasm-objdump', ['-d', path.join(repoRoot, 'dist', file)], {
+      encoding: 'utf8',
+      maxBuffer: 1 << 28,
+    });
     assert.equal(r.status, 0, r.stderr);
     return (r.stdout.match(/\bf32x4\.relaxed_madd\b/g) ?? []).length;
   };
-  for (const file of ['mha-relaxed.wasm', 'mha-relaxed-threads.wasm']) assert.ok(count(file) >= 16, `${file}: ${count(file)} relaxed_madd`);
+  for (const file of ['mha-relaxed.wasm', 'mha-relaxed-threads.wasm'])
+    assert.ok(count(file) >= 16, `${file}: ${count(file)} relaxed_madd`);
   for (const file of ['mha.wasm', 'mha-threads.wasm', 'mha-baseline.wasm']) assert.equal(count(file), 0, file);
 });

@@ -6,16 +6,23 @@ import { test } from 'node:test';
 import { ropeTables } from '../../dist/index.js';
 
 const v3 = new URL('../golden/v3/', import.meta.url);
-const floats = (file) => { const b = readFileSync(new URL(file, v3)); return new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4); };
+const floats = (file) => {
+  const b = readFileSync(new URL(file, v3));
+  return new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4);
+};
 
-test('ropeTables equals the golden set\'s float64 tables rounded to float32', () => {
+test("ropeTables equals the golden set's float64 tables rounded to float32", () => {
   const cases = JSON.parse(readFileSync(new URL('cases.json', v3), 'utf8')).filter((c) => c.options?.rope);
   assert.ok(cases.length >= 6);
-  let values = 0, exact = 0;
+  let values = 0,
+    exact = 0;
   for (const c of cases) {
     const { rotaryDim, theta, scale, positions, cos, sin } = c.options.rope;
     const tables = ropeTables({ rotaryDim, positions, theta, scale });
-    for (const [mine, golden] of [[tables.cos, floats(c.files[cos])], [tables.sin, floats(c.files[sin])]]) {
+    for (const [mine, golden] of [
+      [tables.cos, floats(c.files[cos])],
+      [tables.sin, floats(c.files[sin])],
+    ]) {
       assert.equal(mine.length, golden.length, c.name);
       for (let i = 0; i < mine.length; ++i) {
         // V8's and glibc's pow and cos may differ in the last bit of a double, which rounding to float32
@@ -45,13 +52,21 @@ test('ropeTables: bad options are TypeError/RangeError naming the option', () =>
     [{ rotaryDim: 3, positions: 4 }, RangeError, 'ropeTables: rotaryDim: expected an even integer'],
     [{ rotaryDim: '4', positions: 4 }, TypeError, 'ropeTables: rotaryDim: expected a positive integer'],
     [{ rotaryDim: 4, positions: 0 }, RangeError, 'ropeTables: positions'],
-    [{ rotaryDim: 4, positions: 4, theta: 1 }, RangeError, 'ropeTables: theta: expected a finite number above 1, got 1'],
+    [
+      { rotaryDim: 4, positions: 4, theta: 1 },
+      RangeError,
+      'ropeTables: theta: expected a finite number above 1, got 1',
+    ],
     [{ rotaryDim: 4, positions: 4, scale: 0 }, RangeError, 'ropeTables: scale'],
     [{ rotaryDim: 4, positions: 4, scale: NaN }, RangeError, 'ropeTables: scale'],
     [{ rotaryDim: 4, positions: 4, base: 2 }, TypeError, 'unknown option "base"'],
     [{ rotaryDim: 2 ** 16, positions: 2 ** 16 }, RangeError, 'fewer than 2^31'],
   ];
   for (const [options, type, text] of bad) {
-    assert.throws(() => ropeTables(options), (e) => e instanceof type && e.message.includes(text), JSON.stringify(options));
+    assert.throws(
+      () => ropeTables(options),
+      (e) => e instanceof type && e.message.includes(text),
+      JSON.stringify(options),
+    );
   }
 });

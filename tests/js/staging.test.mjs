@@ -14,9 +14,34 @@ import { bitsEqual, compare, mulberry32, randomNormal, randomProblem, referenceM
 //   one-per-group: 3 * 128*512*4 = 768 KiB -> 1 item per group;
 //   cross: 64*128*4 + 2 * 600*128*4 + 64*600 = 669 KiB -> 1 item per group.
 const SHAPES = [
-  { name: 'several-per-group (5,96,96,256,4) + mask', batch: 5, seqLen: 96, kvSeqLen: 96, dModel: 256, numHeads: 4, mask: true },
-  { name: 'one-per-group (3,128,128,512,8), causal', batch: 3, seqLen: 128, kvSeqLen: 128, dModel: 512, numHeads: 8, causal: true },
-  { name: 'cross (3,64,600,128,2) + mask + causal', batch: 3, seqLen: 64, kvSeqLen: 600, dModel: 128, numHeads: 2, mask: true, causal: true },
+  {
+    name: 'several-per-group (5,96,96,256,4) + mask',
+    batch: 5,
+    seqLen: 96,
+    kvSeqLen: 96,
+    dModel: 256,
+    numHeads: 4,
+    mask: true,
+  },
+  {
+    name: 'one-per-group (3,128,128,512,8), causal',
+    batch: 3,
+    seqLen: 128,
+    kvSeqLen: 128,
+    dModel: 512,
+    numHeads: 8,
+    causal: true,
+  },
+  {
+    name: 'cross (3,64,600,128,2) + mask + causal',
+    batch: 3,
+    seqLen: 64,
+    kvSeqLen: 600,
+    dModel: 128,
+    numHeads: 2,
+    mask: true,
+    causal: true,
+  },
 ];
 
 /** One unsplit kernel call: q, k, v and out on the heap, so nothing is staged and nothing is split. */
@@ -33,7 +58,11 @@ function unsplit(instance, q, k, v, options) {
   return result;
 }
 
-for (const [label, createOptions] of [['simd', {}], ['baseline', { simd: false }], ['simd-threads (2 threads)', { threads: 2 }]]) {
+for (const [label, createOptions] of [
+  ['simd', {}],
+  ['baseline', { simd: false }],
+  ['simd-threads (2 threads)', { threads: 2 }],
+]) {
   test(`${label}: calls staged in batch groups give the bits of one unsplit call`, async () => {
     const instance = await createMHA(createOptions);
     try {
@@ -73,9 +102,14 @@ test('a batched call stages about 1 MiB at a time, not all of its inputs', async
   const before = instance.memoryStats().heapBytesInUse;
   instance.multiHeadAttention(q, k, v, options);
   const grown = instance.memoryStats().heapBytesInUse - before;
-  console.log(`# (3,128,128,512,8): heap grew by ${grown} bytes (staging one item at a time + kernel scratch); whole staging: ${whole}`);
+  console.log(
+    `# (3,128,128,512,8): heap grew by ${grown} bytes (staging one item at a time + kernel scratch); whole staging: ${whole}`,
+  );
   assert.ok(grown < whole / 2, `staging took ${grown} bytes of ${whole}`);
-  assert.ok(grown >= whole / s.batch, `staging took ${grown} bytes, less than one item's ${whole / s.batch}: was anything staged?`);
+  assert.ok(
+    grown >= whole / s.batch,
+    `staging took ${grown} bytes, less than one item's ${whole / s.batch}: was anything staged?`,
+  );
   instance.dispose();
 });
 
@@ -131,7 +165,7 @@ test('out overlapping an input at another offset (not splittable): still compute
   instance.dispose();
 });
 
-test('views of the wasm heap (a tensor\'s data) as inputs and out of a large batched call: right bits', async () => {
+test("views of the wasm heap (a tensor's data) as inputs and out of a large batched call: right bits", async () => {
   const instance = await createMHA();
   const { q, k, v, options } = randomProblem(SHAPES[1], 84);
   const expected = unsplit(instance, q, k, v, options);
@@ -153,13 +187,37 @@ test('views of the wasm heap (a tensor\'s data) as inputs and out of a large bat
 // of 2 KV heads), the bias [., 4, 96, 96] and lse: 96*256*4 + 2*96*128*4 + 4*96*96*4 + 4*96*4 = 341 KiB
 // -> groups of 3 items (3 + 2); the second: 128*512*4 + 2*160*512*4 + 8*128*4 = 900 KiB -> 1 item per group.
 const V2_SHAPES = [
-  { name: 'GQA 4/2 + kvLengths + per-item bias + lse, emptyRows zero (5,96,96,256)', batch: 5, seqLen: 96, kvSeqLen: 96, dModel: 256,
-    numHeads: 4, numKvHeads: 2, kvLengths: [96, 50, 1, 0, 77], biasShape: [5, 4, 96, 96], emptyRows: 'zero' },
-  { name: 'broadcast bias [1, 8, S, T] + causal, queryOffset 32, window [40, 0] (3,128,160,512,8)', batch: 3, seqLen: 128,
-    kvSeqLen: 160, dModel: 512, numHeads: 8, biasShape: [1, 8, 128, 160], causal: true, queryOffset: 32, window: [40, 0], softcap: 20 },
+  {
+    name: 'GQA 4/2 + kvLengths + per-item bias + lse, emptyRows zero (5,96,96,256)',
+    batch: 5,
+    seqLen: 96,
+    kvSeqLen: 96,
+    dModel: 256,
+    numHeads: 4,
+    numKvHeads: 2,
+    kvLengths: [96, 50, 1, 0, 77],
+    biasShape: [5, 4, 96, 96],
+    emptyRows: 'zero',
+  },
+  {
+    name: 'broadcast bias [1, 8, S, T] + causal, queryOffset 32, window [40, 0] (3,128,160,512,8)',
+    batch: 3,
+    seqLen: 128,
+    kvSeqLen: 160,
+    dModel: 512,
+    numHeads: 8,
+    biasShape: [1, 8, 128, 160],
+    causal: true,
+    queryOffset: 32,
+    window: [40, 0],
+    softcap: 20,
+  },
 ];
 
-for (const [label, createOptions] of [['simd', {}], ['simd-threads (2 threads)', { threads: 2 }]]) {
+for (const [label, createOptions] of [
+  ['simd', {}],
+  ['simd-threads (2 threads)', { threads: 2 }],
+]) {
   test(`${label}: v2 options staged in batch groups (kvLengths, bias, lse) give the bits of one unsplit call`, async () => {
     const instance = await createMHA(createOptions);
     try {
@@ -167,7 +225,10 @@ for (const [label, createOptions] of [['simd', {}], ['simd-threads (2 threads)',
       for (const s of V2_SHAPES) {
         const { q, k, v, options } = randomProblem(s, seed++);
         const random = mulberry32(seed++);
-        options.bias = randomNormal(s.biasShape.reduce((a, b) => a * b), random);
+        options.bias = randomNormal(
+          s.biasShape.reduce((a, b) => a * b),
+          random,
+        );
         const lseLength = s.batch * s.numHeads * s.seqLen;
         // Unsplit: every tensor on the heap, nothing staged.
         const tensors = [q, k, v, new Float32Array(q.length), options.bias, new Float32Array(lseLength)].map((a) => {
@@ -200,29 +261,79 @@ for (const [label, createOptions] of [['simd', {}], ['simd-threads (2 threads)',
 //   (2,128,128,768,12): 3*128*768*4 = 1.13 MiB -> 2 groups of 1 (bert-base's items);
 //   (1,128,128,768,12): one item, never split.
 const PIPELINE_SHAPES = [
-  { name: 'odd group count (7,64,200,512,8), cross, padding mask, causal', batch: 7, seqLen: 64, kvSeqLen: 200, dModel: 512, numHeads: 8,
-    mask: 'padding', causal: true },
-  { name: 'ragged last group (5,128,128,256,4), random mask', batch: 5, seqLen: 128, kvSeqLen: 128, dModel: 256, numHeads: 4, mask: true },
+  {
+    name: 'odd group count (7,64,200,512,8), cross, padding mask, causal',
+    batch: 7,
+    seqLen: 64,
+    kvSeqLen: 200,
+    dModel: 512,
+    numHeads: 8,
+    mask: 'padding',
+    causal: true,
+  },
+  {
+    name: 'ragged last group (5,128,128,256,4), random mask',
+    batch: 5,
+    seqLen: 128,
+    kvSeqLen: 128,
+    dModel: 256,
+    numHeads: 4,
+    mask: true,
+  },
   { name: 'two groups (2,128,128,768,12)', batch: 2, seqLen: 128, kvSeqLen: 128, dModel: 768, numHeads: 12 },
   { name: 'B=1 (1,128,128,768,12), not split', batch: 1, seqLen: 128, kvSeqLen: 128, dModel: 768, numHeads: 12 },
-  { name: 'GQA 8/2, per-item bias, kvLengths, ALiBi, softcap, window (5,128,128,256,8)', batch: 5, seqLen: 128, kvSeqLen: 128,
-    dModel: 256, numHeads: 8, numKvHeads: 2, biasShape: [5, 1, 128, 128], kvLengths: [128, 3, 0, 64, 127],
-    alibiSlopes: [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625], softcap: 15, window: [30, 30], emptyRows: 'zero' },
-  { name: 'broadcast bias [1, 4, S, T], queryOffset 16, scale 0.3 (3,128,144,512,4)', batch: 3, seqLen: 128, kvSeqLen: 144,
-    dModel: 512, numHeads: 4, biasShape: [1, 4, 128, 144], causal: true, queryOffset: 16, scale: 0.3 },
+  {
+    name: 'GQA 8/2, per-item bias, kvLengths, ALiBi, softcap, window (5,128,128,256,8)',
+    batch: 5,
+    seqLen: 128,
+    kvSeqLen: 128,
+    dModel: 256,
+    numHeads: 8,
+    numKvHeads: 2,
+    biasShape: [5, 1, 128, 128],
+    kvLengths: [128, 3, 0, 64, 127],
+    alibiSlopes: [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625],
+    softcap: 15,
+    window: [30, 30],
+    emptyRows: 'zero',
+  },
+  {
+    name: 'broadcast bias [1, 4, S, T], queryOffset 16, scale 0.3 (3,128,144,512,4)',
+    batch: 3,
+    seqLen: 128,
+    kvSeqLen: 144,
+    dModel: 512,
+    numHeads: 4,
+    biasShape: [1, 4, 128, 144],
+    causal: true,
+    queryOffset: 16,
+    scale: 0.3,
+  },
 ];
 
 /** The out and lse of one unsplit call (every operand a heap tensor, so nothing is staged or split). */
 function unsplitWithLse(instance, q, k, v, options) {
   const lseLength = options.batch * options.numHeads * options.seqLen;
-  const arrays = [q, k, v, new Float32Array(q.length), new Float32Array(lseLength), options.bias ?? new Float32Array(1)];
+  const arrays = [
+    q,
+    k,
+    v,
+    new Float32Array(q.length),
+    new Float32Array(lseLength),
+    options.bias ?? new Float32Array(1),
+  ];
   const tensors = arrays.map((a) => {
     const t = instance.allocate(a.length);
     t.set(a);
     return t;
   });
   const [tq, tk, tv, tOut, tLse, tBias] = tensors;
-  instance.multiHeadAttention(tq, tk, tv, { ...options, out: tOut, lse: tLse, ...(options.bias ? { bias: tBias } : {}) });
+  instance.multiHeadAttention(tq, tk, tv, {
+    ...options,
+    out: tOut,
+    lse: tLse,
+    ...(options.bias ? { bias: tBias } : {}),
+  });
   const result = { out: tOut.toArray(), lse: tLse.toArray() };
   for (const t of tensors) t.free();
   return result;
@@ -231,7 +342,11 @@ function unsplitWithLse(instance, q, k, v, options) {
 /** A pipeline shape's inputs, its bias drawn from the same seed. */
 function pipelineProblem(s, seed) {
   const problem = randomProblem(s, seed);
-  if (s.biasShape) problem.options.bias = randomNormal(s.biasShape.reduce((a, b) => a * b), mulberry32(seed + 1000));
+  if (s.biasShape)
+    problem.options.bias = randomNormal(
+      s.biasShape.reduce((a, b) => a * b),
+      mulberry32(seed + 1000),
+    );
   return problem;
 }
 
@@ -268,14 +383,18 @@ test('pipelined batch groups on 2 and 3 threads: the bits of one unsplit call an
           for (const which of ['q', 'k', 'v']) {
             if (which !== 'q' && k.length !== q.length) continue;
             const x = { q: Float32Array.from(q), k: Float32Array.from(k), v: Float32Array.from(v) };
-            assert.ok(bitsEqual(instance.multiHeadAttention(x.q, x.k, x.v, { ...options, out: x[which] }), expected.out),
-              `${label}: out aliasing ${which}`);
+            assert.ok(
+              bitsEqual(instance.multiHeadAttention(x.q, x.k, x.v, { ...options, out: x[which] }), expected.out),
+              `${label}: out aliasing ${which}`,
+            );
           }
         }
         // Self-attention, one array as q, k and v (staged once per group).
         const { q: x, options } = pipelineProblem(PIPELINE_SHAPES[1], 320);
-        assert.ok(bitsEqual(instance.multiHeadAttention(x, x, x, options), unsplitWithLse(instance, x, x, x, options).out),
-          `${threads} threads: q === k === v`);
+        assert.ok(
+          bitsEqual(instance.multiHeadAttention(x, x, x, options), unsplitWithLse(instance, x, x, x, options).out),
+          `${threads} threads: q === k === v`,
+        );
       } finally {
         instance.dispose();
       }
@@ -293,7 +412,7 @@ test('pipelined batch groups on 2 and 3 threads: the bits of one unsplit call an
 test('a pipelined call stages two groups at a time, and a refused call leaves the instance working', async () => {
   const s = PIPELINE_SHAPES[0];
   const { q, k, v, options } = pipelineProblem(s, 340);
-  const perItem = (q.length + k.length + v.length) * 4 / s.batch + s.seqLen * s.kvSeqLen;
+  const perItem = ((q.length + k.length + v.length) * 4) / s.batch + s.seqLen * s.kvSeqLen;
   /** The heap bytes the first call of a fresh instance takes (staging + each thread's kernel scratch). */
   const firstCallBytes = async (createOptions) => {
     const instance = await createMHA({ ...createOptions, warmup: false });
@@ -305,10 +424,18 @@ test('a pipelined call stages two groups at a time, and a refused call leaves th
   };
   const one = await firstCallBytes({});
   const two = await firstCallBytes({ threads: 2 });
-  console.log(`# (7,64,200,512,8), first call: heap grew by ${one} bytes on 1 thread, ${two} on 2 threads; one item stages ${perItem}`);
+  console.log(
+    `# (7,64,200,512,8), first call: heap grew by ${one} bytes on 1 thread, ${two} on 2 threads; one item stages ${perItem}`,
+  );
   // The pipelined call holds a second group (one item here) and a second thread's scratch (far smaller).
-  assert.ok(two - one >= perItem, `2 threads took ${two - one} bytes more than 1: less than a second group of ${perItem}`);
-  assert.ok(two - one < 1.5 * perItem, `2 threads took ${two - one} bytes more than 1: more than a second group of ${perItem} needs`);
+  assert.ok(
+    two - one >= perItem,
+    `2 threads took ${two - one} bytes more than 1: less than a second group of ${perItem}`,
+  );
+  assert.ok(
+    two - one < 1.5 * perItem,
+    `2 threads took ${two - one} bytes more than 1: more than a second group of ${perItem} needs`,
+  );
 
   const instance = await createMHA({ threads: 2, warmup: false });
   try {
@@ -319,7 +446,8 @@ test('a pipelined call stages two groups at a time, and a refused call leaves th
     assert.throws(() => instance.multiHeadAttention(q, k.subarray(1), v, options), RangeError);
     assert.throws(() => instance.multiHeadAttention(q, k, v, { ...options, scale: Number.NaN }), RangeError);
     assert.equal(instance.memoryStats().heapBytesInUse, inUse);
-    for (let i = 0; i < 3; i++) assert.ok(bitsEqual(instance.multiHeadAttention(q, k, v, options), expected), `call ${i} after errors`);
+    for (let i = 0; i < 3; i++)
+      assert.ok(bitsEqual(instance.multiHeadAttention(q, k, v, options), expected), `call ${i} after errors`);
     assert.equal(instance.memoryStats().heapBytesInUse, inUse);
   } finally {
     instance.dispose();

@@ -10,7 +10,19 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createMHA } from '../../dist/index.js';
-import { bitsEqual, checkOut, compare, loadGoldenCases, mulberry32, randomNormal, randomProblem, readGolden, referenceMHA, repoRoot, runChild } from './helpers.mjs';
+import {
+  bitsEqual,
+  checkOut,
+  compare,
+  loadGoldenCases,
+  mulberry32,
+  randomNormal,
+  randomProblem,
+  readGolden,
+  referenceMHA,
+  repoRoot,
+  runChild,
+} from './helpers.mjs';
 
 const distIndex = pathToFileURL(path.join(repoRoot, 'dist/index.js')).href;
 
@@ -81,20 +93,31 @@ test('selection: wasmUrl / wasmBinary decide the build by the file given', async
 // Correctness: the golden set on every build
 
 const goldenCases = loadGoldenCases();
-for (const [label, options] of [['baseline', { simd: false }], ['simd-threads (3 threads)', { threads: 3 }]]) {
+for (const [label, options] of [
+  ['baseline', { simd: false }],
+  ['simd-threads (3 threads)', { threads: 3 }],
+]) {
   test(`golden set on the ${label} build: within tolerance of out64, NaN rows identical`, async () => {
     const mha = await createMHA(options);
     try {
       let worst = 0;
       for (const c of goldenCases) {
-        const shape = { batch: c.batch, seqLen: c.seqLen, kvSeqLen: c.kvSeqLen, dModel: c.dModel, numHeads: c.numHeads };
+        const shape = {
+          batch: c.batch,
+          seqLen: c.seqLen,
+          kvSeqLen: c.kvSeqLen,
+          dModel: c.dModel,
+          numHeads: c.numHeads,
+        };
         const [q, k, v, out64, out32] = ['q', 'k', 'v', 'out64', 'out32'].map((role) => readGolden(c, role));
         const mask = c.hasMask ? readGolden(c, 'mask') : undefined;
         const r = checkOut(mha.multiHeadAttention(q, k, v, { ...shape, mask }), out64, out32);
         assert.ok(r.ok, `${c.name}: ${r.problem}`);
         worst = Math.max(worst, r.ratio);
       }
-      console.log(`# ${label}: worst |ours - out64| / tolerance over ${goldenCases.length} golden cases: ${worst.toExponential(3)}`);
+      console.log(
+        `# ${label}: worst |ours - out64| / tolerance over ${goldenCases.length} golden cases: ${worst.toExponential(3)}`,
+      );
     } finally {
       mha.dispose();
     }
@@ -105,15 +128,35 @@ for (const [label, options] of [['baseline', { simd: false }], ['simd-threads (3
 const SHAPES = [
   { name: 'plain (2,130,130,256,4)', batch: 2, seqLen: 130, kvSeqLen: 130, dModel: 256, numHeads: 4 },
   { name: 'causal (1,600,600,192,3)', batch: 1, seqLen: 600, kvSeqLen: 600, dModel: 192, numHeads: 3, causal: true },
-  { name: 'masked cross (3,150,170,128,2)', batch: 3, seqLen: 150, kvSeqLen: 170, dModel: 128, numHeads: 2, mask: 'random' },
-  { name: 'causal + padding mask (2,300,280,256,8)', batch: 2, seqLen: 300, kvSeqLen: 280, dModel: 256, numHeads: 8, causal: true, mask: 'padding' },
+  {
+    name: 'masked cross (3,150,170,128,2)',
+    batch: 3,
+    seqLen: 150,
+    kvSeqLen: 170,
+    dModel: 128,
+    numHeads: 2,
+    mask: 'random',
+  },
+  {
+    name: 'causal + padding mask (2,300,280,256,8)',
+    batch: 2,
+    seqLen: 300,
+    kvSeqLen: 280,
+    dModel: 256,
+    numHeads: 8,
+    causal: true,
+    mask: 'padding',
+  },
   { name: 'bert-like (2,128,128,768,12)', batch: 2, seqLen: 128, kvSeqLen: 128, dModel: 768, numHeads: 12 },
 ];
 
 test('bit-identical results for 1, 2 and 3 threads (and the single-threaded SIMD build) on several shapes', async () => {
   const single = await createMHA();
   const threaded = [await createMHA({ threads: 1 }), await createMHA({ threads: 2 }), await createMHA({ threads: 3 })];
-  assert.deepEqual(threaded.map((m) => m.info.threads), [1, 2, 3]);
+  assert.deepEqual(
+    threaded.map((m) => m.info.threads),
+    [1, 2, 3],
+  );
   try {
     let seed = 1000;
     for (const shape of SHAPES) {
@@ -130,7 +173,10 @@ test('bit-identical results for 1, 2 and 3 threads (and the single-threaded SIMD
         // twice: the pool is reused across calls
         for (let repeat = 0; repeat < 2; repeat++) {
           const out = mha.multiHeadAttention(q, k, v, options);
-          assert.ok(bitsEqual(out, expected), `${shape.name}: ${mha.info.build} with ${mha.info.threads} threads differs from the single-threaded build`);
+          assert.ok(
+            bitsEqual(out, expected),
+            `${shape.name}: ${mha.info.build} with ${mha.info.threads} threads differs from the single-threaded build`,
+          );
         }
       }
     }
@@ -198,7 +244,10 @@ test('without SharedArrayBuffer: threads fall back to 1 with one console.warn na
   assert.equal(r.b.threads, 1);
   assert.equal(r.finite, true);
   assert.equal(r.warnings.length, 1, `expected one warning, got ${JSON.stringify(r.warnings)}`);
-  assert.match(r.warnings[0], /mha-wasm: 2 threads requested, running single-threaded: SharedArrayBuffer is not available/);
+  assert.match(
+    r.warnings[0],
+    /mha-wasm: 2 threads requested, running single-threaded: SharedArrayBuffer is not available/,
+  );
 });
 
 test('without WebAssembly SIMD: auto selects the baseline build; threads warn once that they need SIMD', async () => {
@@ -271,10 +320,13 @@ for (const [label, breakWorker] of [
       const r = JSON.parse(stdout);
       assert.equal(r.info.build, 'simd');
       assert.equal(r.info.threads, 1);
-      assert.equal(r.same, true, 'the fallback instance gives the single-threaded build\'s bits');
+      assert.equal(r.same, true, "the fallback instance gives the single-threaded build's bits");
       assert.ok(r.ms < 10000, `fell back after ${r.ms} ms (the start-up timeout is 20 s)`);
       assert.equal(r.warnings.length, 1, JSON.stringify(r.warnings));
-      assert.match(r.warnings[0], /4 threads requested, running single-threaded: a worker of the threaded build failed to start \(worker sent an error! .*(Cannot find module|broken worker script)/);
+      assert.match(
+        r.warnings[0],
+        /4 threads requested, running single-threaded: a worker of the threaded build failed to start \(worker sent an error! .*(Cannot find module|broken worker script)/,
+      );
     } finally {
       fs.rmSync(copy, { recursive: true, force: true });
     }
@@ -306,12 +358,15 @@ test('a Node script that creates a 3-thread instance, computes and disposes exit
 });
 
 test('a Node script that forgets dispose() still exits (the workers do not hold the process)', async () => {
-  const { code, stderr, ms } = await runChild(`
+  const { code, stderr, ms } = await runChild(
+    `
     const { createMHA } = await import(${JSON.stringify(distIndex)});
     const mha = await createMHA({ threads: 2 });
     const x = new Float32Array(120).map((_, i) => Math.sin(i));
     mha.multiHeadAttention(x, x, x, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
-  `, { timeoutMs: 10000 });
+  `,
+    { timeoutMs: 10000 },
+  );
   assert.equal(code, 0, stderr);
   console.log(`# child without dispose() exited after ${ms.toFixed(0)} ms`);
 });
@@ -322,7 +377,10 @@ test('a Node script that forgets dispose() still exits (the workers do not hold 
 test('mha-baseline.wasm has no SIMD opcodes; mha.wasm and mha-threads.wasm do (wasm-objdump)', async () => {
   const { spawnSync } = await import('node:child_process');
   const simdOps = (file) => {
-    const r = spawnSync('wasm-objdump', ['-d', path.join(repoRoot, 'dist', file)], { encoding: 'utf8', maxBuffer: 1 << 28 });
+    const r = spawnSync('wasm-objdump', ['-d', path.join(repoRoot, 'dist', file)], {
+      encoding: 'utf8',
+      maxBuffer: 1 << 28,
+    });
     assert.equal(r.status, 0, r.stderr);
     return (r.stdout.match(/\b(v128|[if](8x16|16x8|32x4|64x2))\.[a-z_0-9]+/g) ?? []).length;
   };

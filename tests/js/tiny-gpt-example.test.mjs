@@ -11,7 +11,7 @@ const script = path.join(repoRoot, 'examples/generate.mjs');
 const golden = await readTinyGPTGolden(process.env.TINY_GPT_DIR ?? tinyGptDir);
 const run = (...args) => execFileSync(process.execPath, [script, ...args], { encoding: 'utf8' });
 
-test('generate.mjs --greedy --json prints PyTorch\'s greedy bytes and their text', () => {
+test("generate.mjs --greedy --json prints PyTorch's greedy bytes and their text", () => {
   const g = golden.generations[0];
   const result = JSON.parse(run('--prompt', g.prompt, '--tokens', String(golden.generatedBytes), '--greedy', '--json'));
   assert.deepEqual(Object.keys(result).sort(), ['text', 'tokens']);
@@ -27,22 +27,35 @@ test('generate.mjs prints the prompt, the text and tokens/s for the whole model 
   assert.ok(stdout.includes(sampled.text), 'the same seed gives the same text with and without --json');
 });
 
-test('generate.mjs runs past the model\'s context (it drops the older half and prefills again)', () => {
+test("generate.mjs runs past the model's context (it drops the older half and prefills again)", () => {
   const result = JSON.parse(run('--prompt', 'And ', '--tokens', '300', '--json', '--seed', '5'));
   assert.equal(result.tokens.length, 300);
 });
 
-test('generate.mjs --cache f16: PyTorch\'s f16 greedy bytes with an f16 KV cache', () => {
+test("generate.mjs --cache f16: PyTorch's f16 greedy bytes with an f16 KV cache", () => {
   const g = golden.generations[1];
-  const args = [script, '--prompt', g.prompt, '--tokens', String(golden.generatedBytes), '--greedy', '--json', '--cache', 'f16'];
+  const args = [
+    script,
+    '--prompt',
+    g.prompt,
+    '--tokens',
+    String(golden.generatedBytes),
+    '--greedy',
+    '--json',
+    '--cache',
+    'f16',
+  ];
   const child = spawnSync(process.execPath, args, { encoding: 'utf8' });
   assert.equal(child.status, 0, child.stderr);
   assert.deepEqual(JSON.parse(child.stdout).tokens, g.f16.tokens);
 });
 
 test('generate.mjs rejects bad arguments with a message naming them', () => {
-  for (const [args, message] of [[['--tokens', '0'], /--tokens: expected a positive integer, got 0/],
-    [['--cache', 'f8'], /--cache: expected f32 or f16, got f8/], [['--prompt', ''], /--prompt: expected at least one character/]]) {
+  for (const [args, message] of [
+    [['--tokens', '0'], /--tokens: expected a positive integer, got 0/],
+    [['--cache', 'f8'], /--cache: expected f32 or f16, got f8/],
+    [['--prompt', ''], /--prompt: expected at least one character/],
+  ]) {
     const child = spawnSync(process.execPath, [script, ...args], { encoding: 'utf8' });
     assert.equal(child.status, 2);
     assert.match(child.stderr, message);

@@ -5,7 +5,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createMHA } from '../../dist/index.js';
 import { argmax, float16BitsToFloat32, generate, sampleToken } from '../../models/tiny-gpt/runner.mjs';
-import { checkF16Steps, checkFullPrefill, checkGreedy, checkSplitPrefill, compareLogits, goldenPromptBytes } from '../../models/tiny-gpt/golden-check.mjs';
+import {
+  checkF16Steps,
+  checkFullPrefill,
+  checkGreedy,
+  checkSplitPrefill,
+  compareLogits,
+  goldenPromptBytes,
+} from '../../models/tiny-gpt/golden-check.mjs';
 import { kvCacheBackend, roundToFloat16 } from '../../models/tiny-gpt/attention-backends.mjs';
 import { headScores, inductionTargets } from '../../models/tiny-gpt/head-scores.mjs';
 import { readTinyGPT, readTinyGPTGolden, readTinyGPTHeads, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
@@ -21,7 +28,9 @@ const backend = (dtype = 'float32') => kvCacheBackend(mha, { dtype });
 /** Asserts a golden-check.mjs result and reports its worst |diff| / allowed. */
 function assertCheck(t, result) {
   assert.ok(result.ok, result.message);
-  t.diagnostic(`worst |diff| / allowed = ${result.worst.toFixed(4)}${result.meanF16 === undefined ? '' : `; mean |diff| to PyTorch f16 K/V ${result.meanF16.toExponential(2)}, to f32 K/V ${result.meanF32.toExponential(2)}`}`);
+  t.diagnostic(
+    `worst |diff| / allowed = ${result.worst.toFixed(4)}${result.meanF16 === undefined ? '' : `; mean |diff| to PyTorch f16 K/V ${result.meanF16.toExponential(2)}, to f32 K/V ${result.meanF32.toExponential(2)}`}`,
+  );
 }
 
 test('golden data matches the model it was made from', () => {
@@ -29,7 +38,8 @@ test('golden data matches the model it was made from', () => {
   assert.equal(goldenPromptBytes(golden).length, 200);
   assert.equal(golden.logits.values.length, 200 * V);
   assert.equal(golden.generations.length, 3);
-  for (const g of golden.generations) for (const key of ['f32', 'f16']) assert.equal(g[key].tokens.length, golden.generatedBytes);
+  for (const g of golden.generations)
+    for (const key of ['f32', 'f16']) assert.equal(g[key].tokens.length, golden.generatedBytes);
 });
 
 test('the checker fails on logits that are off by more than the tolerance, naming the position', () => {
@@ -43,30 +53,33 @@ test('the checker fails on logits that are off by more than the tolerance, namin
   assert.equal(compareLogits(off.subarray(1), reference, 0, 2, V).ok, false);
 });
 
-test('createKVCache: full prefill of the 200-byte prompt gives PyTorch\'s logits at every position', (t) => {
+test("createKVCache: full prefill of the 200-byte prompt gives PyTorch's logits at every position", (t) => {
   assertCheck(t, checkFullPrefill(model, backend(), golden));
 });
 
-test('createKVCache: prefill of 100 bytes then 100 single-byte steps gives PyTorch\'s logits', (t) => {
+test("createKVCache: prefill of 100 bytes then 100 single-byte steps gives PyTorch's logits", (t) => {
   assertCheck(t, checkSplitPrefill(model, backend(), golden, [100, 1]));
 });
 
-test('createKVCache: prefill of 50 bytes, then of 150 more at once, gives PyTorch\'s logits', (t) => {
+test("createKVCache: prefill of 50 bytes, then of 150 more at once, gives PyTorch's logits", (t) => {
   assertCheck(t, checkSplitPrefill(model, backend(), golden, [50, 150]));
 });
 
-test('createKVCache (float16 K/V): prefill(100) + 100 steps gives PyTorch\'s logits over f16-rounded K/V', (t) => {
+test("createKVCache (float16 K/V): prefill(100) + 100 steps gives PyTorch's logits over f16-rounded K/V", (t) => {
   assertCheck(t, checkF16Steps(model, backend('float16'), golden));
 });
 
-for (const [dtype, key] of [['float32', 'f32'], ['float16', 'f16']]) {
+for (const [dtype, key] of [
+  ['float32', 'f32'],
+  ['float16', 'f16'],
+]) {
   test(`createKVCache (${dtype} K/V): greedy 128 bytes from each prompt are PyTorch's bytes`, () => {
     const result = checkGreedy(model, () => backend(dtype), golden, key);
     assert.ok(result.ok, result.message);
   });
 }
 
-test('attention weights from the runner give PyTorch\'s head scores (heads.json) within 1e-4, and its labels', () => {
+test("attention weights from the runner give PyTorch's head scores (heads.json) within 1e-4, and its labels", () => {
   const heads = readTinyGPTHeads(modelDir);
   const { n_layer: L, n_head: H } = model.config;
   /** The layers' weights of one prefill of tokens. */
@@ -81,16 +94,31 @@ test('attention weights from the runner give PyTorch\'s head scores (heads.json)
     }
   }
   const encoder = new TextEncoder();
-  const previous = headScores(heads.previousToken.texts.map((t) => [...encoder.encode(t)]), attend, L, H).previousToken;
+  const previous = headScores(
+    heads.previousToken.texts.map((t) => [...encoder.encode(t)]),
+    attend,
+    L,
+    H,
+  ).previousToken;
   const period = heads.induction.period;
-  for (const tokens of heads.induction.sequences) { // the generic target is heads.json's i - period + 1 here
-    assert.deepEqual(inductionTargets(tokens), tokens.map((_, i) => (i >= period ? i - period + 1 : -1)));
+  for (const tokens of heads.induction.sequences) {
+    // the generic target is heads.json's i - period + 1 here
+    assert.deepEqual(
+      inductionTargets(tokens),
+      tokens.map((_, i) => (i >= period ? i - period + 1 : -1)),
+    );
   }
   const induction = headScores(heads.induction.sequences, attend, L, H).induction;
   for (const entry of heads.heads) {
     const at = entry.layer * H + entry.head;
-    assert.ok(Math.abs(previous[at] - entry.previousToken) < 1e-4, `layer ${entry.layer} head ${entry.head}: previous-token ${previous[at]} vs PyTorch ${entry.previousToken}`);
-    assert.ok(Math.abs(induction[at] - entry.induction) < 1e-4, `layer ${entry.layer} head ${entry.head}: induction ${induction[at]} vs PyTorch ${entry.induction}`);
+    assert.ok(
+      Math.abs(previous[at] - entry.previousToken) < 1e-4,
+      `layer ${entry.layer} head ${entry.head}: previous-token ${previous[at]} vs PyTorch ${entry.previousToken}`,
+    );
+    assert.ok(
+      Math.abs(induction[at] - entry.induction) < 1e-4,
+      `layer ${entry.layer} head ${entry.head}: induction ${induction[at]} vs PyTorch ${entry.induction}`,
+    );
     const labels = [];
     if (entry.previousToken >= heads.previousToken.threshold) labels.push('previous-token');
     if (entry.induction >= heads.induction.threshold) labels.push('induction');
@@ -108,7 +136,8 @@ test('roundToFloat16 rounds to the nearest binary16, ties to even, overflow to I
       const [a, b] = [values[i], values[i + 1]];
       const even = i % 2 === 0 ? a : b; // the even mantissa (bits i or i+1)
       assert.equal(roundToFloat16(Math.fround((a + b) / 2)), even, `halfway between ${a} and ${b}`);
-      const nearA = Math.fround(a + (b - a) * 0.25), nearB = Math.fround(a + (b - a) * 0.75);
+      const nearA = Math.fround(a + (b - a) * 0.25),
+        nearB = Math.fround(a + (b - a) * 0.75);
       if (nearA !== a) assert.equal(roundToFloat16(nearA), a);
       if (nearB !== b) assert.equal(roundToFloat16(nearB), b);
     }
@@ -138,6 +167,8 @@ test('sampling: the same seed gives the same bytes, greedy takes the first maxim
     const tok = sampleToken(logits, { temperature: 1, topK: 3, random });
     counts.set(tok, (counts.get(tok) ?? 0) + 1);
   }
-  const top3 = Array.from(logits.keys()).sort((a, b) => logits[b] - logits[a]).slice(0, 3);
+  const top3 = Array.from(logits.keys())
+    .sort((a, b) => logits[b] - logits[a])
+    .slice(0, 3);
   assert.deepEqual([...counts.keys()].sort(), [...top3].sort(), 'top-k 3 draws only the 3 largest logits');
 });

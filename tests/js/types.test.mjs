@@ -46,22 +46,25 @@ export async function run(): Promise<void> {
 
 // [line, expected error code]: each line of BAD holds one misuse.
 const BAD_LINES = [
-  ["mha.multiHeadAttention(q, q, q, { ...shape, window: [1] });", 'TS2322'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, window: [1, 2, 3] });", 'TS2322'],
+  ['mha.multiHeadAttention(q, q, q, { ...shape, window: [1] });', 'TS2322'],
+  ['mha.multiHeadAttention(q, q, q, { ...shape, window: [1, 2, 3] });', 'TS2322'],
   ["mha.multiHeadAttention(q, q, q, { ...shape, emptyRows: 'none' });", 'TS2322'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, kvLengths: new Float32Array(2) });", 'TS2322'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, biasShape: [1, 1, 5] });", 'TS2322'],
+  ['mha.multiHeadAttention(q, q, q, { ...shape, kvLengths: new Float32Array(2) });', 'TS2322'],
+  ['mha.multiHeadAttention(q, q, q, { ...shape, biasShape: [1, 1, 5] });', 'TS2322'],
   ["mha.multiHeadAttention(q, q, q, { ...shape, softcap: '30' });", 'TS2322'],
   ["mha.multiHeadAttention(q, q, q, { ...shape, dtype: 'bfloat16' });", 'TS2820'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, rope: { cos: q } });", 'TS2741'],
+  ['mha.multiHeadAttention(q, q, q, { ...shape, rope: { cos: q } });', 'TS2741'],
   ["mha.multiHeadAttention(q, q, q, { ...shape, stage: 'scaled' });", 'TS2353'],
-  ["const f32: Float32Array = mha.multiHeadAttention(new Uint16Array(120), new Uint16Array(120), new Uint16Array(120), { ...shape, dtype: 'float16' });", 'TS2'],
-  ["mha.multiHeadAttention(q, q, q, { ...shape, numKVHeads: 1 });", 'TS2561'],
+  [
+    "const f32: Float32Array = mha.multiHeadAttention(new Uint16Array(120), new Uint16Array(120), new Uint16Array(120), { ...shape, dtype: 'float16' });",
+    'TS2',
+  ],
+  ['mha.multiHeadAttention(q, q, q, { ...shape, numKVHeads: 1 });', 'TS2561'],
   ["mha.attentionWeights(q, q, { ...shape, stage: 'weights' });", 'TS2322'],
-  ["mha.attentionWeights(q, q, { ...shape, vHeadDim: 2 });", 'TS2353'],
+  ['mha.attentionWeights(q, q, { ...shape, vHeadDim: 2 });', 'TS2353'],
   ["mha.attentionWeights(q, q, { ...shape, dtype: 'float16' });", 'TS2353'],
-  ["mha.attentionWeights(q, q, { ...shape, lse: new Float32Array(30) });", 'TS2353'],
-  ["mha.attentionWeights(q, q, { ...shape, out: new Float32Array(120) });", 'TS2353'],
+  ['mha.attentionWeights(q, q, { ...shape, lse: new Float32Array(30) });', 'TS2353'],
+  ['mha.attentionWeights(q, q, { ...shape, out: new Float32Array(120) });', 'TS2353'],
 ];
 const BAD = `
 import { createMHA } from 'mha-wasm';
@@ -80,8 +83,14 @@ function diagnostics(source) {
     const file = path.join(dir, 'consumer.ts');
     fs.writeFileSync(file, source);
     const program = ts.createProgram([file], {
-      strict: true, noEmit: true, target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ES2022, moduleResolution: ts.ModuleResolutionKind.Bundler,
-      lib: ['lib.es2022.d.ts', 'lib.dom.d.ts'], types: [], paths: { 'mha-wasm': [path.join(repoRoot, 'dist/index.d.ts')] },
+      strict: true,
+      noEmit: true,
+      target: ts.ScriptTarget.ES2022,
+      module: ts.ModuleKind.ES2022,
+      moduleResolution: ts.ModuleResolutionKind.Bundler,
+      lib: ['lib.es2022.d.ts', 'lib.dom.d.ts'],
+      types: [],
+      paths: { 'mha-wasm': [path.join(repoRoot, 'dist/index.d.ts')] },
     });
     return ts.getPreEmitDiagnostics(program).map((d) => ({
       line: d.file ? d.file.getLineAndCharacterOfPosition(d.start).line : -1,
@@ -93,7 +102,10 @@ function diagnostics(source) {
 }
 
 test('dist/index.d.ts: a consumer using every v2 option compiles with strict types', () => {
-  assert.deepEqual(diagnostics(GOOD).map((d) => d.text), []);
+  assert.deepEqual(
+    diagnostics(GOOD).map((d) => d.text),
+    [],
+  );
 });
 
 test('dist/index.d.ts: each misuse of a v2 option is a type error on its line', () => {
@@ -101,7 +113,10 @@ test('dist/index.d.ts: each misuse of a v2 option is a type error on its line', 
   const firstLine = BAD.split('\n').findIndex((l) => l.includes(BAD_LINES[0][0]));
   BAD_LINES.forEach(([line, code], n) => {
     const here = found.filter((d) => d.line === firstLine + n);
-    assert.ok(here.some((d) => d.text.startsWith(code)), `"${line}": expected ${code}, got ${JSON.stringify(here)}`);
+    assert.ok(
+      here.some((d) => d.text.startsWith(code)),
+      `"${line}": expected ${code}, got ${JSON.stringify(here)}`,
+    );
   });
   assert.equal(found.length, BAD_LINES.length, JSON.stringify(found, null, 1));
 });

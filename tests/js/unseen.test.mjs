@@ -24,7 +24,8 @@ test(`random shapes agree with the float64 JS reference (seed ${seed})`, () => {
       o.mask = new Uint8Array(o.batch * o.seqLen * o.kvSeqLen);
       for (let b = 0; b < o.batch; b++) {
         const valid = pick(1, o.kvSeqLen);
-        for (let i = 0; i < o.seqLen; i++) o.mask.fill(1, (b * o.seqLen + i) * o.kvSeqLen, (b * o.seqLen + i) * o.kvSeqLen + valid);
+        for (let i = 0; i < o.seqLen; i++)
+          o.mask.fill(1, (b * o.seqLen + i) * o.kvSeqLen, (b * o.seqLen + i) * o.kvSeqLen + valid);
       }
     }
     if (random() < 0.2) o.scale = (random() - 0.3) * 2;
@@ -80,7 +81,13 @@ test('numHeads = 1 equals attention of each head on its own slice, bit for bit',
       for (let r = 0; r < B * rows; r++) out.set(x.subarray(r * D + h * Dh, r * D + h * Dh + Dh), r * Dh);
       return out;
     };
-    const one = mha.multiHeadAttention(slice(q, S), slice(k, T), slice(v, T), { batch: B, seqLen: S, kvSeqLen: T, dModel: Dh, numHeads: 1 });
+    const one = mha.multiHeadAttention(slice(q, S), slice(k, T), slice(v, T), {
+      batch: B,
+      seqLen: S,
+      kvSeqLen: T,
+      dModel: Dh,
+      numHeads: 1,
+    });
     const fromAll = slice(all, S);
     assert.deepEqual(new Uint32Array(one.buffer), new Uint32Array(fromAll.buffer), `head ${h}`);
   }

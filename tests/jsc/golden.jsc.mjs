@@ -10,17 +10,27 @@
 // Output, one line each: `result <JSON>` per golden set, then `done`; anything else is a message from
 // the package (`console.<level>: ...`) or an error (`error: ...`, exit code 3).
 const write = (line) => print(line);
-globalThis.console = Object.fromEntries(['log', 'info', 'warn', 'error', 'debug']
-  .map((level) => [level, (...args) => write(`console.${level}: ${args.map(String).join(' ')}`)]));
+globalThis.console = Object.fromEntries(
+  ['log', 'info', 'warn', 'error', 'debug'].map((level) => [
+    level,
+    (...args) => write(`console.${level}: ${args.map(String).join(' ')}`),
+  ]),
+);
 
 globalThis.TextDecoder = class TextDecoder {
   constructor(label = 'utf-8') {
-    this.encoding = String(label).toLowerCase().replace(/^utf8$/, 'utf-8');
-    if (this.encoding !== 'utf-8' && this.encoding !== 'utf-16le') throw new RangeError(`TextDecoder shim: ${label} is not supported`);
+    this.encoding = String(label)
+      .toLowerCase()
+      .replace(/^utf8$/, 'utf-8');
+    if (this.encoding !== 'utf-8' && this.encoding !== 'utf-16le')
+      throw new RangeError(`TextDecoder shim: ${label} is not supported`);
   }
 
   decode(input = new Uint8Array(0)) {
-    const bytes = input instanceof Uint8Array ? input : new Uint8Array(input.buffer ?? input, input.byteOffset ?? 0, input.byteLength);
+    const bytes =
+      input instanceof Uint8Array
+        ? input
+        : new Uint8Array(input.buffer ?? input, input.byteOffset ?? 0, input.byteLength);
     let text = '';
     if (this.encoding === 'utf-16le') {
       for (let i = 0; i + 1 < bytes.length; i += 2) text += String.fromCharCode(bytes[i] | (bytes[i + 1] << 8));
@@ -42,7 +52,10 @@ globalThis.TextDecoder = class TextDecoder {
 globalThis.URL = class URL {
   constructor(url, base) {
     const text = String(url);
-    this.href = /^[a-z][a-z0-9+.-]*:/i.test(text) || base === undefined ? text : String(base).replace(/[^/]*([?#].*)?$/, '') + text.replace(/^\.\//, '');
+    this.href =
+      /^[a-z][a-z0-9+.-]*:/i.test(text) || base === undefined
+        ? text
+        : String(base).replace(/[^/]*([?#].*)?$/, '') + text.replace(/^\.\//, '');
   }
 
   toString() {
@@ -66,7 +79,8 @@ globalThis.clearTimeout = (id) => {
 
 try {
   const build = globalThis.arguments[0];
-  if (build !== 'simd' && build !== 'baseline') throw new Error(`expected the build (simd or baseline) after --, got ${build}`);
+  if (build !== 'simd' && build !== 'baseline')
+    throw new Error(`expected the build (simd or baseline) after --, got ${build}`);
   const { createMHA } = await import('../../dist/index.js');
   const { GOLDEN_SETS, runGoldenSet } = await import('../../scripts/lib/golden-runner.mjs');
   const wasmBinary = readFile(build === 'simd' ? 'dist/mha.wasm' : 'dist/mha-baseline.wasm', 'binary');

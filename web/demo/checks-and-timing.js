@@ -66,7 +66,8 @@ function onWorkerMessage(msg, job) {
   } else if (msg.type === 'progress') {
     const phase = msg.phase === 'wasm' ? 0 : 1;
     $('progress').value = (phase + msg.done / msg.total) / 2;
-    $('progress-text').textContent = `${msg.phase === 'wasm' ? 'mha-wasm' : 'plain JS'}: sample ${msg.done} of ${msg.total}`;
+    $('progress-text').textContent =
+      `${msg.phase === 'wasm' ? 'mha-wasm' : 'plain JS'}: sample ${msg.done} of ${msg.total}`;
   } else if (msg.type === 'timing') {
     $('t-wasm').textContent = fmtTime(msg.wasm.median);
     $('t-js').textContent = fmtTime(msg.js.median);

@@ -10,7 +10,10 @@ export function renderCode(cfg, maskInfo, info) {
     "import { createMHA } from 'mha-wasm'; // on this server: '/dist/index.js'",
     '',
     'const mha = await createMHA();',
-    `// mha.info: ${JSON.stringify(info ?? {}).replaceAll('"', '').replaceAll(':', ': ').replaceAll(',', ', ')}`,
+    `// mha.info: ${JSON.stringify(info ?? {})
+      .replaceAll('"', '')
+      .replaceAll(':', ': ')
+      .replaceAll(',', ', ')}`,
     '',
     `// q, k, v: Float32Array (batch, seqLen, dModel) = (${B}, ${S}, ${D}), row-major: ${n} floats each`,
     `const n = ${B} * ${S} * ${D};`,

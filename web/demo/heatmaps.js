@@ -58,7 +58,16 @@ function heatLayout(S, T, H, rowLabels, colLabels, containerWidth) {
   const left = labelled ? rowW : 22;
   const top = labelled ? rise + 10 : 16;
   const right = labelled ? Math.max(4, rise - Math.floor(cell / 2)) : 4;
-  return { cell, cols, labelled, font: fontFor(cell), left, top, width: left + T * cell + right, height: top + S * cell + 4 };
+  return {
+    cell,
+    cols,
+    labelled,
+    font: fontFor(cell),
+    left,
+    top,
+    width: left + T * cell + right,
+    height: top + S * cell + 4,
+  };
 }
 
 function drawHeatmap(canvas, h, highlight) {
@@ -135,11 +144,20 @@ function drawHeatmap(canvas, h, highlight) {
 
 function renderLegend(maxW, clipped) {
   const digits = maxW < 0.1 ? 3 : 2;
-  const ticks = [0, maxW / 2, maxW].map((w, i) => el('span', {}, `${i === 2 && clipped ? '≥ ' : ''}${w.toFixed(digits)}`));
+  const ticks = [0, maxW / 2, maxW].map((w, i) =>
+    el('span', {}, `${i === 2 && clipped ? '≥ ' : ''}${w.toFixed(digits)}`),
+  );
   $('legend').replaceChildren(
-    el('div', { class: 'legend-scale' },
+    el(
+      'div',
+      { class: 'legend-scale' },
       el('span', { class: 'legend-title' }, 'weight'),
-      el('div', { class: 'legend-bar', role: 'img', 'aria-label': `color scale from 0 (light) to ${maxW.toFixed(3)} (dark), shared by all heads`, style: `background: linear-gradient(to right, ${RAMP.join(', ')})` }),
+      el('div', {
+        class: 'legend-bar',
+        role: 'img',
+        'aria-label': `color scale from 0 (light) to ${maxW.toFixed(3)} (dark), shared by all heads`,
+        style: `background: linear-gradient(to right, ${RAMP.join(', ')})`,
+      }),
       el('div', { class: 'legend-ticks' }, ...ticks),
     ),
     el('span', { class: 'legend-key' }, el('i', { class: 'swatch masked' }), 'masked'),
@@ -161,7 +179,12 @@ function tooltipText(h, i, j) {
 function showTooltip(h, i, j, x, y) {
   const tip = $('tooltip');
   const t = tooltipText(h, i, j);
-  tip.replaceChildren(el('strong', {}, t.head), el('span', {}, t.q), el('span', {}, `→ ${t.k}`), el('span', { class: 'tip-value' }, t.value));
+  tip.replaceChildren(
+    el('strong', {}, t.head),
+    el('span', {}, t.q),
+    el('span', {}, `→ ${t.k}`),
+    el('span', { class: 'tip-value' }, t.value),
+  );
   tip.hidden = false;
   const pad = 14;
   const r = tip.getBoundingClientRect();
@@ -214,7 +237,13 @@ function attachHeatmapEvents(canvas, h) {
     drawHeatmap(canvas, h, cursor);
     const rect = canvas.getBoundingClientRect();
     const sx = rect.width / L.width;
-    showTooltip(h, cursor.i, cursor.j, rect.left + (L.left + (cursor.j + 1) * L.cell) * sx, rect.top + (L.top + (cursor.i + 1) * L.cell) * sx);
+    showTooltip(
+      h,
+      cursor.i,
+      cursor.j,
+      rect.left + (L.left + (cursor.j + 1) * L.cell) * sx,
+      rect.top + (L.top + (cursor.i + 1) * L.cell) * sx,
+    );
   });
   canvas.addEventListener('blur', () => {
     cursor = null;
@@ -264,8 +293,12 @@ export function renderHeatmaps(state) {
     attachHeatmapEvents(canvas, h);
     const recipe = cfg.source === 'sentence' ? RECIPES[h % RECIPES.length].label : null;
     figures.push(
-      el('figure', { class: 'head' },
-        el('figcaption', {},
+      el(
+        'figure',
+        { class: 'head' },
+        el(
+          'figcaption',
+          {},
           el('i', { class: 'chip', style: `background:${headColor(h)}` }),
           el('strong', {}, `Head ${h}`),
           el('span', { class: 'cols' }, ` cols ${h * cfg.headDim}–${(h + 1) * cfg.headDim - 1}`),
@@ -283,7 +316,8 @@ export function renderHeatmaps(state) {
   $('heat-sub').replaceChildren(
     `Batch item ${state.item}: rows are queries, columns are keys; each row sums to 1. From `,
     el('code', {}, 'mha.attentionWeights'),
-    `. Shared color scale, 0 to ${maxW.toFixed(3)}${clipped ? ' (larger weights saturate)' : ''}. ` + (nan ? `${nan} fully masked row${nan > 1 ? 's' : ''}: NaN, as in PyTorch. ` : '') +
+    `. Shared color scale, 0 to ${maxW.toFixed(3)}${clipped ? ' (larger weights saturate)' : ''}. ` +
+      (nan ? `${nan} fully masked row${nan > 1 ? 's' : ''}: NaN, as in PyTorch. ` : '') +
       'Hover a cell, or focus a map and use the arrow keys.',
   );
 }

@@ -44,15 +44,33 @@ function update({ keepItem = true, rerun = false } = {}) {
 
   fillSelect(
     controls.item,
-    tokens.map((row, b) => (cfg.source === 'sentence' ? `item ${b}: ${row.filter((w) => w !== PAD).slice(0, 4).join(' ')}…` : `item ${b}`)),
+    tokens.map((row, b) =>
+      cfg.source === 'sentence'
+        ? `item ${b}: ${row
+            .filter((w) => w !== PAD)
+            .slice(0, 4)
+            .join(' ')}…`
+        : `item ${b}`,
+    ),
     keepItem,
   );
   const item = Number(controls.item.value);
-  fillSelect(controls.token, tokens[item].map((w, i) => (cfg.source === 'sentence' ? `${i}: ${w}` : `token ${i}`)), true);
+  fillSelect(
+    controls.token,
+    tokens[item].map((w, i) => (cfg.source === 'sentence' ? `${i}: ${w}` : `token ${i}`)),
+    true,
+  );
   const token = Number(controls.token.value);
 
   const maskItem = maskInfo.options.mask ? batchItem(maskInfo.options.mask, item, S, S) : undefined;
-  const itemOpts = { batch: 1, seqLen: S, dModel: D, numHeads: H, causal: cfg.mask === 'causal', ...(maskItem ? { mask: maskItem } : {}) };
+  const itemOpts = {
+    batch: 1,
+    seqLen: S,
+    dModel: D,
+    numHeads: H,
+    causal: cfg.mask === 'causal',
+    ...(maskItem ? { mask: maskItem } : {}),
+  };
   const qb = batchItem(data.q, item, S, D);
   const kb = batchItem(data.k, item, S, D);
   const vb = batchItem(data.v, item, S, D);
@@ -80,7 +98,17 @@ function update({ keepItem = true, rerun = false } = {}) {
   $('derived').textContent =
     `(B, S, D) = ${tuple([B, S, D])}, ${H} heads of Dh = ${cfg.headDim}; ${mode}; mask: ${MASKS[cfg.mask]}${padNote}.`;
 
-  const st = { cfg, weights, qb, qh, outb, item, token, rowLabels: tokens[item], visibleItem: (i, j) => maskInfo.visible(item, i, j) };
+  const st = {
+    cfg,
+    weights,
+    qb,
+    qh,
+    outb,
+    item,
+    token,
+    rowLabels: tokens[item],
+    visibleItem: (i, j) => maskInfo.visible(item, i, j),
+  };
   lastRender = st;
   renderHeatmaps(st);
   renderSplitMerge(st);
@@ -92,7 +120,12 @@ function update({ keepItem = true, rerun = false } = {}) {
   const jobKey = JSON.stringify({ ...cfg, lines: cfg.lines });
   if (rerun || jobKey !== lastJobKey) {
     lastJobKey = jobKey;
-    startJob({ q: data.q, k: data.k, v: data.v, opts: { batch: B, seqLen: S, dModel: D, numHeads: H, ...maskInfo.options } });
+    startJob({
+      q: data.q,
+      k: data.k,
+      v: data.v,
+      opts: { batch: B, seqLen: S, dModel: D, numHeads: H, ...maskInfo.options },
+    });
   }
 }
 
@@ -108,7 +141,8 @@ async function main() {
   try {
     mha = await createMHA();
   } catch (error) {
-    $('build-info').textContent = `Could not load mha-wasm: ${error.message}. Run \`npm start\` from the repository (it builds dist/ first).`;
+    $('build-info').textContent =
+      `Could not load mha-wasm: ${error.message}. Run \`npm start\` from the repository (it builds dist/ first).`;
     $('build-info').classList.add('bad');
     return;
   }
@@ -127,7 +161,8 @@ async function main() {
   for (const name of ['sentence', 'seed', 'batch', 'seqLen', 'dModel', 'numHeads']) {
     controls[name].addEventListener('input', () => scheduleUpdate(name === 'sentence' ? 300 : 150));
   }
-  for (const radio of document.querySelectorAll('input[name="source"]')) radio.addEventListener('change', () => update({ keepItem: false }));
+  for (const radio of document.querySelectorAll('input[name="source"]'))
+    radio.addEventListener('change', () => update({ keepItem: false }));
   controls.mask.addEventListener('change', () => update());
   controls.item.addEventListener('change', () => update());
   controls.token.addEventListener('change', () => update());

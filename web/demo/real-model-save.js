@@ -11,14 +11,19 @@ const kb = (bytes) => `${Math.round(bytes / 1024).toLocaleString('en-US')} KB`;
  */
 export function saveControls(ui) {
   let saved = null;
-  const say = (text) => { ui.status.textContent = text; };
+  const say = (text) => {
+    ui.status.textContent = text;
+  };
 
   /** Shows the Continue button for record. */
   function offer(record) {
     saved = record;
     ui.resume.hidden = false;
     ui.resume.textContent = `Continue saved conversation (${record.tokens.length + 1} bytes, ${record.dtype})`;
-    ui.resume.setAttribute('aria-label', `continue the ${record.model} conversation saved in this browser: ${record.tokens.length + 1} bytes, ${record.dtype} cache, without a prefill`);
+    ui.resume.setAttribute(
+      'aria-label',
+      `continue the ${record.model} conversation saved in this browser: ${record.tokens.length + 1} bytes, ${record.dtype} cache, without a prefill`,
+    );
   }
 
   /** Looks for `model`'s saved conversation and offers it (or says why an unusable one is ignored). */
@@ -49,7 +54,9 @@ export function saveControls(ui) {
       await saveConversation(record);
       offer({ ...record, format: FORMAT });
       ui.section.dataset.saved = 'stored';
-      say(`Saved ${record.tokens.length + 1} bytes of ${record.model} in this browser (IndexedDB): ${record.caches.length} KV caches of ${record.tokens.length} tokens, ${kb(bytes)}. Reload the page to continue it without a prefill.`);
+      say(
+        `Saved ${record.tokens.length + 1} bytes of ${record.model} in this browser (IndexedDB): ${record.caches.length} KV caches of ${record.tokens.length} tokens, ${kb(bytes)}. Reload the page to continue it without a prefill.`,
+      );
     } catch (error) {
       ui.section.dataset.saved = 'error';
       say(`Not saved: IndexedDB refused it (${error?.message ?? error}).`);

@@ -13,7 +13,10 @@ const STORE = 'conversations';
 /** The database, created on first use (version 1: one object store keyed by the model's name). */
 function openDb() {
   return new Promise((resolve, reject) => {
-    if (!globalThis.indexedDB) { reject(new Error('this browser has no IndexedDB (a private window may disable it)')); return; }
+    if (!globalThis.indexedDB) {
+      reject(new Error('this browser has no IndexedDB (a private window may disable it)'));
+      return;
+    }
     const request = indexedDB.open(DB_NAME, 1);
     request.onupgradeneeded = () => request.result.createObjectStore(STORE, { keyPath: 'model' });
     request.onsuccess = () => resolve(request.result);
@@ -45,13 +48,23 @@ export const deleteConversation = (model) => inStore('readwrite', (store) => sto
 
 /** Why a stored value is not a record this page can continue, or '' when it is one. */
 function problemOf(record, model) {
-  if (record.format !== FORMAT) return `it was saved by ${record.format === undefined ? 'an older' : `another (format ${record.format})`} version of this page`;
+  if (record.format !== FORMAT)
+    return `it was saved by ${record.format === undefined ? 'an older' : `another (format ${record.format})`} version of this page`;
   const byte = (t) => Number.isInteger(t) && t >= 0 && t < 256;
-  if (record.model !== model || !['float32', 'float16'].includes(record.dtype)) return 'its model or dtype is not one this page runs';
-  if (!Array.isArray(record.tokens) || record.tokens.length < 1 || !record.tokens.every(byte) || !byte(record.pending)) return 'its tokens are not bytes';
-  if (!Array.isArray(record.caches) || !record.caches.every((c) => c instanceof Uint8Array)) return 'its caches are not byte arrays';
-  if (!Number.isInteger(record.promptLength) || record.promptLength < 1 || record.promptLength > record.tokens.length + 1) return 'its prompt length does not fit its tokens';
-  if (!Number.isInteger(record.generated) || record.generated < 1 || typeof record.sampling !== 'object') return 'its sampling settings are missing';
+  if (record.model !== model || !['float32', 'float16'].includes(record.dtype))
+    return 'its model or dtype is not one this page runs';
+  if (!Array.isArray(record.tokens) || record.tokens.length < 1 || !record.tokens.every(byte) || !byte(record.pending))
+    return 'its tokens are not bytes';
+  if (!Array.isArray(record.caches) || !record.caches.every((c) => c instanceof Uint8Array))
+    return 'its caches are not byte arrays';
+  if (
+    !Number.isInteger(record.promptLength) ||
+    record.promptLength < 1 ||
+    record.promptLength > record.tokens.length + 1
+  )
+    return 'its prompt length does not fit its tokens';
+  if (!Number.isInteger(record.generated) || record.generated < 1 || typeof record.sampling !== 'object')
+    return 'its sampling settings are missing';
   return '';
 }
 

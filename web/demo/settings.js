@@ -74,10 +74,15 @@ export function readSettings() {
   const numHeads = readInt('numHeads', LIMITS.numHeads, errors);
   if (dModel !== null && numHeads !== null) {
     if (numHeads > dModel) {
-      errors.push({ field: 'numHeads', text: `Heads (${numHeads}) cannot exceed d_model (${dModel}): each head needs at least one column.` });
+      errors.push({
+        field: 'numHeads',
+        text: `Heads (${numHeads}) cannot exceed d_model (${dModel}): each head needs at least one column.`,
+      });
     } else if (dModel % numHeads !== 0) {
       const lower = dModel - (dModel % numHeads);
-      const options = divisorsNear(dModel, LIMITS.numHeads[1]).filter((h) => h > 1).slice(-6);
+      const options = divisorsNear(dModel, LIMITS.numHeads[1])
+        .filter((h) => h > 1)
+        .slice(-6);
       errors.push({
         field: 'dModel',
         text:
@@ -88,7 +93,19 @@ export function readSettings() {
     }
   }
   if (errors.length) return { errors };
-  return { cfg: { source, lines, seed, batch, seqLen, dModel, numHeads, headDim: dModel / numHeads, mask: controls.mask.value } };
+  return {
+    cfg: {
+      source,
+      lines,
+      seed,
+      batch,
+      seqLen,
+      dModel,
+      numHeads,
+      headDim: dModel / numHeads,
+      mask: controls.mask.value,
+    },
+  };
 }
 
 export function showErrors(errors) {

@@ -24,7 +24,13 @@ import { createMHA } from '/dist/index.js';
 import { fetchTinyGPT, generate } from '../../models/tiny-gpt/runner.mjs';
 import { kvCacheBackend } from '../../models/tiny-gpt/attention-backends.mjs';
 import { headScores } from '../../models/tiny-gpt/head-scores.mjs';
-import { checkF16Steps, checkFullPrefill, checkGreedy, checkSplitPrefill, fetchGolden } from '../../models/tiny-gpt/golden-check.mjs';
+import {
+  checkF16Steps,
+  checkFullPrefill,
+  checkGreedy,
+  checkSplitPrefill,
+  fetchGolden,
+} from '../../models/tiny-gpt/golden-check.mjs';
 import { fetchLlama, generate as generateLlama } from '../../models/tiny-llama/runner.mjs';
 
 const MODEL_URL = new URL('../../models/tiny-gpt/', import.meta.url);
@@ -38,16 +44,31 @@ const MODELS = {
   'tiny-gpt': {
     url: MODEL_URL,
     fetch: fetchTinyGPT,
-    dims: ({ n_layer, n_head, n_kv_head, d_model, n_ctx }) => ({ layers: n_layer, heads: n_head, kvHeads: n_kv_head, dModel: d_model, context: n_ctx, headDim: d_model / n_head }),
+    dims: ({ n_layer, n_head, n_kv_head, d_model, n_ctx }) => ({
+      layers: n_layer,
+      heads: n_head,
+      kvHeads: n_kv_head,
+      dModel: d_model,
+      context: n_ctx,
+      headDim: d_model / n_head,
+    }),
     createSession: (dtype) => model.createSession(kvCacheBackend(mha, { dtype })),
     restoreSession: (state, dtype) => model.restoreSession(kvCacheBackend(mha, { dtype }), state),
-    generate: (session, prompt, count, options) => generate(session, prompt, count, { ...options, attentionWeights: true }),
+    generate: (session, prompt, count, options) =>
+      generate(session, prompt, count, { ...options, attentionWeights: true }),
     weights: true,
   },
   'tiny-llama': {
     url: new URL('../../models/tiny-llama/', import.meta.url),
     fetch: fetchLlama,
-    dims: () => ({ layers: model.dims.L, heads: model.dims.H, kvHeads: model.dims.Hkv, dModel: model.dims.D, context: model.dims.nCtx, headDim: model.dims.Dh }),
+    dims: () => ({
+      layers: model.dims.L,
+      heads: model.dims.H,
+      kvHeads: model.dims.Hkv,
+      dModel: model.dims.D,
+      context: model.dims.nCtx,
+      headDim: model.dims.Dh,
+    }),
     createSession: (dtype) => model.createSession(mha, { dtype }),
     restoreSession: ({ tokens, caches }) => model.restoreSession(mha, { tokens: [tokens], caches }), // a batch of one
     generate: generateLlama,
@@ -55,7 +76,10 @@ const MODELS = {
   },
 };
 
-let mha, model, headsJson, kind = MODELS['tiny-gpt'];
+let mha,
+  model,
+  headsJson,
+  kind = MODELS['tiny-gpt'];
 /** The last generation: its session (kept for a save), the token it chose last (never fed), its dtype. */
 let last = null;
 
@@ -72,8 +96,16 @@ function postReferenceScores(heads) {
     return session.attentionWeights;
   };
   const texts = heads.previousToken.texts.map((t) => [...new TextEncoder().encode(t)]);
-  self.postMessage({ type: 'reference', name: 'previousToken', scores: [...headScores(texts, attend, L, H).previousToken] });
-  self.postMessage({ type: 'reference', name: 'induction', scores: [...headScores(heads.induction.sequences, attend, L, H).induction] });
+  self.postMessage({
+    type: 'reference',
+    name: 'previousToken',
+    scores: [...headScores(texts, attend, L, H).previousToken],
+  });
+  self.postMessage({
+    type: 'reference',
+    name: 'induction',
+    scores: [...headScores(heads.induction.sequences, attend, L, H).induction],
+  });
 }
 
 /** Bytes that crossed the network for url (0 when the HTTP cache answered, a few hundred for a 304). */
@@ -83,18 +115,32 @@ function transferBytes(url) {
 }
 
 async function load(name = 'tiny-gpt') {
-  if (!MODELS[name]) throw new RangeError(`load: model: expected one of ${Object.keys(MODELS).join(', ')}, got ${name}`);
+  if (!MODELS[name])
+    throw new RangeError(`load: model: expected one of ${Object.keys(MODELS).join(', ')}, got ${name}`);
   kind = MODELS[name];
   const began = performance.now();
   mha = await createMHA();
   const weightsUrl = new URL('model.safetensors', kind.url);
   // heads.json: tiny-gpt's training run labelled its heads; tiny-llama has no such file
-  const [loaded, headsResponse] = await Promise.all([kind.fetch(kind.url), kind.weights ? fetch(new URL('heads.json', kind.url)) : null]);
+  const [loaded, headsResponse] = await Promise.all([
+    kind.fetch(kind.url),
+    kind.weights ? fetch(new URL('heads.json', kind.url)) : null,
+  ]);
   model = loaded;
-  if (headsResponse && !headsResponse.ok) throw new Error(`fetching ${headsResponse.url} failed: HTTP ${headsResponse.status}`);
+  if (headsResponse && !headsResponse.ok)
+    throw new Error(`fetching ${headsResponse.url} failed: HTTP ${headsResponse.status}`);
   const heads = headsResponse ? await headsResponse.json() : null;
   const loadMs = performance.now() - began;
-  self.postMessage({ type: 'loaded', model: name, config: model.config, dims: kind.dims(model.config), heads, loadMs, weightsTransferBytes: transferBytes(weightsUrl), info: { ...mha.info } });
+  self.postMessage({
+    type: 'loaded',
+    model: name,
+    config: model.config,
+    dims: kind.dims(model.config),
+    heads,
+    loadMs,
+    weightsTransferBytes: transferBytes(weightsUrl),
+    info: { ...mha.info },
+  });
   headsJson = heads;
 }
 
@@ -118,7 +164,11 @@ function run(session, prompt, count, { dtype, greedy, temperature, topK, seed, d
   let prefilled = session.sequences[0].length > 0; // a continued session has no prefill to show
   let pending = null;
   kind.generate(session, prompt, count, {
-    greedy, temperature, topK, seed, drawn,
+    greedy,
+    temperature,
+    topK,
+    seed,
+    drawn,
     onToken(token) {
       pending = token;
       const timing = { ...session.timing };
@@ -127,7 +177,10 @@ function run(session, prompt, count, { dtype, greedy, temperature, topK, seed, d
       if (!prefilled) {
         prefilled = true;
         const prefillWeights = weights?.map(({ weights: w }) => w.slice()) ?? null;
-        self.postMessage({ type: 'prefill', tokens: prompt, weights: prefillWeights, timing }, prefillWeights?.map((w) => w.buffer) ?? []);
+        self.postMessage(
+          { type: 'prefill', tokens: prompt, weights: prefillWeights, timing },
+          prefillWeights?.map((w) => w.buffer) ?? [],
+        );
       }
       const rows = weights?.map(({ weights: w }) => lastRows(w, H, T)) ?? null;
       self.postMessage({ type: 'token', token, rows, kvLength: T, timing }, rows?.map((r) => r.buffer) ?? []);
@@ -136,7 +189,13 @@ function run(session, prompt, count, { dtype, greedy, temperature, topK, seed, d
   last = { session, pending, dtype };
   const { layers, kvHeads, headDim, context } = kind.dims(model.config);
   const held = session.sequences[0].length;
-  const cache = { layers, dtype, tokens: held, capacity: context, bytes: layers * held * kvHeads * 2 * headDim * (dtype === 'float16' ? 2 : 4) };
+  const cache = {
+    layers,
+    dtype,
+    tokens: held,
+    capacity: context,
+    bytes: layers * held * kvHeads * 2 * headDim * (dtype === 'float16' ? 2 : 4),
+  };
   self.postMessage({ type: 'done', timing: { ...session.timing }, cache });
 }
 
@@ -145,7 +204,10 @@ function save() {
   if (!last) throw new Error('save: there is no finished generation in this Worker to save (generate first)');
   const { caches } = last.session.saveState();
   const tokens = last.session.sequences[0].slice(); // the one sequence, for either model
-  self.postMessage({ type: 'state', tokens, caches, pending: last.pending, dtype: last.dtype }, caches.map((c) => c.buffer));
+  self.postMessage(
+    { type: 'state', tokens, caches, pending: last.pending, dtype: last.dtype },
+    caches.map((c) => c.buffer),
+  );
 }
 
 /** A saved session restored (mha.loadKVCache per layer, nothing run), then generated on from its pending token. */
@@ -166,7 +228,12 @@ function bench({ prompt, count, rounds }) {
     for (const dtype of round % 2 ? ['float16', 'float32'] : ['float32', 'float16']) {
       const session = model.createSession(kvCacheBackend(mha, { dtype }));
       let prefill = null;
-      generate(session, prompt, count, { greedy: true, onToken() { prefill ??= { ...session.timing }; } });
+      generate(session, prompt, count, {
+        greedy: true,
+        onToken() {
+          prefill ??= { ...session.timing };
+        },
+      });
       const steps = session.timing.tokens - prefill.tokens;
       samples[dtype].push({
         model: steps / ((session.timing.forwardMs - prefill.forwardMs) / 1000),
@@ -180,7 +247,8 @@ function bench({ prompt, count, rounds }) {
 
 function golden() {
   return fetchGolden(MODEL_URL).then((g) => {
-    const f32 = () => kvCacheBackend(mha, { dtype: 'float32' }), f16 = () => kvCacheBackend(mha, { dtype: 'float16' });
+    const f32 = () => kvCacheBackend(mha, { dtype: 'float32' }),
+      f16 = () => kvCacheBackend(mha, { dtype: 'float16' });
     const results = {
       fullPrefill: checkFullPrefill(model, f32(), g),
       steps: checkSplitPrefill(model, f32(), g, [100, 1]),

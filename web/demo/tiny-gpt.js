@@ -12,24 +12,60 @@ import { saveControls } from './real-model-save.js';
 const $ = (id) => document.getElementById(id);
 const section = $('real-model');
 const ui = {
-  form: $('real-form'), prompt: $('real-prompt'), count: $('real-count'), cache: $('real-cache'), sampling: $('real-sampling'),
-  run: $('real-run'), status: $('real-status'), promptText: $('real-text-prompt'), generatedText: $('real-text-generated'),
-  speed: $('real-speed'), heads: $('real-heads'), detail: $('real-detail'), detailTitle: $('real-detail-title'),
-  detailCanvas: $('real-detail-canvas'), detailNote: $('real-detail-note'), verify: $('real-verify'),
-  picker: $('real-model-picker'), title: $('real-title'), save: $('real-save'), resume: $('real-continue'), cacheInfo: $('real-cache-info'),
+  form: $('real-form'),
+  prompt: $('real-prompt'),
+  count: $('real-count'),
+  cache: $('real-cache'),
+  sampling: $('real-sampling'),
+  run: $('real-run'),
+  status: $('real-status'),
+  promptText: $('real-text-prompt'),
+  generatedText: $('real-text-generated'),
+  speed: $('real-speed'),
+  heads: $('real-heads'),
+  detail: $('real-detail'),
+  detailTitle: $('real-detail-title'),
+  detailCanvas: $('real-detail-canvas'),
+  detailNote: $('real-detail-note'),
+  verify: $('real-verify'),
+  picker: $('real-model-picker'),
+  title: $('real-title'),
+  save: $('real-save'),
+  resume: $('real-continue'),
+  cacheInfo: $('real-cache-info'),
 };
 const saver = saveControls({ section, save: ui.save, resume: ui.resume, status: $('real-save-status') });
-const TITLES = { 'tiny-gpt': 'A real model: tiny-gpt writes, and you watch its heads', 'tiny-llama': 'A real model: tiny-llama writes, from a KV cache you can save' };
+const TITLES = {
+  'tiny-gpt': 'A real model: tiny-gpt writes, and you watch its heads',
+  'tiny-llama': 'A real model: tiny-llama writes, from a KV cache you can save',
+};
 
 const state = {
-  worker: null, config: null, heads: null, reference: {}, running: false, job: 0,
-  tokens: [], promptLength: 0, prefillWeights: null, rows: null, kvLength: 0, selected: { layer: 0, head: 4 },
-  scores: null, prefillTiming: null, timing: null, drawPending: false,
-  model: 'tiny-gpt', dims: null, run: null, restored: null,
+  worker: null,
+  config: null,
+  heads: null,
+  reference: {},
+  running: false,
+  job: 0,
+  tokens: [],
+  promptLength: 0,
+  prefillWeights: null,
+  rows: null,
+  kvLength: 0,
+  selected: { layer: 0, head: 4 },
+  scores: null,
+  prefillTiming: null,
+  timing: null,
+  drawPending: false,
+  model: 'tiny-gpt',
+  dims: null,
+  run: null,
+  restored: null,
 };
 
 /** A byte as a one-character label: printable ASCII as itself, space, newline, else hex. */
-const byteLabel = (b) => (b === 32 ? '␣' : b === 10 ? '↵' : b > 32 && b < 127 ? String.fromCharCode(b) : b.toString(16).padStart(2, '0'));
+const byteLabel = (b) =>
+  b === 32 ? '␣' : b === 10 ? '↵' : b > 32 && b < 127 ? String.fromCharCode(b) : b.toString(16).padStart(2, '0');
 const fmtRate = (n, ms) => (ms > 0 && n > 0 ? `${Math.round(n / (ms / 1000)).toLocaleString('en-US')} tokens/s` : '–');
 const fmtScore = (x) => (Number.isFinite(x) ? x.toFixed(3) : '–');
 const headInfo = (layer, head) => state.heads.heads.find((e) => e.layer === layer && e.head === head);
@@ -65,7 +101,10 @@ function fail(message) {
   ui.run.disabled = false;
   ui.run.textContent = 'Generate';
   ui.status.textContent = `Error: ${message}`;
-  if (state.restoring) { state.restoring = false; saver.say(`The saved conversation could not be continued: ${message}`); }
+  if (state.restoring) {
+    state.restoring = false;
+    saver.say(`The saved conversation could not be continued: ${message}`);
+  }
 }
 
 function onMessage(data) {
@@ -74,28 +113,43 @@ function onMessage(data) {
     if (data.model !== state.model) return; // a Worker of the model picked before
     Object.assign(state, { config: data.config, heads: data.heads, dims: data.dims });
     const { layers: L, heads: H, kvHeads: Hkv, dModel: D, context } = data.dims;
-    const transfer = data.weightsTransferBytes === null ? '' : data.weightsTransferBytes < 5000 ? ', weights from the browser cache' : `, ${(data.weightsTransferBytes / 1e6).toFixed(1)} MB of weights downloaded`;
+    const transfer =
+      data.weightsTransferBytes === null
+        ? ''
+        : data.weightsTransferBytes < 5000
+          ? ', weights from the browser cache'
+          : `, ${(data.weightsTransferBytes / 1e6).toFixed(1)} MB of weights downloaded`;
     ui.status.textContent = `${data.model} loaded in ${Math.round(data.loadMs)} ms${transfer}: ${L} layers, ${H} query heads sharing ${Hkv} KV heads, d_model ${D}, context ${context} bytes; mha-wasm ${data.info.version} (${data.info.build}).`;
     section.dataset.transferBytes = String(data.weightsTransferBytes);
     if (data.heads) buildHeadRows();
     section.dataset.state = 'ready';
     ui.run.disabled = false;
-    if (state.pendingStart) { state.pendingStart = false; start(); }
+    if (state.pendingStart) {
+      state.pendingStart = false;
+      start();
+    }
     const model = data.model;
-    saver.refresh(model).then(() => { if (model === state.model) section.dataset.savedChecked = model; });
+    saver.refresh(model).then(() => {
+      if (model === state.model) section.dataset.savedChecked = model;
+    });
     return;
   }
   if (data.type === 'state') return storeState(data);
   if (data.type === 'restored') {
     state.restored = { tokens: data.tokens, ms: data.ms };
     section.dataset.restoredTokens = String(data.tokens);
-    saver.say(`Restored ${data.tokens} tokens from IndexedDB in ${data.ms.toFixed(1)} ms (mha.loadKVCache per layer), no prefill; generating on from the last byte.`);
+    saver.say(
+      `Restored ${data.tokens} tokens from IndexedDB in ${data.ms.toFixed(1)} ms (mha.loadKVCache per layer), no prefill; generating on from the last byte.`,
+    );
     return;
   }
   if (data.type === 'reference') {
     state.reference[data.name] = data.scores;
     section.dataset.reference = data.name;
-    if (data.name === 'induction') { state.verifying = false; ui.verify.disabled = false; }
+    if (data.name === 'induction') {
+      state.verifying = false;
+      ui.verify.disabled = false;
+    }
     scheduleDraw(true);
     return;
   }
@@ -103,14 +157,16 @@ function onMessage(data) {
     state.prefillWeights = data.weights;
     state.prefillTiming = data.timing;
     const S = data.tokens.length;
-    if (data.weights) for (let layer = 0; layer < state.dims.layers; layer++) addScores(layer, data.weights[layer], S, S, 0);
+    if (data.weights)
+      for (let layer = 0; layer < state.dims.layers; layer++) addScores(layer, data.weights[layer], S, S, 0);
     scheduleDraw(true);
     return;
   }
   if (data.type === 'token') {
     const T = data.kvLength;
     // The first token's row is the prompt's last prefill row, counted above; later rows are new queries.
-    if (data.rows && state.tokens.length > state.promptLength) for (let layer = 0; layer < state.dims.layers; layer++) addScores(layer, data.rows[layer], 1, T, T - 1);
+    if (data.rows && state.tokens.length > state.promptLength)
+      for (let layer = 0; layer < state.dims.layers; layer++) addScores(layer, data.rows[layer], 1, T, T - 1);
     state.tokens.push(data.token);
     Object.assign(state, { rows: data.rows, kvLength: T, timing: data.timing });
     section.dataset.generated = String(state.tokens.length - state.promptLength);
@@ -139,16 +195,31 @@ function onMessage(data) {
 
 function resetScores() {
   const n = state.dims.layers * state.dims.heads;
-  state.scores = { previousToken: { sums: new Float64Array(n), counts: new Float64Array(n) }, induction: { sums: new Float64Array(n), counts: new Float64Array(n) } };
+  state.scores = {
+    previousToken: { sums: new Float64Array(n), counts: new Float64Array(n) },
+    induction: { sums: new Float64Array(n), counts: new Float64Array(n) },
+  };
 }
 
 /** weights (H, S, T) of queries at positions queryOffset .. + S - 1 of layer. */
 function addScores(layer, weights, S, T, queryOffset) {
   const H = state.dims.heads;
-  for (const [name, targetsOf] of [['previousToken', previousTokenTargets], ['induction', inductionTargets]]) {
+  for (const [name, targetsOf] of [
+    ['previousToken', previousTokenTargets],
+    ['induction', inductionTargets],
+  ]) {
     const { sums, counts } = state.scores[name];
     const at = [layer * H, (layer + 1) * H];
-    accumulateTargetWeights(sums.subarray(...at), counts.subarray(...at), weights, H, S, T, queryOffset, targetsOf(state.tokens));
+    accumulateTargetWeights(
+      sums.subarray(...at),
+      counts.subarray(...at),
+      weights,
+      H,
+      S,
+      T,
+      queryOffset,
+      targetsOf(state.tokens),
+    );
   }
 }
 
@@ -162,7 +233,8 @@ const liveScore = (name, layer, head) => {
 // Generation.
 
 function start() {
-  if (state.running) { // Stop: a fresh Worker (the weights come from the browser cache)
+  if (state.running) {
+    // Stop: a fresh Worker (the weights come from the browser cache)
     startWorker();
     state.running = false;
     ui.run.textContent = 'Generate';
@@ -174,9 +246,13 @@ function start() {
   let problem = '';
   if (bytes.length < 1) problem = 'Type a prompt of at least one character.';
   else if (bytes.length > 200) problem = `The prompt is ${bytes.length} bytes; at most 200 fit with room to generate.`;
-  else if (!Number.isInteger(count) || count < 1 || bytes.length + count > nCtx) problem = `Bytes to generate: expected an integer from 1 to ${nCtx - bytes.length} (the context is ${nCtx} bytes, the prompt takes ${bytes.length}).`;
+  else if (!Number.isInteger(count) || count < 1 || bytes.length + count > nCtx)
+    problem = `Bytes to generate: expected an integer from 1 to ${nCtx - bytes.length} (the context is ${nCtx} bytes, the prompt takes ${bytes.length}).`;
   ui.status.textContent = problem;
-  if (problem) { section.dataset.state = 'invalid'; return; }
+  if (problem) {
+    section.dataset.state = 'invalid';
+    return;
+  }
   const run = { dtype: ui.cache.value, greedy: ui.sampling.value === 'greedy', temperature: 0.8, topK: 40, seed: 1 };
   begin({ tokens: [...bytes], promptLength: bytes.length, run, restored: null });
   state.worker.postMessage({ type: 'generate', prompt: bytes, count, ...run });
@@ -185,7 +261,18 @@ function start() {
 /** The page's side of a new generation (fresh or continued): clears what the last one showed. */
 function begin({ tokens, promptLength, run, restored }) {
   state.job++;
-  Object.assign(state, { running: true, tokens, promptLength, run, restored, prefillWeights: null, rows: null, kvLength: 0, timing: null, prefillTiming: null });
+  Object.assign(state, {
+    running: true,
+    tokens,
+    promptLength,
+    run,
+    restored,
+    prefillWeights: null,
+    rows: null,
+    kvLength: 0,
+    timing: null,
+    prefillTiming: null,
+  });
   resetScores();
   section.dataset.state = 'generating';
   section.dataset.job = String(state.job);
@@ -204,7 +291,13 @@ function begin({ tokens, promptLength, run, restored }) {
 function storeState({ tokens, caches, pending, dtype }) {
   const { promptLength, run } = state;
   saver.store({
-    model: state.model, dtype, promptLength, tokens, pending, caches, savedAt: new Date().toISOString(),
+    model: state.model,
+    dtype,
+    promptLength,
+    tokens,
+    pending,
+    caches,
+    savedAt: new Date().toISOString(),
     // the bytes generated so far: the draws of the sampler's stream a continuation skips
     generated: tokens.length + 1 - promptLength,
     sampling: { greedy: run.greedy, temperature: run.temperature, topK: run.topK, seed: run.seed },
@@ -215,10 +308,14 @@ function storeState({ tokens, caches, pending, dtype }) {
 function continueSaved() {
   const record = saver.saved();
   if (!record || state.running || section.dataset.state === 'loading') return;
-  const held = record.tokens.length + 1, nCtx = state.dims.context, count = Number(ui.count.value);
+  const held = record.tokens.length + 1,
+    nCtx = state.dims.context,
+    count = Number(ui.count.value);
   if (!Number.isInteger(count) || count < 1 || held + count > nCtx) {
-    ui.status.textContent = held >= nCtx ? `The saved conversation fills the ${nCtx}-byte context: nothing more fits.`
-      : `Bytes to generate: expected an integer from 1 to ${nCtx - held} (the context is ${nCtx} bytes, the saved conversation takes ${held}).`;
+    ui.status.textContent =
+      held >= nCtx
+        ? `The saved conversation fills the ${nCtx}-byte context: nothing more fits.`
+        : `Bytes to generate: expected an integer from 1 to ${nCtx - held} (the context is ${nCtx} bytes, the saved conversation takes ${held}).`;
     section.dataset.state = 'invalid';
     return;
   }
@@ -226,11 +323,23 @@ function continueSaved() {
   ui.cache.value = record.dtype;
   ui.sampling.value = record.sampling.greedy ? 'greedy' : 'sample';
   const run = { dtype: record.dtype, ...record.sampling };
-  begin({ tokens: [...record.tokens, record.pending], promptLength: record.promptLength, run, restored: { tokens: record.tokens.length, ms: NaN } });
+  begin({
+    tokens: [...record.tokens, record.pending],
+    promptLength: record.promptLength,
+    run,
+    restored: { tokens: record.tokens.length, ms: NaN },
+  });
   state.restoring = true;
   state.prefillTiming = { tokens: 0, forwardMs: 0, attentionMs: 0 };
   scheduleDraw(false);
-  state.worker.postMessage({ type: 'continue', state: { tokens: record.tokens, caches: record.caches }, pending: record.pending, count, ...run, drawn: record.generated });
+  state.worker.postMessage({
+    type: 'continue',
+    state: { tokens: record.tokens, caches: record.caches },
+    pending: record.pending,
+    count,
+    ...run,
+    drawn: record.generated,
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -254,8 +363,14 @@ function buildHeadRows() {
       Object.assign(button.dataset, { layer, head });
       const labels = headInfo(layer, head)?.labels ?? [];
       button.innerHTML = `<span class="head-name">L${layer} H${head}</span>${labels.map((l) => `<span class="badge">${l}</span>`).join('')}<span class="head-score"></span>`;
-      button.setAttribute('aria-label', `layer ${layer} head ${head}${labels.length ? ` (${labels.join(', ')} head)` : ''}: show its pattern over the prompt`);
-      button.addEventListener('click', () => { state.selected = { layer, head }; scheduleDraw(true); });
+      button.setAttribute(
+        'aria-label',
+        `layer ${layer} head ${head}${labels.length ? ` (${labels.join(', ')} head)` : ''}: show its pattern over the prompt`,
+      );
+      button.addEventListener('click', () => {
+        state.selected = { layer, head };
+        scheduleDraw(true);
+      });
       const canvas = document.createElement('canvas');
       canvas.className = 'head-row';
       Object.assign(canvas.dataset, { layer, head });
@@ -276,7 +391,10 @@ function scheduleDraw(detail) {
     drawText();
     drawSpeed();
     drawRows();
-    if (state.detailDirty) { state.detailDirty = false; drawDetail(); }
+    if (state.detailDirty) {
+      state.detailDirty = false;
+      drawDetail();
+    }
     section.dataset.draws = String(Number(section.dataset.draws ?? 0) + 1);
   });
 }
@@ -288,15 +406,19 @@ function drawText() {
 }
 
 function drawSpeed() {
-  const t = state.timing, p = state.prefillTiming;
+  const t = state.timing,
+    p = state.prefillTiming;
   if (!t || !p) return;
-  const steps = t.tokens - p.tokens, forwardMs = t.forwardMs - p.forwardMs, attentionMs = t.attentionMs - p.attentionMs;
+  const steps = t.tokens - p.tokens,
+    forwardMs = t.forwardMs - p.forwardMs,
+    attentionMs = t.attentionMs - p.attentionMs;
   const r = state.restored;
   const cells = {
     'real-rate': fmtRate(steps, forwardMs),
     'real-attention-rate': fmtRate(steps, attentionMs),
     'real-share': forwardMs > 0 ? `${((100 * attentionMs) / forwardMs).toFixed(1)} %` : '–',
-    'real-prefill': r ? `none: ${r.tokens} tokens restored from IndexedDB${Number.isFinite(r.ms) ? ` in ${r.ms.toFixed(1)} ms` : ''}`
+    'real-prefill': r
+      ? `none: ${r.tokens} tokens restored from IndexedDB${Number.isFinite(r.ms) ? ` in ${r.ms.toFixed(1)} ms` : ''}`
       : `${p.tokens} bytes in ${p.forwardMs.toFixed(1)} ms (attention ${p.attentionMs.toFixed(1)} ms)`,
   };
   for (const [id, text] of Object.entries(cells)) $(id).textContent = text;
@@ -317,9 +439,11 @@ function sizeCanvas(canvas, cssWidth, cssHeight) {
 /** Each head's row: the attention of the newest query over the T keys, darkest = that row's maximum. */
 function drawRows() {
   if (!state.rows) return;
-  const { heads: H } = state.dims, T = state.kvLength;
+  const { heads: H } = state.dims,
+    T = state.kvLength;
   for (const canvas of ui.heads.querySelectorAll('canvas.head-row')) {
-    const layer = Number(canvas.dataset.layer), head = Number(canvas.dataset.head);
+    const layer = Number(canvas.dataset.layer),
+      head = Number(canvas.dataset.head);
     const width = canvas.clientWidth; // CSS: the rest of the row's width, 14 px high
     const ratio = window.devicePixelRatio || 1;
     canvas.width = Math.round(width * ratio);
@@ -336,21 +460,29 @@ function drawRows() {
     }
     let argmax = 0;
     for (let j = 1; j < T; j++) if (row[j] > row[argmax]) argmax = j;
-    canvas.setAttribute('aria-label', `layer ${layer} head ${head}: the newest query puts ${row[argmax].toFixed(2)} on byte ${argmax} (${byteLabel(state.tokens[argmax])})`);
-    canvas.previousElementSibling.querySelector('.head-score').textContent = `prev ${fmtScore(liveScore('previousToken', layer, head))} · ind ${fmtScore(liveScore('induction', layer, head))}`;
+    canvas.setAttribute(
+      'aria-label',
+      `layer ${layer} head ${head}: the newest query puts ${row[argmax].toFixed(2)} on byte ${argmax} (${byteLabel(state.tokens[argmax])})`,
+    );
+    canvas.previousElementSibling.querySelector('.head-score').textContent =
+      `prev ${fmtScore(liveScore('previousToken', layer, head))} · ind ${fmtScore(liveScore('induction', layer, head))}`;
   }
   const selected = ui.heads.querySelector(`.head-btn[aria-pressed="true"]`);
   selected?.setAttribute('aria-pressed', 'false');
-  ui.heads.querySelector(`.head-btn[data-layer="${state.selected.layer}"][data-head="${state.selected.head}"]`)?.setAttribute('aria-pressed', 'true');
+  ui.heads
+    .querySelector(`.head-btn[data-layer="${state.selected.layer}"][data-head="${state.selected.head}"]`)
+    ?.setAttribute('aria-pressed', 'true');
 }
 
 /** The selected head's (S, S) pattern over the prompt, with the prompt's bytes along both axes. */
 function drawDetail() {
   if (!state.prefillWeights) return;
   const { layer, head } = state.selected;
-  const S = state.promptLength, H = state.dims.heads;
+  const S = state.promptLength,
+    H = state.dims.heads;
   const weights = state.prefillWeights[layer].subarray(head * S * S, (head + 1) * S * S);
-  const padding = parseFloat(getComputedStyle(ui.detail).paddingLeft) + parseFloat(getComputedStyle(ui.detail).paddingRight);
+  const padding =
+    parseFloat(getComputedStyle(ui.detail).paddingLeft) + parseFloat(getComputedStyle(ui.detail).paddingRight);
   const available = Math.min(ui.detail.clientWidth - padding, 720);
   const label = 14;
   const cell = Math.max(1, Math.min(16, Math.floor((available - label) / S)));
@@ -382,10 +514,15 @@ function drawDetail() {
   const info = headInfo(layer, head);
   const kvHead = Math.floor(head / (H / state.dims.kvHeads));
   ui.detailTitle.textContent = `Layer ${layer}, head ${head} (KV head ${kvHead})${info.labels.length ? `: ${info.labels.join(', ')} head` : ''}`;
-  canvas.setAttribute('aria-label', `attention pattern of layer ${layer} head ${head} over the ${S}-byte prompt; rows are queries, columns are keys, each row scaled to its maximum`);
+  canvas.setAttribute(
+    'aria-label',
+    `attention pattern of layer ${layer} head ${head} over the ${S}-byte prompt; rows are queries, columns are keys, each row scaled to its maximum`,
+  );
   const i = layer * H + head;
-  const recomputed = (name) => (state.reference[name] ? `${fmtScore(state.reference[name][i])} recomputed here` : 'not recomputed here yet');
-  ui.detailNote.textContent = `Mean attention to the previous byte: ${fmtScore(liveScore('previousToken', layer, head))} over this text; ` +
+  const recomputed = (name) =>
+    state.reference[name] ? `${fmtScore(state.reference[name][i])} recomputed here` : 'not recomputed here yet';
+  ui.detailNote.textContent =
+    `Mean attention to the previous byte: ${fmtScore(liveScore('previousToken', layer, head))} over this text; ` +
     `on the training run's test sentences ${recomputed('previousToken')}, PyTorch ${fmtScore(info.previousToken)} (label at ${state.heads.previousToken.threshold}). ` +
     `Induction (attention to the byte after the last earlier occurrence of the current byte): ${fmtScore(liveScore('induction', layer, head))} over this text; ` +
     `on repeated random sequences ${recomputed('induction')}, PyTorch ${fmtScore(info.induction)} (label at ${state.heads.induction.threshold}).`;
@@ -404,7 +541,16 @@ ui.verify.addEventListener('click', () => {
 });
 ui.picker.addEventListener('change', () => {
   // another model: the last one's text, speed and rows do not describe it (Stop keeps them: same model)
-  Object.assign(state, { running: false, tokens: [], promptLength: 0, rows: null, prefillWeights: null, timing: null, prefillTiming: null, restored: null });
+  Object.assign(state, {
+    running: false,
+    tokens: [],
+    promptLength: 0,
+    rows: null,
+    prefillWeights: null,
+    timing: null,
+    prefillTiming: null,
+    restored: null,
+  });
   ui.run.textContent = 'Generate';
   ui.cacheInfo.textContent = '–';
   for (const id of ['real-rate', 'real-attention-rate', 'real-share', 'real-prefill']) $(id).textContent = '–';

@@ -6,13 +6,7 @@
 // out: { type: 'first', ms } -> { type: 'checks', ... } -> { type: 'progress', ... }* -> { type: 'timing', ... }
 //      or { type: 'error', message }
 import { createMHA } from '/dist/index.js';
-import {
-  bitIdentical,
-  headSlice,
-  maxAbsDiff,
-  plainMultiHeadAttention,
-  setHeadSlice,
-} from './model.js';
+import { bitIdentical, headSlice, maxAbsDiff, plainMultiHeadAttention, setHeadSlice } from './model.js';
 
 const now = () => performance.now();
 
@@ -29,11 +23,16 @@ function checks(mha, q, k, v, opts) {
   // Each head alone: its dense (B, S, Dh) slice through numHeads = 1, merged back by columns.
   const merged = new Float32Array(full.length);
   for (let h = 0; h < H; h++) {
-    const one = mha.multiHeadAttention(headSlice(q, B, S, D, H, h), headSlice(k, B, S, D, H, h), headSlice(v, B, S, D, H, h), {
-      ...opts,
-      dModel: D / H,
-      numHeads: 1,
-    });
+    const one = mha.multiHeadAttention(
+      headSlice(q, B, S, D, H, h),
+      headSlice(k, B, S, D, H, h),
+      headSlice(v, B, S, D, H, h),
+      {
+        ...opts,
+        dModel: D / H,
+        numHeads: 1,
+      },
+    );
     setHeadSlice(merged, one, B, S, D, H, h);
   }
 
@@ -92,13 +91,21 @@ self.onmessage = async (event) => {
 
     let sink = 0; // keeps results observable
     const post = (p) => self.postMessage({ type: 'progress', ...p });
-    const wasm = measure(() => {
-      mha.multiHeadAttention(q, k, v, { ...opts, out });
-      sink += out[0];
-    }, 'wasm', post);
-    const js = measure(() => {
-      sink += plainMultiHeadAttention(q, k, v, opts)[0];
-    }, 'js', post);
+    const wasm = measure(
+      () => {
+        mha.multiHeadAttention(q, k, v, { ...opts, out });
+        sink += out[0];
+      },
+      'wasm',
+      post,
+    );
+    const js = measure(
+      () => {
+        sink += plainMultiHeadAttention(q, k, v, opts)[0];
+      },
+      'js',
+      post,
+    );
     self.postMessage({ type: 'timing', wasm, js, sink: Number.isFinite(sink) || Number.isNaN(sink) });
   } catch (error) {
     self.postMessage({ type: 'error', message: String(error?.message ?? error) });

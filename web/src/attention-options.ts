@@ -4,8 +4,16 @@
 // arguments are checked by functions the caller passes, since the two functions accept different kinds
 // (multiHeadAttention also takes heap tensors for q, k and v).
 import { describe } from './describe.js';
-import { checkDims, checkNotDetached, checkOptionsObject, describeList, kvFormula, MAX_ELEMENTS, qFormula,
-  vFormula } from './validate.js';
+import {
+  checkDims,
+  checkNotDetached,
+  checkOptionsObject,
+  describeList,
+  kvFormula,
+  MAX_ELEMENTS,
+  qFormula,
+  vFormula,
+} from './validate.js';
 import type { Dims } from './validate.js';
 
 export function checkScale(fn: string, value: unknown, headDim: number): number {
@@ -27,14 +35,20 @@ function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | undefined 
   const expected = d.batch * d.seqLen * d.kvSeqLen;
   const formula = `batch*seqLen*kvSeqLen = ${d.batch}*${d.seqLen}*${d.kvSeqLen}`;
   if (expected >= MAX_ELEMENTS) {
-    throw new RangeError(`${fn}: shape too large for a mask: ${formula} = ${expected} elements, expected fewer than 2^31 ` +
-      '(without a mask, or with causal: true, there is no such limit)');
+    throw new RangeError(
+      `${fn}: shape too large for a mask: ${formula} = ${expected} elements, expected fewer than 2^31 ` +
+        '(without a mask, or with causal: true, there is no such limit)',
+    );
   }
   if (!(value instanceof Uint8Array) && !Array.isArray(value)) {
-    throw new TypeError(`${fn}: mask: expected Uint8Array or boolean[] of length ${expected} (${formula}), got ${describe(value)}`);
+    throw new TypeError(
+      `${fn}: mask: expected Uint8Array or boolean[] of length ${expected} (${formula}), got ${describe(value)}`,
+    );
   }
   if (value instanceof Uint8Array && !ArrayBuffer.isView(value)) {
-    throw new TypeError(`${fn}: mask: expected a Uint8Array, got an object that only inherits from Uint8Array (e.g. a Proxy)`);
+    throw new TypeError(
+      `${fn}: mask: expected a Uint8Array, got an object that only inherits from Uint8Array (e.g. a Proxy)`,
+    );
   }
   if (value instanceof Uint8Array) checkNotDetached(`${fn}: mask`, value);
   if (value.length !== expected) {
@@ -59,7 +73,8 @@ function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | undefined 
 function checkQueryOffset(fn: string, value: unknown, d: Dims): number {
   if (value === undefined) return 0;
   const expected = `a non-negative integer (with queryOffset + seqLen below 2^31)`;
-  if (typeof value !== 'number') throw new TypeError(`${fn}: queryOffset: expected ${expected}, got ${describe(value)}`);
+  if (typeof value !== 'number')
+    throw new TypeError(`${fn}: queryOffset: expected ${expected}, got ${describe(value)}`);
   if (!Number.isInteger(value) || value < 0 || value + d.seqLen > 0x7fffffff) {
     throw new RangeError(`${fn}: queryOffset: expected ${expected}, got ${value}`);
   }
@@ -71,14 +86,24 @@ function checkQueryOffset(fn: string, value: unknown, d: Dims): number {
  * returns what is wrong with it, or undefined), copied into a new `Typed` array. `what` is the expected
  * value, `why` how the length is made (both for messages).
  */
-function checkNumberList<A extends Int32Array | Float32Array>(name: string, value: unknown, Typed: { new (length: number): A; name: string },
-  length: number, why: string, what: string, entry: (x: number) => string | undefined): A {
+function checkNumberList<A extends Int32Array | Float32Array>(
+  name: string,
+  value: unknown,
+  Typed: { new (length: number): A; name: string },
+  length: number,
+  why: string,
+  what: string,
+  entry: (x: number) => string | undefined,
+): A {
   const expected = `${Typed.name} or number[] of ${length} ${what} (${why})`;
-  if (!(value instanceof Typed) && !Array.isArray(value)) throw new TypeError(`${name}: expected ${expected}, got ${describe(value)}`);
+  if (!(value instanceof Typed) && !Array.isArray(value))
+    throw new TypeError(`${name}: expected ${expected}, got ${describe(value)}`);
   if (value instanceof Typed) {
     if (!ArrayBuffer.isView(value)) {
       const article = /^[AEIOU]/.test(Typed.name) ? 'an' : 'a';
-      throw new TypeError(`${name}: expected ${article} ${Typed.name}, got an object that only inherits from ${Typed.name} (e.g. a Proxy)`);
+      throw new TypeError(
+        `${name}: expected ${article} ${Typed.name}, got an object that only inherits from ${Typed.name} (e.g. a Proxy)`,
+      );
     }
     checkNotDetached(name, value);
   }
@@ -97,21 +122,42 @@ function checkNumberList<A extends Int32Array | Float32Array>(name: string, valu
 
 function checkKvLengths(fn: string, value: unknown, d: Dims): Int32Array | undefined {
   if (value === undefined) return undefined;
-  return checkNumberList(`${fn}: kvLengths`, value, Int32Array, d.batch, `one per batch item, batch = ${d.batch}`,
-    `integers in [0, kvSeqLen = ${d.kvSeqLen}]`, (x) => (Number.isInteger(x) && x >= 0 && x <= d.kvSeqLen ? undefined : ''));
+  return checkNumberList(
+    `${fn}: kvLengths`,
+    value,
+    Int32Array,
+    d.batch,
+    `one per batch item, batch = ${d.batch}`,
+    `integers in [0, kvSeqLen = ${d.kvSeqLen}]`,
+    (x) => (Number.isInteger(x) && x >= 0 && x <= d.kvSeqLen ? undefined : ''),
+  );
 }
 
 export function checkAlibiSlopes(fn: string, value: unknown, d: Pick<Dims, 'numHeads'>): Float32Array | undefined {
   if (value === undefined) return undefined;
-  return checkNumberList(`${fn}: alibiSlopes`, value, Float32Array, d.numHeads, `one per query head, numHeads = ${d.numHeads}`,
-    'finite numbers', (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''));
+  return checkNumberList(
+    `${fn}: alibiSlopes`,
+    value,
+    Float32Array,
+    d.numHeads,
+    `one per query head, numHeads = ${d.numHeads}`,
+    'finite numbers',
+    (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''),
+  );
 }
 
 /** sinks (docs/spec.md 4.4): one finite float32 logit per query head, copied; undefined without sinks. */
 export function checkSinks(fn: string, value: unknown, d: Pick<Dims, 'numHeads'>): Float32Array | undefined {
   if (value === undefined) return undefined;
-  return checkNumberList(`${fn}: sinks`, value, Float32Array, d.numHeads, `one per query head, numHeads = ${d.numHeads}`,
-    'finite numbers', (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''));
+  return checkNumberList(
+    `${fn}: sinks`,
+    value,
+    Float32Array,
+    d.numHeads,
+    `one per query head, numHeads = ${d.numHeads}`,
+    'finite numbers',
+    (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''),
+  );
 }
 
 export const ROPE_KEYS = ['cos', 'sin', 'rotaryDim', 'interleaved'] as const;
@@ -138,41 +184,69 @@ export function checkRope(fn: string, value: unknown, headDim: number): Rope | u
   const expectedDim = `an even integer in [2, headDim = ${headDim}]`;
   let rotaryDim = headDim;
   if (dimIn !== undefined) {
-    if (typeof dimIn !== 'number') throw new TypeError(`${name}: rotaryDim: expected ${expectedDim}, got ${describe(dimIn)}`);
+    if (typeof dimIn !== 'number')
+      throw new TypeError(`${name}: rotaryDim: expected ${expectedDim}, got ${describe(dimIn)}`);
     rotaryDim = dimIn;
   }
   if (!Number.isInteger(rotaryDim) || rotaryDim < 2 || rotaryDim > headDim || rotaryDim % 2 !== 0) {
-    throw new RangeError(`${name}: rotaryDim: expected ${expectedDim}, got ${rotaryDim}${dimIn === undefined ? ' (the default, headDim)' : ''}`);
+    throw new RangeError(
+      `${name}: rotaryDim: expected ${expectedDim}, got ${rotaryDim}${dimIn === undefined ? ' (the default, headDim)' : ''}`,
+    );
   }
   if (interleavedIn !== undefined && typeof interleavedIn !== 'boolean') {
     throw new TypeError(`${name}: interleaved: expected a boolean, got ${describe(interleavedIn)}`);
   }
   const half = rotaryDim / 2;
   const tables: Float32Array[] = [];
-  for (const [key, table] of [['cos', cos], ['sin', sin]] as const) {
+  for (const [key, table] of [
+    ['cos', cos],
+    ['sin', sin],
+  ] as const) {
     const expected = `a Float32Array of (positions, rotaryDim / 2 = ${half}) entries, e.g. from ropeTables()`;
-    if (!(table instanceof Float32Array)) throw new TypeError(`${name}: ${key}: expected ${expected}, got ${describe(table)}`);
+    if (!(table instanceof Float32Array))
+      throw new TypeError(`${name}: ${key}: expected ${expected}, got ${describe(table)}`);
     if (!ArrayBuffer.isView(table)) {
-      throw new TypeError(`${name}: ${key}: expected a Float32Array, got an object that only inherits from Float32Array (e.g. a Proxy)`);
+      throw new TypeError(
+        `${name}: ${key}: expected a Float32Array, got an object that only inherits from Float32Array (e.g. a Proxy)`,
+      );
     }
     checkNotDetached(`${name}: ${key}`, table);
     if (table.length === 0 || table.length % half !== 0) {
-      throw new RangeError(`${name}: ${key}: expected a length that is a positive multiple of rotaryDim / 2 = ${half}, got length ${table.length}`);
+      throw new RangeError(
+        `${name}: ${key}: expected a length that is a positive multiple of rotaryDim / 2 = ${half}, got length ${table.length}`,
+      );
     }
     tables.push(table);
   }
   const [cosTable, sinTable] = tables as [Float32Array, Float32Array];
   if (cosTable.length !== sinTable.length) {
-    throw new RangeError(`${name}: sin: expected the length of cos (${cosTable.length}), got length ${sinTable.length}`);
+    throw new RangeError(
+      `${name}: sin: expected the length of cos (${cosTable.length}), got length ${sinTable.length}`,
+    );
   }
-  return { cos: cosTable, sin: sinTable, rotaryDim, interleaved: interleavedIn === true, positions: cosTable.length / half, half };
+  return {
+    cos: cosTable,
+    sin: sinTable,
+    rotaryDim,
+    interleaved: interleavedIn === true,
+    positions: cosTable.length / half,
+    half,
+  };
 }
 
 /** Throws the RangeError of a call whose positions reach `needed` - 1 when the rope tables have fewer rows. */
-export function checkRopeRows(fn: string, rope: Rope, needed: number, why: () => string, nothing = 'nothing was computed'): void {
+export function checkRopeRows(
+  fn: string,
+  rope: Rope,
+  needed: number,
+  why: () => string,
+  nothing = 'nothing was computed',
+): void {
   if (needed > rope.positions) {
-    throw new RangeError(`${fn}: rope: position ${needed - 1} (${why()}) is past the tables' ${rope.positions} rows ` +
-      `(cos.length / (rotaryDim / 2) = ${rope.cos.length} / ${rope.half}); ${nothing}`);
+    throw new RangeError(
+      `${fn}: rope: position ${needed - 1} (${why()}) is past the tables' ${rope.positions} rows ` +
+        `(cos.length / (rotaryDim / 2) = ${rope.cos.length} / ${rope.half}); ${nothing}`,
+    );
   }
 }
 
@@ -201,7 +275,8 @@ export function checkWindow(fn: string, value: unknown): [number, number] {
   if (value.length !== 2) throw new RangeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
   const bounds: number[] = [];
   for (const bound of [value[0], value[1]] as unknown[]) {
-    if (typeof bound !== 'number') throw new TypeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
+    if (typeof bound !== 'number')
+      throw new TypeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
     if (!(bound === Infinity || (Number.isInteger(bound) && bound >= 0))) {
       throw new RangeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
     }
@@ -213,10 +288,13 @@ export function checkWindow(fn: string, value: unknown): [number, number] {
 /** 0 = none; otherwise the cap as float32 (the ABI's type), which must stay finite and > 0. */
 export function checkSoftcap(fn: string, value: unknown): number {
   if (value === undefined) return 0;
-  if (typeof value !== 'number') throw new TypeError(`${fn}: softcap: expected a finite number > 0, got ${describe(value)}`);
+  if (typeof value !== 'number')
+    throw new TypeError(`${fn}: softcap: expected a finite number > 0, got ${describe(value)}`);
   const cap = Math.fround(value);
   if (!(Number.isFinite(cap) && cap > 0)) {
-    throw new RangeError(`${fn}: softcap: expected a finite number > 0${Number.isFinite(value) && value > 0 ? ' in float32 range' : ''}, got ${value}`);
+    throw new RangeError(
+      `${fn}: softcap: expected a finite number > 0${Number.isFinite(value) && value > 0 ? ' in float32 range' : ''}, got ${value}`,
+    );
   }
   return cap;
 }
@@ -234,9 +312,16 @@ function checkBiasShape(fn: string, value: unknown, d: Dims): [number, number] {
   const expected = `[1 or batch (${d.batch}), 1 or numHeads (${d.numHeads}), seqLen (${d.seqLen}), kvSeqLen (${d.kvSeqLen})]`;
   if (!Array.isArray(value)) throw new TypeError(`${fn}: biasShape: expected ${expected}, got ${describe(value)}`);
   const dims = Array.from({ length: value.length }, (_, i): unknown => value[i]);
-  if (dims.some((dim) => typeof dim !== 'number')) throw new TypeError(`${fn}: biasShape: expected ${expected}, got ${describeList(dims)}`);
+  if (dims.some((dim) => typeof dim !== 'number'))
+    throw new TypeError(`${fn}: biasShape: expected ${expected}, got ${describeList(dims)}`);
   const [b, h, s, t] = dims as number[];
-  if (dims.length !== 4 || (b !== 1 && b !== d.batch) || (h !== 1 && h !== d.numHeads) || s !== d.seqLen || t !== d.kvSeqLen) {
+  if (
+    dims.length !== 4 ||
+    (b !== 1 && b !== d.batch) ||
+    (h !== 1 && h !== d.numHeads) ||
+    s !== d.seqLen ||
+    t !== d.kvSeqLen
+  ) {
     throw new RangeError(`${fn}: biasShape: expected ${expected}, got ${describeList(dims)}`);
   }
   return [b!, h!];
@@ -273,21 +358,58 @@ export interface ModelOptions<Bias> {
 
 /** A call that sets none of them: one shared object, so such a call allocates none. */
 const NO_MODEL_OPTIONS: ModelOptions<never> = Object.freeze({
-  queryOffset: 0, kvLengths: undefined, windowLeft: -1, windowRight: -1, softcap: 0, alibiSlopes: undefined, bias: undefined,
-  biasGiven: undefined, biasBatch: 1, biasHeads: 1, biasPerItem: 0, emptyRows: 0, sinks: undefined, rope: undefined, ropeRows: 0,
+  queryOffset: 0,
+  kvLengths: undefined,
+  windowLeft: -1,
+  windowRight: -1,
+  softcap: 0,
+  alibiSlopes: undefined,
+  bias: undefined,
+  biasGiven: undefined,
+  biasBatch: 1,
+  biasHeads: 1,
+  biasPerItem: 0,
+  emptyRows: 0,
+  sinks: undefined,
+  rope: undefined,
+  ropeRows: 0,
 });
 
 /**
  * Checks them in this order: queryOffset, kvLengths, window, softcap, alibiSlopes, sinks, rope, biasShape and
  * bias, emptyRows.
  */
-function checkModelOptions<Bias>(fn: string, o: Record<string, unknown>, d: Dims, checkBias: TensorCheck<Bias>): ModelOptions<Bias> {
+function checkModelOptions<Bias>(
+  fn: string,
+  o: Record<string, unknown>,
+  d: Dims,
+  checkBias: TensorCheck<Bias>,
+): ModelOptions<Bias> {
   // Each option is read once (a getter runs once), before any is checked.
-  const { queryOffset: offsetIn, kvLengths: lengthsIn, window: windowIn, softcap: capIn, alibiSlopes: slopesIn, bias: biasIn,
-    biasShape: biasShapeIn, emptyRows: emptyIn, sinks: sinksIn, rope: ropeIn } = o;
-  if (offsetIn === undefined && lengthsIn === undefined && windowIn === undefined && capIn === undefined &&
-    slopesIn === undefined && biasIn === undefined && biasShapeIn === undefined && emptyIn === undefined &&
-    sinksIn === undefined && ropeIn === undefined) {
+  const {
+    queryOffset: offsetIn,
+    kvLengths: lengthsIn,
+    window: windowIn,
+    softcap: capIn,
+    alibiSlopes: slopesIn,
+    bias: biasIn,
+    biasShape: biasShapeIn,
+    emptyRows: emptyIn,
+    sinks: sinksIn,
+    rope: ropeIn,
+  } = o;
+  if (
+    offsetIn === undefined &&
+    lengthsIn === undefined &&
+    windowIn === undefined &&
+    capIn === undefined &&
+    slopesIn === undefined &&
+    biasIn === undefined &&
+    biasShapeIn === undefined &&
+    emptyIn === undefined &&
+    sinksIn === undefined &&
+    ropeIn === undefined
+  ) {
     return NO_MODEL_OPTIONS;
   }
   const queryOffset = checkQueryOffset(fn, offsetIn, d);
@@ -300,28 +422,48 @@ function checkModelOptions<Bias>(fn: string, o: Record<string, unknown>, d: Dims
   // Query row i is at position queryOffset + i, key j at j: the rows [0, ropeRows) are read.
   const ropeRows = rope === undefined ? 0 : Math.max(queryOffset + d.seqLen, d.kvSeqLen);
   if (rope !== undefined) {
-    checkRopeRows(fn, rope, ropeRows, () => (queryOffset + d.seqLen >= d.kvSeqLen
-      ? `the last query row's, queryOffset + seqLen - 1 = ${queryOffset} + ${d.seqLen} - 1`
-      : `the last key's, kvSeqLen - 1 = ${d.kvSeqLen} - 1`));
+    checkRopeRows(fn, rope, ropeRows, () =>
+      queryOffset + d.seqLen >= d.kvSeqLen
+        ? `the last query row's, queryOffset + seqLen - 1 = ${queryOffset} + ${d.seqLen} - 1`
+        : `the last key's, kvSeqLen - 1 = ${d.kvSeqLen} - 1`,
+    );
   }
   if (biasIn === undefined && biasShapeIn !== undefined) {
-    throw new TypeError(`${fn}: biasShape: expected only together with bias, got biasShape ${describeList(biasShapeIn)} without bias`);
+    throw new TypeError(
+      `${fn}: biasShape: expected only together with bias, got biasShape ${describeList(biasShapeIn)} without bias`,
+    );
   }
   let bias: Bias | undefined;
   let [biasBatch, biasHeads] = [1, 1];
   if (biasIn !== undefined) {
     [biasBatch, biasHeads] = checkBiasShape(fn, biasShapeIn, d);
     const length = biasBatch * biasHeads * d.seqLen * d.kvSeqLen;
-    const formula = () => `biasShape [${biasBatch}, ${biasHeads}, ${d.seqLen}, ${d.kvSeqLen}] = ${biasBatch}*${biasHeads}*${d.seqLen}*${d.kvSeqLen}`;
+    const formula = () =>
+      `biasShape [${biasBatch}, ${biasHeads}, ${d.seqLen}, ${d.kvSeqLen}] = ${biasBatch}*${biasHeads}*${d.seqLen}*${d.kvSeqLen}`;
     if (length >= MAX_ELEMENTS) {
-      throw new RangeError(`${fn}: shape too large for a bias: ${formula()} = ${length} elements, expected fewer than 2^31`);
+      throw new RangeError(
+        `${fn}: shape too large for a bias: ${formula()} = ${length} elements, expected fewer than 2^31`,
+      );
     }
     bias = checkBias(`${fn}: bias`, biasIn, length, formula);
   }
   const emptyRows = checkEmptyRows(fn, emptyIn);
   return {
-    queryOffset, kvLengths, windowLeft, windowRight, softcap, alibiSlopes, bias, biasGiven: biasIn, biasBatch, biasHeads,
-    biasPerItem: bias === undefined ? 0 : biasHeads * d.seqLen * d.kvSeqLen, emptyRows, sinks, rope, ropeRows,
+    queryOffset,
+    kvLengths,
+    windowLeft,
+    windowRight,
+    softcap,
+    alibiSlopes,
+    bias,
+    biasGiven: biasIn,
+    biasBatch,
+    biasHeads,
+    biasPerItem: bias === undefined ? 0 : biasHeads * d.seqLen * d.kvSeqLen,
+    emptyRows,
+    sinks,
+    rope,
+    ropeRows,
   };
 }
 
@@ -347,8 +489,16 @@ export interface AttentionCall<T, Bias> {
  * What multiHeadAttention and attentionWeights both check, in this order: dims (numKvHeads included),
  * q, k, v (when `withV`), mask, causal, scale, then the model options (checkModelOptions).
  */
-export function checkAttentionCall<T, Bias>(fn: string, o: Record<string, unknown>, q: unknown, k: unknown, withV: boolean, v: unknown,
-  check: TensorCheck<T>, checkBias: TensorCheck<Bias>): AttentionCall<T, Bias> {
+export function checkAttentionCall<T, Bias>(
+  fn: string,
+  o: Record<string, unknown>,
+  q: unknown,
+  k: unknown,
+  withV: boolean,
+  v: unknown,
+  check: TensorCheck<T>,
+  checkBias: TensorCheck<Bias>,
+): AttentionCall<T, Bias> {
   const d = checkDims(fn, o, true);
   const qLength = d.batch * d.seqLen * d.dModel;
   const kvLength = d.batch * d.kvSeqLen * d.kvDModel;

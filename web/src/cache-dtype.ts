@@ -11,6 +11,7 @@ export const cacheDTypeCode = (dtype: KVCacheDType): number => CACHE_DTYPES.inde
 /** The dtype name of a CacheDType number the core gave (a number this release does not know: an Error). */
 export function cacheDTypeName(code: number): KVCacheDType {
   const name = CACHE_DTYPES[code];
-  if (name === undefined) throw new Error(`loadKVCache: the wasm core gave cache dtype number ${code}, which this release does not know`);
+  if (name === undefined)
+    throw new Error(`loadKVCache: the wasm core gave cache dtype number ${code}, which this release does not know`);
   return name;
 }

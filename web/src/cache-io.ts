@@ -29,7 +29,7 @@ function releaseIfGrown(arena: StagingArena, before: number, bytes: number): voi
 export function saveCache(wasm: MhaWasmModule, arena: StagingArena, id: number): Uint8Array {
   const fn = 'KVCache.save';
   const size = wasm._mha_kv_cache_saved_bytes(id);
-  if (size < 0) checkStatus(wasm, fn, wasm._mha_kv_cache_save(id, 0, 0));  // a live cache's id always has a size
+  if (size < 0) checkStatus(wasm, fn, wasm._mha_kv_cache_save(id, 0, 0)); // a live cache's id always has a size
   const before = arena.room;
   const at = arena.reserve(fn, size);
   try {
@@ -44,7 +44,14 @@ export function saveCache(wasm: MhaWasmModule, arena: StagingArena, id: number):
 /** A loaded cache: its id, dims and lengths. */
 export interface LoadedCache {
   id: number;
-  config: { batch: number; numKvHeads: number; headDim: number; capacity: number; dtype: KVCacheDType; valueDim: number };
+  config: {
+    batch: number;
+    numKvHeads: number;
+    headDim: number;
+    capacity: number;
+    dtype: KVCacheDType;
+    valueDim: number;
+  };
   lengths: Int32Array;
 }
 
@@ -54,12 +61,19 @@ export interface LoadedCache {
  * (TypeError for a wrong type) naming the parameter, with the core's reason; a refused load leaves nothing
  * allocated but the staging, which the arena owns.
  */
-export function loadCache(wasm: MhaWasmModule, arena: StagingArena, bytes: unknown, options: LoadKVCacheOptions | undefined): LoadedCache {
+export function loadCache(
+  wasm: MhaWasmModule,
+  arena: StagingArena,
+  bytes: unknown,
+  options: LoadKVCacheOptions | undefined,
+): LoadedCache {
   const fn = 'loadKVCache';
   // ArrayBuffer.isView: a Proxy of a Uint8Array passes instanceof but its reads would run user code.
   if (!(bytes instanceof Uint8Array) || !ArrayBuffer.isView(bytes)) {
-    throw new TypeError(`${fn}: bytes: expected a Uint8Array (what KVCache.save returned, a subarray of it or a Node Buffer), ` +
-      `got ${describe(bytes)}`);
+    throw new TypeError(
+      `${fn}: bytes: expected a Uint8Array (what KVCache.save returned, a subarray of it or a Node Buffer), ` +
+        `got ${describe(bytes)}`,
+    );
   }
   checkNotDetached(`${fn}: bytes`, bytes);
   const o = options === undefined ? {} : checkOptionsObject(`${fn}: options`, options, LOAD_KEYS);
@@ -78,15 +92,24 @@ export function loadCache(wasm: MhaWasmModule, arena: StagingArena, bytes: unkno
     if (status !== 0) {
       throw new RangeError(`${fn}: ${wasm.kvCacheLoadError() || `bytes: ${wasm.statusMessage(status)}`}`);
     }
-    const id = wasm.HEAP32[idAt >>> 2]! >>> 0;  // a uint32 id
+    const id = wasm.HEAP32[idAt >>> 2]! >>> 0; // a uint32 id
     checkStatus(wasm, fn, wasm._mha_kv_cache_config(id, configAt));
-    const [batch, numKvHeads, headDim, cacheCapacity, dtype, valueDim] = wasm.HEAP32.subarray(configAt >>> 2, (configAt >>> 2) + 6);
+    const [batch, numKvHeads, headDim, cacheCapacity, dtype, valueDim] = wasm.HEAP32.subarray(
+      configAt >>> 2,
+      (configAt >>> 2) + 6,
+    );
     checkStatus(wasm, fn, wasm._mha_kv_cache_lengths(id, bytesAt));
     const lengths = wasm.HEAP32.slice(bytesAt >>> 2, (bytesAt >>> 2) + batch!);
     return {
       id,
-      config: { batch: batch!, numKvHeads: numKvHeads!, headDim: headDim!, capacity: cacheCapacity!,
-        dtype: cacheDTypeName(dtype!), valueDim: valueDim! },
+      config: {
+        batch: batch!,
+        numKvHeads: numKvHeads!,
+        headDim: headDim!,
+        capacity: cacheCapacity!,
+        dtype: cacheDTypeName(dtype!),
+        valueDim: valueDim!,
+      },
       lengths,
     };
   } finally {

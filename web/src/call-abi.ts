@@ -17,18 +17,24 @@ export type CacheCallLayout = Readonly<ReturnType<typeof cacheAttendCallSlots>>;
  * match when the module's fields are not exactly the ones this script writes, each 4-byte aligned,
  * distinct and within the struct (then no field could be left unwritten, or written over another).
  */
-function readLayout<L extends { readonly bytes: number }>(what: string, offsets: Record<string, number>,
-  slotsOf: (offsets: Readonly<Record<string, number>>) => L): L | string {
+function readLayout<L extends { readonly bytes: number }>(
+  what: string,
+  offsets: Record<string, number>,
+  slotsOf: (offsets: Readonly<Record<string, number>>) => L,
+): L | string {
   const layout = slotsOf(offsets);
   const written = Object.keys(layout).filter((name) => name !== 'bytes');
   const names = Object.keys(offsets).filter((name) => name !== 'size');
   const unknown = names.filter((name) => !written.includes(name));
   const missing = written.filter((name) => !names.includes(name));
   if (unknown.length > 0 || missing.length > 0) {
-    return `its ${what} has the fields ${names.join(', ')}` +
-      `${missing.length > 0 ? `, without ${missing.join(', ')}` : ''}${unknown.length > 0 ? `, with ${unknown.join(', ')}` : ''}`;
+    return (
+      `its ${what} has the fields ${names.join(', ')}` +
+      `${missing.length > 0 ? `, without ${missing.join(', ')}` : ''}${unknown.length > 0 ? `, with ${unknown.join(', ')}` : ''}`
+    );
   }
-  if (layout.bytes !== written.length * 4) return `its ${what} is ${layout.bytes} bytes, expected ${written.length * 4}`;
+  if (layout.bytes !== written.length * 4)
+    return `its ${what} is ${layout.bytes} bytes, expected ${written.length * 4}`;
   const slots = new Set<number>();
   for (const name of written) {
     const slot = (layout as unknown as Record<string, number>)[name]!;
@@ -56,8 +62,17 @@ export function readCacheCallLayout(wasm: MhaWasmModule): CacheCallLayout | stri
  * none; the tables hold the call's rows [0, model.ropeRows)); `stage`: attentionWeights' stage (3 =
  * softmax, what multiHeadAttention writes).
  */
-export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number, call: AttentionCall<unknown, unknown>,
-  alibiSlopes: number, sinks = 0, ropeCos = 0, ropeSin = 0, stage = 3): void {
+export function writeCallOptions(
+  wasm: MhaWasmModule,
+  L: CallLayout,
+  at: number,
+  call: AttentionCall<unknown, unknown>,
+  alibiSlopes: number,
+  sinks = 0,
+  ropeCos = 0,
+  ropeSin = 0,
+  stage = 3,
+): void {
   const i32 = wasm.HEAP32;
   const f32 = wasm.HEAPF32;
   const base = at >>> 2;
@@ -84,7 +99,7 @@ export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number,
   i32[base + L.rope_positions] = m.rope ? m.ropeRows : 0;
   i32[base + L.rope_rotary_dim] = m.rope ? m.rope.rotaryDim : 0;
   i32[base + L.rope_interleaved] = m.rope?.interleaved ? 1 : 0;
-  i32[base + L.rope_first_position] = 0;  // a stateless call's tables start at position 0
+  i32[base + L.rope_first_position] = 0; // a stateless call's tables start at position 0
   i32[base + L.stage] = stage;
 }
 
@@ -93,8 +108,21 @@ export function writeCallOptions(wasm: MhaWasmModule, L: CallLayout, at: number,
  * the mask, the bias, the key lengths and the lse output, and the call's bias_batch (`batch` for a bias
  * with a batch dim, which the call then reads as its own slice; else 1, also without a bias).
  */
-export function writeCallOperands(wasm: MhaWasmModule, L: CallLayout, at: number, q: number, k: number, v: number, out: number,
-  mask: number, bias: number, biasBatch: number, kvLengths: number, lse: number, batch: number): void {
+export function writeCallOperands(
+  wasm: MhaWasmModule,
+  L: CallLayout,
+  at: number,
+  q: number,
+  k: number,
+  v: number,
+  out: number,
+  mask: number,
+  bias: number,
+  biasBatch: number,
+  kvLengths: number,
+  lse: number,
+  batch: number,
+): void {
   const i32 = wasm.HEAP32;
   const base = at >>> 2;
   i32[base + L.q] = q;

@@ -2,8 +2,17 @@
 // it, starts its threads or falls back to one, and warms the kernel up. Also the package's `version`.
 import { describe } from './describe.js';
 import { WasmMHA } from './instance.js';
-import { BUILDS, buildOfModule, coreCount, defaultSource, MAX_AUTO_THREADS, MAX_THREADS, selectBuild, threadsUnavailable,
-  warnSingleThreaded } from './loader/builds.js';
+import {
+  BUILDS,
+  buildOfModule,
+  coreCount,
+  defaultSource,
+  MAX_AUTO_THREADS,
+  MAX_THREADS,
+  selectBuild,
+  threadsUnavailable,
+  warnSingleThreaded,
+} from './loader/builds.js';
 import type { SimdChoice } from './loader/builds.js';
 import { compiledBuild } from './loader/compile.js';
 import { isNode } from './loader/env.js';
@@ -42,7 +51,9 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
       throw new TypeError(`createMHA: threads: expected a positive integer or 'auto', got ${describe(o.threads)}`);
     }
     if (!Number.isInteger(o.threads) || o.threads < 1 || o.threads > MAX_THREADS) {
-      throw new RangeError(`createMHA: threads: expected a positive integer up to ${MAX_THREADS} or 'auto', got ${o.threads}`);
+      throw new RangeError(
+        `createMHA: threads: expected a positive integer up to ${MAX_THREADS} or 'auto', got ${o.threads}`,
+      );
     }
   }
   if (o.warmup !== undefined && typeof o.warmup !== 'boolean') {
@@ -52,7 +63,8 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
     const message = `createMHA: simd: expected 'auto', 'fixed' or false, got ${describe(o.simd)}`;
     throw typeof o.simd === 'string' || typeof o.simd === 'boolean' ? new RangeError(message) : new TypeError(message);
   }
-  const requested = o.threads === 'auto' ? Math.min(MAX_AUTO_THREADS, await coreCount()) : ((o.threads as number | undefined) ?? 1);
+  const requested =
+    o.threads === 'auto' ? Math.min(MAX_AUTO_THREADS, await coreCount()) : ((o.threads as number | undefined) ?? 1);
   const simdWanted = (o.simd ?? 'auto') as SimdChoice;
   const custom = o.wasmUrl !== undefined || o.wasmBinary !== undefined;
 
@@ -69,7 +81,8 @@ export async function createMHA(options: CreateOptions = {}): Promise<MHA> {
     // The given file decides the build.
     if (threaded) {
       const why = threadsUnavailable();
-      if (why !== undefined) throw new Error(`mha-wasm: ${source.label} is the threaded build, which cannot run here: ${why}`);
+      if (why !== undefined)
+        throw new Error(`mha-wasm: ${source.label} is the threaded build, which cannot run here: ${why}`);
       reason = undefined;
     } else if (requested > 1 && reason === undefined) {
       reason = `${source.label} is a single-threaded build (pass mha-threads.wasm for threads)`;

@@ -4,8 +4,9 @@
 import type { Float16Tensor } from './tensor-types.js';
 
 /** The engine's Float16Array constructor (ES2025), or undefined where it has none (Node 20, older engines). */
-export const Float16ArrayCtor: (new (buffer: ArrayBufferLike, byteOffset: number, length: number) => ArrayBufferView & { length: number }) |
-  undefined = (globalThis as { Float16Array?: never }).Float16Array;
+export const Float16ArrayCtor:
+  | (new (buffer: ArrayBufferLike, byteOffset: number, length: number) => ArrayBufferView & { length: number })
+  | undefined = (globalThis as { Float16Array?: never }).Float16Array;
 
 /** Whether `value` is a Float16Array of this engine. */
 export function isFloat16Array(value: unknown): value is ArrayBufferView & { length: number } {
@@ -23,6 +24,11 @@ export function bitsView(value: ArrayBufferView & { length: number }): Uint16Arr
  */
 export function halfResult(outValue: unknown, target: Uint16Array, q: unknown): Float16Tensor {
   if (outValue !== undefined) return outValue as Float16Tensor;
-  if (isFloat16Array(q)) return new (q.constructor as new (b: ArrayBufferLike, o: number, n: number) => Float16Tensor)(target.buffer, 0, target.length);
+  if (isFloat16Array(q))
+    return new (q.constructor as new (b: ArrayBufferLike, o: number, n: number) => Float16Tensor)(
+      target.buffer,
+      0,
+      target.length,
+    );
   return target;
 }

@@ -46,13 +46,23 @@ export class MallocedTensor implements HeapTensor {
    * The address of `tensor` as the argument `name` of a call of the instance that owns `wasm`, after
    * checking that it is live, of that instance and of the expected length.
    */
-  static addressFor(name: string, tensor: MallocedTensor, wasm: MhaWasmModule, expected: number, formula: () => string): number {
+  static addressFor(
+    name: string,
+    tensor: MallocedTensor,
+    wasm: MhaWasmModule,
+    expected: number,
+    formula: () => string,
+  ): number {
     tensor.#checkLive(name);
     if (tensor.#wasm !== wasm) {
-      throw new TypeError(`${name}: the HeapTensor belongs to another mha-wasm instance (each has its own wasm memory); allocate it with this instance's allocate()`);
+      throw new TypeError(
+        `${name}: the HeapTensor belongs to another mha-wasm instance (each has its own wasm memory); allocate it with this instance's allocate()`,
+      );
     }
     if (tensor.#length !== expected) {
-      throw new RangeError(`${name}: expected HeapTensor of length ${expected} (${formula()}), got length ${tensor.#length}`);
+      throw new RangeError(
+        `${name}: expected HeapTensor of length ${expected} (${formula()}), got length ${tensor.#length}`,
+      );
     }
     return tensor.#address;
   }
@@ -123,12 +133,21 @@ export class MallocedTensor implements HeapTensor {
  * A float32 tensor argument that may be a heap tensor of this instance (q, k, v and out of
  * multiHeadAttention): a Float32Array to stage, or the tensor's heap address (a number).
  */
-export function checkOperand(name: string, value: unknown, expected: number, formula: () => string, wasm: MhaWasmModule): Float32Array | number {
+export function checkOperand(
+  name: string,
+  value: unknown,
+  expected: number,
+  formula: () => string,
+  wasm: MhaWasmModule,
+): Float32Array | number {
   if (MallocedTensor.is(value)) return MallocedTensor.addressFor(name, value, wasm, expected, formula);
   if (value instanceof MallocedTensor) {
-    throw new TypeError(`${name}: expected a HeapTensor, got an object that only inherits from HeapTensor (e.g. a Proxy)`);
+    throw new TypeError(
+      `${name}: expected a HeapTensor, got an object that only inherits from HeapTensor (e.g. a Proxy)`,
+    );
   }
-  const hint = value instanceof Uint16Array || isFloat16Array(value) ? " (binary16 tensors need the option dtype: 'float16')" : '';
+  const hint =
+    value instanceof Uint16Array || isFloat16Array(value) ? " (binary16 tensors need the option dtype: 'float16')" : '';
   return checkFloat32(name, value, expected, formula, ' or a HeapTensor of that length', hint);
 }
 
@@ -139,11 +158,16 @@ export function checkOperand(name: string, value: unknown, expected: number, for
 export function checkHalf(name: string, value: unknown, expected: number, formula: () => string): Uint16Array {
   const what = `Uint16Array (binary16 bits) or Float16Array of length ${expected} (${formula()}) for dtype 'float16'`;
   if (MallocedTensor.is(value)) {
-    throw new TypeError(`${name}: expected ${what}, got a HeapTensor (heap tensors hold float32: use dtype 'float32' with them)`);
+    throw new TypeError(
+      `${name}: expected ${what}, got a HeapTensor (heap tensors hold float32: use dtype 'float32' with them)`,
+    );
   }
-  if (!(value instanceof Uint16Array) && !isFloat16Array(value)) throw new TypeError(`${name}: expected ${what}, got ${describe(value)}`);
+  if (!(value instanceof Uint16Array) && !isFloat16Array(value))
+    throw new TypeError(`${name}: expected ${what}, got ${describe(value)}`);
   if (!ArrayBuffer.isView(value)) {
-    throw new TypeError(`${name}: expected a Uint16Array or Float16Array, got an object that only inherits from one (e.g. a Proxy)`);
+    throw new TypeError(
+      `${name}: expected a Uint16Array or Float16Array, got an object that only inherits from one (e.g. a Proxy)`,
+    );
   }
   checkNotDetached(name, value);
   if (value.length !== expected) throw new RangeError(`${name}: expected ${what}, got length ${value.length}`);
@@ -163,10 +187,21 @@ const describeKind = (value: unknown): string => (ArrayBuffer.isView(value) ? va
  * it could free one of those tensors or detach one of those arrays. Checked again once no user code can
  * run any more, before the heap is touched.
  */
-export function checkStillUsable(name: string, value: unknown, operand: Float32Array | Uint16Array | number | undefined,
-  length: number): void {
-  if (typeof operand === 'number' ? !MallocedTensor.isLive(value as MallocedTensor) : operand !== undefined && operand.length !== length) {
-    const what = typeof operand === 'number' ? 'the HeapTensor was freed' : `the ${describeKind(value)}'s ArrayBuffer was detached`;
+export function checkStillUsable(
+  name: string,
+  value: unknown,
+  operand: Float32Array | Uint16Array | number | undefined,
+  length: number,
+): void {
+  if (
+    typeof operand === 'number'
+      ? !MallocedTensor.isLive(value as MallocedTensor)
+      : operand !== undefined && operand.length !== length
+  ) {
+    const what =
+      typeof operand === 'number'
+        ? 'the HeapTensor was freed'
+        : `the ${describeKind(value)}'s ArrayBuffer was detached`;
     throw new TypeError(`${name}: ${what} during validation, by an option getter or a boolean[] mask entry`);
   }
 }

@@ -14,12 +14,33 @@
  * @packageDocumentation
  */
 export type {
-  CreateOptions, MHAInfo, BuildName, HeadShape, AttentionBaseOptions, AttentionWeightsOptions, AttentionOptions, MHA,
+  CreateOptions,
+  MHAInfo,
+  BuildName,
+  HeadShape,
+  AttentionBaseOptions,
+  AttentionWeightsOptions,
+  AttentionOptions,
+  MHA,
 } from './types.js';
 export type {
-  KVCache, KVCacheAttendOptions, KVCacheContents, KVCacheDType, KVCacheOptions, KVCacheReadOptions, LoadKVCacheOptions,
+  KVCache,
+  KVCacheAttendOptions,
+  KVCacheContents,
+  KVCacheDType,
+  KVCacheOptions,
+  KVCacheReadOptions,
+  LoadKVCacheOptions,
 } from './kv-cache-types.js';
-export type { Float16ArrayLike, Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
+export type {
+  Float16ArrayLike,
+  Float16Tensor,
+  HeapTensor,
+  RopeOptions,
+  TensorDType,
+  TensorIn,
+  TensorOut,
+} from './tensor-types.js';
 export type { RopeTables, RopeTablesOptions } from './rope.js';
 export { createMHA, version } from './create.js';
 export { ropeTables } from './rope.js';

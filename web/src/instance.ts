@@ -6,12 +6,32 @@ import type { AttentionCall, TensorCheck } from './attention-options.js';
 import { readCacheCallLayout, writeCallOperands, writeCallOptions } from './call-abi.js';
 import type { CacheCallLayout, CallLayout } from './call-abi.js';
 import { halfResult } from './float16.js';
-import { checkArrayOnly, checkHalf, checkOperand, checkRopeStillUsable, checkStillUsable, MallocedTensor } from './heap-tensor.js';
+import {
+  checkArrayOnly,
+  checkHalf,
+  checkOperand,
+  checkRopeStillUsable,
+  checkStillUsable,
+  MallocedTensor,
+} from './heap-tensor.js';
 import type { MhaWasmModule } from './mha.js';
 import { ropeTables } from './rope.js';
 import type { RopeTables, RopeTablesOptions } from './rope.js';
-import { align16, AttentionStaging, byteOffsetOf, copyIn, copyOut, copyResult, layout, MALLOC_SLACK_FOR_16, place, stageRope,
-  StagingArena, totalBytes, unfilledFloat32Array } from './staging.js';
+import {
+  align16,
+  AttentionStaging,
+  byteOffsetOf,
+  copyIn,
+  copyOut,
+  copyResult,
+  layout,
+  MALLOC_SLACK_FOR_16,
+  place,
+  stageRope,
+  StagingArena,
+  totalBytes,
+  unfilledFloat32Array,
+} from './staging.js';
 import type { Operand } from './staging.js';
 import { checkCacheOptions, createCache, WasmKVCache } from './kv-cache.js';
 import type { CacheHost } from './kv-cache.js';
@@ -20,19 +40,46 @@ import { loadCache } from './cache-io.js';
 import type { KVCache, KVCacheOptions, LoadKVCacheOptions } from './kv-cache-types.js';
 import type { AttentionOptions, AttentionWeightsOptions, BuildName, HeadShape, MHA, MHAInfo } from './types.js';
 import type { Float16Tensor, HeapTensor, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
-import { ATTENTION_KEYS, checkDim, checkDims, checkOptionsObject, HEAD_KEYS, MAX_ELEMENTS, outFormula, qFormula,
-  WEIGHTS_KEYS } from './validate.js';
+import {
+  ATTENTION_KEYS,
+  checkDim,
+  checkDims,
+  checkOptionsObject,
+  HEAD_KEYS,
+  MAX_ELEMENTS,
+  outFormula,
+  qFormula,
+  WEIGHTS_KEYS,
+} from './validate.js';
 
 /** The operands of one multiHeadAttention call and their per-item sizes, as its batch groups stage them. */
 interface StagedCall {
-  qIn: Operand; kIn: Operand; vIn: Operand; outIn: Operand | undefined; lseIn: Operand | undefined;
-  mask: Uint8Array | undefined; biasIn: Operand | undefined;
+  qIn: Operand;
+  kIn: Operand;
+  vIn: Operand;
+  outIn: Operand | undefined;
+  lseIn: Operand | undefined;
+  mask: Uint8Array | undefined;
+  biasIn: Operand | undefined;
   /** The array the result goes to (undefined for a HeapTensor out, written in place); a Uint16Array for dtype 'float16'. */
   target: Float32Array | Uint16Array | undefined;
-  qOffset: number; kOffset: number; vOffset: number; outOffset: number; maskOffset: number; biasOffset: number; lseOffset: number;
+  qOffset: number;
+  kOffset: number;
+  vOffset: number;
+  outOffset: number;
+  maskOffset: number;
+  biasOffset: number;
+  lseOffset: number;
   /** Elements (bytes for the mask) of one batch item. */
-  qPer: number; kvPer: number; vPer: number; outPer: number; maskPer: number; lsePer: number; biasPer: number;
-  outLength: number; lseLength: number;
+  qPer: number;
+  kvPer: number;
+  vPer: number;
+  outPer: number;
+  maskPer: number;
+  lsePer: number;
+  biasPer: number;
+  outLength: number;
+  lseLength: number;
   /** Address of a bias that every group reads whole (0: none, or the bias is sliced by group). */
   wholeBias: number;
   kvLengths: boolean;
@@ -42,33 +89,70 @@ interface StagedCall {
  * Copies the inputs of batch items [b0, b0 + items) into the group slots of staging set `set` (HeapTensors
  * are addressed in place) and writes their kernel call's operands into the call struct at `callAt`.
  */
-function stageGroup(wasm: MhaWasmModule, L: CallLayout, callAt: number, plan: AttentionStaging, c: StagedCall, b0: number,
-  items: number, set: number): void {
+function stageGroup(
+  wasm: MhaWasmModule,
+  L: CallLayout,
+  callAt: number,
+  plan: AttentionStaging,
+  c: StagedCall,
+  b0: number,
+  items: number,
+  set: number,
+): void {
   const qAddress = place(wasm, c.qIn, c.qOffset, b0 * c.qPer, items * c.qPer, plan.qAt(set));
   const kAddress = plan.kIsQ ? qAddress : place(wasm, c.kIn, c.kOffset, b0 * c.kvPer, items * c.kvPer, plan.kAt(set));
-  const vAddress = plan.vIsK ? kAddress : plan.vIsQ ? qAddress
-    : place(wasm, c.vIn, c.vOffset, b0 * c.vPer, items * c.vPer, plan.vAt(set));
+  const vAddress = plan.vIsK
+    ? kAddress
+    : plan.vIsQ
+      ? qAddress
+      : place(wasm, c.vIn, c.vOffset, b0 * c.vPer, items * c.vPer, plan.vAt(set));
   if (c.mask) copyIn(wasm.HEAPU8, c.mask, c.maskOffset, b0 * c.maskPer, items * c.maskPer, plan.maskAt(set));
   const biasAddress = plan.biasSliced
-    ? place(wasm, c.biasIn!, c.biasOffset, b0 * c.biasPer, items * c.biasPer, plan.biasAt(set)) : c.wholeBias;
+    ? place(wasm, c.biasIn!, c.biasOffset, b0 * c.biasPer, items * c.biasPer, plan.biasAt(set))
+    : c.wholeBias;
   const lse = c.lseIn;
-  writeCallOperands(wasm, L, callAt, qAddress, kAddress, vAddress,
-    typeof c.outIn === 'number' ? c.outIn + b0 * c.outPer * 4 : plan.outAt(set), c.mask ? plan.maskAt(set) : 0, biasAddress,
-    plan.biasSliced ? items : 1, c.kvLengths ? plan.kvLengthsAt + b0 * 4 : 0,
-    lse === undefined ? 0 : typeof lse === 'number' ? lse + b0 * c.lsePer * 4 : plan.lseAt(set), items);
+  writeCallOperands(
+    wasm,
+    L,
+    callAt,
+    qAddress,
+    kAddress,
+    vAddress,
+    typeof c.outIn === 'number' ? c.outIn + b0 * c.outPer * 4 : plan.outAt(set),
+    c.mask ? plan.maskAt(set) : 0,
+    biasAddress,
+    plan.biasSliced ? items : 1,
+    c.kvLengths ? plan.kvLengthsAt + b0 * 4 : 0,
+    lse === undefined ? 0 : typeof lse === 'number' ? lse + b0 * c.lsePer * 4 : plan.lseAt(set),
+    items,
+  );
 }
 
 /** Copies the results of batch items [b0, b0 + items) from staging set `set` into the caller's arrays. */
-function copyGroupOut(wasm: MhaWasmModule, plan: AttentionStaging, c: StagedCall, b0: number, items: number, set: number): void {
+function copyGroupOut(
+  wasm: MhaWasmModule,
+  plan: AttentionStaging,
+  c: StagedCall,
+  b0: number,
+  items: number,
+  set: number,
+): void {
   // The kernel's scratch may have grown memory: fresh views.
   if (c.lseIn instanceof Float32Array) {
     copyResult(wasm, c.lseIn, c.lseLength, c.lseOffset, plan.lseAt(set), b0 * c.lsePer, items * c.lsePer);
   }
-  if (c.target !== undefined) copyResult(wasm, c.target, c.outLength, c.outOffset, plan.outAt(set), b0 * c.outPer, items * c.outPer);
+  if (c.target !== undefined)
+    copyResult(wasm, c.target, c.outLength, c.outOffset, plan.outAt(set), b0 * c.outPer, items * c.outPer);
 }
 
 /** Throws when the heap tensor `output` (an address) is also q, k, v, the bias or (for lse) out. */
-function refuseInputs(fn: string, outputName: string, output: number, call: AttentionCall<Operand, Operand>, out: Operand | undefined): void {
+function refuseInputs(
+  fn: string,
+  outputName: string,
+  output: number,
+  call: AttentionCall<Operand, Operand>,
+  out: Operand | undefined,
+): void {
   refuseSameTensor(fn, outputName, output, 'q', call.qIn);
   refuseSameTensor(fn, outputName, output, 'k', call.kIn);
   refuseSameTensor(fn, outputName, output, 'v', call.vIn);
@@ -77,7 +161,13 @@ function refuseInputs(fn: string, outputName: string, output: number, call: Atte
 }
 
 /** Throws unless the heap tensor `output` (an address) is another tensor than `input`. */
-function refuseSameTensor(fn: string, outputName: string, output: number, name: string, input: Operand | undefined): void {
+function refuseSameTensor(
+  fn: string,
+  outputName: string,
+  output: number,
+  name: string,
+  input: Operand | undefined,
+): void {
   if (input !== output) return;
   const why = name === 'out' ? 'both are written' : `the kernel reads ${name} while it writes ${outputName}`;
   throw new TypeError(`${fn}: ${outputName}: expected a HeapTensor other than ${name} (${why}), got ${name} itself`);
@@ -88,12 +178,24 @@ function refuseSameTensor(fn: string, outputName: string, output: number, name: 
  * tensor out or lse is not one of the input tensors, nor are out and lse one tensor; an lse array does
  * not overlap an out array (both are written). Distinct live tensors never overlap.
  */
-function checkOutputsApart(fn: string, call: AttentionCall<Operand, Operand>, out: Operand | undefined, lse: Operand | undefined): void {
+function checkOutputsApart(
+  fn: string,
+  call: AttentionCall<Operand, Operand>,
+  out: Operand | undefined,
+  lse: Operand | undefined,
+): void {
   if (typeof out === 'number') refuseInputs(fn, 'out', out, call, undefined);
   if (typeof lse === 'number') refuseInputs(fn, 'lse', lse, call, out);
-  if (typeof out === 'object' && lse instanceof Float32Array && out.buffer === lse.buffer &&
-    out.byteOffset < lse.byteOffset + lse.byteLength && lse.byteOffset < out.byteOffset + out.byteLength) {
-    throw new TypeError(`${fn}: lse: expected an array that does not overlap out (both are written), got one that shares its memory`);
+  if (
+    typeof out === 'object' &&
+    lse instanceof Float32Array &&
+    out.buffer === lse.buffer &&
+    out.byteOffset < lse.byteOffset + lse.byteLength &&
+    lse.byteOffset < out.byteOffset + out.byteLength
+  ) {
+    throw new TypeError(
+      `${fn}: lse: expected an array that does not overlap out (both are written), got one that shares its memory`,
+    );
   }
 }
 
@@ -105,17 +207,23 @@ function checkNoOutputs(fn: string, options: unknown): void {
   if (typeof options !== 'object' || options === null) return;
   for (const key of ['out', 'lse'] as const) {
     if ((options as Record<string, unknown>)[key] !== undefined) {
-      throw new TypeError(`${fn}: options: unknown option "${key}": attentionWeights returns a new (batch, numHeads, seqLen, ` +
-        `kvSeqLen) array of weights; out and lse are outputs of multiHeadAttention`);
+      throw new TypeError(
+        `${fn}: options: unknown option "${key}": attentionWeights returns a new (batch, numHeads, seqLen, ` +
+          `kvSeqLen) array of weights; out and lse are outputs of multiHeadAttention`,
+      );
     }
   }
   if ((options as Record<string, unknown>).vHeadDim !== undefined) {
-    throw new TypeError(`${fn}: options: unknown option "vHeadDim": attentionWeights has no v, and its weights do not depend on ` +
-      'the value head size; vHeadDim is an option of multiHeadAttention and createKVCache');
+    throw new TypeError(
+      `${fn}: options: unknown option "vHeadDim": attentionWeights has no v, and its weights do not depend on ` +
+        'the value head size; vHeadDim is an option of multiHeadAttention and createKVCache',
+    );
   }
   if ((options as Record<string, unknown>).dtype !== undefined) {
-    throw new TypeError(`${fn}: options: unknown option "dtype": attentionWeights takes float32 q and k (Float32Array) and ` +
-      "returns float32 weights; dtype: 'float16' is an option of multiHeadAttention and KVCache.attend");
+    throw new TypeError(
+      `${fn}: options: unknown option "dtype": attentionWeights takes float32 q and k (Float32Array) and ` +
+        "returns float32 weights; dtype: 'float16' is an option of multiHeadAttention and KVCache.attend",
+    );
   }
 }
 
@@ -139,7 +247,12 @@ export class WasmMHA implements MHA, CacheHost {
   /** q, k, v and out of dtype 'float16': the bits of a Uint16Array or Float16Array. */
   private readonly checkHalfOperand: TensorCheck<Operand> = checkHalf;
 
-  constructor(readonly wasm: MhaWasmModule, private readonly callLayout: CallLayout, build: BuildName, threads: number) {
+  constructor(
+    readonly wasm: MhaWasmModule,
+    private readonly callLayout: CallLayout,
+    build: BuildName,
+    threads: number,
+  ) {
     this.cacheCallLayout = readCacheCallLayout(wasm);
     const cacheCallBytes = typeof this.cacheCallLayout === 'string' ? 0 : this.cacheCallLayout.bytes;
     // One call-struct slot serves both structs (a call writes one of them).
@@ -156,10 +269,18 @@ export class WasmMHA implements MHA, CacheHost {
     return ropeTables(options);
   }
 
-  multiHeadAttention<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
-    options: AttentionOptions & { dtype?: D }): TensorOut<D>;
-  multiHeadAttention(q: Float32Array | HeapTensor | Float16Tensor, k: Float32Array | HeapTensor | Float16Tensor,
-    v: Float32Array | HeapTensor | Float16Tensor, options: AttentionOptions): Float32Array | Float16Tensor {
+  multiHeadAttention<D extends TensorDType = 'float32'>(
+    q: TensorIn<D>,
+    k: TensorIn<D>,
+    v: TensorIn<D>,
+    options: AttentionOptions & { dtype?: D },
+  ): TensorOut<D>;
+  multiHeadAttention(
+    q: Float32Array | HeapTensor | Float16Tensor,
+    k: Float32Array | HeapTensor | Float16Tensor,
+    v: Float32Array | HeapTensor | Float16Tensor,
+    options: AttentionOptions,
+  ): Float32Array | Float16Tensor {
     const fn = 'multiHeadAttention';
     const o = checkOptionsObject(`${fn}: options`, options, ATTENTION_KEYS);
     const wasm = this.wasm;
@@ -174,12 +295,20 @@ export class WasmMHA implements MHA, CacheHost {
     const outIn = outValue === undefined ? undefined : check(`${fn}: out`, outValue, outLength, () => outFormula(d));
     const lseValue = o.lse;
     const lseLength = d.batch * d.numHeads * d.seqLen;
-    const lseIn = lseValue === undefined ? undefined
-      : this.checkOperand(`${fn}: lse`, lseValue, lseLength, () => `batch*numHeads*seqLen = ${d.batch}*${d.numHeads}*${d.seqLen}`);
+    const lseIn =
+      lseValue === undefined
+        ? undefined
+        : this.checkOperand(
+            `${fn}: lse`,
+            lseValue,
+            lseLength,
+            () => `batch*numHeads*seqLen = ${d.batch}*${d.numHeads}*${d.seqLen}`,
+          );
     checkStillUsable(`${fn}: q`, q, qIn, qLength);
     checkStillUsable(`${fn}: k`, k, kIn, kvLength);
     checkStillUsable(`${fn}: v`, v, vIn, vLength);
-    if (biasIn !== undefined) checkStillUsable(`${fn}: bias`, model.biasGiven, biasIn, model.biasBatch * model.biasPerItem);
+    if (biasIn !== undefined)
+      checkStillUsable(`${fn}: bias`, model.biasGiven, biasIn, model.biasBatch * model.biasPerItem);
     if (model.rope) checkRopeStillUsable(fn, model.rope);
     checkOutputsApart(fn, call, outIn, lseIn);
 
@@ -207,19 +336,54 @@ export class WasmMHA implements MHA, CacheHost {
     // The only allocation of the call: it may grow (and so detach) memory, so views are taken after it.
     plan.layOut(this.arena.reserve(fn, plan.bytes(sets)), sets);
     const callAt = this.arena.callAt();
-    const target = typeof outIn === 'number' ? undefined : outIn ?? (half ? new Uint16Array(outLength) : unfilledFloat32Array(outLength));
+    const target =
+      typeof outIn === 'number'
+        ? undefined
+        : (outIn ?? (half ? new Uint16Array(outLength) : unfilledFloat32Array(outLength)));
     // What every kernel call reads whole is staged once.
     const { kvLengthsAt, alibiSlopesAt, sinksAt, ropeCosAt, ropeSinAt } = plan;
     if (model.kvLengths) wasm.HEAP32.set(model.kvLengths, kvLengthsAt >>> 2);
     if (model.alibiSlopes) wasm.HEAPF32.set(model.alibiSlopes, alibiSlopesAt >>> 2);
     if (model.sinks) wasm.HEAPF32.set(model.sinks, sinksAt >>> 2);
     if (model.rope) stageRope(wasm.HEAPF32, model.rope, 0, model.ropeRows, ropeCosAt, ropeSinAt);
-    const wholeBias = biasIn === undefined || biasSliced ? 0 : place(wasm, biasIn, biasOffset, 0, biasPer, plan.biasAt(0));
-    writeCallOptions(wasm, this.callLayout, callAt, call, model.alibiSlopes ? alibiSlopesAt : 0, model.sinks ? sinksAt : 0,
-      model.rope ? ropeCosAt : 0, model.rope ? ropeSinAt : 0);
+    const wholeBias =
+      biasIn === undefined || biasSliced ? 0 : place(wasm, biasIn, biasOffset, 0, biasPer, plan.biasAt(0));
+    writeCallOptions(
+      wasm,
+      this.callLayout,
+      callAt,
+      call,
+      model.alibiSlopes ? alibiSlopesAt : 0,
+      model.sinks ? sinksAt : 0,
+      model.rope ? ropeCosAt : 0,
+      model.rope ? ropeSinAt : 0,
+    );
     const staged: StagedCall = {
-      qIn, kIn, vIn, outIn, lseIn, mask, biasIn, target, qOffset, kOffset, vOffset, outOffset, maskOffset, biasOffset,
-      lseOffset, qPer, kvPer, vPer, outPer, maskPer, lsePer, biasPer, outLength, lseLength, wholeBias,
+      qIn,
+      kIn,
+      vIn,
+      outIn,
+      lseIn,
+      mask,
+      biasIn,
+      target,
+      qOffset,
+      kOffset,
+      vOffset,
+      outOffset,
+      maskOffset,
+      biasOffset,
+      lseOffset,
+      qPer,
+      kvPer,
+      vPer,
+      outPer,
+      maskPer,
+      lsePer,
+      biasPer,
+      outLength,
+      lseLength,
+      wholeBias,
       kvLengths: model.kvLengths !== undefined,
     };
     if (pipelined) {
@@ -236,7 +400,9 @@ export class WasmMHA implements MHA, CacheHost {
     // `out` was a view of this heap that the call's malloc detached (see copyIn; such a call is never split):
     // copyGroupOut wrote the same elements; hand back a view of them in the current memory.
     if (target !== undefined && target.length !== outLength) {
-      return half ? new Uint16Array(wasm.HEAPU8.buffer, outOffset, outLength) : new Float32Array(wasm.HEAPF32.buffer, outOffset, outLength);
+      return half
+        ? new Uint16Array(wasm.HEAPU8.buffer, outOffset, outLength)
+        : new Float32Array(wasm.HEAPF32.buffer, outOffset, outLength);
     }
     if (half) return halfResult(outValue, target as Uint16Array, q);
     return (target as Float32Array | undefined) ?? (outValue as MallocedTensor).data;
@@ -263,7 +429,7 @@ export class WasmMHA implements MHA, CacheHost {
     const begin = (g: number) => {
       stageGroup(wasm, L, callAt, plan, c, g * group, items(g), g % 2);
       checkStatus(wasm, fn, wasm._mha_attention_begin(callAt));
-      pending++;  // a refused begin leaves nothing to join
+      pending++; // a refused begin leaves nothing to join
     };
     try {
       begin(0);
@@ -289,7 +455,9 @@ export class WasmMHA implements MHA, CacheHost {
     const total = bytes + MALLOC_SLACK_FOR_16;
     const block = total < 2 ** 31 ? this.wasm._malloc(total) : 0;
     if (block === 0) {
-      throw new RangeError(`${fn}: length: ${length} floats need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`);
+      throw new RangeError(
+        `${fn}: length: ${length} floats need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`,
+      );
     }
     return new MallocedTensor(this.wasm, this.tensors, block, align16(block), length);
   }
@@ -309,14 +477,14 @@ export class WasmMHA implements MHA, CacheHost {
   }
 
   createKVCache(options: KVCacheOptions): KVCache {
-    void this.cacheLayout;  // throws for a module of another release
+    void this.cacheLayout; // throws for a module of another release
     const config = checkCacheOptions(this.wasm, options);
     this.seedCacheIds();
     return new WasmKVCache(this, createCache(this, config), config);
   }
 
   loadKVCache(bytes: Uint8Array, options?: LoadKVCacheOptions): KVCache {
-    void this.cacheLayout;  // throws for a module of another release
+    void this.cacheLayout; // throws for a module of another release
     this.seedCacheIds();
     const loaded = loadCache(this.wasm, this.arena, bytes, options);
     return new WasmKVCache(this, loaded.id, loaded.config, loaded.lengths);
@@ -343,13 +511,38 @@ export class WasmMHA implements MHA, CacheHost {
     }
 
     const ropeBytes = rope ? ropeRows * rope.half * 4 : 0;
-    const sizes = [qLength * 4, kLength * 4, weightsLength * 4, mask ? mask.length : 0, typeof biasIn === 'object' ? biasLength * 4 : 0,
-      kvLengths ? kvLengths.byteLength : 0, alibiSlopes ? alibiSlopes.byteLength : 0, sinks ? sinks.byteLength : 0, ropeBytes, ropeBytes];
-    const [qOffset, kOffset, maskOffset, biasOffset] = [qIn.byteOffset, kIn.byteOffset, byteOffsetOf(mask), byteOffsetOf(biasIn)];
+    const sizes = [
+      qLength * 4,
+      kLength * 4,
+      weightsLength * 4,
+      mask ? mask.length : 0,
+      typeof biasIn === 'object' ? biasLength * 4 : 0,
+      kvLengths ? kvLengths.byteLength : 0,
+      alibiSlopes ? alibiSlopes.byteLength : 0,
+      sinks ? sinks.byteLength : 0,
+      ropeBytes,
+      ropeBytes,
+    ];
+    const [qOffset, kOffset, maskOffset, biasOffset] = [
+      qIn.byteOffset,
+      kIn.byteOffset,
+      byteOffsetOf(mask),
+      byteOffsetOf(biasIn),
+    ];
     const base = this.arena.reserve(fn, totalBytes(sizes));
     const callAt = this.arena.callAt();
-    const [qAt, kAt, wAt, maskAt, biasAt, kvLengthsAt, alibiAt, sinksAt, cosAt, sinAt] = layout(base, sizes) as
-      [number, number, number, number, number, number, number, number, number, number];
+    const [qAt, kAt, wAt, maskAt, biasAt, kvLengthsAt, alibiAt, sinksAt, cosAt, sinAt] = layout(base, sizes) as [
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+    ];
     const wasm = this.wasm;
     const heap = wasm.HEAPF32;
     copyIn(heap, qIn, qOffset, 0, qLength, qAt);
@@ -360,10 +553,32 @@ export class WasmMHA implements MHA, CacheHost {
     if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
     if (sinks) heap.set(sinks, sinksAt >>> 2);
     if (rope) stageRope(heap, rope, 0, ropeRows, cosAt, sinAt);
-    writeCallOptions(wasm, this.callLayout, callAt, call, alibiSlopes ? alibiAt : 0, sinks ? sinksAt : 0, rope ? cosAt : 0,
-      rope ? sinAt : 0, stage);
-    writeCallOperands(wasm, this.callLayout, callAt, qAt, kAt, 0, wAt, mask ? maskAt : 0, biasAddress,
-      model.biasBatch, kvLengths ? kvLengthsAt : 0, 0, d.batch);
+    writeCallOptions(
+      wasm,
+      this.callLayout,
+      callAt,
+      call,
+      alibiSlopes ? alibiAt : 0,
+      sinks ? sinksAt : 0,
+      rope ? cosAt : 0,
+      rope ? sinAt : 0,
+      stage,
+    );
+    writeCallOperands(
+      wasm,
+      this.callLayout,
+      callAt,
+      qAt,
+      kAt,
+      0,
+      wAt,
+      mask ? maskAt : 0,
+      biasAddress,
+      model.biasBatch,
+      kvLengths ? kvLengthsAt : 0,
+      0,
+      d.batch,
+    );
     checkStatus(wasm, fn, wasm._mha_attention_weights(callAt));
     return copyOut(wasm.HEAPF32, wAt >>> 2, weightsLength);
   }

@@ -149,8 +149,12 @@ export interface KVCache {
    * const next = cache.attend(qToken, kToken, vToken, { numHeads: 8 });     // one decode step
    * ```
    */
-  attend<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
-    options: KVCacheAttendOptions & { dtype?: D }): TensorOut<D>;
+  attend<D extends TensorDType = 'float32'>(
+    q: TensorIn<D>,
+    k: TensorIn<D>,
+    v: TensorIn<D>,
+    options: KVCacheAttendOptions & { dtype?: D },
+  ): TensorOut<D>;
   /**
    * Rollback for speculative decoding or beam search, in O(batch): a number n keeps min(lengths[b], n)
    * tokens of every sequence; an array sets each sequence's length.
@@ -173,4 +177,3 @@ export interface KVCache {
   /** Releases the cache's memory. Calling it again does nothing; any other use then throws a TypeError. */
   free(): void;
 }
-

@@ -21,9 +21,23 @@ export interface MhaWasmModule {
   // 1 = float16. _mha_kv_cache_bytes: the bytes of K and V storage of those dims (-1 for bad dims);
   // _mha_kv_cache_create writes the new id at `idOut`; _mha_kv_cache_attend takes one CacheAttendCallAbi.
   // valueDim: Dv (vHeadDim), 0 = headDim.
-  _mha_kv_cache_bytes(batch: number, numKvHeads: number, headDim: number, capacity: number, dtype: number, valueDim: number): number;
-  _mha_kv_cache_create(batch: number, numKvHeads: number, headDim: number, capacity: number, dtype: number, valueDim: number,
-    idOut: number): number;
+  _mha_kv_cache_bytes(
+    batch: number,
+    numKvHeads: number,
+    headDim: number,
+    capacity: number,
+    dtype: number,
+    valueDim: number,
+  ): number;
+  _mha_kv_cache_create(
+    batch: number,
+    numKvHeads: number,
+    headDim: number,
+    capacity: number,
+    dtype: number,
+    valueDim: number,
+    idOut: number,
+  ): number;
   _mha_kv_cache_set_next_id(id: number): void;
   _mha_kv_cache_free(id: number): number;
   _mha_kv_cache_free_all(): void;

@@ -56,7 +56,7 @@ export function ropeTables(options: RopeTablesOptions): RopeTables {
   if (positions * half >= MAX_ELEMENTS) {
     throw new RangeError(`${fn}: positions*rotaryDim/2 = ${positions * half} elements, expected fewer than 2^31`);
   }
-  const inverse = Float64Array.from({ length: half }, (_, r) => theta ** (-2 * r / rotaryDim));
+  const inverse = Float64Array.from({ length: half }, (_, r) => theta ** ((-2 * r) / rotaryDim));
   const cos = new Float32Array(positions * half);
   const sin = new Float32Array(positions * half);
   for (let p = 0; p < positions; ++p) {

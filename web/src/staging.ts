@@ -29,7 +29,10 @@ export class StagingArena {
   /** Bytes before the staging: the call struct, rounded up to keep the staging 16-byte aligned. */
   private readonly callSlot: number;
 
-  constructor(private readonly wasm: MhaWasmModule, callBytes: number) {
+  constructor(
+    private readonly wasm: MhaWasmModule,
+    callBytes: number,
+  ) {
     this.callSlot = align16(callBytes);
   }
 
@@ -49,7 +52,9 @@ export class StagingArena {
     const total = this.callSlot + bytes + MALLOC_SLACK_FOR_16;
     const block = total < 2 ** 31 ? this.wasm._malloc(total) : 0;
     if (block === 0) {
-      throw new RangeError(`${fn}: the inputs and output need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`);
+      throw new RangeError(
+        `${fn}: the inputs and output need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`,
+      );
     }
     this.malloced = block;
     this.bytes = bytes;
@@ -96,8 +101,14 @@ export function totalBytes(sizes: readonly number[]): number {
  * argument that now reads as empty is such a view, found again in the heap by the byte offset it had
  * before the malloc.
  */
-export function copyIn<A extends Float32Array | Uint8Array>(heap: A, array: A, byteOffset: number, start: number, length: number,
-  at: number): void {
+export function copyIn<A extends Float32Array | Uint8Array>(
+  heap: A,
+  array: A,
+  byteOffset: number,
+  start: number,
+  length: number,
+  at: number,
+): void {
   const shift = heap.BYTES_PER_ELEMENT === 4 ? 2 : 0;
   if (array.length === 0 && length !== 0) {
     heap.copyWithin(at >>> shift, (byteOffset >>> shift) + start, (byteOffset >>> shift) + start + length);
@@ -125,15 +136,22 @@ function stagedBytes(operand: Operand | undefined, length: number): number {
  * elements are widened to (exactly, to float32: docs/spec.md 4.2). A Uint16Array that viewed this heap and
  * was detached by the staging malloc is read where its elements are, at its old byte offset (see copyIn).
  */
-export function place(wasm: MhaWasmModule, operand: Operand, byteOffset: number, start: number, length: number,
-  at: number): number {
+export function place(
+  wasm: MhaWasmModule,
+  operand: Operand,
+  byteOffset: number,
+  start: number,
+  length: number,
+  at: number,
+): number {
   if (typeof operand === 'number') return operand + start * 4;
   if (operand instanceof Uint16Array) {
     // The bits go to the slot's upper half, and the core widens them into the whole slot in place (SIMD;
     // a JS loop was 6x slower).
     const bitsAt = at + length * 2;
     const slot = new Uint16Array(wasm.HEAPU8.buffer, bitsAt, length);
-    if (operand.length === 0 && length !== 0) slot.set(new Uint16Array(wasm.HEAPU8.buffer, byteOffset + start * 2, length));
+    if (operand.length === 0 && length !== 0)
+      slot.set(new Uint16Array(wasm.HEAPU8.buffer, byteOffset + start * 2, length));
     else slot.set(start === 0 && length === operand.length ? operand : operand.subarray(start, start + length));
     wasm._mha_widen_halves(bitsAt, at, length);
     return at;
@@ -148,8 +166,15 @@ export function place(wasm: MhaWasmModule, operand: Operand, byteOffset: number,
  * array that views this heap and was detached by the call's malloc gets its elements written where they
  * are, at its old byte offset (`fullLength` elements from there).
  */
-export function copyResult(wasm: MhaWasmModule, target: Float32Array | Uint16Array, fullLength: number, byteOffset: number,
-  from: number, start: number, length: number): void {
+export function copyResult(
+  wasm: MhaWasmModule,
+  target: Float32Array | Uint16Array,
+  fullLength: number,
+  byteOffset: number,
+  from: number,
+  start: number,
+  length: number,
+): void {
   if (target instanceof Uint16Array) {
     // Rounded in place by the core, then copied as bits.
     wasm._mha_narrow_floats(from, from, length);
@@ -176,8 +201,12 @@ const allocUnsafeSlow = (globalThis as { Buffer?: NodeBuffer }).Buffer?.allocUns
 export function unfilledFloat32Array(length: number): Float32Array {
   if (allocUnsafeSlow !== undefined && length >= 4096) {
     const bytes = allocUnsafeSlow(length * 4);
-    if (bytes instanceof Uint8Array && bytes.byteOffset === 0 && bytes.buffer instanceof ArrayBuffer &&
-      bytes.buffer.byteLength === length * 4) {
+    if (
+      bytes instanceof Uint8Array &&
+      bytes.byteOffset === 0 &&
+      bytes.buffer instanceof ArrayBuffer &&
+      bytes.buffer.byteLength === length * 4
+    ) {
       return new Float32Array(bytes.buffer, 0, length);
     }
   }
@@ -216,8 +245,14 @@ export type Operand = Float32Array | Uint16Array | number;
  * input only as the identical range (then each group writes only rows that group has already read).
  * `perItem`: the bytes staged per batch item.
  */
-function stagingGroup(wasm: MhaWasmModule, batch: number, perItem: number, inputs: readonly (Operand | undefined)[],
-  outputs: readonly (Operand | undefined)[], mask: Uint8Array | undefined): number {
+function stagingGroup(
+  wasm: MhaWasmModule,
+  batch: number,
+  perItem: number,
+  inputs: readonly (Operand | undefined)[],
+  outputs: readonly (Operand | undefined)[],
+  mask: Uint8Array | undefined,
+): number {
   const heapBuffer = wasm.HEAPF32.buffer;
   if (mask?.buffer === heapBuffer) return batch;
   for (const operand of [...inputs, ...outputs]) {
@@ -228,7 +263,9 @@ function stagingGroup(wasm: MhaWasmModule, batch: number, perItem: number, input
     for (const input of inputs) {
       if (typeof input !== 'object' || input === output || input.buffer !== output.buffer) continue;
       const same = input.byteOffset === output.byteOffset && input.length === output.length;
-      const overlap = input.byteOffset < output.byteOffset + output.byteLength && output.byteOffset < input.byteOffset + input.byteLength;
+      const overlap =
+        input.byteOffset < output.byteOffset + output.byteLength &&
+        output.byteOffset < input.byteOffset + input.byteLength;
       if (overlap && !same) return batch;
     }
   }
@@ -236,7 +273,21 @@ function stagingGroup(wasm: MhaWasmModule, batch: number, perItem: number, input
 }
 
 /** The slots of a multiHeadAttention call's staging, in layout order. */
-const enum Slot { q, k, v, out, mask, bias, kvLengths, alibiSlopes, lse, sinks, ropeCos, ropeSin, count }
+const enum Slot {
+  q,
+  k,
+  v,
+  out,
+  mask,
+  bias,
+  kvLengths,
+  alibiSlopes,
+  lse,
+  sinks,
+  ropeCos,
+  ropeSin,
+  count,
+}
 
 /**
  * What one multiHeadAttention call stages, per kernel call of `group` batch items, and where: slots (0
@@ -266,7 +317,12 @@ export class AttentionStaging {
   private readonly at: number[] = new Array<number>(2 * Slot.count).fill(0);
 
   /** Plans the staging of a checked call and its outputs (operands: a typed array, or a heap tensor's address). */
-  plan(wasm: MhaWasmModule, call: AttentionCall<Operand, Operand>, out: Operand | undefined, lse: Operand | undefined): void {
+  plan(
+    wasm: MhaWasmModule,
+    call: AttentionCall<Operand, Operand>,
+    out: Operand | undefined,
+    lse: Operand | undefined,
+  ): void {
     const { d, qIn: q, kIn: k, mask } = call;
     const { bias, biasPerItem, kvLengths, alibiSlopes, sinks, rope, ropeRows } = call.model;
     const v = call.vIn!;
@@ -286,11 +342,18 @@ export class AttentionStaging {
     // it, so the call stages one buffer fewer (bert: 1.2 instead of 1.6 MB, 2-3% faster a call). Only
     // when out has q's shape (no vHeadDim other than headDim).
     const resultInQ = typeof q !== 'number' && typeof out !== 'number' && !kIsQ && v !== q && d.outDModel === d.dModel;
-    const perItem = stagedBytes(q, qPer) + (kIsQ ? 0 : stagedBytes(k, kvPer)) + (vIsK || vIsQ ? 0 : stagedBytes(v, vPer)) +
-      (resultInQ ? 0 : stagedBytes(out, outPer)) + (mask ? maskPer : 0) + (biasSliced ? stagedBytes(bias, biasPerItem) : 0) +
+    const perItem =
+      stagedBytes(q, qPer) +
+      (kIsQ ? 0 : stagedBytes(k, kvPer)) +
+      (vIsK || vIsQ ? 0 : stagedBytes(v, vPer)) +
+      (resultInQ ? 0 : stagedBytes(out, outPer)) +
+      (mask ? maskPer : 0) +
+      (biasSliced ? stagedBytes(bias, biasPerItem) : 0) +
       stagedBytes(lse, lsePer);
-    const group = perItem * d.batch <= STAGING_GROUP_BYTES ? d.batch
-      : stagingGroup(wasm, d.batch, perItem, [q, k, v, bias], [out, lse], mask);
+    const group =
+      perItem * d.batch <= STAGING_GROUP_BYTES
+        ? d.batch
+        : stagingGroup(wasm, d.batch, perItem, [q, k, v, bias], [out, lse], mask);
     const sizes = this.sizes;
     sizes[Slot.q] = stagedBytes(q, group * qPer);
     sizes[Slot.k] = kIsQ ? 0 : stagedBytes(k, group * kvPer);
@@ -314,8 +377,14 @@ export class AttentionStaging {
 
   /** Whether a slot holds a group's slice (so a pipelined call has it twice), not the whole call's data. */
   private perGroup(slot: Slot): boolean {
-    return slot !== Slot.kvLengths && slot !== Slot.alibiSlopes && slot !== Slot.sinks && slot !== Slot.ropeCos &&
-      slot !== Slot.ropeSin && (slot !== Slot.bias || this.biasSliced);
+    return (
+      slot !== Slot.kvLengths &&
+      slot !== Slot.alibiSlopes &&
+      slot !== Slot.sinks &&
+      slot !== Slot.ropeCos &&
+      slot !== Slot.ropeSin &&
+      (slot !== Slot.bias || this.biasSliced)
+    );
   }
 
   /** Bytes the planned slots take, each 16-byte aligned, with `sets` (1 or 2) sets of the group slots. */
@@ -348,23 +417,54 @@ export class AttentionStaging {
     }
   }
 
-  qAt(set: number): number { return this.at[set * Slot.count + Slot.q]!; }
-  kAt(set: number): number { return this.at[set * Slot.count + Slot.k]!; }
-  vAt(set: number): number { return this.at[set * Slot.count + Slot.v]!; }
+  qAt(set: number): number {
+    return this.at[set * Slot.count + Slot.q]!;
+  }
+  kAt(set: number): number {
+    return this.at[set * Slot.count + Slot.k]!;
+  }
+  vAt(set: number): number {
+    return this.at[set * Slot.count + Slot.v]!;
+  }
   /** Where the kernel writes its result: the out slot, or the staged q. */
-  outAt(set: number): number { return this.at[set * Slot.count + (this.resultInQ ? Slot.q : Slot.out)]!; }
-  maskAt(set: number): number { return this.at[set * Slot.count + Slot.mask]!; }
-  biasAt(set: number): number { return this.at[set * Slot.count + Slot.bias]!; }
-  lseAt(set: number): number { return this.at[set * Slot.count + Slot.lse]!; }
-  get kvLengthsAt(): number { return this.at[Slot.kvLengths]!; }
-  get alibiSlopesAt(): number { return this.at[Slot.alibiSlopes]!; }
-  get sinksAt(): number { return this.at[Slot.sinks]!; }
-  get ropeCosAt(): number { return this.at[Slot.ropeCos]!; }
-  get ropeSinAt(): number { return this.at[Slot.ropeSin]!; }
+  outAt(set: number): number {
+    return this.at[set * Slot.count + (this.resultInQ ? Slot.q : Slot.out)]!;
+  }
+  maskAt(set: number): number {
+    return this.at[set * Slot.count + Slot.mask]!;
+  }
+  biasAt(set: number): number {
+    return this.at[set * Slot.count + Slot.bias]!;
+  }
+  lseAt(set: number): number {
+    return this.at[set * Slot.count + Slot.lse]!;
+  }
+  get kvLengthsAt(): number {
+    return this.at[Slot.kvLengths]!;
+  }
+  get alibiSlopesAt(): number {
+    return this.at[Slot.alibiSlopes]!;
+  }
+  get sinksAt(): number {
+    return this.at[Slot.sinks]!;
+  }
+  get ropeCosAt(): number {
+    return this.at[Slot.ropeCos]!;
+  }
+  get ropeSinAt(): number {
+    return this.at[Slot.ropeSin]!;
+  }
 }
 
 /** Copies rows [fromRow, toRow) of the rope tables into the staging slots at byte addresses `cosAt` and `sinAt`. */
-export function stageRope(heap: Float32Array, rope: Rope, fromRow: number, toRow: number, cosAt: number, sinAt: number): void {
+export function stageRope(
+  heap: Float32Array,
+  rope: Rope,
+  fromRow: number,
+  toRow: number,
+  cosAt: number,
+  sinAt: number,
+): void {
   const [begin, end] = [fromRow * rope.half, toRow * rope.half];
   heap.set(begin === 0 && end === rope.cos.length ? rope.cos : rope.cos.subarray(begin, end), cosAt >>> 2);
   heap.set(begin === 0 && end === rope.sin.length ? rope.sin : rope.sin.subarray(begin, end), sinAt >>> 2);

@@ -215,7 +215,6 @@ export interface AttentionOptions extends AttentionBaseOptions {
   lse?: Float32Array | HeapTensor;
 }
 
-
 /** A loaded mha-wasm instance. Each has its own wasm memory; none shares state with another. */
 export interface MHA {
   /** What was loaded. */
@@ -247,8 +246,12 @@ export interface MHA {
    * const out = mha.multiHeadAttention(q, k, v, { batch: 2, seqLen: 5, dModel: 12, numHeads: 3 });
    * ```
    */
-  multiHeadAttention<D extends TensorDType = 'float32'>(q: TensorIn<D>, k: TensorIn<D>, v: TensorIn<D>,
-    options: AttentionOptions & { dtype?: D }): TensorOut<D>;
+  multiHeadAttention<D extends TensorDType = 'float32'>(
+    q: TensorIn<D>,
+    k: TensorIn<D>,
+    v: TensorIn<D>,
+    options: AttentionOptions & { dtype?: D },
+  ): TensorOut<D>;
   /**
    * The RoPE tables for `rope: { cos, sin }` (docs/spec.md 4.5), the same function as the package's
    * standalone {@link ropeTables} export: angle(p, r) = (p / scale) · theta^(−2r / rotaryDim) for positions

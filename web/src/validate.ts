@@ -4,8 +4,27 @@
 import { describe } from './describe.js';
 
 /** The option keys each function accepts: any other key that is not undefined is a TypeError (a typo). */
-const COMMON_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads', 'kvSeqLen', 'mask', 'causal', 'scale', 'numKvHeads',
-  'queryOffset', 'kvLengths', 'window', 'softcap', 'alibiSlopes', 'bias', 'biasShape', 'emptyRows', 'sinks', 'rope'] as const;
+const COMMON_KEYS = [
+  'batch',
+  'seqLen',
+  'dModel',
+  'numHeads',
+  'kvSeqLen',
+  'mask',
+  'causal',
+  'scale',
+  'numKvHeads',
+  'queryOffset',
+  'kvLengths',
+  'window',
+  'softcap',
+  'alibiSlopes',
+  'bias',
+  'biasShape',
+  'emptyRows',
+  'sinks',
+  'rope',
+] as const;
 export const WEIGHTS_KEYS = [...COMMON_KEYS, 'stage'] as const;
 export const ATTENTION_KEYS = [...COMMON_KEYS, 'out', 'lse', 'vHeadDim', 'dtype'] as const;
 export const HEAD_KEYS = ['batch', 'seqLen', 'dModel', 'numHeads'] as const;
@@ -14,7 +33,11 @@ export const CREATE_KEYS = ['threads', 'simd', 'wasmUrl', 'wasmBinary', 'warmup'
 /** Largest element count of any one tensor: flat indices stay within int32, as in the C++ core. */
 export const MAX_ELEMENTS = 2 ** 31;
 
-export function checkOptionsObject(name: string, options: unknown, allowed: readonly string[]): Record<string, unknown> {
+export function checkOptionsObject(
+  name: string,
+  options: unknown,
+  allowed: readonly string[],
+): Record<string, unknown> {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new TypeError(`${name}: expected an options object, got ${describe(options)}`);
   }
@@ -60,7 +83,9 @@ function isDetached(view: ArrayBufferView): boolean {
 
 export function checkNotDetached(name: string, value: ArrayBufferView): void {
   if (isDetached(value)) {
-    throw new TypeError(`${name}: the ${value.constructor.name}'s ArrayBuffer is detached (transferred or released); pass an array whose buffer is live`);
+    throw new TypeError(
+      `${name}: the ${value.constructor.name}'s ArrayBuffer is detached (transferred or released); pass an array whose buffer is live`,
+    );
   }
 }
 
@@ -68,18 +93,30 @@ export function checkNotDetached(name: string, value: ArrayBufferView): void {
  * `formula()` explains the expected length; it is only built for an error message. `alternative` names
  * what else the parameter accepts, for the type error; `hint` is appended to it.
  */
-export function checkFloat32(name: string, value: unknown, expected: number, formula: () => string, alternative = '',
-  hint = ''): Float32Array {
+export function checkFloat32(
+  name: string,
+  value: unknown,
+  expected: number,
+  formula: () => string,
+  alternative = '',
+  hint = '',
+): Float32Array {
   if (!(value instanceof Float32Array)) {
-    throw new TypeError(`${name}: expected Float32Array of length ${expected} (${formula()})${alternative}, got ${describe(value)}${hint}`);
+    throw new TypeError(
+      `${name}: expected Float32Array of length ${expected} (${formula()})${alternative}, got ${describe(value)}${hint}`,
+    );
   }
   if (!ArrayBuffer.isView(value)) {
     // e.g. a Proxy: its reads would run user code while the call stages data in the wasm heap.
-    throw new TypeError(`${name}: expected a Float32Array, got an object that only inherits from Float32Array (e.g. a Proxy)`);
+    throw new TypeError(
+      `${name}: expected a Float32Array, got an object that only inherits from Float32Array (e.g. a Proxy)`,
+    );
   }
   checkNotDetached(name, value);
   if (value.length !== expected) {
-    throw new RangeError(`${name}: expected Float32Array of length ${expected} (${formula()}), got length ${value.length}`);
+    throw new RangeError(
+      `${name}: expected Float32Array of length ${expected} (${formula()}), got length ${value.length}`,
+    );
   }
   return value;
 }
@@ -118,15 +155,29 @@ export function checkDims(fn: string, o: Record<string, unknown>, withKv: boolea
   }
   const numKvHeads = withKv && o.numKvHeads !== undefined ? checkDim(`${fn}: numKvHeads`, o.numKvHeads) : numHeads;
   if (numHeads % numKvHeads !== 0) {
-    throw new RangeError(`${fn}: numKvHeads: expected a divisor of numHeads (${numHeads}), got ${numKvHeads} ` +
-      `(${numHeads} % ${numKvHeads} = ${numHeads % numKvHeads})`);
+    throw new RangeError(
+      `${fn}: numKvHeads: expected a divisor of numHeads (${numHeads}), got ${numKvHeads} ` +
+        `(${numHeads} % ${numKvHeads} = ${numHeads % numKvHeads})`,
+    );
   }
   const headDim = dModel / numHeads;
   // vHeadDim is read only where it is an accepted option (multiHeadAttention): elsewhere it was refused.
   const vHeadDim = withKv && o.vHeadDim !== undefined ? checkDim(`${fn}: vHeadDim`, o.vHeadDim) : 0;
   const valueDim = vHeadDim || headDim;
-  const d = { batch, seqLen, kvSeqLen, dModel, numHeads, numKvHeads, headDim, kvDModel: numKvHeads * headDim, vHeadDim, valueDim,
-    vDModel: numKvHeads * valueDim, outDModel: numHeads * valueDim };
+  const d = {
+    batch,
+    seqLen,
+    kvSeqLen,
+    dModel,
+    numHeads,
+    numKvHeads,
+    headDim,
+    kvDModel: numKvHeads * headDim,
+    vHeadDim,
+    valueDim,
+    vDModel: numKvHeads * valueDim,
+    outDModel: numHeads * valueDim,
+  };
   // Only q, k, v and out here: the kernel never forms an (S, T) tensor, so seqLen*kvSeqLen may pass 2^31;
   // a mask (checkMask), a bias or attention weights (attentionWeights) have their own limit.
   for (const [what, count] of [
@@ -145,20 +196,30 @@ export function checkDims(fn: string, o: Record<string, unknown>, withKv: boolea
 /** What the length of q (and out) is made of, for messages: (B, S, D). */
 export const qFormula = (d: Dims): string => `batch*seqLen*dModel = ${d.batch}*${d.seqLen}*${d.dModel}`;
 /** What the length of v is made of: (B, T, Hkv·Dv); as kvFormula without vHeadDim. */
-export const vFormula = (d: Dims): string => (d.vHeadDim === 0 ? kvFormula(d)
-  : `batch*kvSeqLen*numKvHeads*vHeadDim = ${d.batch}*${d.kvSeqLen}*${d.numKvHeads}*${d.vHeadDim}`);
+export const vFormula = (d: Dims): string =>
+  d.vHeadDim === 0
+    ? kvFormula(d)
+    : `batch*kvSeqLen*numKvHeads*vHeadDim = ${d.batch}*${d.kvSeqLen}*${d.numKvHeads}*${d.vHeadDim}`;
 /** What the length of out is made of: (B, S, H·Dv); as qFormula without vHeadDim. */
-export const outFormula = (d: Dims): string => (d.vHeadDim === 0 ? qFormula(d)
-  : `batch*seqLen*numHeads*vHeadDim = ${d.batch}*${d.seqLen}*${d.numHeads}*${d.vHeadDim}`);
+export const outFormula = (d: Dims): string =>
+  d.vHeadDim === 0
+    ? qFormula(d)
+    : `batch*seqLen*numHeads*vHeadDim = ${d.batch}*${d.seqLen}*${d.numHeads}*${d.vHeadDim}`;
 /** The dims the length of k and v is made of: (B, T, D), or (B, T, Hkv·Dh) with grouped-query attention. */
-const kvTerms = (d: Dims): string => (d.numKvHeads === d.numHeads ? 'batch*kvSeqLen*dModel' : 'batch*kvSeqLen*numKvHeads*headDim');
+const kvTerms = (d: Dims): string =>
+  d.numKvHeads === d.numHeads ? 'batch*kvSeqLen*dModel' : 'batch*kvSeqLen*numKvHeads*headDim';
 /** The same as qFormula for k and v. */
-export const kvFormula = (d: Dims): string => `${kvTerms(d)} = ` + (d.numKvHeads === d.numHeads
-  ? `${d.batch}*${d.kvSeqLen}*${d.dModel}` : `${d.batch}*${d.kvSeqLen}*${d.numKvHeads}*${d.headDim}`);
+export const kvFormula = (d: Dims): string =>
+  `${kvTerms(d)} = ` +
+  (d.numKvHeads === d.numHeads
+    ? `${d.batch}*${d.kvSeqLen}*${d.dModel}`
+    : `${d.batch}*${d.kvSeqLen}*${d.numKvHeads}*${d.headDim}`);
 
 /** A short list for a message: `[3, -1]` (at most 8 entries shown), or what describe() says of a non-array. */
 export function describeList(value: unknown): string {
   if (!Array.isArray(value) && !(ArrayBuffer.isView(value) && !(value instanceof DataView))) return describe(value);
-  const entries = Array.from({ length: Math.min(8, (value as ArrayLike<unknown>).length) }, (_, i) => describe((value as ArrayLike<unknown>)[i]));
+  const entries = Array.from({ length: Math.min(8, (value as ArrayLike<unknown>).length) }, (_, i) =>
+    describe((value as ArrayLike<unknown>)[i]),
+  );
   return `[${entries.join(', ')}${(value as ArrayLike<unknown>).length > 8 ? ', …' : ''}]`;
 }

@@ -34,4 +34,3 @@ export async function warmUp(mha: MHA): Promise<boolean> {
   }
   return false;
 }
-

@@ -76,7 +76,8 @@ bool all_finite(const float* x, int32_t n) {
 }  // namespace
 
 double kv_cache_bytes(const KVCacheConfig& c) {
-  if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0 || c.v_head_dim < 0 || !valid_dtype(c.dtype)) {
+  if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0 || c.v_head_dim < 0 ||
+      !valid_dtype(c.dtype)) {
     return -1.0;
   }
   const double element = cache_element_bytes(c.dtype);
@@ -160,7 +161,8 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
 // Key j of a head sits in panel j / P at column j % P (key_panel_offset); a value row is Dv8 elements.
 template <typename E>
 E* KVCache::key_column(int32_t b, int32_t g, int32_t position) {
-  return static_cast<E*>(keys_) + head_index(b, g) * panels_ * panel_elements() + key_panel_offset(position, 0, config_.head_dim);
+  return static_cast<E*>(keys_) + head_index(b, g) * panels_ * panel_elements() +
+         key_panel_offset(position, 0, config_.head_dim);
 }
 template <typename E>
 E* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
@@ -189,7 +191,8 @@ bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) 
       return false;
     }
     case CacheDType::kInt8:
-      q8::quantize_row(k, dh, key_column<int8_t>(b, g, position), kKeysPerPanel, key_scale_row(b, g, position), kKeysPerPanel);
+      q8::quantize_row(k, dh, key_column<int8_t>(b, g, position), kKeysPerPanel, key_scale_row(b, g, position),
+                       kKeysPerPanel);
       return false;
     case CacheDType::kFloat16: break;
   }
@@ -245,9 +248,7 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
 bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position) {
   const int32_t dh = config_.value_dim();  // Dv; lanes [Dv, Dv8) stay zero
   switch (config_.dtype) {
-    case CacheDType::kFloat32:
-      std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh);
-      return false;
+    case CacheDType::kFloat32: std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh); return false;
     case CacheDType::kBFloat16: {
       uint16_t* row = value_row<uint16_t>(b, g, position);
       for (int32_t d = 0; d < dh; ++d) row[d] = bf16::encode(v[d]);
@@ -282,8 +283,8 @@ const float* KVCache::key_to_store(const float* k_row, int32_t g, const RotaryTa
 int32_t KVCache::min_length() const { return *std::min_element(lengths_, lengths_ + config_.batch); }
 int32_t KVCache::max_length() const { return *std::max_element(lengths_, lengths_ + config_.batch); }
 
-Status KVCache::check_storable(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
-                               const int32_t* new_tokens) {
+Status KVCache::check_storable(TensorView<const float> k, TensorView<const float> v, int32_t n,
+                               const RotaryTables* rope, const int32_t* new_tokens) {
   if (config_.dtype != CacheDType::kInt8) return Status::kOk;
   if (rope != nullptr && !rope->enabled()) rope = nullptr;
   const int32_t dh = config_.head_dim, dv = config_.value_dim();
@@ -397,7 +398,8 @@ float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {
     case CacheDType::kBFloat16: return bf16::decode(static_cast<const uint16_t*>(values_)[at]);
     case CacheDType::kInt8: break;
   }
-  return q8::dequantize(static_cast<const int8_t*>(values_)[at], value_scales_[token * value_scale_blocks() + d / q8::kQuantBlock]);
+  return q8::dequantize(static_cast<const int8_t*>(values_)[at],
+                        value_scales_[token * value_scale_blocks() + d / q8::kQuantBlock]);
 }
 
 namespace {

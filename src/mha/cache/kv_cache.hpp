@@ -59,7 +59,7 @@ struct KVCacheConfig {
   int32_t head_dim = 0;      // Dh
   int32_t capacity = 0;      // tokens per batch item
   CacheDType dtype = CacheDType::kFloat32;
-  int32_t v_head_dim = 0;    // Dv; 0 = Dh (docs/spec.md 4.1)
+  int32_t v_head_dim = 0;  // Dv; 0 = Dh (docs/spec.md 4.1)
 
   int32_t value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }  // Dv
 };
@@ -80,8 +80,8 @@ constexpr int32_t kNoSpecialValues = INT32_MAX;
 // a dim is not positive or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
 double kv_cache_bytes(const KVCacheConfig& config);
 
-// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the heap also holds
-// everything else), or kOk.
+// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the
+// heap also holds everything else), or kOk.
 Status validate_cache_config(const KVCacheConfig& config);
 
 // y[i] = x[i] rounded to binary16 and widened back, exactly the value a float16 cache stores for x[i]
@@ -144,15 +144,17 @@ class KVCache {
     return static_cast<const E*>(values_) + head_index(b, g) * config_.capacity * value_row_elements();
   }
   const float* key_scales(int32_t b, int32_t g) const {
-    return key_scales_ == nullptr ? nullptr : key_scales_ + head_index(b, g) * panels_ * key_scale_blocks() * kKeysPerPanel;
+    return key_scales_ == nullptr ? nullptr
+                                  : key_scales_ + head_index(b, g) * panels_ * key_scale_blocks() * kKeysPerPanel;
   }
   const float* value_scales(int32_t b, int32_t g) const {
-    return value_scales_ == nullptr ? nullptr : value_scales_ + head_index(b, g) * config_.capacity * value_scale_blocks();
+    return value_scales_ == nullptr ? nullptr
+                                    : value_scales_ + head_index(b, g) * config_.capacity * value_scale_blocks();
   }
-  int32_t key_scale_blocks() const { return q8::blocks(config_.head_dim); }   // NBk
-  int32_t value_scale_blocks() const { return q8::blocks(config_.value_dim()); }  // NBv
+  int32_t key_scale_blocks() const { return q8::blocks(config_.head_dim); }             // NBk
+  int32_t value_scale_blocks() const { return q8::blocks(config_.value_dim()); }        // NBv
   int64_t panel_elements() const { return int64_t{config_.head_dim} * kKeysPerPanel; }  // (Dh, P)
-  int32_t value_row_elements() const { return round_up(config_.value_dim(), 8); }        // Dv8
+  int32_t value_row_elements() const { return round_up(config_.value_dim(), 8); }       // Dv8
 
   // Smallest position of sequence b whose K or V holds an inf or NaN half (float16), or
   // kNoSpecialValues. Conservative after a truncate that keeps some of them.
@@ -195,12 +197,12 @@ class KVCache {
   void* state_ = nullptr;
   int32_t* lengths_ = nullptr;       // (B)
   int32_t* special_from_ = nullptr;  // (B)
-  int64_t panels_ = 0;  // ceil(capacity / P)
+  int64_t panels_ = 0;               // ceil(capacity / P)
   void* keys_ = nullptr;
   void* values_ = nullptr;
   float* key_scales_ = nullptr;    // int8 only
   float* value_scales_ = nullptr;  // int8 only
-  float* rotated_ = nullptr;  // one rotated key (Dh), in state_
+  float* rotated_ = nullptr;       // one rotated key (Dh), in state_
 };
 
 // The caches of one instance, by id. Ids are never reused, so a freed cache's id stays invalid; the

@@ -19,13 +19,23 @@ constexpr uint8_t kMagic[8] = {'M', 'H', 'A', 'K', 'V', '\r', '\n', 0x1a};
 
 // Byte offsets of the fixed header (docs/cache-format.md, "Layout"); the lengths follow it.
 enum Field : int64_t {
-  kVersionAt = 8, kHeaderBytesAt = 12, kDTypeAt = 16, kBatchAt = 20, kKvHeadsAt = 24, kHeadDimAt = 28, kValueDimAt = 32,
-  kCapacityAt = 36, kFlagsAt = 40, kReservedAt = 44, kLengthsAt = 48,
+  kVersionAt = 8,
+  kHeaderBytesAt = 12,
+  kDTypeAt = 16,
+  kBatchAt = 20,
+  kKvHeadsAt = 24,
+  kHeadDimAt = 28,
+  kValueDimAt = 32,
+  kCapacityAt = 36,
+  kFlagsAt = 40,
+  kReservedAt = 44,
+  kLengthsAt = 48,
 };
 constexpr int64_t kChecksumBytes = 4;
 // The oldest version holding a dtype: version 2 added bfloat16 and int8.
 uint32_t format_version(CacheDType dtype) {
-  return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16 ? kCacheFormatFirstVersion : kCacheFormatVersion;
+  return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16 ? kCacheFormatFirstVersion
+                                                                        : kCacheFormatVersion;
 }
 
 uint32_t read_u32(const uint8_t* p) {
@@ -79,7 +89,8 @@ struct Why {
     char digits[24];
     int n = 0;
     uint64_t u = x < 0 ? uint64_t{0} - uint64_t(x) : uint64_t(x);
-    do digits[n++] = char('0' + u % 10); while ((u /= 10) != 0);
+    do digits[n++] = char('0' + u % 10);
+    while ((u /= 10) != 0);
     if (x < 0) put('-');
     while (n > 0) put(digits[--n]);
     return *this;
@@ -109,7 +120,8 @@ int64_t element_size(CacheDType dtype) { return cache_element_bytes(dtype); }
 // exists, below 2^31).
 double token_bytes(const KVCacheConfig& c) {
   const double scales = c.dtype == CacheDType::kInt8 ? 4.0 * (q8::blocks(c.head_dim) + q8::blocks(c.value_dim())) : 0.0;
-  return double(c.num_kv_heads) * ((double(c.head_dim) + double(c.value_dim())) * double(element_size(c.dtype)) + scales);
+  return double(c.num_kv_heads) *
+         ((double(c.head_dim) + double(c.value_dim())) * double(element_size(c.dtype)) + scales);
 }
 
 // One sequence's part of a save: k (L, Hkv*Dh) and v (L, Hkv*Dv) elements, then for int8 the scales,
@@ -123,7 +135,8 @@ SequenceParts sequence_parts(const KVCacheConfig& c, int32_t length) {
   const bool int8 = c.dtype == CacheDType::kInt8;
   SequenceParts p;
   p.k_row = hkv * c.head_dim * e, p.v_row = hkv * c.value_dim() * e;
-  p.k_scale_row = int8 ? hkv * q8::blocks(c.head_dim) * 4 : 0, p.v_scale_row = int8 ? hkv * q8::blocks(c.value_dim()) * 4 : 0;
+  p.k_scale_row = int8 ? hkv * q8::blocks(c.head_dim) * 4 : 0,
+  p.v_scale_row = int8 ? hkv * q8::blocks(c.value_dim()) * 4 : 0;
   p.v_at = length * p.k_row;
   p.k_scales_at = p.v_at + length * p.v_row;
   p.v_scales_at = p.k_scales_at + length * p.k_scale_row;
@@ -174,7 +187,6 @@ int32_t first_special_token(const uint8_t* halves, int32_t length, int64_t width
 
 }  // namespace
 
-
 int32_t SavedCacheHeader::length(int32_t b) const { return static_cast<int32_t>(read_u32(lengths + int64_t{b} * 4)); }
 
 int64_t KVCacheStorage::saved_bytes(const KVCache& cache) {
@@ -189,8 +201,16 @@ Status KVCacheStorage::save(const KVCache& cache, uint8_t* dst, int64_t size) {
   if (size != saved_bytes(cache)) return Status::kCacheBadLength;
   const KVCacheConfig& c = cache.config();
   std::memcpy(dst, kMagic, sizeof kMagic);
-  const uint32_t fields[] = {format_version(c.dtype), uint32_t(kLengthsAt + int64_t{c.batch} * 4), uint32_t(c.dtype), uint32_t(c.batch),
-                             uint32_t(c.num_kv_heads), uint32_t(c.head_dim), uint32_t(c.value_dim()), uint32_t(c.capacity), 0, 0};
+  const uint32_t fields[] = {format_version(c.dtype),
+                             uint32_t(kLengthsAt + int64_t{c.batch} * 4),
+                             uint32_t(c.dtype),
+                             uint32_t(c.batch),
+                             uint32_t(c.num_kv_heads),
+                             uint32_t(c.head_dim),
+                             uint32_t(c.value_dim()),
+                             uint32_t(c.capacity),
+                             0,
+                             0};
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; ++i) write_u32(dst + kVersionAt + 4 * int64_t(i), fields[i]);
   for (int32_t b = 0; b < c.batch; ++b) write_u32(dst + kLengthsAt + int64_t{b} * 4, uint32_t(cache.length(b)));
   uint8_t* at = dst + kLengthsAt + int64_t{c.batch} * 4;
@@ -212,7 +232,8 @@ Status KVCacheStorage::save(const KVCache& cache, uint8_t* dst, int64_t size) {
                             : e == 2 ? reinterpret_cast<const uint8_t*>(cache.value_rows<uint16_t>(b, g))
                                      : reinterpret_cast<const uint8_t*>(cache.value_rows<int8_t>(b, g));
       const int64_t row_bytes = int64_t{cache.value_row_elements()} * e;
-      for (int32_t j = 0; j < length; ++j) std::memcpy(v_out + j * part.v_row + g * dv * e, rows + j * row_bytes, size_t(dv * e));
+      for (int32_t j = 0; j < length; ++j)
+        std::memcpy(v_out + j * part.v_row + g * dv * e, rows + j * row_bytes, size_t(dv * e));
       if (c.dtype != CacheDType::kInt8) continue;
       // Key scales sit in (panels, NBk, P) per head (kv_cache.hpp), value scales in (capacity, NBv).
       const float* key_scales = cache.key_scales(b, g);
@@ -220,8 +241,10 @@ Status KVCacheStorage::save(const KVCache& cache, uint8_t* dst, int64_t size) {
       for (int32_t j = 0; j < length; ++j) {
         uint8_t* ks = at + part.k_scales_at + j * part.k_scale_row + int64_t{g} * nbk * 4;
         for (int32_t nb = 0; nb < nbk; ++nb)
-          store_element<float>(ks + nb * 4, key_scales[(int64_t{j / kKeysPerPanel} * nbk + nb) * kKeysPerPanel + j % kKeysPerPanel]);
-        std::memcpy(at + part.v_scales_at + j * part.v_scale_row + int64_t{g} * nbv * 4, value_scales + int64_t{j} * nbv, size_t(nbv) * 4);
+          store_element<float>(ks + nb * 4,
+                               key_scales[(int64_t{j / kKeysPerPanel} * nbk + nb) * kKeysPerPanel + j % kKeysPerPanel]);
+        std::memcpy(at + part.v_scales_at + j * part.v_scale_row + int64_t{g} * nbv * 4,
+                    value_scales + int64_t{j} * nbv, size_t(nbv) * 4);
       }
     }
     at += part.end;
@@ -251,8 +274,8 @@ MHA_MINSIZE bool int8_values_valid(const KVCacheConfig& c, const SavedCacheHeade
             ok = q != -128 && (scale != 0 || q == 0);
           }
           if (!ok) {
-            say << "sequence " << b << ", token " << row / c.num_kv_heads << ", KV head " << row % c.num_kv_heads << ": the "
-                << (side == 0 ? "k" : "v") << " block " << nb << " (scale ";
+            say << "sequence " << b << ", token " << row / c.num_kv_heads << ", KV head " << row % c.num_kv_heads
+                << ": the " << (side == 0 ? "k" : "v") << " block " << nb << " (scale ";
             say.hex(scale) << ") is not what an int8 quantization stores (a finite scale >= 0, values in [-127, 127], "
                               "all 0 when the scale is 0)";
             return false;
@@ -266,7 +289,8 @@ MHA_MINSIZE bool int8_values_valid(const KVCacheConfig& c, const SavedCacheHeade
 }
 
 // minsize: the checks are cold, their messages most of the code (crc32 and fill keep the file's -O2).
-MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int32_t capacity, SavedCacheHeader& h, LoadMessage* why) {
+MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int32_t capacity, SavedCacheHeader& h,
+                                         LoadMessage* why) {
   if (why != nullptr) why->clear();
   Why say{why};
   const Status bad = Status::kCacheBadSave;
@@ -291,8 +315,8 @@ MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int
   if (size < kVersionAt + 4) return too_short();
   const uint32_t version = read_u32(bytes + kVersionAt);
   if (version < kCacheFormatFirstVersion || version > kCacheFormatVersion) {
-    say << "version " << version << ", this build reads versions " << kCacheFormatFirstVersion << " and " << kCacheFormatVersion
-        << " (docs/cache-format.md)";
+    say << "version " << version << ", this build reads versions " << kCacheFormatFirstVersion << " and "
+        << kCacheFormatVersion << " (docs/cache-format.md)";
     return bad;
   }
   if (size < kSmallest) return too_short();
@@ -310,12 +334,17 @@ MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int
   const struct {
     const char* name;
     int64_t at;
-  } dims[] = {{"batch", kBatchAt}, {"numKvHeads", kKvHeadsAt}, {"headDim", kHeadDimAt}, {"vHeadDim", kValueDimAt}, {"capacity", kCapacityAt}};
+  } dims[] = {{"batch", kBatchAt},
+              {"numKvHeads", kKvHeadsAt},
+              {"headDim", kHeadDimAt},
+              {"vHeadDim", kValueDimAt},
+              {"capacity", kCapacityAt}};
   int32_t value[5];
   for (int i = 0; i < 5; ++i) {
     value[i] = static_cast<int32_t>(read_u32(bytes + dims[i].at));
     if (value[i] <= 0) {
-      say << dims[i].name << " is " << value[i] << " (bytes " << dims[i].at << ".." << dims[i].at + 3 << "), expected a positive integer";
+      say << dims[i].name << " is " << value[i] << " (bytes " << dims[i].at << ".." << dims[i].at + 3
+          << "), expected a positive integer";
       return bad;
     }
   }
@@ -330,12 +359,13 @@ MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int
   const int64_t header_bytes = kLengthsAt + int64_t{batch} * 4;
   const uint32_t header_field = read_u32(bytes + kHeaderBytesAt);
   if (header_field != header_bytes) {
-    say << "the header says it is " << header_field << " bytes long, the header of a batch of " << batch << " is " << header_bytes;
+    say << "the header says it is " << header_field << " bytes long, the header of a batch of " << batch << " is "
+        << header_bytes;
     return bad;
   }
   if (size < header_bytes + kChecksumBytes) {
-    say << size << " bytes, shorter than the header and checksum of a batch of " << batch << " (" << header_bytes + kChecksumBytes
-        << " bytes)";
+    say << size << " bytes, shorter than the header and checksum of a batch of " << batch << " ("
+        << header_bytes + kChecksumBytes << " bytes)";
     return bad;
   }
   KVCacheConfig c;
@@ -362,8 +392,10 @@ MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int
   const double total = double(header_bytes) + double(tokens) * token_bytes(c) + double(kChecksumBytes);
   if (total != double(size)) {
     say << size << " bytes, a cache of these dims and lengths is ";
-    if (total < 0x1p53) say << int64_t(total);
-    else say << "more than 2^53";
+    if (total < 0x1p53)
+      say << int64_t(total);
+    else
+      say << "more than 2^53";
     say << (total > double(size) ? " (truncated?)" : " (extra bytes after it?)");
     return bad;
   }
@@ -383,14 +415,16 @@ MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int
     return Status::kNonPositiveDim;
   }
   if (capacity > 0 && capacity < longest) {
-    say << "expected at least the longest saved sequence, lengths[" << longest_b << "] = " << longest << ", got " << capacity;
+    say << "expected at least the longest saved sequence, lengths[" << longest_b << "] = " << longest << ", got "
+        << capacity;
     return Status::kCacheBadLength;
   }
   if (capacity > 0) c.capacity = capacity;
   if (validate_cache_config(c) != Status::kOk) {  // the dims are positive and the dtype known: the size
-    say << "a " << dtype_name(c.dtype) << " cache of batch " << c.batch << ", numKvHeads " << c.num_kv_heads << ", headDim "
-        << c.head_dim << ", vHeadDim " << c.value_dim() << " and capacity " << c.capacity << " needs "
-        << int64_t(kv_cache_bytes(c) < 0x1p62 ? kv_cache_bytes(c) : 0x1p62) << " bytes of wasm memory for its keys and values, "
+    say << "a " << dtype_name(c.dtype) << " cache of batch " << c.batch << ", numKvHeads " << c.num_kv_heads
+        << ", headDim " << c.head_dim << ", vHeadDim " << c.value_dim() << " and capacity " << c.capacity << " needs "
+        << int64_t(kv_cache_bytes(c) < 0x1p62 ? kv_cache_bytes(c) : 0x1p62)
+        << " bytes of wasm memory for its keys and values, "
         << "more than it can provide (2 GiB at most)";
     return Status::kCacheTooLarge;
   }
@@ -415,16 +449,18 @@ void KVCacheStorage::fill(KVCache& cache, const SavedCacheHeader& h, const uint8
     const uint8_t* v_in = at + part.v_at;
     for (int32_t g = 0; g < c.num_kv_heads; ++g) {
       const int64_t head = cache.head_index(b, g);
-      keys_in(static_cast<E*>(cache.keys_) + head * cache.panels_ * cache.panel_elements(), length, c.head_dim, part.k_row,
-              k_in + g * dh * e);
+      keys_in(static_cast<E*>(cache.keys_) + head * cache.panels_ * cache.panel_elements(), length, c.head_dim,
+              part.k_row, k_in + g * dh * e);
       E* rows = static_cast<E*>(cache.values_) + head * c.capacity * dv8;  // lanes [Dv, Dv8) stay zero
-      for (int32_t j = 0; j < length; ++j) std::memcpy(rows + j * dv8, v_in + j * part.v_row + g * dv * e, size_t(dv * e));
+      for (int32_t j = 0; j < length; ++j)
+        std::memcpy(rows + j * dv8, v_in + j * part.v_row + g * dv * e, size_t(dv * e));
       if (c.dtype != CacheDType::kInt8) continue;
       for (int32_t j = 0; j < length; ++j) {
         const uint8_t* ks = at + part.k_scales_at + j * part.k_scale_row + int64_t{g} * nbk * 4;
         float* key_scales = cache.key_scale_row(b, g, j);
         for (int32_t nb = 0; nb < nbk; ++nb) key_scales[nb * kKeysPerPanel] = load_element<float>(ks + nb * 4);
-        std::memcpy(cache.value_scale_row(b, g, j), at + part.v_scales_at + j * part.v_scale_row + int64_t{g} * nbv * 4, size_t(nbv) * 4);
+        std::memcpy(cache.value_scale_row(b, g, j), at + part.v_scales_at + j * part.v_scale_row + int64_t{g} * nbv * 4,
+                    size_t(nbv) * 4);
       }
     }
     at += part.end;
@@ -437,7 +473,8 @@ void KVCacheStorage::fill(KVCache& cache, const SavedCacheHeader& h, const uint8
   }
 }
 
-Status KVCacheStorage::load(const uint8_t* bytes, int64_t size, int32_t capacity, std::unique_ptr<KVCache>& out, LoadMessage* why) {
+Status KVCacheStorage::load(const uint8_t* bytes, int64_t size, int32_t capacity, std::unique_ptr<KVCache>& out,
+                            LoadMessage* why) {
   out.reset();
   SavedCacheHeader header;
   Status status = check(bytes, size, capacity, header, why);
@@ -445,7 +482,8 @@ Status KVCacheStorage::load(const uint8_t* bytes, int64_t size, int32_t capacity
   std::unique_ptr<KVCache> cache;
   status = KVCache::create(header.config, cache);
   if (status != Status::kOk) {
-    Why{why} << "the heap cannot hold a cache of " << int64_t(kv_cache_bytes(header.config)) << " bytes of keys and values";
+    Why{why} << "the heap cannot hold a cache of " << int64_t(kv_cache_bytes(header.config))
+             << " bytes of keys and values";
     return status;
   }
   switch (element_size(header.config.dtype)) {

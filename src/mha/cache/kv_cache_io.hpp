@@ -40,11 +40,11 @@ struct LoadMessage {
 // What a save's header says, once every check of load has passed (nothing allocated: the lengths are read
 // from the input).
 struct SavedCacheHeader {
-  KVCacheConfig config;           // of the cache to create: capacity is the requested one
+  KVCacheConfig config;  // of the cache to create: capacity is the requested one
   int32_t saved_capacity = 0;
-  int32_t max_length = 0;         // the longest saved sequence
+  int32_t max_length = 0;            // the longest saved sequence
   const uint8_t* lengths = nullptr;  // (B) little-endian int32, inside the input
-  int64_t tokens_offset = 0;      // where sequence 0's k starts
+  int64_t tokens_offset = 0;         // where sequence 0's k starts
   int32_t length(int32_t b) const;
 };
 
@@ -68,7 +68,8 @@ class KVCacheStorage {
   static Status check(const uint8_t* bytes, int64_t size, int32_t capacity, SavedCacheHeader& header, LoadMessage* why);
   // check(), then a new cache holding the saved tokens (and kOutOfMemory when the heap cannot hold it).
   // `out` is null unless kOk. A float16 cache's special_from is recomputed from its halves.
-  static Status load(const uint8_t* bytes, int64_t size, int32_t capacity, std::unique_ptr<KVCache>& out, LoadMessage* why);
+  static Status load(const uint8_t* bytes, int64_t size, int32_t capacity, std::unique_ptr<KVCache>& out,
+                     LoadMessage* why);
 
  private:
   // Copies the checked save's tokens into a new, zeroed cache of header.config and sets its lengths and

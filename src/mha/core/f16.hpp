@@ -38,10 +38,10 @@ inline float bits_float(uint32_t bits) {
 }
 
 // Bit patterns of the float32 constants the conversions use.
-constexpr uint32_t kF32Half = 0x3f000000u;            // 0.5f
-constexpr uint32_t kF32Pow2_112 = 0x77800000u;        // 2^112: half exponent bias 15 -> float bias 127
-constexpr uint32_t kF32Overflow = 0x47800000u;        // 65536.0f: at and above, the half is +-inf (or NaN)
-constexpr uint32_t kF32MinNormalHalf = 0x38800000u;   // 2^-14: below, the half is subnormal or zero
+constexpr uint32_t kF32Half = 0x3f000000u;           // 0.5f
+constexpr uint32_t kF32Pow2_112 = 0x77800000u;       // 2^112: half exponent bias 15 -> float bias 127
+constexpr uint32_t kF32Overflow = 0x47800000u;       // 65536.0f: at and above, the half is +-inf (or NaN)
+constexpr uint32_t kF32MinNormalHalf = 0x38800000u;  // 2^-14: below, the half is subnormal or zero
 constexpr uint32_t kF32Inf = 0x7f800000u;
 // Moves a float exponent to a half exponent ((15 - 127) << 23, modulo 2^32) and adds the rounding
 // increment 0xfff (half an ulp of the half, minus one; the missing one is the mantissa's odd bit).
@@ -62,7 +62,7 @@ inline uint16_t encode(float x) {
     // subnormal half: the float addition itself rounds |x| to the nearest half, ties to even.
     h = float_bits(bits_float(f) + 0.5f) - kF32Half;
   } else {
-    const uint32_t odd = (f >> 13) & 1u;  // the half's last mantissa bit: ties go to even
+    const uint32_t odd = (f >> 13) & 1u;    // the half's last mantissa bit: ties go to even
     h = (f + kRebiasAndRound + odd) >> 13;  // a carry out of the mantissa bumps the exponent (65520 -> inf)
   }
   return static_cast<uint16_t>(h | sign);
@@ -128,7 +128,8 @@ inline VecI narrow(VecF x) {
   const VecI sign = (f >> 16) & VecI(0x8000);
   const VecI a = f & VecI(0x7fffffff);
   const VecI inf_or_nan = xsimd::select(a > VecI(static_cast<int32_t>(kF32Inf)), VecI(kHalfQuietNaN), VecI(kHalfInf));
-  const VecI subnormal = xsimd::bitwise_cast<VecI>(xsimd::bitwise_cast<VecF>(a) + VecF(0.5f)) - VecI(static_cast<int32_t>(kF32Half));
+  const VecI subnormal =
+      xsimd::bitwise_cast<VecI>(xsimd::bitwise_cast<VecF>(a) + VecF(0.5f)) - VecI(static_cast<int32_t>(kF32Half));
   const VecI normal = (a + VecI(static_cast<int32_t>(kRebiasAndRound)) + ((a >> 13) & VecI(1))) >> 13;
   const VecI h = xsimd::select(a >= VecI(static_cast<int32_t>(kF32Overflow)), inf_or_nan,
                                xsimd::select(a < VecI(static_cast<int32_t>(kF32MinNormalHalf)), subnormal, normal));

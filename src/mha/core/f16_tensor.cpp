@@ -27,7 +27,8 @@ void narrow_floats(const float* src, uint16_t* dst, int64_t n) {
 #if MHA_F16_SIMD
   alignas(16) uint16_t halves[8];
   for (; i + 8 <= n; i += 8) {
-    const f16::simd::VecF lo = f16::simd::VecF::load_unaligned(src + i), hi = f16::simd::VecF::load_unaligned(src + i + 4);
+    const f16::simd::VecF lo = f16::simd::VecF::load_unaligned(src + i),
+                          hi = f16::simd::VecF::load_unaligned(src + i + 4);
     f16::simd::store8(lo, hi, halves);
     std::memcpy(dst + i, halves, sizeof halves);
   }

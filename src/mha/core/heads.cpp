@@ -17,8 +17,8 @@ Status validate_heads(const void* from, const void* to, int32_t batch, int32_t s
 
 // Copies every (b, h, s) run of Dh floats between the two layouts; to_heads picks the direction.
 // Both layouts keep each head's Dh floats contiguous, so each run is one memcpy.
-void permute_heads(const float* from, float* to, int32_t batch, int32_t seq_len, int32_t d_model,
-                   int32_t num_heads, bool to_heads) {
+void permute_heads(const float* from, float* to, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads,
+                   bool to_heads) {
   const int32_t head_dim = d_model / num_heads;
   for (int32_t b = 0; b < batch; ++b) {
     for (int32_t h = 0; h < num_heads; ++h) {
@@ -37,15 +37,13 @@ void permute_heads(const float* from, float* to, int32_t batch, int32_t seq_len,
 
 }  // namespace
 
-Status split_heads(const float* x, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads,
-                   float* xh) {
+Status split_heads(const float* x, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads, float* xh) {
   const Status status = validate_heads(x, xh, batch, seq_len, d_model, num_heads);
   if (status == Status::kOk) permute_heads(x, xh, batch, seq_len, d_model, num_heads, true);
   return status;
 }
 
-Status merge_heads(const float* xh, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads,
-                   float* x) {
+Status merge_heads(const float* xh, int32_t batch, int32_t seq_len, int32_t d_model, int32_t num_heads, float* x) {
   const Status status = validate_heads(xh, x, batch, seq_len, d_model, num_heads);
   if (status == Status::kOk) permute_heads(xh, x, batch, seq_len, d_model, num_heads, false);
   return status;

@@ -3,7 +3,6 @@
 #include <sched.h>  // sched_yield
 #include <time.h>   // clock_gettime
 
-
 namespace mha {
 namespace {
 
@@ -234,8 +233,8 @@ Status ParallelAttention::begin(const AttentionArgs& args) {
     if (scratch.capacity() < plan.scratch.total) join_all();
     if (!scratch.reserve(plan.scratch.total)) return Status::kOutOfMemory;
   }
-  UnitJob& job =
-      jobs_[pool_.next_slot()].emplace(UnitJob{args, kernel_, plan, &scratch_, plan.unit_count / plan.units_per_kv_head});
+  UnitJob& job = jobs_[pool_.next_slot()].emplace(
+      UnitJob{args, kernel_, plan, &scratch_, plan.unit_count / plan.units_per_kv_head});
   pool_.begin(plan.unit_count, &run_unit<UnitJob>, &job);
   return Status::kOk;
 }

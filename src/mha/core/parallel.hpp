@@ -110,8 +110,8 @@ class ThreadPool {
   uint64_t generation_ = 0;  // bumped per published loop
   bool stop_ = false;
   // The caller's own bookkeeping (only the calling thread reads or writes these):
-  int oldest_ = 0;     // slot of the oldest loop in flight
-  int in_flight_ = 0;  // loops begun and not yet joined
+  int oldest_ = 0;             // slot of the oldest loop in flight
+  int in_flight_ = 0;          // loops begun and not yet joined
   std::atomic<int> alive_{0};  // started workers that have not left worker_main yet
   // generation_ as last published (also bumped by stop()): a worker that just finished a loop polls it
   // for a short while before it blocks, so back-to-back calls do not pay a futex wake-up each.

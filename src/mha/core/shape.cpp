@@ -53,7 +53,8 @@ const char* status_message(Status status) {
     case Status::kUnsupportedOption:
       return "an option the call sets does not apply to this function (lse is an output of multiHeadAttention only)";
     case Status::kKvHeadsDoNotDivide: return "numKvHeads must be a positive divisor of numHeads";
-    case Status::kBadQueryOffset: return "queryOffset must be a non-negative integer, with queryOffset + seqLen below 2^31";
+    case Status::kBadQueryOffset:
+      return "queryOffset must be a non-negative integer, with queryOffset + seqLen below 2^31";
     case Status::kBadWindow: return "window bounds must be non-negative integers or Infinity";
     case Status::kBadKvLength: return "every kvLengths entry must be an integer in [0, kvSeqLen]";
     case Status::kBadSoftcap: return "softcap must be a finite number > 0";
@@ -64,7 +65,8 @@ const char* status_message(Status status) {
     case Status::kCacheTooLarge: return "the KV cache's capacity x dims do not fit the 2 GiB wasm heap";
     case Status::kCacheInvalid: return "the KV cache was freed or belongs to another instance";
     case Status::kCacheBadLength:
-      return "truncate(n) needs an integer n in [0, max(lengths)], truncate([...]) each entry in [0, lengths[b]], read an end <= min(lengths)";
+      return "truncate(n) needs an integer n in [0, max(lengths)], truncate([...]) each entry in [0, lengths[b]], read "
+             "an end <= min(lengths)";
     case Status::kCacheHeadsMismatch: return "numHeads must be a positive multiple of the cache's numKvHeads";
     case Status::kCacheBadOption: return "a KV cache option is out of range (window, softcap, alibiSlopes or dtype)";
     case Status::kBadVHeadDim: return "vHeadDim must be a positive integer";
@@ -82,8 +84,7 @@ const char* status_message(Status status) {
 }
 
 Status validate_shape(const AttentionShape& shape, ScoreTensor scores) {
-  if (shape.batch <= 0 || shape.seq_len <= 0 || shape.kv_seq_len <= 0 || shape.d_model <= 0 ||
-      shape.num_heads <= 0) {
+  if (shape.batch <= 0 || shape.seq_len <= 0 || shape.kv_seq_len <= 0 || shape.d_model <= 0 || shape.num_heads <= 0) {
     return Status::kNonPositiveDim;
   }
   if (shape.d_model % shape.num_heads != 0) return Status::kHeadsDoNotDivide;
@@ -156,10 +157,10 @@ Status validate_rope(const AttentionArgs& args) {
 }
 
 Status validate_args(const AttentionArgs& args) {
-  const Status shape_status = validate_shape(args.shape, args.mask != nullptr ? ScoreTensor::kMask : ScoreTensor::kNone);
+  const Status shape_status =
+      validate_shape(args.shape, args.mask != nullptr ? ScoreTensor::kMask : ScoreTensor::kNone);
   if (shape_status != Status::kOk) return shape_status;
-  if (args.q.data == nullptr || args.k.data == nullptr || args.v.data == nullptr ||
-      args.out.data == nullptr) {
+  if (args.q.data == nullptr || args.k.data == nullptr || args.v.data == nullptr || args.out.data == nullptr) {
     return Status::kNullPointer;
   }
   return validate_options(args);

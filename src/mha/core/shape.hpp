@@ -16,21 +16,22 @@ namespace mha {
 // The numbers are part of the binding ABI (the TypeScript layer maps them to messages).
 enum class Status : int32_t {
   kOk = 0,
-  kNonPositiveDim = 1,     // batch, seq_len, kv_seq_len, d_model or num_heads <= 0
-  kHeadsDoNotDivide = 2,   // d_model % num_heads != 0
-  kTooLarge = 3,           // an element count does not fit 32-bit indexing
-  kNullPointer = 4,        // a required buffer is missing
-  kBadScale = 5,           // scale is NaN or infinite
-  kOutOfMemory = 6,        // scratch allocation failed
-  kUnsupportedOption = 7,  // the call sets an option that does not apply to the function (binding ABI: lse of attention_weights)
-  kKvHeadsDoNotDivide = 8, // num_kv_heads < 0, or not a divisor of num_heads
-  kBadQueryOffset = 9,     // query_offset < 0, or query_offset + seq_len beyond int32
-  kBadWindow = 10,         // a window bound below -1 (-1 = unbounded)
-  kBadKvLength = 11,       // some kv_lengths[b] outside [0, kv_seq_len]
-  kBadSoftcap = 12,        // softcap NaN, infinite or negative (0 = none)
-  kBadAlibiSlope = 13,     // an ALiBi slope is NaN or infinite
-  kBadBiasShape = 14,      // the bias's broadcast dims are not 1 or B and 1 or H (binding ABI), or its strides negative
-  kBadEmptyRows = 15,      // empty_rows is neither 'nan' nor 'zero' (binding ABI)
+  kNonPositiveDim = 1,    // batch, seq_len, kv_seq_len, d_model or num_heads <= 0
+  kHeadsDoNotDivide = 2,  // d_model % num_heads != 0
+  kTooLarge = 3,          // an element count does not fit 32-bit indexing
+  kNullPointer = 4,       // a required buffer is missing
+  kBadScale = 5,          // scale is NaN or infinite
+  kOutOfMemory = 6,       // scratch allocation failed
+  kUnsupportedOption =
+      7,  // the call sets an option that does not apply to the function (binding ABI: lse of attention_weights)
+  kKvHeadsDoNotDivide = 8,  // num_kv_heads < 0, or not a divisor of num_heads
+  kBadQueryOffset = 9,      // query_offset < 0, or query_offset + seq_len beyond int32
+  kBadWindow = 10,          // a window bound below -1 (-1 = unbounded)
+  kBadKvLength = 11,        // some kv_lengths[b] outside [0, kv_seq_len]
+  kBadSoftcap = 12,         // softcap NaN, infinite or negative (0 = none)
+  kBadAlibiSlope = 13,      // an ALiBi slope is NaN or infinite
+  kBadBiasShape = 14,  // the bias's broadcast dims are not 1 or B and 1 or H (binding ABI), or its strides negative
+  kBadEmptyRows = 15,  // empty_rows is neither 'nan' nor 'zero' (binding ABI)
   // The KV cache (kv_cache.hpp).
   kCacheFull = 16,           // appending n tokens would pass the capacity (nothing was written)
   kCacheTooLarge = 17,       // K and V storage beyond kMaxCacheBytes (kv_cache_bytes says how many)
@@ -39,16 +40,16 @@ enum class Status : int32_t {
   kCacheHeadsMismatch = 20,  // num_heads is not a positive multiple of the cache's num_kv_heads
   kCacheBadOption = 21,      // window bound < -1, softcap not finite or < 0, a non-finite ALiBi slope, bad dtype
   // The v0.3 options (docs/spec.md Part 4).
-  kBadVHeadDim = 22,         // v_head_dim < 0
-  kBadSinks = 23,            // a sink is NaN or infinite
-  kBadRotaryDim = 24,        // rotary_dim odd, < 2 or > Dh, or rope tables missing
-  kRopePosition = 25,        // a query or key position is not below the rope tables' rows
-  kBadStage = 26,            // attention_weights: no such score stage
+  kBadVHeadDim = 22,   // v_head_dim < 0
+  kBadSinks = 23,      // a sink is NaN or infinite
+  kBadRotaryDim = 24,  // rotary_dim odd, < 2 or > Dh, or rope tables missing
+  kRopePosition = 25,  // a query or key position is not below the rope tables' rows
+  kBadStage = 26,      // attention_weights: no such score stage
   // The serving cache (docs/spec.md 4.6, 4.7).
-  kCacheBadNewTokens = 27,   // a new_tokens entry outside [0, n]
-  kCacheBadSave = 28,        // saved cache bytes that are not exactly what save wrote (kv_cache_io.hpp says why)
+  kCacheBadNewTokens = 27,  // a new_tokens entry outside [0, n]
+  kCacheBadSave = 28,       // saved cache bytes that are not exactly what save wrote (kv_cache_io.hpp says why)
   // The cache dtypes (docs/spec.md 4.8).
-  kCacheNonFinite = 29,      // an int8 cache asked to store an inf or NaN k or v value (nothing was written)
+  kCacheNonFinite = 29,  // an int8 cache asked to store an inf or NaN k or v value (nothing was written)
 };
 constexpr Status kLastStatus = Status::kCacheNonFinite;  // every number in [0, kLastStatus] is a Status
 
@@ -72,15 +73,15 @@ struct AttentionShape {
   int32_t v_head_dim = 0;    // Dv; 0 = Dh
 
   int32_t head_dim() const { return num_heads > 0 ? d_model / num_heads : 0; }
-  int32_t value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim(); }       // Dv
+  int32_t value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim(); }  // Dv
   int32_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
-  int64_t kv_d_model() const { return int64_t{kv_heads()} * head_dim(); }          // Hkv * Dh: a k row
-  int64_t v_d_model() const { return int64_t{kv_heads()} * value_dim(); }          // Hkv * Dv: a v row
-  int64_t out_d_model() const { return int64_t{num_heads} * value_dim(); }         // H * Dv: an out row
-  int64_t q_elements() const { return int64_t{batch} * seq_len * d_model; }      // (B, S, D)
+  int64_t kv_d_model() const { return int64_t{kv_heads()} * head_dim(); }             // Hkv * Dh: a k row
+  int64_t v_d_model() const { return int64_t{kv_heads()} * value_dim(); }             // Hkv * Dv: a v row
+  int64_t out_d_model() const { return int64_t{num_heads} * value_dim(); }            // H * Dv: an out row
+  int64_t q_elements() const { return int64_t{batch} * seq_len * d_model; }           // (B, S, D)
   int64_t kv_elements() const { return int64_t{batch} * kv_seq_len * kv_d_model(); }  // (B, T, Hkv*Dh)
-  int64_t mask_elements() const { return int64_t{batch} * seq_len * kv_seq_len; }  // (B, S, T)
-  int64_t weights_elements() const {                                              // (B, H, S, T)
+  int64_t mask_elements() const { return int64_t{batch} * seq_len * kv_seq_len; }     // (B, S, T)
+  int64_t weights_elements() const {                                                  // (B, H, S, T)
     return int64_t{batch} * num_heads * seq_len * kv_seq_len;
   }
 };
@@ -159,7 +160,7 @@ struct AttentionArgs {
   TensorView<float> out;
   const uint8_t* mask = nullptr;  // (B, S, T) uint8, nonzero = attend; shared by all heads
   bool causal = false;
-  float scale = 0.0f;  // the caller resolves the 1/sqrt(Dh) default (see default_scale)
+  float scale = 0.0f;                   // the caller resolves the 1/sqrt(Dh) default (see default_scale)
   int32_t query_offset = 0;             // p_0; >= 0 (T - S: lower-right alignment, a decode step)
   const int32_t* kv_lengths = nullptr;  // (B), each in [0, T]; nullptr = T
   int32_t window_left = -1;             // keys at most this many positions before the query; -1 = unbounded
@@ -168,8 +169,8 @@ struct AttentionArgs {
   const float* alibi_slopes = nullptr;  // (H) finite; nullptr = none
   BiasView bias;
   EmptyRows empty_rows = EmptyRows::kNaN;
-  float* lse = nullptr;                 // (B, H, S) output, natural log; nullptr = not wanted
-  const float* sinks = nullptr;         // (H) finite logits without a value row; nullptr = none
+  float* lse = nullptr;          // (B, H, S) output, natural log; nullptr = not wanted
+  const float* sinks = nullptr;  // (H) finite logits without a value row; nullptr = none
   RotaryTables rope;
 
   // Whether the visible keys of a row depend on the row (causal or a bounded window).

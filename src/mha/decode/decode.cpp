@@ -49,7 +49,6 @@ constexpr int64_t kParallelMergeFloats = int64_t{1} << 18;
 // A prefill of at least this many tokens into an empty cache runs the tiled kernel.
 constexpr int32_t kTiledPrefillMinTokens = 16;
 
-
 // The tiled kernel reads K and V as (T, Dh) rows through strides; the cache's K is in panels of K^T
 // (kv_cache.hpp), so the tiled kernel serves only a prefill into an empty sequence, where the keys it
 // must see are exactly the new tokens. A non-empty sequence keeps the decode kernel: reading the cached
@@ -66,13 +65,13 @@ struct DecodeJob {
   const CacheAttendArgs* args = nullptr;
   const DecodeKernel* kernel = nullptr;
   DecodeScratch* scratch = nullptr;
-  int32_t group = 0;           // G = H / Hkv
+  int32_t group = 0;                             // G = H / Hkv
   int32_t head_dim = 0, value_dim = 0, dv8 = 0;  // Dh, Dv, Dv8
-  int32_t keys_per_block = 0;  // decode_keys_per_block(max(Dh8, Dv8))
-  TensorView<const float> q;   // args->q, or with rope its rotated copy (stage_rotated_q)
-  const int32_t* lengths = nullptr;          // (B) sequence b sees keys [0, lengths[b])
-  const int32_t* first_positions = nullptr;  // (B) the position of sequence b's query 0
-  const DecodeRowBlock* row_blocks = nullptr;  // the wave's row blocks
+  int32_t keys_per_block = 0;                    // decode_keys_per_block(max(Dh8, Dv8))
+  TensorView<const float> q;                     // args->q, or with rope its rotated copy (stage_rotated_q)
+  const int32_t* lengths = nullptr;              // (B) sequence b sees keys [0, lengths[b])
+  const int32_t* first_positions = nullptr;      // (B) the position of sequence b's query 0
+  const DecodeRowBlock* row_blocks = nullptr;    // the wave's row blocks
   int32_t wave_row_blocks = 0;
   float* partials = nullptr;
   float score_scale = 0.0f, softcap_in = 0.0f, softcap_out = 0.0f;
@@ -114,7 +113,8 @@ void run_item(void* ctx, int64_t index, int worker) {
   // no items and shares its item_begin with the next).
   const DecodeRowBlock* wave_end = job.row_blocks + job.wave_row_blocks;
   const DecodeRowBlock& rb = *(std::upper_bound(job.row_blocks, wave_end, index,
-                                                [](int64_t i, const DecodeRowBlock& r) { return i < r.item_begin; }) - 1);
+                                                [](int64_t i, const DecodeRowBlock& r) { return i < r.item_begin; }) -
+                               1);
   const int64_t local = index - rb.item_begin;
   const int32_t g = static_cast<int32_t>(local / rb.blocks);
   const int32_t block = rb.first_block + static_cast<int32_t>(local % rb.blocks);
@@ -216,7 +216,8 @@ void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, fl
   }
   for (int32_t d = 0; d < dv; ++d) {
     double acc = 0.0;
-    for (int32_t j = keys.first; j <= keys.last; ++j) acc += scores[static_cast<size_t>(j - keys.first)] * double{cache.value(b, g, j, d)};
+    for (int32_t j = keys.first; j <= keys.last; ++j)
+      acc += scores[static_cast<size_t>(j - keys.first)] * double{cache.value(b, g, j, d)};
     out[d] = static_cast<float>(acc / sum);
   }
 }
@@ -290,7 +291,8 @@ void plan_row_blocks(const DecodeJob& job, std::vector<DecodeRowBlock>& row_bloc
         rb.first_block = rb.keys.first / job.keys_per_block;
         rb.blocks = rb.keys.last / job.keys_per_block - rb.first_block + 1;
       }
-      rb.item_floats = static_cast<int32_t>(whole_lines_of_floats(size_t{2} * kDecodeMaxRowsPerItem + size_t(rb.rows) * job.dv8));
+      rb.item_floats =
+          static_cast<int32_t>(whole_lines_of_floats(size_t{2} * kDecodeMaxRowsPerItem + size_t(rb.rows) * job.dv8));
       row_blocks.push_back(rb);
     }
   }
@@ -299,7 +301,8 @@ void plan_row_blocks(const DecodeJob& job, std::vector<DecodeRowBlock>& row_bloc
 // Scratch floats per worker: the kernel's (or the scalar kernel's, to which the SIMD kernel hands its
 // cold float16 blocks: decode_path.hpp, DecodeLoader::kScalarKernel), and a merged row (Dv8).
 size_t worker_floats(const DecodeKernel& kernel, int32_t head_dim, int32_t value_dim) {
-  return std::max({kernel.scratch_floats(head_dim, value_dim), scalar::kDecodeKernel.scratch_floats(head_dim, value_dim),
+  return std::max({kernel.scratch_floats(head_dim, value_dim),
+                   scalar::kDecodeKernel.scratch_floats(head_dim, value_dim),
                    static_cast<size_t>(round_up(value_dim, 8))});
 }
 
@@ -339,8 +342,8 @@ int64_t largest_wave_floats(std::vector<DecodeRowBlock>& row_blocks, int64_t hea
   return largest;
 }
 
-DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions, const int32_t* lengths,
-                   DecodeScratch& scratch) {
+DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
+                   const int32_t* lengths, DecodeScratch& scratch) {
   DecodeJob job;
   job.cache = &cache;
   job.args = &args;
@@ -357,7 +360,9 @@ DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, const int3
   const CacheAttendOptions& o = args.options;
   // Scores in log2 units. Where a folded factor is not a normal float it no longer carries the given
   // scale to float precision (or overflows): such calls take the exact path for every row.
-  auto normal = [](float x) { return std::isfinite(x) && (x == 0.0f || std::fabs(x) >= std::numeric_limits<float>::min()); };
+  auto normal = [](float x) {
+    return std::isfinite(x) && (x == 0.0f || std::fabs(x) >= std::numeric_limits<float>::min());
+  };
   if (o.softcap != 0.0f) {
     job.softcap_in = static_cast<float>(double{o.scale} / double{o.softcap});
     job.softcap_out = static_cast<float>(double{o.softcap} * kLog2e);
@@ -374,8 +379,8 @@ DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, const int3
 }
 
 // Reserves everything the decode kernel will need for a call over lengths[b] keys of each sequence.
-Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions, const int32_t* lengths,
-                      DecodeScratch& scratch, ThreadPool* pool) {
+Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
+                      const int32_t* lengths, DecodeScratch& scratch, ThreadPool* pool) {
   DecodeJob job = make_job(cache, args, first_positions, lengths, scratch);
   plan_row_blocks(job, scratch.row_blocks);
   const int64_t heads = cache.config().num_kv_heads;
@@ -388,7 +393,8 @@ Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, const i
   const KVCacheConfig& c = cache.config();
   const size_t q_floats = size_t(c.batch) * args.new_tokens * args.options.num_heads * c.head_dim;
   if (args.options.rope.enabled() && !scratch.staged_q.reserve(q_floats)) return Status::kOutOfMemory;
-  if (!scratch.partials.reserve(static_cast<size_t>(std::max<int64_t>(partial_floats, 16)))) return Status::kOutOfMemory;
+  if (!scratch.partials.reserve(static_cast<size_t>(std::max<int64_t>(partial_floats, 16))))
+    return Status::kOutOfMemory;
   return Status::kOk;
 }
 
@@ -402,8 +408,8 @@ void zero_padding_rows(const KVCache& cache, const CacheAttendArgs& args) {
 }
 
 // Runs the planned call (scratch reserved by reserve_decode for the same arguments).
-void run_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions, DecodeScratch& scratch,
-                ThreadPool* pool) {
+void run_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
+                DecodeScratch& scratch, ThreadPool* pool) {
   DecodeJob job = make_job(cache, args, first_positions, cache.lengths(), scratch);
   plan_row_blocks(job, scratch.row_blocks);
   const int64_t heads = cache.config().num_kv_heads;
@@ -453,7 +459,8 @@ Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& 
                     Workspace& tiled_scratch) {
   const Status status = validate_cache_attend(cache, args);
   if (status != Status::kOk) return status;
-  const Status storable = cache.check_storable(args.k, args.v, args.new_tokens, &args.options.rope, args.new_token_counts);
+  const Status storable =
+      cache.check_storable(args.k, args.v, args.new_tokens, &args.options.rope, args.new_token_counts);
   if (storable != Status::kOk) return storable;  // before any output or storage is written
   const int32_t batch = cache.config().batch;
   int32_t tiled = 0;
@@ -475,7 +482,8 @@ Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& 
   }
   CacheAttendArgs decoded = args;
   decoded.new_token_counts = scratch.decode_counts.data();
-  const Status reserved = reserve_decode(cache, decoded, scratch.first_positions.data(), scratch.key_counts.data(), scratch, pool);
+  const Status reserved =
+      reserve_decode(cache, decoded, scratch.first_positions.data(), scratch.key_counts.data(), scratch, pool);
   if (reserved != Status::kOk) return reserved;
   for (int32_t b = 0; b < batch && tiled > 0; ++b) {  // before the append: they read only their new tokens
     if (!tiled_sequence(cache, args, b)) continue;

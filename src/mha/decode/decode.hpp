@@ -55,14 +55,14 @@ inline KeySpan visible_keys(int64_t position, int32_t length, bool causal, int32
 
 // The options of one attend call (docs/spec.md Part 3: bias, kvLengths and mask are not cache options).
 struct CacheAttendOptions {
-  int32_t num_heads = 0;       // H, a multiple of the cache's Hkv
-  bool causal = true;          // lower-right: query i at position old_length + i sees keys <= its position
-  int32_t window_left = -1;    // -1 = Infinity
-  int32_t window_right = -1;   // -1 = Infinity
-  float softcap = 0.0f;        // 0 = none; else finite > 0
+  int32_t num_heads = 0;                // H, a multiple of the cache's Hkv
+  bool causal = true;                   // lower-right: query i at position old_length + i sees keys <= its position
+  int32_t window_left = -1;             // -1 = Infinity
+  int32_t window_right = -1;            // -1 = Infinity
+  float softcap = 0.0f;                 // 0 = none; else finite > 0
   const float* alibi_slopes = nullptr;  // (H) or nullptr
-  float scale = 0.0f;          // resolved by the caller (default_scale(Dh))
-  bool empty_rows_zero = false;  // emptyRows: 'zero' (true) or 'nan'
+  float scale = 0.0f;                   // resolved by the caller (default_scale(Dh))
+  bool empty_rows_zero = false;         // emptyRows: 'zero' (true) or 'nan'
   // docs/spec.md 4.5: keys are rotated once, at append, at their cache position (old length + i), and
   // stored rotated; queries at the same positions. Disabled (cos nullptr) = none. The tables must hold
   // every position of the call (kRopePosition); rotary_dim even in [2, Dh] (kBadRotaryDim).
@@ -83,14 +83,14 @@ const char* decode_kernel_name(const DecodeKernel& kernel);
 enum class CachePath { kAuto, kDecodeKernel, kExactRows };
 
 struct CacheAttendArgs {
-  int32_t new_tokens = 0;          // n >= 1: the rows of q, k, v and out per sequence
+  int32_t new_tokens = 0;  // n >= 1: the rows of q, k, v and out per sequence
   // (B) real rows of each sequence, each in [0, n]; nullptr = n for all (docs/spec.md 4.6). Rows at index
   // >= new_token_counts[b] are padding: not read, not stored, their out rows 0. Sequence b's real rows
   // take positions length(b) + i.
   const int32_t* new_token_counts = nullptr;
-  TensorView<const float> q;       // (B, n, H*Dh)
-  TensorView<const float> k, v;    // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv): the new tokens
-  TensorView<float> out;           // (B, n, H*Dv); may be q itself (when Dv = Dh), must not overlap k or v
+  TensorView<const float> q;     // (B, n, H*Dh)
+  TensorView<const float> k, v;  // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv): the new tokens
+  TensorView<float> out;         // (B, n, H*Dv); may be q itself (when Dv = Dh), must not overlap k or v
   CacheAttendOptions options;
   const DecodeKernel* kernel = nullptr;  // nullptr = default_decode_kernel()
   CachePath path = CachePath::kAuto;
@@ -102,17 +102,17 @@ struct CacheAttendArgs {
 // The rows of one (batch item, KV head) are cut into row blocks of at most kDecodeMaxRowsPerItem rows;
 // a row block runs against the key blocks that meet the union of its rows' visible keys.
 struct DecodeRowBlock {
-  int32_t batch = 0;        // b
-  int32_t row_begin = 0;    // rows [row_begin, row_begin + rows) of the G*n rows, r = query * G + head
+  int32_t batch = 0;      // b
+  int32_t row_begin = 0;  // rows [row_begin, row_begin + rows) of the G*n rows, r = query * G + head
   int32_t rows = 0;
-  KeySpan keys;            // union of the rows' visible keys
+  KeySpan keys;             // union of the rows' visible keys
   int32_t first_block = 0;  // key blocks [first_block, first_block + blocks)
   int32_t blocks = 0;
   // Within the wave: the first work item of (this row block, g = 0) and its partial results, in floats.
   // The row block's items are Hkv * blocks, g-major: item_begin + g * blocks + (block - first_block).
   int64_t item_begin = 0;
   int64_t partial_begin = 0;
-  int32_t item_floats = 0;    // floats of one item's partial results
+  int32_t item_floats = 0;  // floats of one item's partial results
 };
 
 struct DecodeScratch {
@@ -146,8 +146,8 @@ Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch&
                      Workspace& tiled_scratch);
 Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t first, int32_t batch, int32_t rows,
                     DecodeScratch& scratch, ParallelAttention* parallel, Workspace& tiled_scratch);
-TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
-                                        DecodeScratch& scratch);
+TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args,
+                                        const int32_t* first_positions, DecodeScratch& scratch);
 
 // Appends args.k, args.v to the cache and writes out = attention of q over keys [0, new length(b)) of
 // each sequence, queries at positions old length(b) + i. On any error status nothing changed: not the

@@ -17,7 +17,9 @@ namespace mha {
 // that would halve again the split-K work of a short cache (one KV head, 1k tokens: a single block).
 constexpr int32_t kDecodeMaxKeysPerBlock = 512;
 constexpr int32_t kDecodeMinKeysPerBlock = kDecodeMaxKeysPerBlock / 2;
-constexpr int32_t decode_keys_per_block(int32_t dh8) { return dh8 <= 128 ? kDecodeMaxKeysPerBlock : kDecodeMinKeysPerBlock; }
+constexpr int32_t decode_keys_per_block(int32_t dh8) {
+  return dh8 <= 128 ? kDecodeMaxKeysPerBlock : kDecodeMinKeysPerBlock;
+}
 constexpr int32_t kDecodeMaxRowsPerItem = 32;  // query rows (G heads x n queries) of one work item
 static_assert(kDecodeMinKeysPerBlock % kKeysPerPanel == 0, "blocks start on panel boundaries");
 
@@ -36,11 +38,11 @@ struct DecodeBlock {
   int32_t value_dim = 0;  // Dv
   int32_t dv8 = 0;        // Dv rounded up to 8 (value row length, and o's)
 
-  int32_t rows = 0;                        // <= kDecodeMaxRowsPerItem
-  const float* const* q_rows = nullptr;    // q of row r: Dh floats
-  const KeySpan* visible = nullptr;       // row r sees keys visible[r] (clipped to the block here)
-  const int32_t* position = nullptr;       // query position of row r (ALiBi)
-  const float* alibi = nullptr;            // slope * log2(e) of row r's head, or nullptr
+  int32_t rows = 0;                      // <= kDecodeMaxRowsPerItem
+  const float* const* q_rows = nullptr;  // q of row r: Dh floats
+  const KeySpan* visible = nullptr;      // row r sees keys visible[r] (clipped to the block here)
+  const int32_t* position = nullptr;     // query position of row r (ALiBi)
+  const float* alibi = nullptr;          // slope * log2(e) of row r's head, or nullptr
 
   // Keys of the block, inside the union of the rows' visible keys; key_begin is at or after the start of
   // the block (a multiple of decode_keys_per_block), key_end - 1 before its end: at most

@@ -101,7 +101,8 @@ template <class Elem>
 MHA_PHASE int32_t touch_block(const DecodeBlock& blk, int32_t base) {
   constexpr int64_t kStep = 4 * 64;
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
-  const auto* keys = static_cast<const char*>(blk.key_panels) + key_panel_offset(base, 0, blk.head_dim) * int64_t{sizeof(Elem)};  // base: a panel start
+  const auto* keys = static_cast<const char*>(blk.key_panels) +
+                     key_panel_offset(base, 0, blk.head_dim) * int64_t{sizeof(Elem)};  // base: a panel start
   const auto* values = static_cast<const char*>(blk.value_rows) + int64_t{blk.key_begin} * blk.dv8 * sizeof(Elem);
   const int64_t key_bytes = int64_t{panels} * kP * blk.head_dim * sizeof(Elem);
   const int64_t value_bytes = int64_t{blk.key_end - blk.key_begin} * blk.dv8 * sizeof(Elem);
@@ -120,8 +121,8 @@ MHA_PHASE int32_t touch_block(const DecodeBlock& blk, int32_t base) {
 // start at or before key_begin.
 // stage: read each panel once into k_stage (ld must then give true values) and run every chunk on that.
 template <class Ld>
-MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* qp, float* s, float* k_stage, const Ld& ld,
-                            bool stage) {
+MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* qp, float* s, float* k_stage,
+                            const Ld& ld, bool stage) {
   using Elem = typename Ld::Elem;
   const int32_t dh = blk.head_dim;
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
@@ -155,8 +156,8 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
 // Phase 3, one row: the scores of lanes [g0, g1) (4-aligned, covering [key_begin, key_end)) become
 // weights p = 2^(s - m'), stored times p_scale (1, or 2^112 for values read as scaled halves); keys outside
 // [first, last] get p = 0. Returns m; *l = sum of p.
-float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, int32_t g1, float p_scale, float* row, float* l,
-                  const simd::Exp2Constants& ek, const simd::TanhConstants& tk) {
+float row_softmax(const DecodeBlock& blk, int32_t r, int32_t base, int32_t g0, int32_t g1, float p_scale, float* row,
+                  float* l, const simd::Exp2Constants& ek, const simd::TanhConstants& tk) {
   const int32_t first = std::max(blk.visible[r].first, blk.key_begin);
   const int32_t last = std::min(blk.visible[r].last, blk.key_end - 1);
   if (blk.softcap_in != 0.0f) {
@@ -200,13 +201,15 @@ MHA_PHASE void block_softmax(const DecodeBlock& blk, int32_t base, float p_scale
   const simd::TanhConstants tk;
   const int32_t g0 = (blk.key_begin - base) / kLanes * kLanes;
   const int32_t g1 = round_up(blk.key_end - base, kLanes);
-  for (int32_t r = 0; r < blk.rows; ++r) blk.m[r] = row_softmax(blk, r, base, g0, g1, p_scale, s + r * kS, blk.l + r, ek, tk);
+  for (int32_t r = 0; r < blk.rows; ++r)
+    blk.m[r] = row_softmax(blk, r, base, g0, g1, p_scale, s + r * kS, blk.l + r, ek, tk);
 }
 
 // Phase 4: o = p V over keys [key_begin, key_end), tile by tile (tiles end on panel boundaries). stage:
 // as block_scores, per V tile.
 template <class Ld>
-MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v_stage, const Ld& ld, bool stage) {
+MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s, float* v_stage, const Ld& ld,
+                            bool stage) {
   using Elem = typename Ld::Elem;
   const int32_t dh8 = blk.dv8;
   std::fill(blk.o, blk.o + int64_t{blk.rows} * dh8, 0.0f);
@@ -215,7 +218,8 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
   if constexpr (kPairs<Ld>) {
     const Elem* v = static_cast<const Elem*>(blk.value_rows) + int64_t{blk.key_begin} * dh8;
     pv_rows<1>(s + (blk.key_begin - base), v, dh8, blk.key_end - blk.key_begin, blk.o, ld);
-    for (int32_t c = 0; c < dh8; c += 8) store_pairs(VecF::load_aligned(blk.o + c), VecF::load_aligned(blk.o + c + kLanes), blk.o + c);
+    for (int32_t c = 0; c < dh8; c += 8)
+      store_pairs(VecF::load_aligned(blk.o + c), VecF::load_aligned(blk.o + c + kLanes), blk.o + c);
     return;
   }
   const F32Loader widened;
@@ -234,7 +238,6 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
   }
 }
 
-
 // The four phases with the loaders of scores (KLd) and values (VLd), as `path` says (decode_path.hpp).
 // Phases run unless the test seam's phase mask skips them (test_seam.hpp: the phase-timing harnesses).
 template <class KLd, class VLd>
@@ -247,7 +250,8 @@ void run_phases(const DecodeBlock& blk, float* scratch, const DecodePath& path) 
   if (MHA_DECODE_PHASE_RUNS(2) && path.touch_block) {  // the stored value keeps the loads
     *reinterpret_cast<int32_t*>(scratch + lay.k_stage) = touch_block<typename KLd::Elem>(blk, base);
   }
-  if (MHA_DECODE_PHASE_RUNS(2)) block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, path.stage_k);
+  if (MHA_DECODE_PHASE_RUNS(2))
+    block_scores(blk, base, scratch + lay.q, scratch + lay.s, scratch + lay.k_stage, kld, path.stage_k);
   if (MHA_DECODE_PHASE_RUNS(4)) {
     block_softmax(blk, base, path.p_scale, scratch + lay.s);
   } else {
@@ -276,7 +280,8 @@ void run_int8(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   const auto* keys = static_cast<const int8_t*>(blk.key_panels);
   for (int32_t pi = 0; pi < panels; ++pi) {
     const int32_t panel = base / kP + pi;
-    widen_int8_panel(keys + key_panel_offset(panel * kP, 0, dh), blk.key_scales + int64_t{panel} * nbk * kP, dh, k_stage);
+    widen_int8_panel(keys + key_panel_offset(panel * kP, 0, dh), blk.key_scales + int64_t{panel} * nbk * kP, dh,
+                     k_stage);
     qk_chunks(blk, scratch + lay.q, k_stage, s + pi * kP, widened);
   }
   block_softmax(blk, base, 1.0f, s);
@@ -317,13 +322,14 @@ void run_int8_row(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   const int32_t panels = (blk.key_end - base + kP - 1) / kP;
   for (int32_t pi = 0; pi < panels; ++pi) {
     const int32_t panel = base / kP + pi;
-    qk_int8_row(scratch + lay.q, keys + key_panel_offset(panel * kP, 0, dh), blk.key_scales + int64_t{panel} * nbk * kP, dh,
-                s + pi * kP, sums, widen, touch, touch_last, touched);
+    qk_int8_row(scratch + lay.q, keys + key_panel_offset(panel * kP, 0, dh), blk.key_scales + int64_t{panel} * nbk * kP,
+                dh, s + pi * kP, sums, widen, touch, touch_last, touched);
   }
   *reinterpret_cast<int32_t*>(sums + kP) = touched;  // keeps the touches
   block_softmax(blk, base, 1.0f, s);
-  pv_int8_row(s + (blk.key_begin - base), values + int64_t{blk.key_begin} * dv8, blk.value_scales + int64_t{blk.key_begin} * nbv,
-              dv8, nbv, blk.key_end - blk.key_begin, o_strided, weights, widen);
+  pv_int8_row(s + (blk.key_begin - base), values + int64_t{blk.key_begin} * dv8,
+              blk.value_scales + int64_t{blk.key_begin} * nbv, dv8, nbv, blk.key_end - blk.key_begin, o_strided,
+              weights, widen);
   alignas(16) float lanes[16];
   const VecF unscale(kInt8Unscale);
   for (int32_t c = 0; c < dv8; c += 16) {
@@ -336,7 +342,9 @@ void run_int8_row(const DecodeBlock& blk, float* scratch, const DecodePath&) {
 
 size_t scratch_floats(int32_t head_dim, int32_t value_dim) { return make_layout(head_dim, value_dim).total; }
 
-void run_scalar_kernel(const DecodeBlock& blk, float* scratch, const DecodePath&) { scalar::kDecodeKernel.run(blk, scratch); }
+void run_scalar_kernel(const DecodeBlock& blk, float* scratch, const DecodePath&) {
+  scalar::kDecodeKernel.run(blk, scratch);
+}
 
 // One function per path, indexed by DecodeLoader and called through this table: V8 optimizes a wasm
 // function as a whole, and a direct call to a function with one caller is inlined by wasm-opt (whatever
@@ -344,14 +352,14 @@ void run_scalar_kernel(const DecodeBlock& blk, float* scratch, const DecodePath&
 // one-row loops ran 0.82-0.87x as fast once the int8 one-row path had joined it.
 using PathRunner = void (*)(const DecodeBlock&, float*, const DecodePath&);
 constexpr PathRunner kPathRunners[] = {
-    run_phases<F32Loader, F32Loader>,                                // kFloat32
-    run_phases<F16Loader<false, true>, F16Loader<false, true>>,      // kFloat16Scaled
-    run_phases<F16PairLoader, F16PairLoader>,                        // kFloat16Pairs
-    run_phases<BF16Loader, BF16Loader>,                              // kBFloat16
-    run_phases<BF16PairLoader, BF16PairLoader>,                      // kBFloat16Pairs
-    run_int8,                                                        // kInt8
-    run_int8_row,                                                    // kInt8Row
-    run_scalar_kernel,                                               // kScalarKernel
+    run_phases<F32Loader, F32Loader>,                            // kFloat32
+    run_phases<F16Loader<false, true>, F16Loader<false, true>>,  // kFloat16Scaled
+    run_phases<F16PairLoader, F16PairLoader>,                    // kFloat16Pairs
+    run_phases<BF16Loader, BF16Loader>,                          // kBFloat16
+    run_phases<BF16PairLoader, BF16PairLoader>,                  // kBFloat16Pairs
+    run_int8,                                                    // kInt8
+    run_int8_row,                                                // kInt8Row
+    run_scalar_kernel,                                           // kScalarKernel
 };
 static_assert(std::size(kPathRunners) == static_cast<size_t>(DecodeLoader::kScalarKernel) + 1, "one runner per loader");
 

@@ -40,7 +40,7 @@ struct Int8Widener {
   }
 };
 constexpr float kInt8Unscale = 1.0f / 16777216.0f;  // 2^-24
-constexpr int32_t kInt8RowWeights = 64;  // keys whose weights pv_int8_lanes computes at a time
+constexpr int32_t kInt8RowWeights = 64;             // keys whose weights pv_int8_lanes computes at a time
 
 // Four vectors in strided order (w[m] lane i = element 4i + m) -> 16 floats in element order at dst.
 inline void store_strided(VecF w[4], float* dst) {
@@ -55,8 +55,9 @@ inline void store_strided(VecF w[4], float* dst) {
 // strided). The first half's pass also touches the next 32 bytes of V from `touch` (clamped to
 // touch_last) per panel row, as qk_row_touching does, so that the V rows of these keys stream in during
 // the K pass.
-inline void qk_int8_row(const float* qpanel, const int8_t* panel, const float* scales, int32_t dh, float* s, float* sums,
-                        const Int8Widener& widen, const char*& touch, const char* touch_last, int32_t& touched) {
+inline void qk_int8_row(const float* qpanel, const int8_t* panel, const float* scales, int32_t dh, float* s,
+                        float* sums, const Int8Widener& widen, const char*& touch, const char* touch_last,
+                        int32_t& touched) {
   const VecF unscale(kInt8Unscale);
   for (int32_t d0 = 0, nb = 0; d0 < dh; d0 += 32, ++nb) {
     const int32_t d1 = std::min(dh, d0 + 32);
@@ -75,7 +76,8 @@ inline void qk_int8_row(const float* qpanel, const int8_t* panel, const float* s
       }
       // The block's 16 scales of these keys, in key order, put in the strided order of acc.
       const float* sc = scales + nb * kP + 16 * half;
-      VecF scale[4] = {VecF::load_aligned(sc), VecF::load_aligned(sc + 4), VecF::load_aligned(sc + 8), VecF::load_aligned(sc + 12)};
+      VecF scale[4] = {VecF::load_aligned(sc), VecF::load_aligned(sc + 4), VecF::load_aligned(sc + 8),
+                       VecF::load_aligned(sc + 12)};
       simd::transpose_4x4(scale[0], scale[1], scale[2], scale[3]);
       for (int m = 0; m < 4; ++m) {
         float* at = sums + kLanes * (4 * half + m);
@@ -98,8 +100,8 @@ inline void qk_int8_row(const float* qpanel, const int8_t* panel, const float* s
 // and then broadcast by a load. The accumulators (4 per 16 lanes) stay in registers over all the keys,
 // one independent add per key each.
 template <int kGroups, bool kHalf>
-inline void pv_int8_lanes(const float* p, const int8_t* v, const float* scales, int32_t dv8, int32_t nbv, int32_t nk, int32_t c,
-                          float* o_strided, float* weights, const Int8Widener& widen) {
+inline void pv_int8_lanes(const float* p, const int8_t* v, const float* scales, int32_t dv8, int32_t nbv, int32_t nk,
+                          int32_t c, float* o_strided, float* weights, const Int8Widener& widen) {
   VecF acc[4 * kGroups];
   for (int x = 0; x < 4 * kGroups; ++x) acc[x] = VecF(0.0f);
   const int32_t nb = c / 32;
@@ -144,7 +146,8 @@ inline void widen_int8_panel(const int8_t* panel, const float* scales, int32_t d
     const float* sc = scales + (d / 32) * kP;
     for (int32_t h = 0; h < kP; h += 16) {
       const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(panel + int64_t{d} * kP + h));
-      for (int q = 0; q < 4; ++q) (int8_values(x, q) * VecF::load_aligned(sc + h + 4 * q)).store_aligned(dst + d * kP + h + 4 * q);
+      for (int q = 0; q < 4; ++q)
+        (int8_values(x, q) * VecF::load_aligned(sc + h + 4 * q)).store_aligned(dst + d * kP + h + 4 * q);
     }
   }
 }

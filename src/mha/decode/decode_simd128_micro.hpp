@@ -42,7 +42,9 @@ template <bool kSpecials, bool kScaled>
 struct F16Loader {
   using Elem = uint16_t;
   f16::simd::Constants constants;
-  void load8(const uint16_t* p, VecF& lo, VecF& hi) const { f16::simd::load8<kSpecials, kScaled>(p, lo, hi, constants); }
+  void load8(const uint16_t* p, VecF& lo, VecF& hi) const {
+    f16::simd::load8<kSpecials, kScaled>(p, lo, hi, constants);
+  }
 };
 
 // Float16 for the one-row step: 8 halves as their even (0, 2, 4, 6) and odd (1, 3, 5, 7) elements, 2^-112
@@ -171,7 +173,8 @@ inline void qk_row_touching(const float* qpanel, const typename Ld::Elem* panel,
       acc[2 * p] = madd(b, k0, acc[2 * p]);
       acc[2 * p + 1] = madd(b, k1, acc[2 * p + 1]);
     }
-    for (int32_t t = 0; t < kTouchBytes; t += 64) touched |= *reinterpret_cast<const int32_t*>(std::min(touch + t, touch_last));
+    for (int32_t t = 0; t < kTouchBytes; t += 64)
+      touched |= *reinterpret_cast<const int32_t*>(std::min(touch + t, touch_last));
   }
   for (int p = 0; p < 4; ++p) {
     if (kPairs<Ld>) {
@@ -244,7 +247,8 @@ inline void pv_tile(const float* p, const typename Ld::Elem* v, int32_t dh8, int
 }
 
 template <class Ld>
-inline void qk_chunk(int32_t rows, const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld) {
+inline void qk_chunk(int32_t rows, const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s,
+                     const Ld& ld) {
   switch (rows) {
     case 1: qk_panel<1>(qpanel, panel, dh, s, ld); break;
     case 2: qk_panel<2>(qpanel, panel, dh, s, ld); break;
@@ -254,7 +258,8 @@ inline void qk_chunk(int32_t rows, const float* qpanel, const typename Ld::Elem*
 }
 
 template <class Ld>
-inline void pv_chunk(int32_t rows, const float* p, const typename Ld::Elem* v, int32_t dh8, int32_t nk, float* o, const Ld& ld) {
+inline void pv_chunk(int32_t rows, const float* p, const typename Ld::Elem* v, int32_t dh8, int32_t nk, float* o,
+                     const Ld& ld) {
   switch (rows) {
     case 1: pv_tile<1>(p, v, dh8, nk, o, ld); break;
     case 2: pv_tile<2>(p, v, dh8, nk, o, ld); break;
@@ -275,22 +280,27 @@ inline bool whole_chunks(int32_t rows) { return rows > kChunk && rows % kChunk =
 // The whole-chunk loops on float32 panels and tiles (the cache's, or staged ones widened from halves):
 // out of line, so that the module holds one copy of each (inlined at every call site and for every
 // loader, they added 1.2-1.5 kB zlib to each SIMD module; issue #15's size budget).
-__attribute__((noinline)) void qk_whole_chunks(int32_t chunks, const float* qp, const float* panel, int32_t dh, float* s_panel) {
+__attribute__((noinline)) void qk_whole_chunks(int32_t chunks, const float* qp, const float* panel, int32_t dh,
+                                               float* s_panel) {
   const F32Loader ld;
   for (int32_t g = 0; g < kP; g += 8) {
-    for (int32_t c = 0; c < chunks; ++c) qk_micro<kChunk, 1>(qp + c * dh * kChunk, panel + g, dh, s_panel + c * kChunk * kS + g, ld);
+    for (int32_t c = 0; c < chunks; ++c)
+      qk_micro<kChunk, 1>(qp + c * dh * kChunk, panel + g, dh, s_panel + c * kChunk * kS + g, ld);
   }
 }
-__attribute__((noinline)) void pv_whole_chunks(int32_t chunks, const float* p, const float* v, int32_t dh8, int32_t nk, float* o) {
+__attribute__((noinline)) void pv_whole_chunks(int32_t chunks, const float* p, const float* v, int32_t dh8, int32_t nk,
+                                               float* o) {
   const F32Loader ld;
   for (int32_t lane = 0; lane < dh8; lane += 8) {
-    for (int32_t c = 0; c < chunks; ++c) pv_micro<kChunk, 1>(p + c * kChunk * kS, v + lane, dh8, nk, o + c * kChunk * dh8 + lane, ld);
+    for (int32_t c = 0; c < chunks; ++c)
+      pv_micro<kChunk, 1>(p + c * kChunk * kS, v + lane, dh8, nk, o + c * kChunk * dh8 + lane, ld);
   }
 }
 
 // s (rows, kS) = q . k for the 32 keys of one panel (Dh, kP) and every chunk of the item.
 template <class Ld>
-inline void qk_chunks(const DecodeBlock& blk, const float* qp, const typename Ld::Elem* panel, float* s_panel, const Ld& ld) {
+inline void qk_chunks(const DecodeBlock& blk, const float* qp, const typename Ld::Elem* panel, float* s_panel,
+                      const Ld& ld) {
   const int32_t dh = blk.head_dim;
   const int32_t chunks = chunk_count(blk);
   if constexpr (std::is_same<Ld, F32Loader>::value) {
@@ -314,7 +324,8 @@ inline void pv_chunks(const DecodeBlock& blk, const float* p, const typename Ld:
 
 // count rows of 8-element groups (row_stride elements apart, `groups` per row) widened into floats.
 template <class Ld>
-void widen_rows(const typename Ld::Elem* src, int32_t rows, int32_t row_stride, int32_t groups, float* dst, const Ld& ld) {
+void widen_rows(const typename Ld::Elem* src, int32_t rows, int32_t row_stride, int32_t groups, float* dst,
+                const Ld& ld) {
   for (int32_t i = 0; i < rows; ++i, src += row_stride, dst += row_stride) {
     for (int32_t c = 0; c < groups * 8; c += 8) {
       VecF lo, hi;

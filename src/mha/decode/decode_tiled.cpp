@@ -19,7 +19,8 @@ Status validate_cache_v3(const KVCache& cache, const CacheAttendArgs& args) {
   }
   const RotaryTables& rope = o.rope;
   if (!rope.enabled()) return Status::kOk;
-  if (rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > cache.config().head_dim) {
+  if (rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 ||
+      rope.rotary_dim > cache.config().head_dim) {
     return Status::kBadRotaryDim;
   }
   if (rope.first_position < 0 || rope.first_position > cache.min_length()) return Status::kRopePosition;
@@ -43,8 +44,8 @@ TensorView<T> segment_view(TensorView<T> view, const Segment& segment) {
 // dense (batch, n, heads * Dh) tensor, each head rotated at position first(b) + i when rope is enabled.
 // rows(b) = counts[b] (counts null: n); first(b) = first_positions[b] (null: 0). Rows past rows(b) are
 // not written. The one copy-and-rotate of the cache's staged q and of a float16 prefill's keys.
-void copy_rotated_rows(TensorView<const float> x, int32_t batch, int32_t n, const int32_t* counts, int32_t heads, int32_t dh,
-                       const RotaryTables& rope, const int32_t* first_positions, float* dst) {
+void copy_rotated_rows(TensorView<const float> x, int32_t batch, int32_t n, const int32_t* counts, int32_t heads,
+                       int32_t dh, const RotaryTables& rope, const int32_t* first_positions, float* dst) {
   const int64_t width = int64_t{heads} * dh;
   for (int32_t b = 0; b < batch; ++b) {
     const int32_t rows = counts != nullptr ? counts[b] : n;
@@ -70,7 +71,8 @@ AttentionArgs tiled_args(const KVCacheConfig& c, const CacheAttendArgs& args, co
   const CacheAttendOptions& o = args.options;
   const int32_t n = segment.rows;
   AttentionArgs tiled;
-  tiled.shape = AttentionShape{segment.batch, n, n, o.num_heads * c.head_dim, o.num_heads, c.num_kv_heads, c.v_head_dim};
+  tiled.shape =
+      AttentionShape{segment.batch, n, n, o.num_heads * c.head_dim, o.num_heads, c.num_kv_heads, c.v_head_dim};
   tiled.q = segment_view(args.q, segment);
   tiled.k = segment_view(args.k, segment);
   tiled.v = segment_view(args.v, segment);
@@ -90,8 +92,8 @@ AttentionArgs tiled_args(const KVCacheConfig& c, const CacheAttendArgs& args, co
 
 }  // namespace
 
-TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
-                                        DecodeScratch& scratch) {
+TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args,
+                                        const int32_t* first_positions, DecodeScratch& scratch) {
   const KVCacheConfig& c = cache.config();
   const int32_t n = args.new_tokens;
   const int64_t width = int64_t{args.options.num_heads} * c.head_dim;
@@ -123,14 +125,15 @@ Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t f
     const TensorView<const float> v_in = segment_view(args.v, segment);
     for (int32_t b = 0; b < segment.batch; ++b)
       for (int32_t t = 0; t < n; ++t) {
-        round_as_stored(c.dtype, v_in.data + b * v_in.batch_stride + t * v_in.row_stride, v + (int64_t{b} * n + t) * v_width,
-                        c.num_kv_heads, c.value_dim());
+        round_as_stored(c.dtype, v_in.data + b * v_in.batch_stride + t * v_in.row_stride,
+                        v + (int64_t{b} * n + t) * v_width, c.num_kv_heads, c.value_dim());
       }
     tiled.k = dense_view(static_cast<const float*>(k), n, static_cast<int32_t>(k_width));
     tiled.v = dense_view(static_cast<const float*>(v), n, static_cast<int32_t>(v_width));
     if (rope) {  // q rotated at positions [0, n), the kernel then given no rope
       float* q = scratch.staged_q.data();
-      copy_rotated_rows(tiled.q, segment.batch, n, nullptr, args.options.num_heads, c.head_dim, args.options.rope, nullptr, q);
+      copy_rotated_rows(tiled.q, segment.batch, n, nullptr, args.options.num_heads, c.head_dim, args.options.rope,
+                        nullptr, q);
       tiled.q = TensorView<const float>{q, n * q_width, q_width};
       tiled.rope = RotaryTables{};
     }
@@ -144,11 +147,12 @@ Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t f
 // A prefill into an empty cache whose sequences all have n real rows: once appended, the cache holds
 // exactly the new tokens (float16, bfloat16, int8: rounded, after the rotation with rope), so the tiled
 // kernel attends over them where they are (other than float32: over a copy of the new keys rotated and
-// rounded, and of the values rounded, O(n); q then rotated too and the kernel given no rope), then they are stored. Query i sits at
-// position i = old length + i. An error leaves the cache untouched.
+// rounded, and of the values rounded, O(n); q then rotated too and the kernel given no rope), then they are stored.
+// Query i sits at position i = old length + i. An error leaves the cache untouched.
 Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
                      Workspace& tiled_scratch) {
-  const Status run = tiled_attend(cache, args, 0, cache.config().batch, args.new_tokens, scratch, parallel, tiled_scratch);
+  const Status run =
+      tiled_attend(cache, args, 0, cache.config().batch, args.new_tokens, scratch, parallel, tiled_scratch);
   if (run != Status::kOk) return run;
   return cache.append(args.k, args.v, args.new_tokens, &args.options.rope, args.new_token_counts);
 }

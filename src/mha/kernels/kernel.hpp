@@ -35,16 +35,16 @@ struct WorkUnit {
 // uses the buffers it needs; the others stay 0. (G*R4 = the unit's rows of all its heads, each head's
 // rows rounded up to the micro-kernel's 4.)
 struct ScratchLayout {
-  size_t q_panels = 0;  // Q rows packed for the micro-kernel (G*R4, Dh); scalar: rotated Q rows (rope only)
-  size_t k_tile = 0;    // packed K tile; scalar: the rotated keys of one tile (rope only)
-  size_t v_tile = 0;    // packed V tile (Bk, Dv8)
-  size_t scores = 0;    // scores / probabilities of one block against one key tile
-  size_t out_acc = 0;   // output accumulators O (G*R4, padded Dv)
-  size_t row_max = 0;   // running max m per row (G*R4)
-  size_t row_sum = 0;   // running sum l per row (G*R4)
-  size_t rescale = 0;   // this tile's rescale factor per row (G*R4)
-  size_t reference = 0; // reference_scratch_doubles(Dh, Dv, rope) doubles: for the rows the reference redoes
-  size_t total = 0;     // floats of scratch one worker needs
+  size_t q_panels = 0;   // Q rows packed for the micro-kernel (G*R4, Dh); scalar: rotated Q rows (rope only)
+  size_t k_tile = 0;     // packed K tile; scalar: the rotated keys of one tile (rope only)
+  size_t v_tile = 0;     // packed V tile (Bk, Dv8)
+  size_t scores = 0;     // scores / probabilities of one block against one key tile
+  size_t out_acc = 0;    // output accumulators O (G*R4, padded Dv)
+  size_t row_max = 0;    // running max m per row (G*R4)
+  size_t row_sum = 0;    // running sum l per row (G*R4)
+  size_t rescale = 0;    // this tile's rescale factor per row (G*R4)
+  size_t reference = 0;  // reference_scratch_doubles(Dh, Dv, rope) doubles: for the rows the reference redoes
+  size_t total = 0;      // floats of scratch one worker needs
 };
 
 // Everything about a call that does not change from one work unit to the next, computed once per call by
@@ -75,10 +75,10 @@ WorkUnit plan_unit(const AttentionShape& shape, const KernelPlan& plan, int64_t 
 // further in q, i*Dv in out), k/v at its KV head, and the visibility rule of its batch item. Rows are still args'
 // row_stride apart.
 struct UnitViews {
-  const float* q;   // (S rows, G*Dh)
-  const float* k;   // (T rows, Dh) of KV head g
-  const float* v;   // (T rows, Dv) of KV head g
-  float* out;       // (S rows, G*Dv)
+  const float* q;  // (S rows, G*Dh)
+  const float* k;  // (T rows, Dh) of KV head g
+  const float* v;  // (T rows, Dv) of KV head g
+  float* out;      // (S rows, G*Dv)
   KeyVisibility visibility;
 };
 UnitViews unit_views(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit);

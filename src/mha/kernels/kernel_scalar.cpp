@@ -60,10 +60,10 @@ KernelPlan plan(const AttentionArgs& args) {
   const bool rope = args.rope.enabled();
   lay.q_panels = rope ? cursor.take(rows * size_t(p.head_dim)) : 0;        // rotated q (G*R, Dh)
   lay.k_tile = rope ? cursor.take(size_t(kKeysPerTile) * p.head_dim) : 0;  // rotated k (Bk, Dh)
-  lay.scores = cursor.take(kKeysPerTile);                 // one row's scores of one tile (Bk)
-  lay.out_acc = cursor.take(rows * size_t(p.value_dim));  // (G*R, Dv)
-  lay.row_max = cursor.take(rows);                        // (G*R)
-  lay.row_sum = cursor.take(rows);                        // (G*R)
+  lay.scores = cursor.take(kKeysPerTile);                                  // one row's scores of one tile (Bk)
+  lay.out_acc = cursor.take(rows * size_t(p.value_dim));                   // (G*R, Dv)
+  lay.row_max = cursor.take(rows);                                         // (G*R)
+  lay.row_sum = cursor.take(rows);                                         // (G*R)
   lay.reference = cursor.take(2 * reference_scratch_doubles(p.head_dim, p.value_dim, rope));
   lay.total = cursor.at;
   return p;
@@ -72,18 +72,18 @@ KernelPlan plan(const AttentionArgs& args) {
 // The score options of one query row of one head (docs/spec.md 2.4).
 struct RowScores {
   float scale;
-  float softcap;            // 0 = none
+  float softcap;  // 0 = none
   bool alibi;
-  float alibi_slope;        // slope[h]
-  int64_t position;         // query_offset + i
-  const float* bias_row;    // bias[b, h, i, 0..T), or nullptr
+  float alibi_slope;      // slope[h]
+  int64_t position;       // query_offset + i
+  const float* bias_row;  // bias[b, h, i, 0..T), or nullptr
 };
 
 // One key tile of a unit: k rows of tile keys [0, nk) (as given or rotated), v rows of the keys from 0.
 struct KeyTile {
-  const float* k;    // key j0 + j at k + j * k_stride (Dh)
+  const float* k;  // key j0 + j at k + j * k_stride (Dh)
   int64_t k_stride;
-  const float* v;    // key j at v + j * v_stride (Dv)
+  const float* v;  // key j at v + j * v_stride (Dv)
   int64_t v_stride;
   int32_t dh, dv, j0, nk;
 };
@@ -155,7 +155,8 @@ RowScores row_scores(const AttentionArgs& args, int32_t batch, int32_t head, int
 }
 
 // The unit's q rows of every head rotated at their positions into rq (G*R, Dh), for rope.
-void rotate_queries(const AttentionArgs& args, const WorkUnit& unit, const float* q, int32_t heads, int32_t dh, float* rq) {
+void rotate_queries(const AttentionArgs& args, const WorkUnit& unit, const float* q, int32_t heads, int32_t dh,
+                    float* rq) {
   const int32_t rows = unit.q_end - unit.q_begin;
   for (int32_t hg = 0; hg < heads; ++hg) {
     for (int32_t r = 0; r < rows; ++r) {
@@ -168,8 +169,16 @@ void rotate_queries(const AttentionArgs& args, const WorkUnit& unit, const float
 
 // The keys [j0, j0 + nk) of the tile as attend_tile reads them: in place, or rotated at their positions
 // into rk (Bk, Dh) with rope.
-KeyTile key_tile(const AttentionArgs& args, const KernelPlan& plan, const UnitViews& views, int32_t j0, int32_t nk, float* rk) {
-  KeyTile t{views.k + j0 * args.k.row_stride, args.k.row_stride, views.v, args.v.row_stride, plan.head_dim, plan.value_dim, j0, nk};
+KeyTile key_tile(const AttentionArgs& args, const KernelPlan& plan, const UnitViews& views, int32_t j0, int32_t nk,
+                 float* rk) {
+  KeyTile t{views.k + j0 * args.k.row_stride,
+            args.k.row_stride,
+            views.v,
+            args.v.row_stride,
+            plan.head_dim,
+            plan.value_dim,
+            j0,
+            nk};
   if (!args.rope.enabled()) return t;
   for (int32_t j = 0; j < nk; ++j) {
     std::copy_n(t.k + j * t.k_stride, t.dh, rk + size_t(j) * t.dh);

@@ -49,8 +49,8 @@ namespace {
 // balance the per-block overheads against the scores and O a block keeps in L1.
 constexpr int32_t kRowsPerBlock = 64;
 static_assert(kRowsPerBlock % kRowPad == 0, "a block holds whole panels");
-constexpr int32_t kMaxRowsPerUnit = 1024;   // a unit runs up to 16 blocks against each packed key tile
-constexpr int64_t kMinUnits = 8;            // keep enough units for the thread pool on small problems
+constexpr int32_t kMaxRowsPerUnit = 1024;      // a unit runs up to 16 blocks against each packed key tile
+constexpr int64_t kMinUnits = 8;               // keep enough units for the thread pool on small problems
 constexpr int32_t kKeysPerTile = kTileStride;  // Bk: 128 keys halve the per-tile overheads of 64
 // Bk when the visible keys depend on the row (causal, window): the diagonal and window-edge tiles, partly
 // hidden and computed in full, waste less.
@@ -65,7 +65,8 @@ int32_t rows_per_unit(const AttentionShape& shape, int32_t padded_head_dim, int3
   // cache, so more rows per unit pay although Q and O then live in L2/L3, up to 1024 rows. A
   // grouped-query unit shares the rows among its heads (each K/V tile it packs serves all of them), at
   // least one block each.
-  int32_t rows = std::max(kRowsPerBlock, std::min(kMaxRowsPerUnit, 65536 / padded_head_dim / kRowsPerBlock * kRowsPerBlock));
+  int32_t rows =
+      std::max(kRowsPerBlock, std::min(kMaxRowsPerUnit, 65536 / padded_head_dim / kRowsPerBlock * kRowsPerBlock));
   rows = std::max(kRowsPerBlock, rows / heads_per_kv_head / kRowsPerBlock * kRowsPerBlock);
   rows = std::min(rows, round_up(s4, kRowsPerBlock));  // above that every choice is one unit per head
   const int64_t kv_heads = int64_t{shape.batch} * shape.kv_heads();
@@ -91,9 +92,9 @@ KernelPlan plan(const AttentionArgs& args) {
   const size_t unit_rows = size_t(p.heads_per_kv_head) * round_up(p.rows_per_unit, kRowPad);  // G * padded rows
   ScratchLayout& lay = p.scratch;
   ScratchCursor cursor;
-  lay.q_panels = cursor.take(unit_rows * dh);                        // (G * padded rows / kMr) panels (Dh, kMr), unscaled
-  lay.k_tile = cursor.take(dh * kTileStride);                        // K^T (Dh, kTileStride)
-  lay.v_tile = cursor.take(size_t(p.keys_per_tile) * dv8);           // V (Bk, Dv8)
+  lay.q_panels = cursor.take(unit_rows * dh);               // (G * padded rows / kMr) panels (Dh, kMr), unscaled
+  lay.k_tile = cursor.take(dh * kTileStride);               // K^T (Dh, kTileStride)
+  lay.v_tile = cursor.take(size_t(p.keys_per_tile) * dv8);  // V (Bk, Dv8)
   lay.scores = cursor.take(size_t(p.rows_per_block) * kTileStride);  // one block's scores (Bq, kTileStride)
   lay.out_acc = cursor.take(unit_rows * dv8);                        // O (G * padded rows, Dv8)
   lay.row_max = cursor.take(unit_rows);
@@ -110,8 +111,8 @@ struct UnitState {
   const KernelPlan& plan;
   const WorkUnit& unit;
   UnitViews views;
-  int32_t rows;        // query rows of each head of the unit
-  int32_t padded_rows; // rows rounded up to kRowPad: the stride between heads in q_panels, o, m, l
+  int32_t rows;         // query rows of each head of the unit
+  int32_t padded_rows;  // rows rounded up to kRowPad: the stride between heads in q_panels, o, m, l
   float* q_panels;
   float* k_tile;
   float* v_tile;
@@ -121,7 +122,7 @@ struct UnitState {
   float* row_sum;
   float* rescale;
   double* reference_acc;
-  bool epilogue = false;   // softcap, ALiBi or bias: qk_tile<true>
+  bool epilogue = false;          // softcap, ALiBi or bias: qk_tile<true>
   ScoreEpilogue scores_epilogue;  // the call's folded constants (per head, tile and panel fields: attend_block)
 };
 
@@ -130,7 +131,9 @@ struct UnitState {
 // float precision (above FLT_MAX / log2(e) ~ 2.4e38 it overflows, below FLT_MIN it keeps only a few
 // bits). Such (absurd) values take the reference path, row by row.
 bool fold_constants(const AttentionArgs& args, ScoreEpilogue& ep) {
-  auto normal = [](float f) { return std::isfinite(f) && (f == 0.0f || std::fabs(f) >= std::numeric_limits<float>::min()); };
+  auto normal = [](float f) {
+    return std::isfinite(f) && (f == 0.0f || std::fabs(f) >= std::numeric_limits<float>::min());
+  };
   ep.softcap = args.softcap > 0.0f;
   ep.scale = ep.softcap ? args.scale / args.softcap : args.scale * kLog2e;
   ep.softcap_scale = args.softcap * kLog2e;
@@ -143,9 +146,9 @@ bool fold_constants(const AttentionArgs& args, ScoreEpilogue& ep) {
 
 // How a key tile meets the rows of one block (step 2).
 struct TileClass {
-  bool skip = false;          // every key is hidden from every row of the block
-  bool range_partial = false; // some key is outside some row's range (length, causality, window)
-  bool mask_partial = false;  // some mask byte of the tile is 0
+  bool skip = false;           // every key is hidden from every row of the block
+  bool range_partial = false;  // some key is outside some row's range (length, causality, window)
+  bool mask_partial = false;   // some mask byte of the tile is 0
   bool hides_some() const { return range_partial || mask_partial; }
 };
 
@@ -180,8 +183,8 @@ MHA_PHASE TileClass classify_tile(const KeyVisibility& vis, int32_t i_begin, int
 // qk_tile when no key is hidden; otherwise a pass over each row, whose dependency chains overlap), the
 // running max and rescale factors of 4 rows per vector, then the exponentials and row sums.
 MHA_PHASE void softmax_tile(const UnitState& st, const TileClass& tile, int32_t i_begin, int32_t brows, int32_t j0,
-                            int32_t nk, bool fused_max, const bool* panel_nonfinite, float* tile_max, float* m, float* l,
-                            float* alpha, const simd::Exp2Constants& ek) {
+                            int32_t nk, bool fused_max, const bool* panel_nonfinite, float* tile_max, float* m,
+                            float* l, float* alpha, const simd::Exp2Constants& ek) {
   const int32_t nk8 = round_up(nk, kNr);
   const int32_t brows_padded = round_up(brows, kRowPad);
   const KeyVisibility& vis = st.views.visibility;
@@ -312,7 +315,8 @@ MHA_PHASE void finish_rows(const UnitState& st) {
       for (; d < dh; ++d) dst[d] = src[d] * inv_l;
 #else
       const VecF vl(l);
-      for (d = 0; d < dh4; d += kLanes) (VecF::load_aligned(src + d) / vl).store_unaligned(dst + d);  // exact, as scalar
+      for (d = 0; d < dh4; d += kLanes)
+        (VecF::load_aligned(src + d) / vl).store_unaligned(dst + d);  // exact, as scalar
       MHA_TAIL_LOOP
       for (; d < dh; ++d) dst[d] = src[d] / l;
 #endif
@@ -350,10 +354,23 @@ void start_rows(const UnitState& st) {
 void run_unit(const AttentionArgs& args, const KernelPlan& plan, const WorkUnit& unit, float* scratch) {
   const ScratchLayout& lay = plan.scratch;
   const int32_t rows = unit.q_end - unit.q_begin;
-  UnitState st{args, plan, unit, unit_views(args, plan, unit), rows, round_up(rows, kRowPad),
-               scratch + lay.q_panels, scratch + lay.k_tile, scratch + lay.v_tile, scratch + lay.scores,
-               scratch + lay.out_acc, scratch + lay.row_max, scratch + lay.row_sum, scratch + lay.rescale,
-               reinterpret_cast<double*>(scratch + lay.reference), false, ScoreEpilogue{}};
+  UnitState st{args,
+               plan,
+               unit,
+               unit_views(args, plan, unit),
+               rows,
+               round_up(rows, kRowPad),
+               scratch + lay.q_panels,
+               scratch + lay.k_tile,
+               scratch + lay.v_tile,
+               scratch + lay.scores,
+               scratch + lay.out_acc,
+               scratch + lay.row_max,
+               scratch + lay.row_sum,
+               scratch + lay.rescale,
+               reinterpret_cast<double*>(scratch + lay.reference),
+               false,
+               ScoreEpilogue{}};
   const int32_t heads = plan.heads_per_kv_head;
   const int32_t dh = plan.head_dim;
 

@@ -33,10 +33,10 @@ namespace MHA_SIMD_VARIANT {
 
 using simd::madd;
 using simd::transpose_4x4;
-using simd::zip_hi_pairs;
-using simd::zip_lo_pairs;
 using simd::VecF;
 using simd::VecI;
+using simd::zip_hi_pairs;
+using simd::zip_lo_pairs;
 constexpr int32_t kLanes = 4;  // f32x4: SSE4.2 natively, SIMD128 in wasm
 static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
 
@@ -168,15 +168,15 @@ MHA_PHASE inline void pack_v(const float* v, int64_t row_stride, int32_t nk, int
 // scale/c), ALiBi s -= slope*log2(e) * |p - j|, bias s += log2(e) * bias[b, h, i, j]. No second pass over
 // the score rows.
 struct ScoreEpilogue {
-  float scale = 0.0f;           // x = scale * q.k: scale*log2(e), or scale/c with softcap
+  float scale = 0.0f;  // x = scale * q.k: scale*log2(e), or scale/c with softcap
   bool softcap = false;
-  float softcap_scale = 0.0f;   // c*log2(e)
+  float softcap_scale = 0.0f;  // c*log2(e)
   bool alibi = false;
-  float alibi_slope = 0.0f;     // slope[h]*log2(e)
-  int32_t first_position = 0;   // position of the panel's row 0 (query_offset + i)
-  int32_t first_key = 0;        // j0, the tile's first key
+  float alibi_slope = 0.0f;          // slope[h]*log2(e)
+  int32_t first_position = 0;        // position of the panel's row 0 (query_offset + i)
+  int32_t first_key = 0;             // j0, the tile's first key
   const float* bias_rows[kMr] = {};  // bias[b, h, i_r, j0], or all nullptr
-  int32_t nk = 0;               // keys in the tile: bias is read for keys [0, nk) only
+  int32_t nk = 0;                    // keys in the tile: bias is read for keys [0, nk) only
   const simd::TanhConstants* tanh = nullptr;
 };
 
@@ -217,7 +217,8 @@ inline VecF score_epilogue(VecF x, int32_t row, int32_t key, const ScoreEpilogue
     const VecI keys = VecI(ep.first_key + key) + VecI::load_aligned(kLaneIndex);
     // Unsigned, wrapping: a panel's padding rows (past the unit's last row) may lie past position 2^31 - 1
     // when queryOffset + seqLen is close to it; their scores are never used, but a signed overflow is UB.
-    const int32_t position = static_cast<int32_t>(static_cast<uint32_t>(ep.first_position) + static_cast<uint32_t>(row));
+    const int32_t position =
+        static_cast<int32_t>(static_cast<uint32_t>(ep.first_position) + static_cast<uint32_t>(row));
     const VecF distance = xsimd::to_float(xsimd::abs(VecI(position) - keys));
     x -= VecF(ep.alibi_slope) * distance;
   }
@@ -294,8 +295,10 @@ inline VecF tree_reduce(VecF (&x)[n], Op op) {
 // the 4 rows at once.
 inline void store_row_maxima(const VecF (&maxima)[kMr], float* row_max) {
   static_assert(kMr == kLanes, "the rows' maxima are one vector");
-  const VecF m01 = simd::pseudo_max(xsimd::zip_lo(maxima[0], maxima[1]), xsimd::zip_hi(maxima[0], maxima[1]));  // rows 0 1 0 1
-  const VecF m23 = simd::pseudo_max(xsimd::zip_lo(maxima[2], maxima[3]), xsimd::zip_hi(maxima[2], maxima[3]));  // rows 2 3 2 3
+  const VecF m01 =
+      simd::pseudo_max(xsimd::zip_lo(maxima[0], maxima[1]), xsimd::zip_hi(maxima[0], maxima[1]));  // rows 0 1 0 1
+  const VecF m23 =
+      simd::pseudo_max(xsimd::zip_lo(maxima[2], maxima[3]), xsimd::zip_hi(maxima[2], maxima[3]));  // rows 2 3 2 3
   simd::pseudo_max(zip_lo_pairs(m01, m23), zip_hi_pairs(m01, m23)).store_aligned(row_max);
 }
 

@@ -113,7 +113,8 @@ void reference_attention_row(const ReferenceRow& row, double* scratch, float* ou
   // softmax is 0/0 in PyTorch: NaN (emptyRows 'nan'), or 0 with 'zero'. A NaN score is no empty row.
   // With a sink the denominator is never 0: the sink takes the whole mass, and the output is 0.
   if (row_max == kNegInfDouble && !has_nan) {
-    const float fill = row.empty_rows == EmptyRows::kZero || row.has_sink ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    const float fill =
+        row.empty_rows == EmptyRows::kZero || row.has_sink ? 0.0f : std::numeric_limits<float>::quiet_NaN();
     if (out_row != nullptr) {
       for (int32_t d = 0; d < value_dim; ++d) out_row[d] = fill;
     }
@@ -176,7 +177,8 @@ void reference_scores_row(const ReferenceRow& row, ScoreStage stage, double* scr
 namespace {
 
 // The reference's view of query row i of head h of batch item b.
-ReferenceRow row_of(const AttentionArgs& args, const KeyVisibility& visibility, int32_t batch, int32_t head, int32_t query) {
+ReferenceRow row_of(const AttentionArgs& args, const KeyVisibility& visibility, int32_t batch, int32_t head,
+                    int32_t query) {
   const AttentionShape& shape = args.shape;
   const int32_t head_dim = shape.head_dim();
   const int32_t kv_head = head / (shape.num_heads / shape.kv_heads());
@@ -208,7 +210,8 @@ ReferenceRow row_of(const AttentionArgs& args, const KeyVisibility& visibility, 
 }
 
 float* out_row_of(const AttentionArgs& args, int32_t batch, int32_t head, int32_t query) {
-  return args.out.data + batch * args.out.batch_stride + query * args.out.row_stride + int64_t{head} * args.shape.value_dim();
+  return args.out.data + batch * args.out.batch_stride + query * args.out.row_stride +
+         int64_t{head} * args.shape.value_dim();
 }
 
 float* lse_of(const AttentionArgs& args, int32_t batch, int32_t head, int32_t query) {

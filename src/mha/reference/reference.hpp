@@ -20,19 +20,19 @@ struct ReferenceRow {
   const float* v_rows = nullptr;  // T rows of Dv floats of KV head g, v_row_stride apart; may be null without out_row
   int64_t k_row_stride = 0;
   int64_t v_row_stride = 0;
-  int32_t head_dim = 0;           // Dh
-  int32_t value_dim = 0;          // Dv
+  int32_t head_dim = 0;   // Dh
+  int32_t value_dim = 0;  // Dv
   float scale = 0.0f;
-  KeyVisibility visibility;       // of the row's batch item
-  int32_t query = 0;              // i (its position is visibility.query_offset + i)
-  float softcap = 0.0f;           // 0 = none
+  KeyVisibility visibility;  // of the row's batch item
+  int32_t query = 0;         // i (its position is visibility.query_offset + i)
+  float softcap = 0.0f;      // 0 = none
   bool alibi = false;
-  float alibi_slope = 0.0f;       // slope[h]
+  float alibi_slope = 0.0f;         // slope[h]
   const float* bias_row = nullptr;  // bias[b, h, i, 0..T), or nullptr
   EmptyRows empty_rows = EmptyRows::kNaN;
   bool has_sink = false;
-  float sink = 0.0f;              // sinks[h]: a logit in the softmax's denominator without a value row
-  RotaryTables rope;              // q_row rotates at position query_offset + query, key j at j
+  float sink = 0.0f;  // sinks[h]: a logit in the softmax's denominator without a value row
+  RotaryTables rope;  // q_row rotates at position query_offset + query, key j at j
 };
 
 // Doubles of scratch reference_attention_row needs: Dv accumulators, and Dh for the rotated q with rope.
@@ -61,9 +61,9 @@ void reference_attention_row(const ReferenceRow& row, double* scratch, float* ou
 void reference_scores_row(const ReferenceRow& row, ScoreStage stage, double* scratch, float* scores_row);
 
 // One query row of one head, out[b, i, h*Dv:(h+1)*Dv] (and lse[b, h, i] if args.lse), computed by the
-// reference with reference_scratch_doubles(Dh, Dv, rope) doubles of scratch in acc. The kernels hand it every row whose float32 result is not
-// finite, so non-finite inputs, empty rows and float32 overflow (of the scaled logits or of the running
-// sum of weighted values) get exactly the reference's answer.
+// reference with reference_scratch_doubles(Dh, Dv, rope) doubles of scratch in acc. The kernels hand it every row whose
+// float32 result is not finite, so non-finite inputs, empty rows and float32 overflow (of the scaled logits or of the
+// running sum of weighted values) get exactly the reference's answer.
 void reference_attention_query(const AttentionArgs& args, int32_t batch, int32_t head, int32_t query, double* acc);
 
 // Multi-head attention: q (B,S,D), k (B,T,Hkv*Dh), v (B,T,Hkv*Dv) -> out (B,S,H*Dv), lse (B,H,S) if asked.

@@ -6,8 +6,8 @@
 //   |x| >= 0.625: (1 - e) / (1 + e) with e = exp(-2|x|) = 2^(-2 log2(e) |x|) <= 0.29, from the
 //                 softmax's exp2 (simd_exp.hpp), so 1 - e cancels nothing; e is +0 from |x| ~ 44 on,
 //                 which gives exactly +-1 (as does the float tanh from |x| ~ 9).
-// Both branches are computed and one is selected per lane, then given the sign of x. NaN gives NaN. No FMA (WASM SIMD128 has
-// none): mul + add, which native SSE4.2 matches bit for bit.
+// Both branches are computed and one is selected per lane, then given the sign of x. NaN gives NaN. No FMA (WASM
+// SIMD128 has none): mul + add, which native SSE4.2 matches bit for bit.
 #pragma once
 
 #include <xsimd/xsimd.hpp>
@@ -20,7 +20,7 @@ namespace simd {
 struct TanhConstants {
   VecF p0 = VecF(-5.70498872745e-3f), p1 = VecF(2.06390887954e-2f), p2 = VecF(-5.37397155531e-2f);
   VecF p3 = VecF(1.33314422036e-1f), p4 = VecF(-3.33332819422e-1f);
-  VecF small = VecF(0.625f);                       // where the polynomial ends
+  VecF small = VecF(0.625f);                           // where the polynomial ends
   VecF minus_two_log2e = VecF(-2.88539008177792681f);  // -2 log2(e)
   VecF one = VecF(1.0f);
   Exp2Constants exp2;

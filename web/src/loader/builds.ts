@@ -67,14 +67,19 @@ export const BUILDS: Readonly<Record<BuildName, BuildSpec>> = {
 };
 
 /** A module with one function using a v128 op (i8x16.splat + i8x16.popcnt): valid only with SIMD128. */
-const SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10, 1, 8, 0, 65,
-  0, 253, 15, 253, 98, 11]);
+const SIMD_PROBE = new Uint8Array([
+  0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10, 1, 8, 0, 65, 0, 253, 15, 253, 98, 11,
+]);
 /** A module with one function doing f32x4.relaxed_madd on its v128 parameter: valid only with Relaxed SIMD. */
-const RELAXED_SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 1, 123, 0, 3, 2, 1, 0, 10, 14, 1, 12,
-  0, 32, 0, 32, 0, 32, 0, 253, 133, 2, 26, 11]);
+const RELAXED_SIMD_PROBE = new Uint8Array([
+  0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 1, 123, 0, 3, 2, 1, 0, 10, 14, 1, 12, 0, 32, 0, 32, 0, 32, 0, 253, 133, 2,
+  26, 11,
+]);
 /** A module with a shared memory and an atomic load: valid only with WebAssembly threads. */
-const THREADS_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 4, 1, 96, 0, 0, 3, 2, 1, 0, 5, 4, 1, 3, 1, 1, 10,
-  11, 1, 9, 0, 65, 0, 254, 16, 2, 0, 26, 11]);
+const THREADS_PROBE = new Uint8Array([
+  0, 97, 115, 109, 1, 0, 0, 0, 1, 4, 1, 96, 0, 0, 3, 2, 1, 0, 5, 4, 1, 3, 1, 1, 10, 11, 1, 9, 0, 65, 0, 254, 16, 2, 0,
+  26, 11,
+]);
 
 function validates(bytes: Uint8Array): boolean {
   try {
@@ -88,8 +93,10 @@ function validates(bytes: Uint8Array): boolean {
 export function threadsUnavailable(): string | undefined {
   const g = globalThis as { crossOriginIsolated?: boolean; SharedArrayBuffer?: unknown; Worker?: unknown };
   if (!isNode() && g.crossOriginIsolated === false) {
-    return 'the page is not cross-origin isolated (crossOriginIsolated is false): serve it with the headers ' +
-      'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp (missing COOP/COEP headers)';
+    return (
+      'the page is not cross-origin isolated (crossOriginIsolated is false): serve it with the headers ' +
+      'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp (missing COOP/COEP headers)'
+    );
   }
   if (typeof g.SharedArrayBuffer !== 'function') return 'SharedArrayBuffer is not available in this environment';
   if (!isNode() && typeof g.Worker !== 'function') return 'Web Workers are not available in this environment';
@@ -144,8 +151,9 @@ export function declaredFeatures(bytes: Uint8Array): Feature[] {
 
 /** True when a compiled module carries the Relaxed SIMD kernel (its mha_wasm_features section says so). */
 export function needsRelaxedSimd(wasmModule: WebAssembly.Module): boolean {
-  return WebAssembly.Module.customSections(wasmModule, FEATURES_SECTION)
-    .some((section) => new TextDecoder().decode(section).split(/\s+/).includes('relaxed-simd'));
+  return WebAssembly.Module.customSections(wasmModule, FEATURES_SECTION).some((section) =>
+    new TextDecoder().decode(section).split(/\s+/).includes('relaxed-simd'),
+  );
 }
 
 /** Why this engine cannot compile a module that declares `features`, or undefined when it can. */

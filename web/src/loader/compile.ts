@@ -48,7 +48,9 @@ function compiled(source: WasmSource): Promise<WebAssembly.Module> {
 }
 
 /** Compiles (memoized) and says whether the module is a threaded build and whether it is a relaxed-SIMD one. */
-export async function compiledBuild(source: WasmSource): Promise<{ wasmModule: WebAssembly.Module; threaded: boolean; relaxed: boolean }> {
+export async function compiledBuild(
+  source: WasmSource,
+): Promise<{ wasmModule: WebAssembly.Module; threaded: boolean; relaxed: boolean }> {
   const wasmModule = await compiled(source);
   // The threaded build imports its (shared) memory; the others export theirs.
   const threaded = WebAssembly.Module.imports(wasmModule).some((i) => i.kind === 'memory');

@@ -9,12 +9,29 @@ import { VERSION } from '../version.js';
 import type { ThreadFiles } from './builds.js';
 import { errorText, EXPECTED } from './source.js';
 import type { WasmSource } from './source.js';
-import { catchWorkerStartErrors, listenForWorkerStartErrors, THREADS_START_TIMEOUT_MS, ThreadsStartFailure,
-  threadsGlue } from './threads.js';
+import {
+  catchWorkerStartErrors,
+  listenForWorkerStartErrors,
+  THREADS_START_TIMEOUT_MS,
+  ThreadsStartFailure,
+  threadsGlue,
+} from './threads.js';
 
 /** Exports the glue and the TS layer need; a module without them is not this release's mha.wasm. */
-const REQUIRED_API = ['version', 'simd', '_mha_attention', '_mha_attention_weights', '_mha_split_heads', '_mha_merge_heads',
-  'heapBytesInUse', 'releaseScratch', 'attentionCallLayout', 'statusMessage', '_malloc', '_free'] as const;
+const REQUIRED_API = [
+  'version',
+  'simd',
+  '_mha_attention',
+  '_mha_attention_weights',
+  '_mha_split_heads',
+  '_mha_merge_heads',
+  'heapBytesInUse',
+  'releaseScratch',
+  'attentionCallLayout',
+  'statusMessage',
+  '_malloc',
+  '_free',
+] as const;
 
 /** A started module and the layout of its attention call struct. */
 export interface StartedModule {
@@ -28,8 +45,13 @@ export interface StartedModule {
  * which run with mha.js, or with `glueUrl` (an ES module) for a build with its own glue. A threaded
  * start-up that fails or stalls rejects with a ThreadsStartFailure.
  */
-export async function instantiate(source: WasmSource, wasmModule: WebAssembly.Module, threads: ThreadFiles | undefined,
-  workers: number, glueUrl?: () => URL): Promise<StartedModule> {
+export async function instantiate(
+  source: WasmSource,
+  wasmModule: WebAssembly.Module,
+  threads: ThreadFiles | undefined,
+  workers: number,
+  glueUrl?: () => URL,
+): Promise<StartedModule> {
   const threaded = threads !== undefined;
   const mismatch = (detail: string, cause?: unknown): Error =>
     new Error(
@@ -54,23 +76,31 @@ export async function instantiate(source: WasmSource, wasmModule: WebAssembly.Mo
     moduleOptions.mainScriptUrlOrBlob = glue.glueFile;
   } else if (glueUrl !== undefined) {
     // An asset like the .wasm (bundlers emit it), imported by URL.
-    const glue = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueUrl().href)) as { default: MhaModuleFactory };
+    const glue = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueUrl().href)) as {
+      default: MhaModuleFactory;
+    };
     factory = glue.default;
   }
   const wasm = await new Promise<MhaWasmModule>((resolve, reject) => {
     const timer = threaded
       ? setTimeout(() => {
           moduleOptions.PThread?.terminateAllThreads();
-          reject(new ThreadsStartFailure(`the threaded build's ${Math.max(1, workers)} worker(s) did not start within ${THREADS_START_TIMEOUT_MS / 1000} s`));
+          reject(
+            new ThreadsStartFailure(
+              `the threaded build's ${Math.max(1, workers)} worker(s) did not start within ${THREADS_START_TIMEOUT_MS / 1000} s`,
+            ),
+          );
         }, THREADS_START_TIMEOUT_MS)
       : undefined;
     let settled = false;
-    let started = false;  // settled, and not by a failure
-    const settle = <T>(fn: (value: T) => void) => (value: T) => {
-      settled = true;
-      clearTimeout(timer);
-      fn(value);
-    };
+    let started = false; // settled, and not by a failure
+    const settle =
+      <T>(fn: (value: T) => void) =>
+      (value: T) => {
+        settled = true;
+        clearTimeout(timer);
+        fn(value);
+      };
     const resolveSettled = settle(resolve);
     resolve = (module) => {
       started = !settled;
@@ -84,22 +114,29 @@ export async function instantiate(source: WasmSource, wasmModule: WebAssembly.Mo
       moduleOptions.PThread?.terminateAllThreads();
       reject(new ThreadsStartFailure(`a worker of the threaded build failed to start (${text})`));
     };
-    factory(Object.assign(moduleOptions, {
-      instantiateWasm(imports: WebAssembly.Imports, done: (instance: WebAssembly.Instance, module: WebAssembly.Module) => void) {
-        // Errors here (a LinkError, or the glue failing on missing exports inside done()) would
-        // otherwise leave the glue's ready promise pending forever.
-        WebAssembly.instantiate(wasmModule, imports)
-          .then((instance) => {
-            done(instance, wasmModule);  // gives every pooled worker the glue's error handler
-            if (threaded) catchWorkerStartErrors(moduleOptions.PThread, () => started, workerFailed);
-          })
-          .catch((error: unknown) => reject(mismatch(errorText(error), error)));
-        return {};
-      },
-    })).then(resolve, (error: unknown) => reject(mismatch(errorText(error), error)));
+    factory(
+      Object.assign(moduleOptions, {
+        instantiateWasm(
+          imports: WebAssembly.Imports,
+          done: (instance: WebAssembly.Instance, module: WebAssembly.Module) => void,
+        ) {
+          // Errors here (a LinkError, or the glue failing on missing exports inside done()) would
+          // otherwise leave the glue's ready promise pending forever.
+          WebAssembly.instantiate(wasmModule, imports)
+            .then((instance) => {
+              done(instance, wasmModule); // gives every pooled worker the glue's error handler
+              if (threaded) catchWorkerStartErrors(moduleOptions.PThread, () => started, workerFailed);
+            })
+            .catch((error: unknown) => reject(mismatch(errorText(error), error)));
+          return {};
+        },
+      }),
+    ).then(resolve, (error: unknown) => reject(mismatch(errorText(error), error)));
     if (threaded) listenForWorkerStartErrors(moduleOptions.PThread, () => started, workerFailed);
   });
-  const missing = REQUIRED_API.filter((name) => typeof (wasm as unknown as Record<string, unknown>)[name] !== 'function');
+  const missing = REQUIRED_API.filter(
+    (name) => typeof (wasm as unknown as Record<string, unknown>)[name] !== 'function',
+  );
   if (missing.length > 0) throw mismatch(`it lacks ${missing.join(', ')}`);
   const callLayout = readCallLayout(wasm);
   if (typeof callLayout === 'string') throw mismatch(callLayout);

@@ -23,7 +23,9 @@ export function sourceFromOptions(o: Record<string, unknown>): WasmSource {
   if (o.wasmBinary !== undefined) {
     const b = o.wasmBinary;
     if (!(b instanceof ArrayBuffer) && !(b instanceof Uint8Array)) {
-      throw new TypeError(`createMHA: wasmBinary: expected an ArrayBuffer or Uint8Array holding mha.wasm, got ${describe(b)}`);
+      throw new TypeError(
+        `createMHA: wasmBinary: expected an ArrayBuffer or Uint8Array holding mha.wasm, got ${describe(b)}`,
+      );
     }
     return { kind: 'bytes', bytes: b, label: `wasmBinary (${b.byteLength} bytes)` };
   }
@@ -40,19 +42,24 @@ export function sourceFromOptions(o: Record<string, unknown>): WasmSource {
     if (scheme && scheme[1]!.length > 1) return { kind: 'url', url: new URL(u), label: u };
     return { kind: 'path', path: u, label: u };
   }
-  const base = (globalThis as { document?: { baseURI?: string } }).document?.baseURI
-    ?? (globalThis as { location?: { href?: string } }).location?.href;
+  const base =
+    (globalThis as { document?: { baseURI?: string } }).document?.baseURI ??
+    (globalThis as { location?: { href?: string } }).location?.href;
   let url: URL;
   try {
     url = new URL(u, base);
   } catch {
-    throw new RangeError(`createMHA: wasmUrl: expected an absolute URL or one relative to the page, got ${describe(u)}`);
+    throw new RangeError(
+      `createMHA: wasmUrl: expected an absolute URL or one relative to the page, got ${describe(u)}`,
+    );
   }
   return { kind: 'url', url, label: url.href };
 }
 
 async function readFileNode(path: string | URL): Promise<Uint8Array<ArrayBuffer>> {
-  const fs = await importNodeBuiltin<{ readFile(path: string | URL): Promise<Uint8Array<ArrayBuffer>> }>('node:fs/promises');
+  const fs = await importNodeBuiltin<{ readFile(path: string | URL): Promise<Uint8Array<ArrayBuffer>> }>(
+    'node:fs/promises',
+  );
   const data = await fs.readFile(path);
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
@@ -91,7 +98,8 @@ export async function readWasmBytes(source: WasmSource): Promise<{ bytes: Uint8A
 export function errorText(error: unknown): string {
   if (error instanceof Error) {
     const code = (error as { code?: unknown }).code;
-    const text = typeof code === 'string' && !error.message.includes(code) ? `${code}: ${error.message}` : error.message;
+    const text =
+      typeof code === 'string' && !error.message.includes(code) ? `${code}: ${error.message}` : error.message;
     return error.cause !== undefined && error.cause !== null ? `${text}: ${errorText(error.cause)}` : text;
   }
   return String(error);
@@ -102,11 +110,15 @@ export function checkMagic(label: string, bytes: Uint8Array, contentType: string
   if (bytes.length >= 4 && WASM_MAGIC.every((b, i) => bytes[i] === b)) return;
   const head = Array.from(bytes.subarray(0, 4), (b) => b.toString(16).padStart(2, '0')).join(' ');
   const text = new TextDecoder('utf-8', { fatal: false }).decode(bytes.subarray(0, 64)).trimStart().toLowerCase();
-  const looksHtml = text.startsWith('<!doctype html') || text.startsWith('<html') || text.startsWith('<') ||
+  const looksHtml =
+    text.startsWith('<!doctype html') ||
+    text.startsWith('<html') ||
+    text.startsWith('<') ||
     (contentType ?? '').includes('html');
-  const what = bytes.length === 0
-    ? 'an empty file'
-    : `${bytes.length} bytes starting ${head}${looksHtml ? ', an HTML page (a dev server or CDN fallback page instead of the file?)' : ''}`;
+  const what =
+    bytes.length === 0
+      ? 'an empty file'
+      : `${bytes.length} bytes starting ${head}${looksHtml ? ', an HTML page (a dev server or CDN fallback page instead of the file?)' : ''}`;
   throw new Error(
     `mha-wasm: ${label} is not a WebAssembly file: ${EXPECTED} (magic bytes 00 61 73 6d), got ${what}` +
       `${contentType ? ` served as ${contentType}` : ''}`,
@@ -118,7 +130,7 @@ export function checkWasmVersion(label: string, wasmVersion: string): void {
   if (wasmVersion !== VERSION) {
     throw new Error(
       `mha-wasm: version mismatch: the script is ${VERSION} but ${label} is ${wasmVersion}; ` +
-        'serve the mha.wasm of the script\'s release',
+        "serve the mha.wasm of the script's release",
     );
   }
 }

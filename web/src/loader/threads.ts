@@ -19,9 +19,13 @@ export const THREADS_START_TIMEOUT_MS = 20000;
  * The threaded glue: an ES module in browsers, CommonJS in Node (see CMakeLists.txt), with where its
  * pthread worker script and the glue itself (which each worker loads) are.
  */
-export async function threadsGlue(files: ThreadFiles): Promise<{ factory: MhaModuleFactory; workerFile: string; glueFile: string }> {
+export async function threadsGlue(
+  files: ThreadFiles,
+): Promise<{ factory: MhaModuleFactory; workerFile: string; glueFile: string }> {
   if (isNode()) {
-    const { createRequire } = await importNodeBuiltin<{ createRequire(from: string | URL): (id: string) => unknown }>('node:module');
+    const { createRequire } = await importNodeBuiltin<{ createRequire(from: string | URL): (id: string) => unknown }>(
+      'node:module',
+    );
     const { fileURLToPath } = await importNodeBuiltin<{ fileURLToPath(url: string | URL): string }>('node:url');
     // Computed names and a base in a variable: bundlers must not try to follow these.
     const here = import.meta.url;
@@ -38,7 +42,9 @@ export async function threadsGlue(files: ThreadFiles): Promise<{ factory: MhaMod
   // by every worker, so it is one module, not a bundled chunk plus a copy.
   const glueUrl = files.glueUrl();
   const workerUrl = files.workerUrl();
-  const glue = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueUrl.href)) as { default: MhaModuleFactory };
+  const glue = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueUrl.href)) as {
+    default: MhaModuleFactory;
+  };
   return { factory: glue.default, workerFile: await workerScriptUrl(workerUrl), glueFile: glueUrl.href };
 }
 
@@ -84,13 +90,15 @@ function pooledWorkers(pthread: PThreadPool) {
 /** The text of a worker's error event: an ErrorEvent's place and message, or what a bare Event means. */
 function workerErrorText(event: unknown): string {
   const e = (event ?? {}) as { filename?: unknown; lineno?: unknown; message?: unknown };
-  const place = typeof e.filename === 'string' && e.filename !== ''
-    ? `${e.filename}${typeof e.lineno === 'number' ? `:${e.lineno}` : ''}: `
-    : '';
+  const place =
+    typeof e.filename === 'string' && e.filename !== ''
+      ? `${e.filename}${typeof e.lineno === 'number' ? `:${e.lineno}` : ''}: `
+      : '';
   // Firefox and WebKit give a script that fails to load a plain Event, without file, line or message.
-  const message = typeof e.message === 'string' && e.message !== ''
-    ? e.message
-    : 'an error event without a message (the worker script failed to load or to run)';
+  const message =
+    typeof e.message === 'string' && e.message !== ''
+      ? e.message
+      : 'an error event without a message (the worker script failed to load or to run)';
   return `worker sent an error! ${place}${message}`;
 }
 
@@ -102,8 +110,11 @@ function workerErrorText(event: unknown): string {
  * reports to `failed` (which falls back to one thread on the first report and ignores the rest, e.g.
  * the same error seen again by catchWorkerStartErrors).
  */
-export function listenForWorkerStartErrors(pthread: PThreadPool, hasStarted: () => boolean,
-  failed: (text: string) => void): void {
+export function listenForWorkerStartErrors(
+  pthread: PThreadPool,
+  hasStarted: () => boolean,
+  failed: (text: string) => void,
+): void {
   for (const worker of pooledWorkers(pthread)) {
     worker.addEventListener?.('error', (event: unknown) => {
       if (!hasStarted()) failed(workerErrorText(event));
@@ -118,8 +129,11 @@ export function listenForWorkerStartErrors(pthread: PThreadPool, hasStarted: () 
  * their errors arrive only here, through the glue's forwarding to onerror); once the module has started,
  * the glue's own handler runs again.
  */
-export function catchWorkerStartErrors(pthread: PThreadPool, hasStarted: () => boolean,
-  failed: (text: string) => void): void {
+export function catchWorkerStartErrors(
+  pthread: PThreadPool,
+  hasStarted: () => boolean,
+  failed: (text: string) => void,
+): void {
   for (const worker of pooledWorkers(pthread)) {
     const glueHandler = worker.onerror;
     worker.onerror = (event: unknown) => {
