@@ -16,14 +16,13 @@ namespace mha {
 // The numbers are part of the binding ABI (the TypeScript layer maps them to messages).
 enum class Status : int32_t {
   kOk = 0,
-  kNonPositiveDim = 1,    // batch, seq_len, kv_seq_len, d_model or num_heads <= 0
-  kHeadsDoNotDivide = 2,  // d_model % num_heads != 0
-  kTooLarge = 3,          // an element count does not fit 32-bit indexing
-  kNullPointer = 4,       // a required buffer is missing
-  kBadScale = 5,          // scale is NaN or infinite
-  kOutOfMemory = 6,       // scratch allocation failed
-  kUnsupportedOption =
-      7,  // the call sets an option that does not apply to the function (binding ABI: lse of attention_weights)
+  kNonPositiveDim = 1,      // batch, seq_len, kv_seq_len, d_model or num_heads <= 0
+  kHeadsDoNotDivide = 2,    // d_model % num_heads != 0
+  kTooLarge = 3,            // an element count does not fit 32-bit indexing
+  kNullPointer = 4,         // a required buffer is missing
+  kBadScale = 5,            // scale is NaN or infinite
+  kOutOfMemory = 6,         // scratch allocation failed
+  kUnsupportedOption = 7,   // an option that does not apply to the function (binding ABI: lse of attention_weights)
   kKvHeadsDoNotDivide = 8,  // num_kv_heads < 0, or not a divisor of num_heads
   kBadQueryOffset = 9,      // query_offset < 0, or query_offset + seq_len beyond int32
   kBadWindow = 10,          // a window bound below -1 (-1 = unbounded)
