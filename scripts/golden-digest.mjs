@@ -33,7 +33,9 @@ for (const [label, options] of BUILDS) {
       const read = (file) => fs.readFileSync(path.join(dir, file));
       for (const c of loadGoldenCases(dir)) {
         const hash = crypto.createHash('sha256');
-        await runGoldenCase(mha, c, read, (out) => hash.update(new Uint8Array(out.buffer, out.byteOffset, out.byteLength)));
+        await runGoldenCase(mha, c, read, (out) =>
+          hash.update(new Uint8Array(out.buffer, out.byteOffset, out.byteLength)),
+        );
         const digest = hash.digest('hex');
         whole.update(digest);
         console.log(`${label} ${set} ${c.name} ${digest}`);
