@@ -82,10 +82,10 @@ struct BF16PairLoader {
 struct BF16Loader {
   using Elem = uint16_t;
   void load8(const uint16_t* p, VecF& lo, VecF& hi) const {
-    const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i zero = _mm_setzero_si128();
-    lo = xsimd::bitwise_cast<VecF>(VecI(_mm_unpacklo_epi16(zero, x)));
-    hi = xsimd::bitwise_cast<VecF>(VecI(_mm_unpackhi_epi16(zero, x)));
+    const simd::VecU16 x = simd::VecU16::load_aligned(p);
+    const simd::VecU16 zero(0);
+    lo = xsimd::bitwise_cast<VecF>(xsimd::zip_lo(zero, x));
+    hi = xsimd::bitwise_cast<VecF>(xsimd::zip_hi(zero, x));
   }
 };
 template <class Ld>
