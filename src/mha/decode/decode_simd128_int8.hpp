@@ -68,15 +68,15 @@ inline void qk_int8_row(const float* qpanel, const int8_t* panel, const float* s
       for (int32_t d = d0; d < d1; ++d) {
         const VecF b(qpanel[d * kChunk]);
         VecF w[4];
-        widen.widen16(simd::VecI8::load_aligned(panel + int64_t{d} * kP + 16 * half), w);
+        widen.widen16(simd::VecI8::load_aligned(panel + int64_t{d} * kKeysPerPanel + 16 * half), w);
         for (int m = 0; m < 4; ++m) acc[m] = madd(b, w[m], acc[m]);
         if (half == 0) {
           touched |= *reinterpret_cast<const int32_t*>(std::min(touch, touch_last));
-          touch += kP;
+          touch += kKeysPerPanel;
         }
       }
       // The block's 16 scales of these keys, in key order, put in the strided order of acc.
-      const float* sc = scales + nb * kP + 16 * half;
+      const float* sc = scales + nb * kKeysPerPanel + 16 * half;
       VecF scale[4] = {VecF::load_aligned(sc), VecF::load_aligned(sc + 4), VecF::load_aligned(sc + 8),
                        VecF::load_aligned(sc + 12)};
       simd::transpose_4x4(scale[0], scale[1], scale[2], scale[3]);
@@ -145,11 +145,11 @@ inline VecF int8_values(simd::VecI8 x16, int quarter) {
 // Panel (Dh, 32) of int8 keys -> dst (Dh, 32) floats; scales: the panel's (NBk, 32).
 inline void widen_int8_panel(const int8_t* panel, const float* scales, int32_t dh, float* dst) {
   for (int32_t d = 0; d < dh; ++d) {
-    const float* sc = scales + (d / 32) * kP;
-    for (int32_t h = 0; h < kP; h += 16) {
-      const simd::VecI8 x = simd::VecI8::load_aligned(panel + int64_t{d} * kP + h);
+    const float* sc = scales + (d / 32) * kKeysPerPanel;
+    for (int32_t h = 0; h < kKeysPerPanel; h += 16) {
+      const simd::VecI8 x = simd::VecI8::load_aligned(panel + int64_t{d} * kKeysPerPanel + h);
       for (int q = 0; q < 4; ++q)
-        (int8_values(x, q) * VecF::load_aligned(sc + h + 4 * q)).store_aligned(dst + d * kP + h + 4 * q);
+        (int8_values(x, q) * VecF::load_aligned(sc + h + 4 * q)).store_aligned(dst + d * kKeysPerPanel + h + 4 * q);
     }
   }
 }
