@@ -80,7 +80,7 @@ constexpr int32_t kNoSpecialValues = INT32_MAX;
 // a dim is not positive or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
 double kv_cache_bytes(const KVCacheConfig& config);
 
-// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the
+// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadDType (dtype), kCacheTooLarge (kMaxCacheBytes or more: the
 // heap also holds everything else), or kOk.
 Status validate_cache_config(const KVCacheConfig& config);
 
