@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadTinyGPT } from './runner.mjs';
-import { readGolden } from './tools/golden-check.mjs';
+import { readGolden } from './golden-check.mjs';
 
 export const tinyGptDir = path.dirname(fileURLToPath(import.meta.url));
 
@@ -20,7 +20,7 @@ export function readTinyGPT(dir = tinyGptDir) {
 }
 
 /**
- * The PyTorch golden data written by tools/make_golden.py into `dir`/golden, through tools/golden-check.mjs's reader:
+ * The PyTorch golden data written by tools/make_golden.py into `dir`/golden, through golden-check.mjs's reader:
  * index.json, with its logits files as Float32Arrays (`index.logits.values`, `index.logitsF16KV.values`).
  * @returns {Promise<object>}
  */

@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadLlama } from './runner.mjs';
-import { readGolden } from './tools/golden-check.mjs';
+import { readGolden } from './golden-check.mjs';
 
 export const tinyLlamaDir = path.dirname(fileURLToPath(import.meta.url));
 
@@ -25,7 +25,7 @@ export const readLlamaWeights = (dir = tinyLlamaDir) => arrayBufferOf(path.join(
 export const readLlama = (dir = tinyLlamaDir) => loadLlama(readLlamaConfig(dir), readLlamaWeights(dir));
 
 /**
- * The PyTorch golden data written by tools/make_golden.py into `dir`/golden, through tools/golden-check.mjs's reader.
+ * The PyTorch golden data written by tools/make_golden.py into `dir`/golden, through golden-check.mjs's reader.
  * @returns {Promise<object>}
  */
 export const readTinyLlamaGolden = (dir = tinyLlamaDir) =>

@@ -2,7 +2,7 @@
 // way `npm start` serves it (scripts/serve.mjs, repository root): it generates the bytes the Node runner
 // generates, draws every layer x head row and a head's pattern, labels the training run's heads with live
 // scores, keeps the weights in the browser cache, fits 390 px; and in the page's Worker, the PyTorch checks
-// of models/tiny-gpt/tools/golden-check.mjs (the Node test's checker). Assumes dist/ is built.
+// of models/tiny-gpt/golden-check.mjs (the Node test's checker). Assumes dist/ is built.
 //
 //   node --test tests/browser/tiny-gpt.test.mjs
 import { after, before, test } from 'node:test';

@@ -1,6 +1,6 @@
 // tiny-llama (models/tiny-llama) in headless Chromium, served the way `npm start` serves the repository
 // (scripts/serve.mjs): in a page, the Llama runner fetches the checkpoint (fetchLlama) and runs the PyTorch
-// checks of models/tiny-llama/tools/golden-check.mjs, the Node test's checker: logits at every prefill position
+// checks of models/tiny-llama/golden-check.mjs, the Node test's checker: logits at every prefill position
 // and 100 decode steps, greedy tokens, f32 and f16 KV caches, and the ragged batch once the core has it.
 // Assumes dist/ is built.
 //
@@ -24,7 +24,7 @@ test("in a page: PyTorch's logits at every position (prefill + 100 steps) and gr
   const results = await page.evaluate(async () => {
     const { createMHA } = await import('/dist/index.js');
     const { fetchLlama } = await import('/models/tiny-llama/runner.mjs');
-    const check = await import('/models/tiny-llama/tools/golden-check.mjs');
+    const check = await import('/models/tiny-llama/golden-check.mjs');
     const mha = await createMHA();
     const folder = new URL('/models/tiny-llama/', location.href);
     const [model, golden] = await Promise.all([fetchLlama(folder), check.fetchGolden(folder)]);

@@ -12,7 +12,7 @@ import {
   checkSplitPrefill,
   compareLogits,
   goldenPromptBytes,
-} from '../../models/tiny-gpt/tools/golden-check.mjs';
+} from '../../models/tiny-gpt/golden-check.mjs';
 import { kvCacheBackend, roundToFloat16 } from '../../models/tiny-gpt/attention-backends.mjs';
 import { headScores, inductionTargets } from '../../models/tiny-gpt/head-scores.mjs';
 import { readTinyGPT, readTinyGPTGolden, readTinyGPTHeads, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';

@@ -18,7 +18,7 @@ import {
   checkGreedy,
   checkPrefillAndSteps,
   checkRaggedBatch,
-} from '../../models/tiny-llama/tools/golden-check.mjs';
+} from '../../models/tiny-llama/golden-check.mjs';
 import {
   readLlama,
   readLlamaConfig,

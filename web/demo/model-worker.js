@@ -10,7 +10,7 @@
 //      { type: 'save' }  the last generation's session state and the token it chose last
 //      { type: 'continue', state: {tokens (the one sequence's), caches}, pending, count, dtype, greedy, temperature, topK, seed, drawn }
 //        a saved session restored (no prefill), then count tokens generated on from pending
-//      { type: 'golden' }  the PyTorch checks of models/tiny-gpt/tools/golden-check.mjs, for the browser test (tiny-gpt)
+//      { type: 'golden' }  the PyTorch checks of models/tiny-gpt/golden-check.mjs, for the browser test (tiny-gpt)
 //      { type: 'bench', prompt, count, rounds }  tokens/s, f32 and f16 cache interleaved (models/tiny-gpt/tools/bench-chromium.mjs; tiny-gpt)
 // out: { type: 'loaded', model, config, dims: {layers, heads, kvHeads, dModel, context}, heads (tiny-gpt's heads.json, else null), loadMs, weightsTransferBytes, info }
 //      { type: 'reference', name: 'previousToken' | 'induction', scores: (L * H) }, in that order
@@ -30,7 +30,7 @@ import {
   checkGreedy,
   checkSplitPrefill,
   fetchGolden,
-} from '../../models/tiny-gpt/tools/golden-check.mjs';
+} from '../../models/tiny-gpt/golden-check.mjs';
 import { fetchLlama, generate as generateLlama } from '../../models/tiny-llama/runner.mjs';
 
 const MODEL_URL = new URL('../../models/tiny-gpt/', import.meta.url);

@@ -5,9 +5,9 @@
 // the caller.
 //
 // Shapes: V = vocab_size; P prompt bytes, then `decodeSteps` tokens: a run's logits are (P + steps, V).
-import { generate, generateBatch } from '../runner.mjs';
-import { compareLogits, goldenFetcher } from '../../lib/golden.mjs';
-import { decodeBytes, encodeBytes } from '../../lib/generate.mjs';
+import { generate, generateBatch } from './runner.mjs';
+import { compareLogits, goldenFetcher } from '../lib/golden.mjs';
+import { decodeBytes, encodeBytes } from '../lib/generate.mjs';
 
 /**
  * Tolerance of each K/V dtype, as a fraction of max(1, |PyTorch's logit|).

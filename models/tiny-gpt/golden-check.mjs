@@ -4,10 +4,10 @@
 // and Workers; every check returns {ok, message, worst, ...} and leaves the asserting to the caller.
 //
 // Shapes: V = vocab_size; a logits block of `rows` positions is (rows, V), row-major.
-import { generate } from '../runner.mjs';
-import { compareLogits, goldenFetcher } from '../../lib/golden.mjs';
+import { generate } from './runner.mjs';
+import { compareLogits, goldenFetcher } from '../lib/golden.mjs';
 
-export { compareLogits } from '../../lib/golden.mjs';
+export { compareLogits } from '../lib/golden.mjs';
 
 /**
  * Reads golden/index.json and the float32 logits files it names.
