@@ -20,7 +20,7 @@ export function readTinyGPT(dir = tinyGptDir) {
 }
 
 /**
- * The PyTorch golden data written by make_golden.py into `dir`/golden, through golden-check.mjs's reader:
+ * The PyTorch golden data written by tools/make_golden.py into `dir`/golden, through golden-check.mjs's reader:
  * index.json, with its logits files as Float32Arrays (`index.logits.values`, `index.logitsF16KV.values`).
  * @returns {Promise<object>}
  */
@@ -28,7 +28,7 @@ export function readTinyGPTGolden(dir = tinyGptDir) {
   return readGolden((file) => arrayBufferOf(path.join(dir, 'golden', file)));
 }
 
-/** heads.json of `dir` (analyze_heads.py): per-head previous-token and induction scores and their inputs. */
+/** heads.json of `dir` (tools/analyze_heads.py): per-head previous-token and induction scores and their inputs. */
 export function readTinyGPTHeads(dir = tinyGptDir) {
   return JSON.parse(fs.readFileSync(path.join(dir, 'heads.json'), 'utf8'));
 }

@@ -25,7 +25,7 @@ export const readLlamaWeights = (dir = tinyLlamaDir) => arrayBufferOf(path.join(
 export const readLlama = (dir = tinyLlamaDir) => loadLlama(readLlamaConfig(dir), readLlamaWeights(dir));
 
 /**
- * The PyTorch golden data written by make_golden.py into `dir`/golden, through golden-check.mjs's reader.
+ * The PyTorch golden data written by tools/make_golden.py into `dir`/golden, through golden-check.mjs's reader.
  * @returns {Promise<object>}
  */
 export const readTinyLlamaGolden = (dir = tinyLlamaDir) =>

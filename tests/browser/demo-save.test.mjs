@@ -1,5 +1,5 @@
-// The demo's real-model view with its model picker and its saved conversations (web/demo/tiny-gpt.js,
-// real-model-save.js, saved-conversations.js, tiny-gpt-worker.js) in headless Chromium, served as `npm
+// The demo's real-model view with its model picker and its saved conversations (web/demo/model-view.js,
+// real-model-save.js, saved-conversations.js, model-worker.js) in headless Chromium, served as `npm
 // start` serves it: tiny-llama and tiny-gpt picked in turn; N greedy bytes, Save (IndexedDB), a reload,
 // "Continue saved conversation" for M more: the N + M bytes one uninterrupted generation gives in the page
 // and in the Node runner, with no prefill after the reload (the Worker ran one token per new byte); a

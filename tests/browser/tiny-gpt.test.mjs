@@ -1,4 +1,4 @@
-// The demo's real-model view (web/demo/tiny-gpt.js + tiny-gpt-worker.js) in headless Chromium, served the
+// The demo's real-model view (web/demo/model-view.js + model-worker.js) in headless Chromium, served the
 // way `npm start` serves it (scripts/serve.mjs, repository root): it generates the bytes the Node runner
 // generates, draws every layer x head row and a head's pattern, labels the training run's heads with live
 // scores, keeps the weights in the browser cache, fits 390 px; and in the page's Worker, the PyTorch checks
@@ -166,7 +166,7 @@ test("in the page's Worker: PyTorch's logits at every position (prefill(200), pr
   const results = await page.evaluate(
     () =>
       new Promise((resolve, reject) => {
-        const worker = new Worker('/web/demo/tiny-gpt-worker.js', { type: 'module' });
+        const worker = new Worker('/web/demo/model-worker.js', { type: 'module' });
         worker.onerror = (e) => reject(new Error(e.message));
         worker.onmessage = ({ data }) => {
           if (data.type === 'loaded') worker.postMessage({ type: 'golden' });

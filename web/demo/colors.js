@@ -1,5 +1,5 @@
 // The demo's colors. The scale of the attention weights is shared by the synthetic view (heatmaps.js) and
-// the real model's view (tiny-gpt.js); the head hues and the masked / NaN fills belong to the synthetic
+// the real model's view (model-view.js); the head hues and the masked / NaN fills belong to the synthetic
 // view, where the heatmaps and the split/merge diagram must agree on them.
 
 // Sequential scale for weights (light = small, dark = large), YlGnBu-like.

@@ -2,6 +2,7 @@
 // timing worker (worker.js). No DOM access here. Shapes use the project's letters, outermost first, row-major:
 //   B batch, S queries, T keys/values (T = S in this demo), H heads, Dh = D / H, D model size.
 import { mulberry32, normalSampler } from '../../scripts/lib/prng.mjs';
+import { attention } from '../../scripts/lib/reference.mjs';
 
 /** Limits of the demo's controls: attention heatmaps and a plain-JS peer must stay interactive. */
 export const LIMITS = Object.freeze({
@@ -211,56 +212,14 @@ export function buildMask(kind, batch, seqLen, { lengths, seed = 1 } = {}) {
 // Plain-JS attention: the speed peer and the float64 accuracy yardstick.
 
 /**
- * Multi-head attention written the straightforward way in JavaScript: per (b, h, i) a row of scores,
- * a max-subtracted softmax and a weighted sum of v, with every sum in double precision (JS numbers),
- * rounded to float32 only when stored. Same semantics as mha.multiHeadAttention, NaN rows included.
- * q (B,S,D), k/v (B,T,D) -> out (B,S,D).
+ * Multi-head attention written the straightforward way in JavaScript: the project's float64 reference
+ * (scripts/lib/reference.mjs, the bench's plain-js implementation and the JS tests' reference), called with
+ * the demo's option names. Every sum in double precision (JS numbers), rounded to float32 only when stored;
+ * same semantics as mha.multiHeadAttention, NaN rows included. q (B,S,D), k/v (B,T,D) -> out (B,S,D).
  */
 export function plainMultiHeadAttention(q, k, v, { batch, seqLen, dModel, numHeads, kvSeqLen, mask, causal, scale }) {
-  const B = batch;
-  const S = seqLen;
-  const T = kvSeqLen ?? seqLen;
-  const D = dModel;
-  const Dh = D / numHeads;
-  const sc = scale ?? Math.fround(1 / Math.sqrt(Dh));
-  const out = new Float32Array(B * S * D);
-  const scores = new Float64Array(T);
-  const acc = new Float64Array(Dh);
-  for (let b = 0; b < B; b++) {
-    for (let h = 0; h < numHeads; h++) {
-      for (let i = 0; i < S; i++) {
-        const qo = (b * S + i) * D + h * Dh;
-        let max = -Infinity;
-        for (let j = 0; j < T; j++) {
-          if ((mask && !mask[(b * S + i) * T + j]) || (causal && j > i)) {
-            scores[j] = -Infinity;
-            continue;
-          }
-          const ko = (b * T + j) * D + h * Dh;
-          let dot = 0;
-          for (let e = 0; e < Dh; e++) dot += q[qo + e] * k[ko + e];
-          const s = dot * sc;
-          scores[j] = s;
-          if (s > max) max = s;
-        }
-        if (max === -Infinity) {
-          out.fill(NaN, qo, qo + Dh);
-          continue;
-        }
-        acc.fill(0);
-        let sum = 0;
-        for (let j = 0; j < T; j++) {
-          if (scores[j] === -Infinity) continue;
-          const p = Math.exp(scores[j] - max);
-          sum += p;
-          const vo = (b * T + j) * D + h * Dh;
-          for (let e = 0; e < Dh; e++) acc[e] += p * v[vo + e];
-        }
-        for (let e = 0; e < Dh; e++) out[qo + e] = acc[e] / sum;
-      }
-    }
-  }
-  return out;
+  const shape = { B: batch, S: seqLen, T: kvSeqLen ?? seqLen, D: dModel, H: numHeads, causal, mask, scale };
+  return attention(q, k, v, shape);
 }
 
 /** Largest |a - b| over entries; entries NaN in both count as equal, NaN in one as Infinity. */

@@ -1,5 +1,5 @@
 // The real-model view's Save and "Continue saved conversation" controls: what they say and when they show,
-// over saved-conversations.js (IndexedDB). tiny-gpt.js asks the Worker for the state and starts the
+// over saved-conversations.js (IndexedDB). model-form.js asks the Worker for the state and starts the
 // continued generation; this file only stores, finds and describes the saved conversation.
 import { FORMAT, loadConversation, saveConversation } from './saved-conversations.js';
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Which heads of tiny-gpt are previous-token heads and which are induction heads, by score.
 
-    /usr/bin/python3 models/tiny-gpt/analyze_heads.py
+    /usr/bin/python3 models/tiny-gpt/tools/analyze_heads.py
 
 Uses make_golden.py's plain-torch loader and forward pass (not the training code). Writes heads.json:
 for every layer x head,
@@ -24,7 +24,7 @@ import re
 
 import torch
 
-from make_golden import HERE, forward, load_model
+from make_golden import MODEL_DIR, forward, load_model
 
 PREVIOUS_TOKEN_THRESHOLD = 0.4
 INDUCTION_THRESHOLD = 0.3
@@ -82,7 +82,7 @@ def induction_scores(cfg, w, sequence_list, period=40):
 @torch.no_grad()
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=HERE, help="folder with config.json and model.safetensors; heads.json is written there")
+    ap.add_argument("--model", default=MODEL_DIR, help="folder with config.json and model.safetensors; heads.json is written there")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg, w = load_model(args.model)

@@ -5,7 +5,7 @@ Not run by `npm test`. Run it with Debian's python3-torch (1.13), i.e. /usr/bin/
 python3 that may be first on PATH:
 
     apt-get install bible-kjv            # the corpus (see below)
-    /usr/bin/python3 models/tiny-gpt/train.py --n-ctx 256 --batch 16 --lr 2e-3 --minutes 48
+    /usr/bin/python3 models/tiny-gpt/tools/train.py --n-ctx 256 --batch 16 --lr 2e-3 --minutes 48
 
 Speed: Debian's torch 1.13 links libblas.so.3, which on a fresh machine is the reference BLAS (about
 4.5 GFLOP/s here on one core). OpenBLAS is ten times faster (45 GFLOP/s). The committed weights were
@@ -13,7 +13,7 @@ trained with Debian's single-threaded OpenBLAS unpacked into /tmp rather than in
 BLAS alternative stayed as it was:
 
     cd /tmp && apt-get download libopenblas0-serial && dpkg-deb -x libopenblas0-serial_*.deb openblas
-    LD_LIBRARY_PATH=/tmp/openblas/usr/lib/x86_64-linux-gnu/openblas-serial /usr/bin/python3 models/tiny-gpt/train.py ...
+    LD_LIBRARY_PATH=/tmp/openblas/usr/lib/x86_64-linux-gnu/openblas-serial /usr/bin/python3 models/tiny-gpt/tools/train.py ...
 
 Size: issue 17 suggests a context of 512. On this 2-core machine, shared with other jobs, one training
 thread runs about 900 tokens/s at context 512 and 1,200 at 256 (the (S, S) score tensors dominate the
@@ -27,7 +27,7 @@ only the `bible` program of the `bible-kjv` package decodes, so this script runs
 references and trains on the remaining 4,137,850 bytes of ASCII prose. Pass --corpus FILE to train on
 another UTF-8 text instead.
 
-The model is fixed by issue 17 (tensor names, shapes, semantics); models/tiny-gpt/make_golden.py loads
+The model is fixed by issue 17 (tensor names, shapes, semantics); models/tiny-gpt/tools/make_golden.py loads
 the result with its own plain torch code, without importing this file. The weights are written as
 float16 safetensors, by hand (struct + json), since the safetensors package is not in Debian bookworm.
 
@@ -48,7 +48,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The model's folder (config.json, model.safetensors, golden/): the parent of this tools/ folder.
+MODEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -332,7 +333,7 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="fixed number of steps (overrides --minutes)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=HERE)
+    ap.add_argument("--out", default=MODEL_DIR)
     ap.add_argument("--bench", type=int, default=0, help="only time this many steps and exit")
     ap.add_argument("--init", metavar="DIR", help="start from DIR's config.json + model.safetensors (a second phase; "
                     "the model options are then taken from DIR's config.json)")

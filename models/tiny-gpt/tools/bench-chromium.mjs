@@ -1,11 +1,11 @@
-// tokens/s of tiny-gpt in headless Chromium, in the demo's Worker (web/demo/tiny-gpt-worker.js): the whole
+// tokens/s of tiny-gpt in headless Chromium, in the demo's Worker (web/demo/model-worker.js): the whole
 // model and attention alone, per decode step, with an f32 and an f16 KV cache interleaved round by round.
 // Prints the median and range of each. Assumes dist/ is built.
 //
-//   node models/tiny-gpt/bench-chromium.mjs [--rounds 9] [--tokens 200]
+//   node models/tiny-gpt/tools/bench-chromium.mjs [--rounds 9] [--tokens 200]
 import { parseArgs } from 'node:util';
-import { launchChromium } from '../../scripts/lib/chromium.mjs';
-import { serve } from '../../scripts/serve.mjs';
+import { launchChromium } from '../../../scripts/lib/chromium.mjs';
+import { serve } from '../../../scripts/serve.mjs';
 
 const { values } = parseArgs({
   options: { rounds: { type: 'string', default: '9' }, tokens: { type: 'string', default: '200' } },
@@ -26,7 +26,7 @@ try {
   const { samples, version } = await page.evaluate(
     ({ prompt, count, rounds }) =>
       new Promise((resolve, reject) => {
-        const worker = new Worker('/web/demo/tiny-gpt-worker.js', { type: 'module' });
+        const worker = new Worker('/web/demo/model-worker.js', { type: 'module' });
         let version;
         worker.onerror = (e) => reject(new Error(e.message));
         worker.onmessage = ({ data }) => {

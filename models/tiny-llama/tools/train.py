@@ -2,11 +2,11 @@
 """Train tiny-llama: a byte-level decoder in the Hugging Face Llama convention (issue 31).
 
 Not run by `npm test`. Run it with Debian's python3-torch (1.13), i.e. /usr/bin/python3, with the
-single-threaded OpenBLAS unpacked into /tmp as models/tiny-gpt/train.py explains (ten times faster than
+single-threaded OpenBLAS unpacked into /tmp as models/tiny-gpt/tools/train.py explains (ten times faster than
 the reference BLAS that libblas.so.3 is on a fresh machine):
 
     LD_LIBRARY_PATH=/tmp/openblas/usr/lib/x86_64-linux-gnu/openblas-serial \\
-        /usr/bin/python3 models/tiny-llama/train.py --steps 600 --checkpoint-at 60
+        /usr/bin/python3 models/tiny-llama/tools/train.py --steps 600 --checkpoint-at 60
 
 Corpus, split, batch order, optimizer, learning-rate schedule, training step, validation loss and the
 safetensors writer are tiny-gpt's (imported from its train.py, so both models see the same bytes and are
@@ -17,7 +17,7 @@ float32), rotary position embeddings on q and k in the non-interleaved layout (r
 half of each head's dimensions pairs with the second half), grouped-query causal attention without
 biases, a SwiGLU MLP down(silu(gate(x)) * up(x)), and logits from the tied embedding. The tensor names
 are HF's, so `LlamaForCausalLM.from_pretrained(dir)` loads the directory (models/README.md).
-models/tiny-llama/make_golden.py computes the same forward with its own plain torch code.
+models/tiny-llama/tools/make_golden.py computes the same forward with its own plain torch code.
 
 Determinism: --seed fixes initialisation and batch order, and --steps makes the learning-rate schedule a
 function of the step alone, so a repeat on the same torch gives the same weights.
@@ -34,10 +34,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The model's folder (config.json, model.safetensors, golden/): the parent of this tools/ folder.
+MODEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # tiny-gpt's train.py under another module name (this file is also called train.py)
-_spec = importlib.util.spec_from_file_location("tiny_gpt_train", os.path.join(HERE, "..", "tiny-gpt", "train.py"))
+_spec = importlib.util.spec_from_file_location("tiny_gpt_train", os.path.join(MODEL_DIR, "..", "tiny-gpt", "tools", "train.py"))
 gpt = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpt)
 
@@ -225,7 +226,7 @@ def main():
     ap.add_argument("--checkpoint-at", type=int, default=0, help="also save the weights after this many steps")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=HERE)
+    ap.add_argument("--out", default=MODEL_DIR)
     ap.add_argument("--bench", type=int, default=0, help="only time this many steps and exit")
     args = ap.parse_args()
 

@@ -2,7 +2,7 @@
 """A tiny random Qwen2-style checkpoint and PyTorch's logits for it: what the Llama runner reads beyond
 tiny-llama, checked against the same plain-torch forward pass as the golden data.
 
-    /usr/bin/python3 models/tiny-llama/make_fixture.py
+    /usr/bin/python3 models/tiny-llama/tools/make_fixture.py
 
 tiny-llama has no biases, a tied output projection, F16 weights, head_dim = hidden / heads and no window;
 this checkpoint has all the other cases: BF16 weights, q/k/v biases, an untied lm_head, head_dim 16 with
@@ -20,7 +20,8 @@ import os
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TOOLS = os.path.dirname(os.path.abspath(__file__))
+MODEL_DIR = os.path.dirname(TOOLS)  # the model's folder: config.json, model.safetensors, golden/
 
 
 def _load(name, path):
@@ -30,8 +31,8 @@ def _load(name, path):
     return module
 
 
-golden = _load("tiny_llama_make_golden", os.path.join(HERE, "make_golden.py"))
-gpt_train = _load("tiny_gpt_train", os.path.join(HERE, "..", "tiny-gpt", "train.py"))  # the safetensors writer
+golden = _load("tiny_llama_make_golden", os.path.join(TOOLS, "make_golden.py"))
+gpt_train = _load("tiny_gpt_train", os.path.join(MODEL_DIR, "..", "tiny-gpt", "tools", "train.py"))  # the safetensors writer
 
 CONFIG = {
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 256, "hidden_size": 48,
@@ -71,7 +72,7 @@ def random_weights(cfg, generator):
 @torch.no_grad()
 def main():
     torch.set_num_threads(1)
-    out = os.path.join(HERE, "golden", "qwen2-fixture")
+    out = os.path.join(MODEL_DIR, "golden", "qwen2-fixture")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(CONFIG, f, indent=2)

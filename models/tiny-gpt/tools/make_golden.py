@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch golden data for tiny-gpt, from config.json + model.safetensors alone.
 
-    /usr/bin/python3 models/tiny-gpt/make_golden.py
+    /usr/bin/python3 models/tiny-gpt/tools/make_golden.py
 
 This file deliberately does not import train.py: it reads the safetensors file with struct/json and runs
 the model with plain torch ops, to show that any PyTorch user can load the published files. The same
@@ -26,7 +26,8 @@ import struct
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The model's folder (config.json, model.safetensors, golden/): the parent of this tools/ folder.
+MODEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Exactly 200 bytes of ASCII (checked below): in the style of the training text, but not a verse of it.
 PROMPT_200 = ("And the king sent messengers unto the city, saying, Bring forth the men that came unto thee. "
@@ -54,7 +55,7 @@ def load_safetensors(path):
     return tensors
 
 
-def load_model(folder=HERE):
+def load_model(folder=MODEL_DIR):
     with open(os.path.join(folder, "config.json")) as f:
         cfg = json.load(f)
     return cfg, load_safetensors(os.path.join(folder, "model.safetensors"))
@@ -119,7 +120,7 @@ def write_index(path, index):
 @torch.no_grad()
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=HERE, help="folder with config.json and model.safetensors; golden/ is written there")
+    ap.add_argument("--model", default=MODEL_DIR, help="folder with config.json and model.safetensors; golden/ is written there")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg, w = load_model(args.model)

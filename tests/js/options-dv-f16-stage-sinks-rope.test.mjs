@@ -43,7 +43,7 @@ function detached(TypedArray, length) {
 }
 
 // [description, thunk, error class, message fragments]
-export const BAD_V3_OPTIONS = [
+export const BAD_PART4_OPTIONS = [
   // vHeadDim
   [
     'vHeadDim zero',
@@ -357,15 +357,15 @@ export const BAD_V3_OPTIONS = [
   ],
 ];
 
-for (const [description, thunk, ErrorClass, fragments] of BAD_V3_OPTIONS) {
-  test(`bad v3 option: ${description} -> ${ErrorClass.name}`, () => expectError(thunk, ErrorClass, fragments));
+for (const [description, thunk, ErrorClass, fragments] of BAD_PART4_OPTIONS) {
+  test(`bad Part 4 option: ${description} -> ${ErrorClass.name}`, () => expectError(thunk, ErrorClass, fragments));
 }
 
-test('after every bad v3 option the instance gives the golden answer, the cache is unchanged, and the wasm heap has not grown', () => {
-  for (const [, thunk] of BAD_V3_OPTIONS) assert.throws(thunk); // the tensors some cases allocate now exist
+test('after every bad Part 4 option the instance gives the golden answer, the cache is unchanged, and the wasm heap has not grown', () => {
+  for (const [, thunk] of BAD_PART4_OPTIONS) assert.throws(thunk); // the tensors some cases allocate now exist
   const before = mha.memoryStats();
   for (let round = 0; round < 3; round++) {
-    for (const [description, thunk] of BAD_V3_OPTIONS) {
+    for (const [description, thunk] of BAD_PART4_OPTIONS) {
       if (/HeapTensor|createKVCache/.test(description)) continue; // they allocate
       assert.throws(thunk);
       const r = compare(mha.multiHeadAttention(q, k, v, shape), out64);

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """PyTorch golden data for tiny-llama, from config.json + model.safetensors alone.
 
-    /usr/bin/python3 models/tiny-llama/make_golden.py
+    /usr/bin/python3 models/tiny-llama/tools/make_golden.py
 
 This file does not import train.py: it reads the safetensors file with plain struct/json (the reader of
-models/tiny-gpt/make_golden.py, which handles F16, BF16 and F32, and whose greedy loop it also uses) and
+models/tiny-gpt/tools/make_golden.py, which handles F16, BF16 and F32, and whose greedy loop it also uses) and
 runs the Hugging Face Llama forward pass with plain torch ops, to show that any PyTorch user can load the
 published files.
 
@@ -32,9 +32,10 @@ import os
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The model's folder (config.json, model.safetensors, golden/): the parent of this tools/ folder.
+MODEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_spec = importlib.util.spec_from_file_location("tiny_gpt_make_golden", os.path.join(HERE, "..", "tiny-gpt", "make_golden.py"))
+_spec = importlib.util.spec_from_file_location("tiny_gpt_make_golden", os.path.join(MODEL_DIR, "..", "tiny-gpt", "tools", "make_golden.py"))
 _gpt_golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_gpt_golden)
 load_safetensors = _gpt_golden.load_safetensors  # the plain struct/json reader (F16, BF16, F32)
@@ -49,7 +50,7 @@ GENERATION_PROMPTS = ["In the beginning ", "And the LORD said unto Moses, ",
 GENERATED_TOKENS = 100
 
 
-def load_model(folder=HERE):
+def load_model(folder=MODEL_DIR):
     with open(os.path.join(folder, "config.json")) as f:
         cfg = json.load(f)
     return cfg, load_safetensors(os.path.join(folder, "model.safetensors"))
@@ -130,7 +131,7 @@ def as_text(tokens):
 @torch.no_grad()
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=HERE, help="folder with config.json and model.safetensors; golden/ is written there")
+    ap.add_argument("--model", default=MODEL_DIR, help="folder with config.json and model.safetensors; golden/ is written there")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg, w = load_model(args.model)

@@ -1,0 +1,147 @@
+// The real-model view's controls: the prompt form (Generate / Stop), the model picker, "Verify the labels",
+// Save and "Continue saved conversation", each read and validated here and sent to the Worker through
+// model-protocol.js; a new generation clears what the last one showed.
+import { clearSpeed, drawText, scheduleDraw } from './model-drawing.js';
+import { sendContinue, sendGenerate, sendReference, sendSave, startWorker, whenLoaded } from './model-protocol.js';
+import { resetScores } from './model-scores.js';
+import { saver, section, state, ui } from './model-state.js';
+
+/** Generate (the prompt and "Bytes to generate" validated first), or Stop a running generation. */
+function start() {
+  if (state.running) {
+    // Stop: a fresh Worker (the weights come from the browser cache)
+    startWorker();
+    state.running = false;
+    ui.run.textContent = 'Generate';
+    return;
+  }
+  const bytes = [...new TextEncoder().encode(ui.prompt.value)];
+  const nCtx = state.dims.context;
+  const count = Number(ui.count.value);
+  let problem = '';
+  if (bytes.length < 1) problem = 'Type a prompt of at least one character.';
+  else if (bytes.length > 200) problem = `The prompt is ${bytes.length} bytes; at most 200 fit with room to generate.`;
+  else if (!Number.isInteger(count) || count < 1 || bytes.length + count > nCtx)
+    problem = `Bytes to generate: expected an integer from 1 to ${nCtx - bytes.length} (the context is ${nCtx} bytes, the prompt takes ${bytes.length}).`;
+  ui.status.textContent = problem;
+  if (problem) {
+    section.dataset.state = 'invalid';
+    return;
+  }
+  const run = { dtype: ui.cache.value, greedy: ui.sampling.value === 'greedy', temperature: 0.8, topK: 40, seed: 1 };
+  begin({ tokens: [...bytes], promptLength: bytes.length, run, restored: null });
+  sendGenerate(bytes, count, run);
+}
+
+/** The page's side of a new generation (fresh or continued): clears what the last one showed. */
+function begin({ tokens, promptLength, run, restored }) {
+  state.job++;
+  Object.assign(state, {
+    running: true,
+    tokens,
+    promptLength,
+    run,
+    restored,
+    prefillWeights: null,
+    rows: null,
+    kvLength: 0,
+    timing: null,
+    prefillTiming: null,
+  });
+  resetScores();
+  section.dataset.state = 'generating';
+  section.dataset.job = String(state.job);
+  section.dataset.generated = '0';
+  delete section.dataset.restoredTokens;
+  delete section.dataset.prefillTokens;
+  ui.run.textContent = 'Stop';
+  ui.save.disabled = true;
+  ui.cacheInfo.textContent = '–';
+}
+
+/** The saved conversation restored in the Worker (no prefill), then "Bytes to generate" more. */
+function continueSaved() {
+  const record = saver.saved();
+  if (!record || state.running || section.dataset.state === 'loading') return;
+  const held = record.tokens.length + 1,
+    nCtx = state.dims.context,
+    count = Number(ui.count.value);
+  if (!Number.isInteger(count) || count < 1 || held + count > nCtx) {
+    ui.status.textContent =
+      held >= nCtx
+        ? `The saved conversation fills the ${nCtx}-byte context: nothing more fits.`
+        : `Bytes to generate: expected an integer from 1 to ${nCtx - held} (the context is ${nCtx} bytes, the saved conversation takes ${held}).`;
+    section.dataset.state = 'invalid';
+    return;
+  }
+  // the saved settings, so that the bytes are the ones an uninterrupted generation gives
+  ui.cache.value = record.dtype;
+  ui.sampling.value = record.sampling.greedy ? 'greedy' : 'sample';
+  const run = { dtype: record.dtype, ...record.sampling };
+  begin({
+    tokens: [...record.tokens, record.pending],
+    promptLength: record.promptLength,
+    run,
+    restored: { tokens: record.tokens.length, ms: NaN },
+  });
+  state.restoring = true;
+  state.prefillTiming = { tokens: 0, forwardMs: 0, attentionMs: 0 };
+  scheduleDraw(false);
+  sendContinue(record, count, run);
+}
+
+function verify() {
+  if (state.running || section.dataset.state === 'loading' || state.verifying) return;
+  state.verifying = true;
+  state.reference = {};
+  ui.verify.disabled = true;
+  section.dataset.reference = 'running';
+  sendReference();
+}
+
+/** Another model: the last one's text, speed and rows do not describe it (Stop keeps them: same model). */
+function pickModel() {
+  Object.assign(state, {
+    running: false,
+    tokens: [],
+    promptLength: 0,
+    rows: null,
+    prefillWeights: null,
+    timing: null,
+    prefillTiming: null,
+    restored: null,
+  });
+  ui.run.textContent = 'Generate';
+  ui.cacheInfo.textContent = '–';
+  clearSpeed();
+  drawText();
+  startWorker();
+}
+
+/** Wires every control of the view, and a Generate pressed while the model loads to its end. */
+export function wireControls() {
+  whenLoaded(() => {
+    if (state.pendingStart) {
+      state.pendingStart = false;
+      start();
+    }
+  });
+  ui.verify.addEventListener('click', verify);
+  ui.picker.addEventListener('change', pickModel);
+  ui.save.addEventListener('click', () => {
+    if (state.running || section.dataset.state !== 'done') return;
+    ui.save.disabled = true;
+    sendSave();
+  });
+  ui.resume.addEventListener('click', continueSaved);
+  ui.form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    if (section.dataset.state === 'loading') state.pendingStart = true;
+    else start();
+  });
+  let resizeTimer = 0;
+  window.addEventListener('resize', () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => scheduleDraw(true), 100);
+  });
+}
