@@ -8,7 +8,7 @@ import type { OptionValues } from './call-abi.js';
 import { describe } from './describe.js';
 import { halfResult } from './float16.js';
 import { checkHalf, checkOperand, checkRopeStillUsable, checkStillUsable } from './heap-tensor.js';
-import type { CacheConfig, CacheHost } from './kv-cache-config.js';
+import type { CacheCallHost, CacheConfig } from './kv-cache-config.js';
 import type { KVCacheAttendOptions } from './kv-cache-types.js';
 import type { MhaWasmModule } from './mha.js';
 import { checkIntegerList } from './number-lists.js';
@@ -241,7 +241,7 @@ function checkRoom(
  * offset, read before the staging malloc.
  */
 function stageAndAttend(
-  host: CacheHost,
+  host: CacheCallHost,
   id: number,
   lengths: Int32Array,
   t: AttendTensors,
@@ -325,7 +325,7 @@ function attendResult(wasm: MhaWasmModule, t: AttendTensors, outAt: number, outO
  * option getters) has run, as are the tensors.
  */
 export function attendCache(
-  host: CacheHost,
+  host: CacheCallHost,
   c: CacheConfig,
   lengths: Int32Array,
   liveId: () => number,

@@ -3,7 +3,6 @@
 import type { CacheCallLayout } from './call-abi.js';
 import { CACHE_DTYPES, cacheDTypeCode } from './cache-dtype.js';
 import { describe } from './describe.js';
-import type { WasmKVCache } from './kv-cache.js';
 import type { KVCacheDType, KVCacheOptions } from './kv-cache-types.js';
 import type { MhaWasmModule } from './mha.js';
 import type { StagingArena } from './staging.js';
@@ -11,12 +10,14 @@ import { checkDim, checkOptionsObject } from './validate.js';
 
 export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype', 'vHeadDim'] as const;
 
-/** What a cache needs of its instance: the module, the staging arena, the call layout and its registry. */
-export interface CacheHost {
+/**
+ * What creating and attending a cache need of its instance: the module, the staging arena and the cache
+ * call layout (kv-cache.ts's CacheHost adds the registry of live caches).
+ */
+export interface CacheCallHost {
   readonly wasm: MhaWasmModule;
   readonly arena: StagingArena;
   readonly cacheLayout: CacheCallLayout;
-  readonly caches: Set<WasmKVCache>;
 }
 
 export interface CacheConfig {
@@ -73,7 +74,7 @@ function tooLarge(c: CacheConfig, bytes: number, why = 'more than it can provide
 }
 
 /** Creates the C++ cache of a checked config and returns its id. */
-export function createCache(host: CacheHost, config: CacheConfig): number {
+export function createCache(host: CacheCallHost, config: CacheConfig): number {
   const { wasm, arena } = host;
   const idAt = arena.reserve('createKVCache', 16);
   wasm.HEAP32[idAt >>> 2] = 0;

@@ -6,7 +6,7 @@ import { saveCache } from './cache-io.js';
 import { describe } from './describe.js';
 import { attendCache } from './kv-cache-attend.js';
 import { cacheBytes } from './kv-cache-config.js';
-import type { CacheConfig, CacheHost } from './kv-cache-config.js';
+import type { CacheCallHost, CacheConfig } from './kv-cache-config.js';
 import type {
   KVCache,
   KVCacheAttendOptions,
@@ -20,6 +20,11 @@ import type { Float16Tensor, HeapTensor, TensorDType, TensorIn, TensorOut } from
 import { checkOptionsObject } from './validate.js';
 
 const READ_KEYS = ['start', 'end'] as const;
+
+/** What a cache needs of its instance: CacheCallHost and the registry of its live caches. */
+export interface CacheHost extends CacheCallHost {
+  readonly caches: Set<WasmKVCache>;
+}
 
 /** A KV cache of one instance: the id of its C++ cache, 0 once freed. */
 export class WasmKVCache implements KVCache {
