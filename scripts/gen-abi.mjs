@@ -2,7 +2,9 @@
 // Writes web/src/abi-fields.generated.ts from the field lists of src/call_abi.hpp (MHA_ATTENTION_CALL_FIELDS,
 // MHA_CACHE_ATTEND_CALL_FIELDS): per call struct, a function that turns the module's {name: byte offset,
 // size} into one fixed-shape object literal of 4-byte slots (the writers read it on every call; an object
-// filled by computed keys would fall back to a slow dictionary after 16 properties), plus `bytes`.
+// filled by computed keys would fall back to a slow dictionary after 16 properties), plus `bytes`; and the
+// names of MHA_OPTION_FIELDS, the option fields both structs carry, as the type OptionField (call-abi.ts
+// writes them with one function for either struct).
 //
 //   node scripts/gen-abi.mjs           rewrite the file when it differs
 //   node scripts/gen-abi.mjs --check   exit 1 when the checked-in file differs (tests/js/abi-fields.test.mjs)
@@ -15,6 +17,9 @@ import { fileURLToPath } from 'node:url';
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const HEADER = 'src/call_abi.hpp';
 export const OUTPUT = 'web/src/abi-fields.generated.ts';
+
+/** The list of the option fields, which both call structs' lists include. */
+const OPTION_MACRO = 'MHA_OPTION_FIELDS';
 
 /** The macros of the header and the TypeScript function each becomes. */
 const STRUCTS = [
@@ -84,6 +89,12 @@ export function generate(header) {
       out.push(`    /** ${f.type}: ${f.doc.replace(/\*\//g, '* /')} */`, `    ${f.name}: slot(offsets, '${f.name}'),`);
     out.push("    /** The struct's size in bytes. */", '    bytes: offsets.size ?? NaN,', '  };', '}');
   }
+  out.push(
+    '',
+    `/** The option fields that both call structs carry (${OPTION_MACRO}), in the header's order. */`,
+    'export type OptionField =',
+    ...parseFields(header, OPTION_MACRO).map((f, i, all) => `  | '${f.name}'${i === all.length - 1 ? ';' : ''}`),
+  );
   return `${out.join('\n')}\n`;
 }
 

@@ -306,3 +306,80 @@ test('stand-in core: a call without the Part 2 options writes the "none" value o
     mha.dispose();
   }
 });
+
+test('the KV cache call struct: every field is written by each attend (none left from the call before), options as given', async () => {
+  const mha = await createMHA({ warmup: false });
+  const wasm = mha.wasm;
+  const layout = wasm.kvCacheAttendCallLayout();
+  const names = Object.keys(layout).filter((name) => name !== 'size');
+  const POISON = 0x7badbad7;
+  const seen = [];
+  const attend = wasm._mha_kv_cache_attend;
+  // The stand-in reads the struct, lets the core compute, then poisons the struct: the next attend must
+  // write every field again (the call slot is the same while the staging does not grow). The glue's export
+  // may replace itself on its first call, so the stand-in is installed again after each.
+  const standIn = (at) => {
+    const fields = { at, raw: {} };
+    for (const name of names) {
+      const slot = (at + layout[name]) >>> 2;
+      fields.raw[name] = wasm.HEAP32[slot];
+      fields[name] = name === 'scale' || name === 'softcap' ? wasm.HEAPF32[slot] : wasm.HEAP32[slot];
+    }
+    seen.push(fields);
+    const status = attend(at);
+    wasm._mha_kv_cache_attend = standIn;
+    for (const name of names) wasm.HEAP32[(at + layout[name]) >>> 2] = POISON;
+    return status;
+  };
+  wasm._mha_kv_cache_attend = standIn;
+  try {
+    const cache = mha.createKVCache({ batch: 2, numKvHeads: 1, headDim: 4, capacity: 8 });
+    const step = new Float32Array(2 * 1 * 2 * 4);
+    const rope = { ...mha.ropeTables({ rotaryDim: 4, positions: 8 }), interleaved: true };
+    const kv = new Float32Array(2 * 1 * 4);
+    const all = { numHeads: 2, causal: false, window: [3, 1], softcap: 30, alibiSlopes: [0.5, 0.25], scale: 0.75 };
+    cache.attend(step, kv, kv, { ...all, emptyRows: 'zero', sinks: [1, 2], rope, newTokens: [1, 0] });
+    cache.attend(step, kv, kv, { numHeads: 2 });
+    cache.attend(step, kv, kv, { ...all, emptyRows: 'zero', sinks: [1, 2], rope, tensorDType: 'float32' });
+    assert.equal(seen.length, 3);
+    assert.equal(seen[1].at, seen[0].at, 'the call slot moved: the poison test would prove nothing');
+    for (const [i, fields] of seen.entries()) {
+      for (const name of names) assert.notEqual(fields.raw[name], POISON, `call ${i}: ${name} left unwritten`);
+    }
+    const [first, plain, third] = seen;
+    assert.equal(first.cache, plain.cache);
+    assert.deepEqual(
+      [first.causal, first.window_left, first.window_right, first.empty_rows, first.scale, first.softcap],
+      [0, 3, 1, 1, 0.75, 30],
+    );
+    assert.ok(first.alibi_slopes && first.sinks && first.rope_cos && first.rope_sin && first.new_token_counts);
+    assert.deepEqual(
+      [first.rope_positions, first.rope_rotary_dim, first.rope_interleaved, first.rope_first_position],
+      [1, 4, 1, 0],
+    );
+    assert.deepEqual([first.new_tokens, first.num_heads], [1, 2]);
+    // Without options: causal, and 0 for "none" in every option field (-1 for the unbounded window).
+    assert.deepEqual(
+      [plain.causal, plain.window_left, plain.window_right, plain.empty_rows, plain.softcap, plain.alibi_slopes],
+      [1, -1, -1, 0, 0, 0],
+    );
+    assert.deepEqual(
+      [
+        plain.sinks,
+        plain.rope_cos,
+        plain.rope_sin,
+        plain.rope_positions,
+        plain.rope_rotary_dim,
+        plain.rope_first_position,
+      ],
+      [0, 0, 0, 0, 0, 0],
+    );
+    assert.equal(plain.scale, Math.fround(1 / 2));
+    assert.equal(plain.new_token_counts, 0);
+    // Lengths are now [2, 1]: the rope rows staged start at the shortest sequence's length.
+    assert.deepEqual([third.rope_first_position, third.rope_positions], [1, 3]);
+  } finally {
+    wasm._mha_kv_cache_attend = attend;
+    mha.dispose();
+  }
+});

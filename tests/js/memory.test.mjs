@@ -52,11 +52,11 @@ test('process.memoryUsage().external is flat over 5,000 mixed good and bad calls
           assert.throws(() => mha.multiHeadAttention(hq, kv, kv, { ...o, dtype: 'float16' }), TypeError);
           break;
         case 12:
-          cache.attend(token, token, token, { numHeads: 2, dtype: 'float16' });
+          cache.attend(token, token, token, { numHeads: 2, tensorDType: 'float16' });
           if (cache.length === 4) cache.truncate(0);
           break;
         case 13:
-          cache.attend(token, token, token, { numHeads: 2, dtype: 'float16', sinks: [0, 0] });
+          cache.attend(token, token, token, { numHeads: 2, tensorDType: 'float16', sinks: [0, 0] });
           if (cache.length === 4) cache.truncate(0);
           break;
         case 14:

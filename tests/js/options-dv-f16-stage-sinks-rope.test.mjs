@@ -335,25 +335,60 @@ export const BAD_PART4_OPTIONS = [
     RangeError,
     ['KVCache.attend: rope: rotaryDim', 'got 1'],
   ],
-  // KVCache.attend dtype and vHeadDim
-  ['cache: dtype unknown', () => cacheAttend({ dtype: 'int8' }), RangeError, ['KVCache.attend: dtype', '"int8"']],
+  // KVCache.attend tensorDType (and dtype, its deprecated alias) and vHeadDim
   [
-    'cache: dtype float16 with Float32Array tensors',
+    'cache: tensorDType unknown',
+    () => cacheAttend({ tensorDType: 'int8' }),
+    RangeError,
+    ['KVCache.attend: tensorDType', '"int8"'],
+  ],
+  [
+    'cache: tensorDType not a string',
+    () => cacheAttend({ tensorDType: 16 }),
+    TypeError,
+    ['KVCache.attend: tensorDType'],
+  ],
+  [
+    'cache: dtype (alias) unknown',
+    () => cacheAttend({ dtype: 'int8' }),
+    RangeError,
+    ['KVCache.attend: dtype', '"int8"'],
+  ],
+  [
+    'cache: tensorDType and its alias dtype differ',
+    () => cacheAttend({ tensorDType: 'float16', dtype: 'float32' }, half(24), half(24), half(24)),
+    TypeError,
+    ['KVCache.attend: options', 'tensorDType "float16"', 'dtype "float32"', 'alias'],
+  ],
+  [
+    'cache: tensorDType and dtype differ, one of them unknown',
+    () => cacheAttend({ tensorDType: 'float32', dtype: 'bfloat16' }),
+    TypeError,
+    ['KVCache.attend: options', 'tensorDType "float32"', 'dtype "bfloat16"'],
+  ],
+  [
+    'cache: tensorDType float16 with Float32Array tensors',
+    () => cacheAttend({ tensorDType: 'float16' }),
+    TypeError,
+    ['KVCache.attend: k', 'Uint16Array', 'Float32Array(24)', "for tensorDType 'float16'"],
+  ],
+  [
+    'cache: dtype (alias) float16 with Float32Array tensors',
     () => cacheAttend({ dtype: 'float16' }),
     TypeError,
     ['KVCache.attend: k', 'Uint16Array', 'Float32Array(24)'],
   ],
   [
-    'cache: Uint16Array tensors without dtype',
+    'cache: Uint16Array tensors without tensorDType',
     () => cacheAttend({}, half(24), half(24), half(24)),
     TypeError,
-    ['KVCache.attend: k', "dtype: 'float16'"],
+    ['KVCache.attend: k', "tensorDType: 'float16'"],
   ],
   [
-    'cache: dtype float16 with a HeapTensor',
-    () => cacheAttend({ dtype: 'float16' }, half(24), heapCopy(mha, step), half(24)),
+    'cache: tensorDType float16 with a HeapTensor',
+    () => cacheAttend({ tensorDType: 'float16' }, half(24), heapCopy(mha, step), half(24)),
     TypeError,
-    ['KVCache.attend: k', 'HeapTensor'],
+    ['KVCache.attend: k', 'HeapTensor', "use tensorDType 'float32'"],
   ],
 ];
 
@@ -551,7 +586,7 @@ test('float16 k and v into a float16 cache are stored as given: the same bits as
   try {
     for (const n of [3, 1, 2]) {
       const [hq, hk, hv] = [0, 1, 2].map(() => randomHalves(2 * n * 12, random, 2));
-      const out = f16Cache.attend(hq, hk, hv, { numHeads: 3, dtype: 'float16' });
+      const out = f16Cache.attend(hq, hk, hv, { numHeads: 3, tensorDType: 'float16' });
       const out32 = f32Cache.attend(widenHalves(hq), widenHalves(hk), widenHalves(hv), { numHeads: 3 });
       assert.deepEqual(
         Array.from(out),
@@ -563,6 +598,46 @@ test('float16 k and v into a float16 cache are stored as given: the same bits as
   } finally {
     f16Cache.free();
     f32Cache.free();
+  }
+});
+
+test("cache.attend: dtype, tensorDType's deprecated alias, and both given the same give the bits of tensorDType; each read once", () => {
+  const random = mulberry32(7);
+  const [hq, hk, hv] = [0, 1, 2].map(() => randomHalves(2 * 2 * 12, random, 2));
+  const outs = [];
+  for (const types of [
+    { tensorDType: 'float16' },
+    { dtype: 'float16' },
+    { tensorDType: 'float16', dtype: 'float16' },
+  ]) {
+    const c = cacheOf({ dtype: 'float16' });
+    try {
+      const reads = {};
+      const options = { numHeads: 3 };
+      for (const [key, value] of Object.entries(types)) {
+        Object.defineProperty(options, key, {
+          enumerable: true,
+          get: () => ((reads[key] = (reads[key] ?? 0) + 1), value),
+        });
+      }
+      const out = c.attend(hq, hk, hv, options);
+      assert.ok(out instanceof Uint16Array, JSON.stringify(types));
+      assert.deepEqual(reads, Object.fromEntries(Object.keys(types).map((key) => [key, 1])), JSON.stringify(types));
+      outs.push(Array.from(out));
+    } finally {
+      c.free();
+    }
+  }
+  assert.deepEqual(outs[1], outs[0]);
+  assert.deepEqual(outs[2], outs[0]);
+  // float32 given either way is the default: a Float32Array result from Float32Array tensors.
+  const c = cacheOf();
+  try {
+    assert.ok(
+      c.attend(step, step, step, { numHeads: 3, tensorDType: 'float32', dtype: 'float32' }) instanceof Float32Array,
+    );
+  } finally {
+    c.free();
   }
 });
 

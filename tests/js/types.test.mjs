@@ -1,7 +1,8 @@
 // The shipped declarations (dist/index.d.ts) of the options of docs/spec.md Parts 2 and 4: a consumer using
 // every option compiles under tsc --strict, and each deliberate misuse is a type error on its own line.
-// multiHeadAttention and KVCache.attend are generic over their dtype: 'float16' makes q, k, v and the
-// result Float16Tensor, else Float32Array (or HeapTensor); a misspelt option is still a type error.
+// multiHeadAttention and KVCache.attend are generic over their tensor dtype (multiHeadAttention's dtype,
+// attend's tensorDType or its alias dtype): 'float16' makes q, k, v and the result Float16Tensor, else
+// Float32Array (or HeapTensor); a misspelt option is still a type error.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -40,7 +41,8 @@ export async function run(): Promise<void> {
   const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 4, capacity: 8, vHeadDim: 3, dtype: 'float16' });
   const step: Float16Tensor = cache.attend(new Uint16Array(16), new Uint16Array(8), new Uint16Array(6), { numHeads: 4, dtype: 'float16', rope, sinks: [1, 2, 3, 4] });
   const f32Step: Float32Array = cache.attend(new Float32Array(16), new Float32Array(8), new Float32Array(6), { numHeads: 4, rope });
-  void [mla, halfOut, scores, step, f32Step, ropeTables];
+  const halfStep: Float16Tensor = cache.attend(new Uint16Array(16), new Uint16Array(8), new Uint16Array(6), { numHeads: 4, tensorDType: 'float16' });
+  void [mla, halfOut, scores, step, f32Step, halfStep, ropeTables];
 }
 `;
 
@@ -63,6 +65,14 @@ const BAD_LINES = [
   ["mha.attentionWeights(q, q, { ...shape, stage: 'weights' });", 'TS2322'],
   ['mha.attentionWeights(q, q, { ...shape, vHeadDim: 2 });', 'TS2353'],
   ["mha.attentionWeights(q, q, { ...shape, dtype: 'float16' });", 'TS2353'],
+  [
+    "const f32Step: Float32Array = mha.createKVCache({ batch: 1, numKvHeads: 1, headDim: 4, capacity: 8 }).attend(new Uint16Array(4), new Uint16Array(4), new Uint16Array(4), { numHeads: 1, tensorDType: 'float16' });",
+    'TS2',
+  ],
+  [
+    "mha.createKVCache({ batch: 1, numKvHeads: 1, headDim: 4, capacity: 8 }).attend(q, q, q, { numHeads: 1, tensorDType: 'int8' });",
+    'TS2',
+  ],
   ['mha.attentionWeights(q, q, { ...shape, lse: new Float32Array(30) });', 'TS2353'],
   ['mha.attentionWeights(q, q, { ...shape, out: new Float32Array(120) });', 'TS2353'],
 ];

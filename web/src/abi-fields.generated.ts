@@ -132,3 +132,20 @@ export function cacheAttendCallSlots(offsets: Readonly<Record<string, number>>) 
     bytes: offsets.size ?? NaN,
   };
 }
+
+/** The option fields that both call structs carry (MHA_OPTION_FIELDS), in the header's order. */
+export type OptionField =
+  | 'causal'
+  | 'window_left'
+  | 'window_right'
+  | 'empty_rows'
+  | 'scale'
+  | 'softcap'
+  | 'alibi_slopes'
+  | 'sinks'
+  | 'rope_cos'
+  | 'rope_sin'
+  | 'rope_positions'
+  | 'rope_rotary_dim'
+  | 'rope_interleaved'
+  | 'rope_first_position';

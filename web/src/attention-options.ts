@@ -1,33 +1,24 @@
 // The options of multiHeadAttention and attentionWeights (docs/spec.md Parts 1 and 2): checked in one
-// fixed order and resolved into the values the call ABI (call-abi.ts) takes. Arrays of numbers are read
-// once, here, into typed arrays of their own, so no user code runs while a call is staged. Tensor
-// arguments are checked by functions the caller passes, since the two functions accept different kinds
+// fixed order and resolved into the values the call ABI (call-abi.ts) takes. This module has the options
+// only the stateless calls have (mask, queryOffset, kvLengths, bias, biasShape) and the order of all of
+// them; option-checks.ts the options KVCache.attend shares, rope-options.ts rope. Tensor arguments are
+// checked by functions the caller passes, since the two functions accept different kinds
 // (multiHeadAttention also takes heap tensors for q, k and v).
 import { describe } from './describe.js';
+import { checkNumberList } from './number-lists.js';
 import {
-  checkDims,
-  checkNotDetached,
-  checkOptionsObject,
-  describeList,
-  kvFormula,
-  MAX_ELEMENTS,
-  qFormula,
-  vFormula,
-} from './validate.js';
+  checkAlibiSlopes,
+  checkCausal,
+  checkEmptyRows,
+  checkScale,
+  checkSinks,
+  checkSoftcap,
+  checkWindow,
+} from './option-checks.js';
+import { checkRope, checkRopeRows } from './rope-options.js';
+import type { Rope } from './rope-options.js';
+import { checkDims, checkNotDetached, describeList, kvFormula, MAX_ELEMENTS, qFormula, vFormula } from './validate.js';
 import type { Dims } from './validate.js';
-
-export function checkScale(fn: string, value: unknown, headDim: number): number {
-  if (value === undefined) return Math.fround(1 / Math.sqrt(headDim));
-  if (typeof value !== 'number') throw new TypeError(`${fn}: scale: expected a finite number, got ${describe(value)}`);
-  if (!Number.isFinite(value)) throw new RangeError(`${fn}: scale: expected a finite number, got ${value}`);
-  return value;
-}
-
-function checkCausal(fn: string, value: unknown): boolean {
-  if (value === undefined) return false;
-  if (typeof value !== 'boolean') throw new TypeError(`${fn}: causal: expected a boolean, got ${describe(value)}`);
-  return value;
-}
 
 /** The mask as bytes to stage (a boolean[] is converted here), or undefined without a mask. */
 function checkMask(fn: string, value: unknown, d: Dims): Uint8Array | undefined {
@@ -81,45 +72,6 @@ function checkQueryOffset(fn: string, value: unknown, d: Dims): number {
   return value;
 }
 
-/**
- * A number[] or the typed array `Typed` of exactly `length` entries, each accepted by `entry` (which
- * returns what is wrong with it, or undefined), copied into a new `Typed` array. `what` is the expected
- * value, `why` how the length is made (both for messages).
- */
-function checkNumberList<A extends Int32Array | Float32Array>(
-  name: string,
-  value: unknown,
-  Typed: { new (length: number): A; name: string },
-  length: number,
-  why: string,
-  what: string,
-  entry: (x: number) => string | undefined,
-): A {
-  const expected = `${Typed.name} or number[] of ${length} ${what} (${why})`;
-  if (!(value instanceof Typed) && !Array.isArray(value))
-    throw new TypeError(`${name}: expected ${expected}, got ${describe(value)}`);
-  if (value instanceof Typed) {
-    if (!ArrayBuffer.isView(value)) {
-      const article = /^[AEIOU]/.test(Typed.name) ? 'an' : 'a';
-      throw new TypeError(
-        `${name}: expected ${article} ${Typed.name}, got an object that only inherits from ${Typed.name} (e.g. a Proxy)`,
-      );
-    }
-    checkNotDetached(name, value);
-  }
-  const list = value as ArrayLike<unknown>;
-  if (list.length !== length) throw new RangeError(`${name}: expected ${expected}, got length ${list.length}`);
-  const copy = new Typed(length);
-  for (let i = 0; i < length; i++) {
-    const x: unknown = list[i];
-    if (typeof x !== 'number') throw new TypeError(`${name}: expected ${what}, got ${describe(x)} at index ${i}`);
-    const problem = entry(x);
-    if (problem !== undefined) throw new RangeError(`${name}: expected ${what}, got ${x} at index ${i}${problem}`);
-    copy[i] = x;
-  }
-  return copy;
-}
-
 function checkKvLengths(fn: string, value: unknown, d: Dims): Int32Array | undefined {
   if (value === undefined) return undefined;
   return checkNumberList(
@@ -131,179 +83,6 @@ function checkKvLengths(fn: string, value: unknown, d: Dims): Int32Array | undef
     `integers in [0, kvSeqLen = ${d.kvSeqLen}]`,
     (x) => (Number.isInteger(x) && x >= 0 && x <= d.kvSeqLen ? undefined : ''),
   );
-}
-
-export function checkAlibiSlopes(fn: string, value: unknown, d: Pick<Dims, 'numHeads'>): Float32Array | undefined {
-  if (value === undefined) return undefined;
-  return checkNumberList(
-    `${fn}: alibiSlopes`,
-    value,
-    Float32Array,
-    d.numHeads,
-    `one per query head, numHeads = ${d.numHeads}`,
-    'finite numbers',
-    (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''),
-  );
-}
-
-/** sinks (docs/spec.md 4.4): one finite float32 logit per query head, copied; undefined without sinks. */
-export function checkSinks(fn: string, value: unknown, d: Pick<Dims, 'numHeads'>): Float32Array | undefined {
-  if (value === undefined) return undefined;
-  return checkNumberList(
-    `${fn}: sinks`,
-    value,
-    Float32Array,
-    d.numHeads,
-    `one per query head, numHeads = ${d.numHeads}`,
-    'finite numbers',
-    (x) => (Number.isFinite(Math.fround(x)) ? undefined : Number.isFinite(x) ? ' (beyond float32)' : ''),
-  );
-}
-
-export const ROPE_KEYS = ['cos', 'sin', 'rotaryDim', 'interleaved'] as const;
-
-/** Checked rope tables (docs/spec.md 4.5): `positions` = P rows of `half` = rotaryDim / 2 entries each. */
-export interface Rope {
-  cos: Float32Array;
-  sin: Float32Array;
-  rotaryDim: number;
-  interleaved: boolean;
-  positions: number;
-  half: number;
-}
-
-/**
- * rope: `{ cos, sin, rotaryDim = headDim, interleaved = false }`, the tables Float32Arrays of one length,
- * a multiple of rotaryDim / 2. The positions the call needs are checked by its caller (ropeRows).
- */
-export function checkRope(fn: string, value: unknown, headDim: number): Rope | undefined {
-  if (value === undefined) return undefined;
-  const name = `${fn}: rope`;
-  const o = checkOptionsObject(name, value, ROPE_KEYS);
-  const { cos, sin, rotaryDim: dimIn, interleaved: interleavedIn } = o;
-  const expectedDim = `an even integer in [2, headDim = ${headDim}]`;
-  let rotaryDim = headDim;
-  if (dimIn !== undefined) {
-    if (typeof dimIn !== 'number')
-      throw new TypeError(`${name}: rotaryDim: expected ${expectedDim}, got ${describe(dimIn)}`);
-    rotaryDim = dimIn;
-  }
-  if (!Number.isInteger(rotaryDim) || rotaryDim < 2 || rotaryDim > headDim || rotaryDim % 2 !== 0) {
-    throw new RangeError(
-      `${name}: rotaryDim: expected ${expectedDim}, got ${rotaryDim}${dimIn === undefined ? ' (the default, headDim)' : ''}`,
-    );
-  }
-  if (interleavedIn !== undefined && typeof interleavedIn !== 'boolean') {
-    throw new TypeError(`${name}: interleaved: expected a boolean, got ${describe(interleavedIn)}`);
-  }
-  const half = rotaryDim / 2;
-  const tables: Float32Array[] = [];
-  for (const [key, table] of [
-    ['cos', cos],
-    ['sin', sin],
-  ] as const) {
-    const expected = `a Float32Array of (positions, rotaryDim / 2 = ${half}) entries, e.g. from ropeTables()`;
-    if (!(table instanceof Float32Array))
-      throw new TypeError(`${name}: ${key}: expected ${expected}, got ${describe(table)}`);
-    if (!ArrayBuffer.isView(table)) {
-      throw new TypeError(
-        `${name}: ${key}: expected a Float32Array, got an object that only inherits from Float32Array (e.g. a Proxy)`,
-      );
-    }
-    checkNotDetached(`${name}: ${key}`, table);
-    if (table.length === 0 || table.length % half !== 0) {
-      throw new RangeError(
-        `${name}: ${key}: expected a length that is a positive multiple of rotaryDim / 2 = ${half}, got length ${table.length}`,
-      );
-    }
-    tables.push(table);
-  }
-  const [cosTable, sinTable] = tables as [Float32Array, Float32Array];
-  if (cosTable.length !== sinTable.length) {
-    throw new RangeError(
-      `${name}: sin: expected the length of cos (${cosTable.length}), got length ${sinTable.length}`,
-    );
-  }
-  return {
-    cos: cosTable,
-    sin: sinTable,
-    rotaryDim,
-    interleaved: interleavedIn === true,
-    positions: cosTable.length / half,
-    half,
-  };
-}
-
-/** Throws the RangeError of a call whose positions reach `needed` - 1 when the rope tables have fewer rows. */
-export function checkRopeRows(
-  fn: string,
-  rope: Rope,
-  needed: number,
-  why: () => string,
-  nothing = 'nothing was computed',
-): void {
-  if (needed > rope.positions) {
-    throw new RangeError(
-      `${fn}: rope: position ${needed - 1} (${why()}) is past the tables' ${rope.positions} rows ` +
-        `(cos.length / (rotaryDim / 2) = ${rope.cos.length} / ${rope.half}); ${nothing}`,
-    );
-  }
-}
-
-/** stage of attentionWeights (docs/spec.md 4.3) as the ABI's number: 0 scaled, 1 softcapped, 2 biased, 3 softmax. */
-export function checkStage(fn: string, value: unknown): number {
-  if (value === undefined) return 3;
-  const index = typeof value === 'string' ? ['scaled', 'softcapped', 'biased', 'softmax'].indexOf(value) : -1;
-  if (index >= 0) return index;
-  const message = `${fn}: stage: expected 'scaled', 'softcapped', 'biased' or 'softmax', got ${describe(value)}`;
-  throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
-}
-
-/** dtype of multiHeadAttention and KVCache.attend's tensors (docs/spec.md 4.2). */
-export function checkTensorDType(fn: string, value: unknown): 'float32' | 'float16' {
-  if (value === undefined || value === 'float32') return 'float32';
-  if (value === 'float16') return 'float16';
-  const message = `${fn}: dtype: expected 'float32' or 'float16', got ${describe(value)}`;
-  throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
-}
-
-/** The window bounds for the ABI: -1 for Infinity, and for a bound no int32 position can reach. */
-export function checkWindow(fn: string, value: unknown): [number, number] {
-  if (value === undefined) return [-1, -1];
-  const expected = '[left, right], two non-negative integers or Infinity';
-  if (!Array.isArray(value)) throw new TypeError(`${fn}: window: expected ${expected}, got ${describe(value)}`);
-  if (value.length !== 2) throw new RangeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
-  const bounds: number[] = [];
-  for (const bound of [value[0], value[1]] as unknown[]) {
-    if (typeof bound !== 'number')
-      throw new TypeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
-    if (!(bound === Infinity || (Number.isInteger(bound) && bound >= 0))) {
-      throw new RangeError(`${fn}: window: expected ${expected}, got ${describeList(value)}`);
-    }
-    bounds.push(bound >= 0x7fffffff ? -1 : bound);
-  }
-  return bounds as [number, number];
-}
-
-/** 0 = none; otherwise the cap as float32 (the ABI's type), which must stay finite and > 0. */
-export function checkSoftcap(fn: string, value: unknown): number {
-  if (value === undefined) return 0;
-  if (typeof value !== 'number')
-    throw new TypeError(`${fn}: softcap: expected a finite number > 0, got ${describe(value)}`);
-  const cap = Math.fround(value);
-  if (!(Number.isFinite(cap) && cap > 0)) {
-    throw new RangeError(
-      `${fn}: softcap: expected a finite number > 0${Number.isFinite(value) && value > 0 ? ' in float32 range' : ''}, got ${value}`,
-    );
-  }
-  return cap;
-}
-
-export function checkEmptyRows(fn: string, value: unknown): 0 | 1 {
-  if (value === undefined || value === 'nan') return 0;
-  if (value === 'zero') return 1;
-  const message = `${fn}: emptyRows: expected 'nan' or 'zero', got ${describe(value)}`;
-  throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
 }
 
 /** [bias_batch, bias_heads] of the ABI: the first two dims of biasShape (default [B, H, S, T]). */
@@ -375,6 +154,32 @@ const NO_MODEL_OPTIONS: ModelOptions<never> = Object.freeze({
   ropeRows: 0,
 });
 
+/** bias and biasShape: the checked bias and the first two dims of its shape (1 and 1 without a bias). */
+function checkBiasOption<Bias>(
+  fn: string,
+  biasIn: unknown,
+  biasShapeIn: unknown,
+  d: Dims,
+  checkBias: TensorCheck<Bias>,
+): { bias: Bias | undefined; biasBatch: number; biasHeads: number } {
+  if (biasIn === undefined && biasShapeIn !== undefined) {
+    throw new TypeError(
+      `${fn}: biasShape: expected only together with bias, got biasShape ${describeList(biasShapeIn)} without bias`,
+    );
+  }
+  if (biasIn === undefined) return { bias: undefined, biasBatch: 1, biasHeads: 1 };
+  const [biasBatch, biasHeads] = checkBiasShape(fn, biasShapeIn, d);
+  const length = biasBatch * biasHeads * d.seqLen * d.kvSeqLen;
+  const formula = () =>
+    `biasShape [${biasBatch}, ${biasHeads}, ${d.seqLen}, ${d.kvSeqLen}] = ${biasBatch}*${biasHeads}*${d.seqLen}*${d.kvSeqLen}`;
+  if (length >= MAX_ELEMENTS) {
+    throw new RangeError(
+      `${fn}: shape too large for a bias: ${formula()} = ${length} elements, expected fewer than 2^31`,
+    );
+  }
+  return { bias: checkBias(`${fn}: bias`, biasIn, length, formula), biasBatch, biasHeads };
+}
+
 /**
  * Checks them in this order: queryOffset, kvLengths, window, softcap, alibiSlopes, sinks, rope, biasShape and
  * bias, emptyRows.
@@ -428,25 +233,7 @@ function checkModelOptions<Bias>(
         : `the last key's, kvSeqLen - 1 = ${d.kvSeqLen} - 1`,
     );
   }
-  if (biasIn === undefined && biasShapeIn !== undefined) {
-    throw new TypeError(
-      `${fn}: biasShape: expected only together with bias, got biasShape ${describeList(biasShapeIn)} without bias`,
-    );
-  }
-  let bias: Bias | undefined;
-  let [biasBatch, biasHeads] = [1, 1];
-  if (biasIn !== undefined) {
-    [biasBatch, biasHeads] = checkBiasShape(fn, biasShapeIn, d);
-    const length = biasBatch * biasHeads * d.seqLen * d.kvSeqLen;
-    const formula = () =>
-      `biasShape [${biasBatch}, ${biasHeads}, ${d.seqLen}, ${d.kvSeqLen}] = ${biasBatch}*${biasHeads}*${d.seqLen}*${d.kvSeqLen}`;
-    if (length >= MAX_ELEMENTS) {
-      throw new RangeError(
-        `${fn}: shape too large for a bias: ${formula()} = ${length} elements, expected fewer than 2^31`,
-      );
-    }
-    bias = checkBias(`${fn}: bias`, biasIn, length, formula);
-  }
+  const { bias, biasBatch, biasHeads } = checkBiasOption(fn, biasIn, biasShapeIn, d, checkBias);
   const emptyRows = checkEmptyRows(fn, emptyIn);
   return {
     queryOffset,

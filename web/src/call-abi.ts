@@ -1,12 +1,15 @@
-// The call ABI: one AttentionCallAbi struct (src/call_abi.hpp) per kernel call, written here into a slot of
-// the staging arena and read by the direct exports _mha_attention / _mha_attention_weights, and the layout
-// of CacheAttendCallAbi (written by kv-cache.ts). Both structs' fields come from one list each in the
-// header, which also gives abi-fields.generated.ts (scripts/gen-abi.mjs); the field offsets come from the
+// The call ABI: the two call structs of src/call_abi.hpp, written here into the call slot of the staging
+// arena: AttentionCallAbi, read by the direct exports _mha_attention / _mha_attention_weights, and
+// CacheAttendCallAbi, read by _mha_kv_cache_attend. Both carry the option fields of one list
+// (MHA_OPTION_FIELDS), written by one function, writeOptionFields. The header's field lists also give
+// abi-fields.generated.ts (scripts/gen-abi.mjs); the field offsets come from the
 // module (attentionCallLayout, kvCacheAttendCallLayout, built with offsetof): fields are written by name,
 // and no offset is copied by hand. Writing is plain stores into the heap views, so a call costs no
 // allocation and no Embind conversion.
 import { attentionCallSlots, cacheAttendCallSlots } from './abi-fields.generated.js';
+import type { OptionField } from './abi-fields.generated.js';
 import type { AttentionCall } from './attention-options.js';
+import type { Rope } from './rope-options.js';
 import type { MhaWasmModule } from './mha.js';
 
 export type CallLayout = Readonly<ReturnType<typeof attentionCallSlots>>;
@@ -56,11 +59,65 @@ export function readCacheCallLayout(wasm: MhaWasmModule): CacheCallLayout | stri
   return readLayout('KV cache call struct', wasm.kvCacheAttendCallLayout(), cacheAttendCallSlots);
 }
 
+/** The slots of the option fields (MHA_OPTION_FIELDS), which both call structs carry. */
+export type OptionSlots = Readonly<Record<OptionField, number>>;
+
+/** The checked options an option field is written from: the stateless call's ModelOptions, or cache.attend's. */
+export interface OptionValues {
+  /** -1 = unbounded. */
+  windowLeft: number;
+  windowRight: number;
+  /** 0 = none. */
+  softcap: number;
+  /** 0 = 'nan', 1 = 'zero'. */
+  emptyRows: 0 | 1;
+  rope: Rope | undefined;
+}
+
 /**
- * Writes the fields that every kernel call of one API call shares: dims and options. `alibiSlopes`,
+ * Writes the option fields of either call struct (the one writer of MHA_OPTION_FIELDS). `alibiSlopes`,
  * `sinks`, `ropeCos` and `ropeSin`: the heap addresses of the staged slopes, sinks and rope tables (0 =
- * none; the tables hold the call's rows [0, model.ropeRows)); `stage`: attentionWeights' stage (3 =
- * softmax, what multiHeadAttention writes).
+ * none); the tables hold the positions [ropeFirst, ropeRows) (0 and 0 without rope).
+ */
+export function writeOptionFields(
+  wasm: MhaWasmModule,
+  L: OptionSlots,
+  at: number,
+  causal: boolean,
+  scale: number,
+  o: OptionValues,
+  alibiSlopes: number,
+  sinks: number,
+  ropeCos: number,
+  ropeSin: number,
+  ropeRows: number,
+  ropeFirst: number,
+): void {
+  const i32 = wasm.HEAP32;
+  const f32 = wasm.HEAPF32;
+  const base = at >>> 2;
+  const rope = o.rope;
+  i32[base + L.causal] = causal ? 1 : 0;
+  i32[base + L.window_left] = o.windowLeft;
+  i32[base + L.window_right] = o.windowRight;
+  i32[base + L.empty_rows] = o.emptyRows;
+  f32[base + L.scale] = scale;
+  f32[base + L.softcap] = o.softcap;
+  i32[base + L.alibi_slopes] = alibiSlopes;
+  i32[base + L.sinks] = sinks;
+  i32[base + L.rope_cos] = ropeCos;
+  i32[base + L.rope_sin] = ropeSin;
+  i32[base + L.rope_positions] = rope ? ropeRows : 0;
+  i32[base + L.rope_rotary_dim] = rope ? rope.rotaryDim : 0;
+  i32[base + L.rope_interleaved] = rope?.interleaved ? 1 : 0;
+  i32[base + L.rope_first_position] = rope ? ropeFirst : 0;
+}
+
+/**
+ * Writes what every kernel call of one stateless API call shares: its dims, the fields only that struct
+ * has (query_offset, bias_heads, stage) and the option fields (writeOptionFields; the rope tables hold
+ * the call's rows [0, model.ropeRows)). `stage`: attentionWeights' stage (3 = softmax, what
+ * multiHeadAttention writes).
  */
 export function writeCallOptions(
   wasm: MhaWasmModule,
@@ -74,7 +131,6 @@ export function writeCallOptions(
   stage = 3,
 ): void {
   const i32 = wasm.HEAP32;
-  const f32 = wasm.HEAPF32;
   const base = at >>> 2;
   const d = call.d;
   const m = call.model;
@@ -83,24 +139,11 @@ export function writeCallOptions(
   i32[base + L.d_model] = d.dModel;
   i32[base + L.num_heads] = d.numHeads;
   i32[base + L.num_kv_heads] = d.numKvHeads;
-  i32[base + L.query_offset] = m.queryOffset;
-  i32[base + L.causal] = call.causal ? 1 : 0;
-  i32[base + L.window_left] = m.windowLeft;
-  i32[base + L.window_right] = m.windowRight;
-  i32[base + L.bias_heads] = m.biasHeads;
-  i32[base + L.empty_rows] = m.emptyRows;
-  i32[base + L.alibi_slopes] = alibiSlopes;
-  f32[base + L.scale] = call.scale;
-  f32[base + L.softcap] = m.softcap;
   i32[base + L.v_head_dim] = d.vHeadDim;
-  i32[base + L.sinks] = sinks;
-  i32[base + L.rope_cos] = ropeCos;
-  i32[base + L.rope_sin] = ropeSin;
-  i32[base + L.rope_positions] = m.rope ? m.ropeRows : 0;
-  i32[base + L.rope_rotary_dim] = m.rope ? m.rope.rotaryDim : 0;
-  i32[base + L.rope_interleaved] = m.rope?.interleaved ? 1 : 0;
-  i32[base + L.rope_first_position] = 0; // a stateless call's tables start at position 0
+  i32[base + L.query_offset] = m.queryOffset;
+  i32[base + L.bias_heads] = m.biasHeads;
   i32[base + L.stage] = stage;
+  writeOptionFields(wasm, L, at, call.causal, call.scale, m, alibiSlopes, sinks, ropeCos, ropeSin, m.ropeRows, 0);
 }
 
 /**
@@ -135,4 +178,33 @@ export function writeCallOperands(
   i32[base + L.kv_lengths] = kvLengths;
   i32[base + L.lse] = lse;
   i32[base + L.batch] = batch;
+}
+
+/**
+ * Writes the operands of a KV cache attend call: the cache's id, the heap addresses of q, k, v and out,
+ * n new tokens, H query heads and the address of the per-sequence new token counts (0 = n for each).
+ */
+export function writeCacheOperands(
+  wasm: MhaWasmModule,
+  L: CacheCallLayout,
+  at: number,
+  cache: number,
+  q: number,
+  k: number,
+  v: number,
+  out: number,
+  newTokens: number,
+  numHeads: number,
+  newTokenCounts: number,
+): void {
+  const i32 = wasm.HEAP32;
+  const base = at >>> 2;
+  i32[base + L.cache] = cache | 0; // a uint32 id in an int32 view
+  i32[base + L.q] = q;
+  i32[base + L.k] = k;
+  i32[base + L.v] = v;
+  i32[base + L.out] = out;
+  i32[base + L.new_tokens] = newTokens;
+  i32[base + L.num_heads] = numHeads;
+  i32[base + L.new_token_counts] = newTokenCounts;
 }

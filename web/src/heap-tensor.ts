@@ -6,7 +6,7 @@ import { describe, describeAs } from './describe.js';
 import type { MhaWasmModule } from './mha.js';
 import { bitsView, isFloat16Array } from './float16.js';
 import { copyOut } from './staging.js';
-import type { Rope } from './attention-options.js';
+import type { Rope } from './rope-options.js';
 import type { HeapTensor } from './tensor-types.js';
 import { checkFloat32, checkNotDetached } from './validate.js';
 
@@ -131,7 +131,8 @@ export class MallocedTensor implements HeapTensor {
 
 /**
  * A float32 tensor argument that may be a heap tensor of this instance (q, k, v and out of
- * multiHeadAttention): a Float32Array to stage, or the tensor's heap address (a number).
+ * multiHeadAttention and KVCache.attend): a Float32Array to stage, or the tensor's heap address (a number).
+ * `option`: the name of the call's tensor dtype option, for the hint (KVCache.attend's is tensorDType).
  */
 export function checkOperand(
   name: string,
@@ -139,6 +140,7 @@ export function checkOperand(
   expected: number,
   formula: () => string,
   wasm: MhaWasmModule,
+  option = 'dtype',
 ): Float32Array | number {
   if (MallocedTensor.is(value)) return MallocedTensor.addressFor(name, value, wasm, expected, formula);
   if (value instanceof MallocedTensor) {
@@ -147,19 +149,28 @@ export function checkOperand(
     );
   }
   const hint =
-    value instanceof Uint16Array || isFloat16Array(value) ? " (binary16 tensors need the option dtype: 'float16')" : '';
+    value instanceof Uint16Array || isFloat16Array(value)
+      ? ` (binary16 tensors need the option ${option}: 'float16')`
+      : '';
   return checkFloat32(name, value, expected, formula, ' or a HeapTensor of that length', hint);
 }
 
 /**
  * A binary16 tensor argument (dtype 'float16', docs/spec.md 4.2): a Uint16Array of the bits or a
  * Float16Array, returned as a Uint16Array view of its bits (no copy). A HeapTensor holds float32 only.
+ * `option`: the name of the call's tensor dtype option (KVCache.attend's is tensorDType).
  */
-export function checkHalf(name: string, value: unknown, expected: number, formula: () => string): Uint16Array {
-  const what = `Uint16Array (binary16 bits) or Float16Array of length ${expected} (${formula()}) for dtype 'float16'`;
+export function checkHalf(
+  name: string,
+  value: unknown,
+  expected: number,
+  formula: () => string,
+  option = 'dtype',
+): Uint16Array {
+  const what = `Uint16Array (binary16 bits) or Float16Array of length ${expected} (${formula()}) for ${option} 'float16'`;
   if (MallocedTensor.is(value)) {
     throw new TypeError(
-      `${name}: expected ${what}, got a HeapTensor (heap tensors hold float32: use dtype 'float32' with them)`,
+      `${name}: expected ${what}, got a HeapTensor (heap tensors hold float32: use ${option} 'float32' with them)`,
     );
   }
   if (!(value instanceof Uint16Array) && !isFloat16Array(value))

@@ -3,8 +3,9 @@
  *
  * A thin layer over the WebAssembly module built from `src/` (C++17 + xsimd, SIMD128). It validates
  * arguments, copies inputs into the wasm heap, calls the kernel and copies the result out; tensors that
- * live on the heap ({@link MHA.allocate}) are passed by address instead, with no copy. Three builds
- * of the same core ship (`simd`, `simd-threads`, `baseline`); {@link createMHA} picks one per instance. Shapes are
+ * live on the heap ({@link MHA.allocate}) are passed by address instead, with no copy. Five builds
+ * of the same core ship (`relaxed-simd`, `relaxed-simd-threads`, `simd`, `simd-threads`, `baseline`; see
+ * loader/builds.ts); {@link createMHA} picks one per instance. Shapes are
  * row-major, outermost first, with these letters: B batch, S query length, T key/value length,
  * H heads, Dh = D / H head size, D model size.
  *

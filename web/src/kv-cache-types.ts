@@ -1,5 +1,6 @@
 // The public types of the KV cache (docs/spec.md Part 3, 4.6, 4.7): the options of createKVCache,
-// attend, read and loadKVCache and the KVCache interface. No runtime code; kv-cache.ts implements them.
+// attend, read and loadKVCache and the KVCache interface. No runtime code; kv-cache.ts and
+// kv-cache-attend.ts implement them.
 // Shapes: B sequences (batch), n new tokens per call, T tokens held, H query heads, Hkv KV heads, Dh head
 // size, Dv value head size.
 import type { Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
@@ -60,13 +61,19 @@ export interface KVCacheAttendOptions {
   rope?: RopeOptions;
   /**
    * The element type of q, k, v and out: `'float32'` (default) or `'float16'` (each a {@link Float16Tensor},
-   * widened exactly as it is staged; out rounded once to binary16). Independent of the cache's own dtype:
-   * float16 k and v into a float16 cache are stored as given.
+   * widened exactly as it is staged; out rounded once to binary16). Independent of the cache's own storage
+   * dtype ({@link KVCacheOptions.dtype}): float16 k and v into a float16 cache are stored as given.
+   */
+  tensorDType?: TensorDType;
+  /**
+   * The old name of {@link KVCacheAttendOptions.tensorDType}, still accepted: the same option. Given with
+   * tensorDType, both must be the same (else a TypeError naming both).
+   * @deprecated Use `tensorDType`: `dtype` also names the cache's storage type in createKVCache.
    */
   dtype?: TensorDType;
   /**
    * Where to write the (batch, n, numHeads*vHeadDim) result: a Float32Array or a HeapTensor of this
-   * instance; with `dtype: 'float16'` a Uint16Array or Float16Array.
+   * instance; with `tensorDType: 'float16'` a Uint16Array or Float16Array.
    */
   out?: Float32Array | HeapTensor | Float16Tensor;
   /**
@@ -130,15 +137,16 @@ export interface KVCache {
    * gives what one stateless causal call over the whole sequence gives, up to float rounding; each
    * sequence of a batch gives what it gives alone in a batch of 1.
    *
-   * @param q - (batch, n, numHeads * headDim): a Float32Array or a HeapTensor of this instance (dtype
-   *   'float16': a Uint16Array or Float16Array)
+   * @param q - (batch, n, numHeads * headDim): a Float32Array or a HeapTensor of this instance
+   *   (tensorDType 'float16': a Uint16Array or Float16Array)
    * @param k - (batch, n, numKvHeads * headDim), n >= 1: its length gives n
    * @param v - (batch, n, numKvHeads * vHeadDim)
    * @param options - numHeads and the options of {@link KVCacheAttendOptions}
    * @returns (batch, n, numHeads * vHeadDim): `options.out` (a HeapTensor's `data`), else a new Float32Array
-   *   (dtype 'float16': a new Uint16Array, or Float16Array when q is one)
-   * @throws TypeError when an argument has the wrong type (or kind for the dtype), or a HeapTensor was freed
-   *   or is another instance's, or when the cache was freed (by `free()` or its instance's `dispose()`)
+   *   (tensorDType 'float16': a new Uint16Array, or Float16Array when q is one)
+   * @throws TypeError when an argument has the wrong type (or kind for the tensorDType), or a HeapTensor was
+   *   freed or is another instance's, when tensorDType and its alias dtype are both given and differ, or
+   *   when the cache was freed (by `free()` or its instance's `dispose()`)
    * @throws RangeError when a length or option is wrong (sinks, rope, newTokens), numHeads is not a
    *   multiple of numKvHeads, the tokens would pass `capacity` or the rope tables' rows (then nothing is
    *   stored)
@@ -153,7 +161,7 @@ export interface KVCache {
     q: TensorIn<D>,
     k: TensorIn<D>,
     v: TensorIn<D>,
-    options: KVCacheAttendOptions & { dtype?: D },
+    options: KVCacheAttendOptions & { tensorDType?: D; dtype?: D },
   ): TensorOut<D>;
   /**
    * Rollback for speculative decoding or beam search, in O(batch): a number n keeps min(lengths[b], n)

@@ -2,7 +2,8 @@
 // copies in and out, and the staging plan of multiHeadAttention (what is staged, and how many batch items
 // per kernel call). Steady-state calls allocate nothing on the wasm heap, which cannot fragment under
 // mixed calls.
-import type { AttentionCall, Rope } from './attention-options.js';
+import type { AttentionCall } from './attention-options.js';
+import type { Rope } from './rope-options.js';
 import type { MhaWasmModule } from './mha.js';
 
 /**
@@ -298,7 +299,7 @@ const enum Slot {
  * refilled by every call (calls do not nest: no user code runs once the arguments are checked), so a call
  * allocates nothing for its plan.
  *
- * A pipelined call (instance.ts: a split call on a thread pool) lays the group slots out twice, as sets 0
+ * A pipelined call (multi-head-attention.ts: a split call on a thread pool) lays the group slots out twice, as sets 0
  * and 1: the pool computes one group from one set while the calling thread copies the previous group's
  * result out of the other set and the next group's inputs into it. The whole-call slots exist once.
  */

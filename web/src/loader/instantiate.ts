@@ -40,6 +40,46 @@ export interface StartedModule {
 }
 
 /**
+ * The Emscripten glue that starts the module and its options: the threaded build's scripts (`threads`),
+ * the glue at `glueUrl`, or mha.js.
+ */
+async function moduleGlue(
+  threads: ThreadFiles | undefined,
+  workers: number,
+  glueUrl: (() => URL) | undefined,
+): Promise<{ factory: MhaModuleFactory; moduleOptions: MhaModuleOptions }> {
+  let factory: MhaModuleFactory = createMhaModule;
+  const moduleOptions: MhaModuleOptions = {};
+  if (threads !== undefined) {
+    const glue = await threadsGlue(threads);
+    factory = glue.factory;
+    // Emscripten preloads this many workers before the module is ready (at least 1; see CMakeLists.txt).
+    moduleOptions.mhaWorkers = Math.max(1, workers);
+    const workerFile = glue.workerFile;
+    moduleOptions.locateFile = (file) => (file.endsWith('.worker.js') ? workerFile : file);
+    moduleOptions.mainScriptUrlOrBlob = glue.glueFile;
+  } else if (glueUrl !== undefined) {
+    // An asset like the .wasm (bundlers emit it), imported by URL.
+    const glue = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueUrl().href)) as {
+      default: MhaModuleFactory;
+    };
+    factory = glue.default;
+  }
+  return { factory, moduleOptions };
+}
+
+/** The started module and its call layout, or the mismatch error when it lacks the API this script calls. */
+function checkStarted(wasm: MhaWasmModule, mismatch: (detail: string) => Error): StartedModule {
+  const missing = REQUIRED_API.filter(
+    (name) => typeof (wasm as unknown as Record<string, unknown>)[name] !== 'function',
+  );
+  if (missing.length > 0) throw mismatch(`it lacks ${missing.join(', ')}`);
+  const callLayout = readCallLayout(wasm);
+  if (typeof callLayout === 'string') throw mismatch(callLayout);
+  return { wasm, callLayout };
+}
+
+/**
  * Instantiates `wasmModule` (compiled from `source`). `threads`: the threaded build's scripts, whose glue
  * starts `workers` pthread workers before the module is ready; undefined for the single-threaded builds,
  * which run with mha.js, or with `glueUrl` (an ES module) for a build with its own glue. A threaded
@@ -64,23 +104,7 @@ export async function instantiate(
     const names = exported.map((e) => e.name).join(', ');
     throw mismatch(`it is a WebAssembly module without a memory export (exports: ${names || 'none'})`);
   }
-  let factory: MhaModuleFactory = createMhaModule;
-  const moduleOptions: MhaModuleOptions = {};
-  if (threaded) {
-    const glue = await threadsGlue(threads);
-    factory = glue.factory;
-    // Emscripten preloads this many workers before the module is ready (at least 1; see CMakeLists.txt).
-    moduleOptions.mhaWorkers = Math.max(1, workers);
-    const workerFile = glue.workerFile;
-    moduleOptions.locateFile = (file) => (file.endsWith('.worker.js') ? workerFile : file);
-    moduleOptions.mainScriptUrlOrBlob = glue.glueFile;
-  } else if (glueUrl !== undefined) {
-    // An asset like the .wasm (bundlers emit it), imported by URL.
-    const glue = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueUrl().href)) as {
-      default: MhaModuleFactory;
-    };
-    factory = glue.default;
-  }
+  const { factory, moduleOptions } = await moduleGlue(threads, workers, glueUrl);
   const wasm = await new Promise<MhaWasmModule>((resolve, reject) => {
     const timer = threaded
       ? setTimeout(() => {
@@ -134,11 +158,5 @@ export async function instantiate(
     ).then(resolve, (error: unknown) => reject(mismatch(errorText(error), error)));
     if (threaded) listenForWorkerStartErrors(moduleOptions.PThread, () => started, workerFailed);
   });
-  const missing = REQUIRED_API.filter(
-    (name) => typeof (wasm as unknown as Record<string, unknown>)[name] !== 'function',
-  );
-  if (missing.length > 0) throw mismatch(`it lacks ${missing.join(', ')}`);
-  const callLayout = readCallLayout(wasm);
-  if (typeof callLayout === 'string') throw mismatch(callLayout);
-  return { wasm, callLayout };
+  return checkStarted(wasm, mismatch);
 }

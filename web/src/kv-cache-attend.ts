@@ -1,0 +1,352 @@
+// KVCache.attend (docs/spec.md Part 3, 4.6): its arguments checked in one fixed order (numHeads, the tensor
+// dtype, k, v, q, the options, out), the new tokens' positions checked against the capacity and the rope
+// tables, then q, k, v and out staged through the instance's StagingArena like the stateless call, the
+// CacheAttendCallAbi struct written through call-abi.ts (operands and option fields) and one direct wasm call.
+// Shapes: B = batch sequences, n new tokens, H query heads, Hkv KV heads, Dh head size, Dv value head size.
+import { writeCacheOperands, writeOptionFields } from './call-abi.js';
+import type { OptionValues } from './call-abi.js';
+import { describe } from './describe.js';
+import { halfResult } from './float16.js';
+import { checkHalf, checkOperand, checkRopeStillUsable, checkStillUsable } from './heap-tensor.js';
+import type { CacheCallHost, CacheConfig } from './kv-cache-config.js';
+import type { KVCacheAttendOptions } from './kv-cache-types.js';
+import type { MhaWasmModule } from './mha.js';
+import { checkIntegerList } from './number-lists.js';
+import {
+  checkAlibiSlopes,
+  checkCausal,
+  checkEmptyRows,
+  checkScale,
+  checkSinks,
+  checkSoftcap,
+  checkTensorDType,
+  checkWindow,
+} from './option-checks.js';
+import { checkRope, checkRopeRows } from './rope-options.js';
+import { byteOffsetOf, copyResult, layout, place, stageRope, totalBytes, unfilledFloat32Array } from './staging.js';
+import type { Operand } from './staging.js';
+import { checkStatus } from './status.js';
+import type { Float16Tensor, HeapTensor } from './tensor-types.js';
+import { checkDim, checkOptionsObject } from './validate.js';
+
+const FN = 'KVCache.attend';
+const ATTEND_KEYS = [
+  'numHeads',
+  'causal',
+  'window',
+  'softcap',
+  'alibiSlopes',
+  'scale',
+  'emptyRows',
+  'out',
+  'sinks',
+  'rope',
+  'tensorDType',
+  'dtype',
+  'newTokens',
+] as const;
+
+/**
+ * The element type of attend's tensors: `tensorDType`, or `dtype`, its deprecated alias (the name also
+ * means the storage type in createKVCache). Both given and different is a TypeError naming both.
+ */
+export function checkAttendTensorDType(fn: string, o: Record<string, unknown>): 'float32' | 'float16' {
+  // Each is read once (a getter runs once).
+  const tensorDType = o.tensorDType;
+  const alias = o.dtype;
+  if (tensorDType !== undefined && alias !== undefined && tensorDType !== alias) {
+    throw new TypeError(
+      `${fn}: options: expected tensorDType or its deprecated alias dtype, or both the same, got tensorDType ` +
+        `${describe(tensorDType)} and dtype ${describe(alias)}`,
+    );
+  }
+  return tensorDType !== undefined ? checkTensorDType(fn, tensorDType, 'tensorDType') : checkTensorDType(fn, alias);
+}
+
+/** The checked tensors of one attend call: n, H, q, k, v and out (an address for a HeapTensor) and their lengths. */
+interface AttendTensors {
+  half: boolean;
+  /** New tokens per sequence, from k's length. */
+  n: number;
+  numHeads: number;
+  qIn: Operand;
+  kIn: Operand;
+  vIn: Operand;
+  outIn: Operand | undefined;
+  /** `out` as given (a HeapTensor's data is returned). */
+  outValue: unknown;
+  qLength: number;
+  kvLength: number;
+  vLength: number;
+  outLength: number;
+}
+
+/** The options of attend but out, resolved to what the call ABI takes. */
+interface AttendOptions extends OptionValues {
+  causal: boolean;
+  scale: number;
+  alibiSlopes: Float32Array | undefined;
+  sinks: Float32Array | undefined;
+  /** newTokens: the real rows of each sequence; undefined = n for every one. */
+  counts: Int32Array | undefined;
+}
+
+/** numHeads, the tensor dtype, then k (which gives n), v and q. */
+function checkAttendInputs(
+  wasm: MhaWasmModule,
+  c: CacheConfig,
+  o: Record<string, unknown>,
+  q: unknown,
+  k: unknown,
+  v: unknown,
+): AttendTensors {
+  const numHeads = checkDim(`${FN}: numHeads`, o.numHeads);
+  if (numHeads % c.numKvHeads !== 0) {
+    throw new RangeError(
+      `${FN}: numHeads: expected a multiple of the cache's numKvHeads (${c.numKvHeads}), got ${numHeads}`,
+    );
+  }
+  const half = checkAttendTensorDType(FN, o) === 'float16';
+  const check = (name: string, value: unknown, expected: number, formula: () => string): Operand =>
+    half
+      ? checkHalf(`${FN}: ${name}`, value, expected, formula, 'tensorDType')
+      : checkOperand(`${FN}: ${name}`, value, expected, formula, wasm, 'tensorDType');
+  const Dv = c.valueDim;
+  // n, the new tokens, comes from k's length: (B, n, Hkv*Dh).
+  const kvRow = c.batch * c.numKvHeads * c.headDim;
+  const kGiven = (k as { length?: unknown } | null)?.length;
+  const n = typeof kGiven === 'number' && kGiven > 0 && kGiven % kvRow === 0 ? kGiven / kvRow : 1;
+  const kvLength = n * kvRow;
+  const kIn = check('k', k, kvLength, () => {
+    return `batch*n*numKvHeads*headDim = ${c.batch}*n*${c.numKvHeads}*${c.headDim} for n >= 1 new tokens`;
+  });
+  const vLength = c.batch * n * c.numKvHeads * Dv;
+  const vIn = check('v', v, vLength, () =>
+    Dv === c.headDim
+      ? `batch*n*numKvHeads*headDim = ${c.batch}*${n}*${c.numKvHeads}*${c.headDim}, the length of k`
+      : `batch*n*numKvHeads*vHeadDim = ${c.batch}*${n}*${c.numKvHeads}*${Dv}, n = ${n} from k`,
+  );
+  const qLength = c.batch * n * numHeads * c.headDim;
+  const qIn = check('q', q, qLength, () => {
+    return `batch*n*numHeads*headDim = ${c.batch}*${n}*${numHeads}*${c.headDim} (n = ${n} new tokens, from k)`;
+  });
+  const outLength = c.batch * n * numHeads * Dv;
+  return {
+    half,
+    n,
+    numHeads,
+    qIn,
+    kIn,
+    vIn,
+    outIn: undefined,
+    outValue: undefined,
+    qLength,
+    kvLength,
+    vLength,
+    outLength,
+  };
+}
+
+/** out: checked like q (its formula with Dv), and never one of the tensors the kernel reads. */
+function checkAttendOut(wasm: MhaWasmModule, c: CacheConfig, t: AttendTensors, outValue: unknown): void {
+  if (outValue === undefined) return;
+  const { n, numHeads } = t;
+  const Dv = c.valueDim;
+  const formula = () =>
+    Dv === c.headDim
+      ? `batch*n*numHeads*headDim = ${c.batch}*${n}*${numHeads}*${c.headDim} (n = ${n} new tokens, from k)`
+      : `batch*n*numHeads*vHeadDim = ${c.batch}*${n}*${numHeads}*${Dv} (n = ${n} new tokens, from k)`;
+  const outIn = t.half
+    ? checkHalf(`${FN}: out`, outValue, t.outLength, formula, 'tensorDType')
+    : checkOperand(`${FN}: out`, outValue, t.outLength, formula, wasm, 'tensorDType');
+  for (const [name, input] of [
+    ['q', t.qIn],
+    ['k', t.kIn],
+    ['v', t.vIn],
+  ] as const) {
+    if (typeof outIn === 'number' && outIn === input) {
+      throw new TypeError(
+        `${FN}: out: expected a HeapTensor other than ${name} (the kernel reads ${name} while it writes out), got ${name} itself`,
+      );
+    }
+  }
+  t.outIn = outIn;
+  t.outValue = outValue;
+}
+
+/** causal (default true), window, softcap, alibiSlopes, scale, emptyRows, sinks, rope, newTokens. */
+function checkAttendOptions(c: CacheConfig, o: Record<string, unknown>, numHeads: number, n: number): AttendOptions {
+  const causal = checkCausal(FN, o.causal, true);
+  const [windowLeft, windowRight] = checkWindow(FN, o.window);
+  const softcap = checkSoftcap(FN, o.softcap);
+  const alibiSlopes = checkAlibiSlopes(FN, o.alibiSlopes, { numHeads });
+  const scale = checkScale(FN, o.scale, c.headDim);
+  const emptyRows = checkEmptyRows(FN, o.emptyRows);
+  const sinks = checkSinks(FN, o.sinks, { numHeads });
+  const rope = checkRope(FN, o.rope, c.headDim);
+  const newTokens = o.newTokens;
+  const counts =
+    newTokens === undefined
+      ? undefined
+      : checkIntegerList(
+          `${FN}: newTokens`,
+          newTokens,
+          c.batch,
+          () => n,
+          `batch = ${c.batch} integers in [0, n = ${n}] (an Int32Array or an array)`,
+        );
+  return { causal, windowLeft, windowRight, softcap, alibiSlopes, scale, emptyRows, sinks, rope, counts };
+}
+
+/**
+ * The positions [firstRow, ropeRows) that hold the call's tokens: sequence b's queries and new keys are at
+ * [lengths[b], lengths[b] + n_b), so only the rows from the shortest old length to the longest new end are
+ * staged. Throws (storing nothing) when a sequence would pass the capacity or the rope tables' rows.
+ */
+function checkRoom(
+  c: CacheConfig,
+  lengths: Int32Array,
+  n: number,
+  a: AttendOptions,
+): { firstRow: number; ropeRows: number } {
+  const count = (b: number) => (a.counts ? a.counts[b]! : n);
+  let firstRow = Infinity;
+  let ropeRows = 0;
+  let longest = 0; // the sequence whose new end is ropeRows
+  for (let b = 0; b < c.batch; b++) {
+    if (lengths[b]! + count(b) > c.capacity) {
+      const which = c.batch > 1 ? ` of sequence ${b}` : '';
+      throw new RangeError(
+        `${FN}: k: ${count(b)} new tokens${which} would pass the cache's capacity: length ${lengths[b]} + ` +
+          `${count(b)} > capacity ${c.capacity} (nothing was stored; truncate() or a larger cache makes room)`,
+      );
+    }
+    firstRow = Math.min(firstRow, lengths[b]!);
+    if (lengths[b]! + count(b) > ropeRows) [ropeRows, longest] = [lengths[b]! + count(b), b];
+  }
+  ropeRows = Math.max(ropeRows, firstRow);
+  if (a.rope) {
+    const why = () =>
+      c.batch > 1
+        ? `the last new token's of sequence ${longest}, lengths[${longest}] + n - 1 = ${lengths[longest]} + ${count(longest)} - 1`
+        : `the last new token's, length + n - 1 = ${lengths[0]} + ${n} - 1`;
+    checkRopeRows(FN, a.rope, ropeRows, why, 'nothing was stored');
+  }
+  return { firstRow, ropeRows };
+}
+
+/**
+ * Stages the call's operands and options, writes the call struct, calls the core and adds the new tokens
+ * to `lengths`. Returns the heap address of out's staging slot (or of the HeapTensor out) and out's byte
+ * offset, read before the staging malloc.
+ */
+function stageAndAttend(
+  host: CacheCallHost,
+  id: number,
+  lengths: Int32Array,
+  t: AttendTensors,
+  a: AttendOptions,
+  rows: { firstRow: number; ropeRows: number },
+): { outAt: number; outOffset: number } {
+  const { wasm, arena, cacheLayout: L } = host;
+  const { qIn, kIn, vIn, outIn, qLength, kvLength, vLength, outLength } = t;
+  const { alibiSlopes, sinks, rope, counts } = a;
+  const staged = (operand: Operand | undefined, length: number) => (typeof operand === 'number' ? 0 : length * 4);
+  const ropeBytes = rope ? (rows.ropeRows - rows.firstRow) * rope.half * 4 : 0;
+  const sizes = [
+    staged(qIn, qLength),
+    staged(kIn, kvLength),
+    staged(vIn, vLength),
+    staged(outIn, outLength),
+    alibiSlopes ? alibiSlopes.byteLength : 0,
+    sinks ? sinks.byteLength : 0,
+    ropeBytes,
+    ropeBytes,
+    counts ? counts.byteLength : 0,
+  ];
+  // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
+  const qOffset = byteOffsetOf(qIn);
+  const kOffset = byteOffsetOf(kIn);
+  const vOffset = byteOffsetOf(vIn);
+  const outOffset = byteOffsetOf(outIn);
+  const base = arena.reserve(FN, totalBytes(sizes));
+  const callAt = arena.callAt();
+  const [qAt, kAt, vAt, outAt, alibiAt, sinksAt, cosAt, sinAt, countsAt] = layout(base, sizes);
+  const heap = wasm.HEAPF32;
+  const qAddress = place(wasm, qIn, qOffset, 0, qLength, qAt);
+  const kAddress = place(wasm, kIn, kOffset, 0, kvLength, kAt);
+  const vAddress = place(wasm, vIn, vOffset, 0, vLength, vAt);
+  if (alibiSlopes) heap.set(alibiSlopes, alibiAt >>> 2);
+  if (sinks) heap.set(sinks, sinksAt >>> 2);
+  if (rope) stageRope(heap, rope, rows.firstRow, rows.ropeRows, cosAt, sinAt);
+  if (counts) wasm.HEAP32.set(counts, countsAt >>> 2);
+  const out = typeof outIn === 'number' ? outIn : outAt;
+  writeCacheOperands(wasm, L, callAt, id, qAddress, kAddress, vAddress, out, t.n, t.numHeads, counts ? countsAt : 0);
+  const alibi = alibiSlopes ? alibiAt : 0;
+  const sink = sinks ? sinksAt : 0;
+  writeOptionFields(
+    wasm,
+    L,
+    callAt,
+    a.causal,
+    a.scale,
+    a,
+    alibi,
+    sink,
+    rope ? cosAt : 0,
+    rope ? sinAt : 0,
+    rows.ropeRows,
+    rows.firstRow,
+  );
+  checkStatus(wasm, FN, wasm._mha_kv_cache_attend(callAt));
+  for (let b = 0; b < lengths.length; b++) lengths[b]! += counts ? counts[b]! : t.n;
+  return { outAt, outOffset };
+}
+
+/** The result of a call whose out was staged at `outAt` (or was a HeapTensor, written in place). */
+function attendResult(wasm: MhaWasmModule, t: AttendTensors, outAt: number, outOffset: number, q: unknown) {
+  const { half, outIn, outValue, outLength } = t;
+  if (typeof outIn === 'number') return (outValue as HeapTensor).data;
+  // The decode scratch may have grown memory: copyResult takes fresh views.
+  const target = outIn ?? (half ? new Uint16Array(outLength) : unfilledFloat32Array(outLength));
+  copyResult(wasm, target, outLength, outOffset, outAt, 0, outLength);
+  if (target.length !== outLength) {
+    // `out` viewed this heap and the staging malloc detached it: copyResult wrote where its elements are.
+    return half
+      ? new Uint16Array(wasm.HEAPU8.buffer, outOffset, outLength)
+      : new Float32Array(wasm.HEAPF32.buffer, outOffset, outLength);
+  }
+  return half ? halfResult(outValue, target as Uint16Array, q) : (target as Float32Array);
+}
+
+/**
+ * One attend of the cache of `config` whose per-sequence lengths are `lengths` (updated here). `liveId`
+ * gives the C++ cache's id, or throws once it was freed: it is asked again after the last user code (the
+ * option getters) has run, as are the tensors.
+ */
+export function attendCache(
+  host: CacheCallHost,
+  c: CacheConfig,
+  lengths: Int32Array,
+  liveId: () => number,
+  q: unknown,
+  k: unknown,
+  v: unknown,
+  options: KVCacheAttendOptions,
+): Float32Array | Float16Tensor {
+  const { wasm } = host;
+  const o = checkOptionsObject(`${FN}: options`, options, ATTEND_KEYS);
+  const t = checkAttendInputs(wasm, c, o, q, k, v);
+  const a = checkAttendOptions(c, o, t.numHeads, t.n);
+  checkAttendOut(wasm, c, t, o.out);
+  // Option getters are user code: the cache and the tensors are checked again once none can run.
+  const id = liveId();
+  checkStillUsable(`${FN}: q`, q, t.qIn, t.qLength);
+  checkStillUsable(`${FN}: k`, k, t.kIn, t.kvLength);
+  checkStillUsable(`${FN}: v`, v, t.vIn, t.vLength);
+  if (t.outIn !== undefined) checkStillUsable(`${FN}: out`, t.outValue, t.outIn, t.outLength);
+  if (a.rope) checkRopeStillUsable(FN, a.rope);
+  const rows = checkRoom(c, lengths, t.n, a);
+  const { outAt, outOffset } = stageAndAttend(host, id, lengths, t, a, rows);
+  return attendResult(wasm, t, outAt, outOffset, q);
+}

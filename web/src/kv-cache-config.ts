@@ -1,0 +1,96 @@
+// createKVCache's options (docs/spec.md Part 3, 4.8): their checks, the bytes the core allocates for them,
+// and the C++ cache made of a checked config. kv-cache.ts wraps the id in a WasmKVCache.
+import type { CacheCallLayout } from './call-abi.js';
+import { CACHE_DTYPES, cacheDTypeCode } from './cache-dtype.js';
+import { describe } from './describe.js';
+import type { KVCacheDType, KVCacheOptions } from './kv-cache-types.js';
+import type { MhaWasmModule } from './mha.js';
+import type { StagingArena } from './staging.js';
+import { checkDim, checkOptionsObject } from './validate.js';
+
+export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype', 'vHeadDim'] as const;
+
+/**
+ * What creating and attending a cache need of its instance: the module, the staging arena and the cache
+ * call layout (kv-cache.ts's CacheHost adds the registry of live caches).
+ */
+export interface CacheCallHost {
+  readonly wasm: MhaWasmModule;
+  readonly arena: StagingArena;
+  readonly cacheLayout: CacheCallLayout;
+}
+
+export interface CacheConfig {
+  batch: number;
+  numKvHeads: number;
+  headDim: number;
+  capacity: number;
+  dtype: KVCacheDType;
+  /** Dv: the vHeadDim option, or headDim. */
+  valueDim: number;
+}
+
+function checkDType(fn: string, value: unknown): KVCacheDType {
+  if (value === undefined) return 'float32';
+  if ((CACHE_DTYPES as readonly unknown[]).includes(value)) return value as KVCacheDType;
+  const message = `${fn}: dtype: expected 'float32', 'float16', 'bfloat16' or 'int8', got ${describe(value)}`;
+  throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
+}
+
+/** Checks createKVCache's options (dims, dtype, and the bytes the storage needs against the 2 GiB heap). */
+export function checkCacheOptions(wasm: MhaWasmModule, options: KVCacheOptions): CacheConfig {
+  const fn = 'createKVCache';
+  const o = checkOptionsObject(`${fn}: options`, options, KV_CACHE_KEYS);
+  const config: CacheConfig = {
+    batch: checkDim(`${fn}: batch`, o.batch),
+    numKvHeads: checkDim(`${fn}: numKvHeads`, o.numKvHeads),
+    headDim: checkDim(`${fn}: headDim`, o.headDim),
+    capacity: checkDim(`${fn}: capacity`, o.capacity),
+    dtype: checkDType(fn, o.dtype),
+    valueDim: 0,
+  };
+  config.valueDim = o.vHeadDim === undefined ? config.headDim : checkDim(`${fn}: vHeadDim`, o.vHeadDim);
+  const bytes = cacheBytes(wasm, config);
+  if (!(bytes < 2 ** 31)) throw tooLarge(config, bytes);
+  return config;
+}
+
+export function cacheBytes(wasm: MhaWasmModule, c: CacheConfig): number {
+  return wasm._mha_kv_cache_bytes(c.batch, c.numKvHeads, c.headDim, c.capacity, cacheDTypeCode(c.dtype), valueDimOf(c));
+}
+
+/** The ABI's value_dim: 0 when Dv = Dh (what a cache without vHeadDim writes). */
+const valueDimOf = (c: CacheConfig): number => (c.valueDim === c.headDim ? 0 : c.valueDim);
+
+function tooLarge(c: CacheConfig, bytes: number, why = 'more than it can provide (2 GiB at most)'): RangeError {
+  const dims =
+    c.valueDim === c.headDim
+      ? `batch*numKvHeads*capacity*headDim = ${c.batch}*${c.numKvHeads}*${c.capacity}*${c.headDim}`
+      : `batch*numKvHeads*capacity*(headDim + vHeadDim) = ${c.batch}*${c.numKvHeads}*${c.capacity}*(${c.headDim} + ${c.valueDim})`;
+  return new RangeError(
+    `createKVCache: capacity: a ${c.dtype} cache of ${dims} needs ${bytes} bytes of wasm memory for its keys ` +
+      `and values, ${why}`,
+  );
+}
+
+/** Creates the C++ cache of a checked config and returns its id. */
+export function createCache(host: CacheCallHost, config: CacheConfig): number {
+  const { wasm, arena } = host;
+  const idAt = arena.reserve('createKVCache', 16);
+  wasm.HEAP32[idAt >>> 2] = 0;
+  const c = config;
+  const status = wasm._mha_kv_cache_create(
+    c.batch,
+    c.numKvHeads,
+    c.headDim,
+    c.capacity,
+    cacheDTypeCode(c.dtype),
+    valueDimOf(c),
+    idAt,
+  );
+  // The dims passed the checks above, so what the core can still refuse is the memory (the heap cannot grow
+  // that far, or the size check): said with the bytes and the core's own message.
+  if (status !== 0)
+    throw tooLarge(c, cacheBytes(wasm, c), `which the wasm core refused: ${wasm.statusMessage(status)}`);
+  return wasm.HEAP32[idAt >>> 2]! >>> 0; // a uint32 id
+}
