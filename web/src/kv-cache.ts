@@ -16,7 +16,7 @@ import {
 } from './attention-options.js';
 import type { CacheCallLayout } from './call-abi.js';
 import { saveCache } from './cache-io.js';
-import { CACHE_DTYPES, cacheDTypeCode } from './cache-dtype.js';
+import { CACHE_DTYPE_NAME_LIST, CACHE_DTYPES, cacheDTypeCode } from './cache-dtype.js';
 import { describe } from './describe.js';
 import { halfResult } from './float16.js';
 import { checkHalf, checkOperand, checkRopeStillUsable, checkStillUsable } from './heap-tensor.js';
@@ -117,7 +117,7 @@ export interface CacheConfig {
 function checkDType(fn: string, value: unknown): KVCacheDType {
   if (value === undefined) return 'float32';
   if ((CACHE_DTYPES as readonly unknown[]).includes(value)) return value as KVCacheDType;
-  const message = `${fn}: dtype: expected 'float32', 'float16', 'bfloat16' or 'int8', got ${describe(value)}`;
+  const message = `${fn}: dtype: expected ${CACHE_DTYPE_NAME_LIST}, got ${describe(value)}`;
   throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
 }
 
