@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `npm run lint`: fails when a C++ source (clang-format, .clang-format) or a TypeScript/JavaScript source
-# (prettier, .prettierrc.json) is not formatted, and names the files. `npm run format` rewrites them.
+# (prettier, .prettierrc.json) is not formatted, and names the files (`npm run format` rewrites them), or
+# when src/ uses an SSE intrinsic.
 # Part of the quick tier (scripts/test.sh --quick) and so of npm test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,12 @@ else
     printf '  %s\n' "${bad[@]}" >&2
     status=1
   fi
+fi
+# One SIMD dialect in src/: xsimd, and wasm_simd128.h (through src/mha/simd/simd_ops.hpp) where xsimd lacks
+# the operation; SSE intrinsics would hide, behind Emscripten's emulation, which WebAssembly runs.
+if git grep -n --untracked -e '_mm_' -e '__m128' -- src >&2; then
+  echo "lint: SSE intrinsics in src/ (above): write xsimd, or wasm_simd128.h through a wrapper in src/mha/simd/simd_ops.hpp" >&2
+  status=1
 fi
 if [[ $mode == fix ]]; then
   npx prettier --log-level warn --write .

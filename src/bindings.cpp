@@ -55,14 +55,13 @@ T* at(uintptr_t address) {
 // copied by hand; it refuses a module whose fields are not the ones it writes.
 
 // What the core's AttentionArgs cannot express about a call: the bias's broadcast dims must be 1 or B and
-// 1 or H (they become zero strides), empty_rows 0 or 1, and attention_weights has no lse output (an option
-// that does not apply to the function is refused, never ignored). Everything else the core validates.
+// 1 or H (they become zero strides), and attention_weights has no lse output (an option that does not
+// apply to the function is refused, never ignored). Everything else the core validates.
 mha::Status call_status(const AttentionCallAbi& call, bool weights) {
   if (call.bias != 0 && ((call.bias_batch != 1 && call.bias_batch != call.batch) ||
                          (call.bias_heads != 1 && call.bias_heads != call.num_heads))) {
     return mha::Status::kBadBiasShape;
   }
-  if (call.empty_rows != 0 && call.empty_rows != 1) return mha::Status::kBadEmptyRows;
   if (weights && call.lse != 0) return mha::Status::kUnsupportedOption;
   // stage is an option of attention_weights only; v_head_dim changes nothing there (it has no v), so a
   // multi-head call must leave stage at softmax and attention_weights must leave v_head_dim at 0.
@@ -74,11 +73,22 @@ mha::Status call_status(const AttentionCallAbi& call, bool weights) {
   return mha::Status::kOk;
 }
 
-// The rope fields of a call struct as the core's RotaryTables (cos 0 = no rope).
+// The option fields of either call struct (one list, MHA_OPTION_FIELDS) as the core's options; the core
+// validates them (an empty_rows other than 0 and 1 is kBadEmptyRows there).
 template <typename Call>
-mha::RotaryTables rotary_tables(const Call& call) {
-  return mha::RotaryTables{at<const float>(call.rope_cos), at<const float>(call.rope_sin), call.rope_positions,
-                           call.rope_rotary_dim,           call.rope_interleaved != 0,     call.rope_first_position};
+mha::AttentionOptions read_options(const Call& call) {
+  mha::AttentionOptions o;
+  o.causal = call.causal != 0;
+  o.scale = call.scale;
+  o.window_left = call.window_left;
+  o.window_right = call.window_right;
+  o.softcap = call.softcap;
+  o.alibi_slopes = at<const float>(call.alibi_slopes);
+  o.empty_rows = static_cast<mha::EmptyRows>(call.empty_rows);
+  o.sinks = at<const float>(call.sinks);
+  o.rope = mha::RotaryTables{at<const float>(call.rope_cos), at<const float>(call.rope_sin), call.rope_positions,
+                             call.rope_rotary_dim,           call.rope_interleaved != 0,     call.rope_first_position};
+  return o;
 }
 
 // q (B, S, D), k (B, T, Hkv*Dh), v (B, T, Hkv*Dv), out (B, S, H*Dv), bias [bias_batch, bias_heads, S, T] with zero
@@ -97,24 +107,16 @@ mha::AttentionArgs make_args(const AttentionCallAbi& call, uintptr_t v, uintptr_
   args.k = mha::dense_view(at<const float>(call.k), call.kv_seq_len, kv_d_model);
   args.v = mha::dense_view(at<const float>(v), call.kv_seq_len, v_d_model);
   args.out = mha::dense_view(at<float>(out), call.seq_len, out_d_model);
+  args.options() = read_options(call);
   args.mask = at<const uint8_t>(call.mask);
-  args.causal = call.causal != 0;
-  args.scale = call.scale;
   args.query_offset = call.query_offset;
   args.kv_lengths = at<const int32_t>(call.kv_lengths);
-  args.window_left = call.window_left;
-  args.window_right = call.window_right;
-  args.softcap = call.softcap;
-  args.alibi_slopes = at<const float>(call.alibi_slopes);
   if (call.bias != 0) {
     const int64_t plane = int64_t{call.seq_len} * call.kv_seq_len;  // (S, T)
     args.bias = mha::BiasView{at<const float>(call.bias), call.bias_batch == 1 ? 0 : call.bias_heads * plane,
                               call.bias_heads == 1 ? 0 : plane};
   }
-  args.empty_rows = call.empty_rows == 1 ? mha::EmptyRows::kZero : mha::EmptyRows::kNaN;
   args.lse = at<float>(call.lse);
-  args.sinks = at<const float>(call.sinks);
-  args.rope = rotary_tables(call);
   return args;
 }
 
@@ -302,22 +304,14 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
   const int64_t q_width = int64_t{call.num_heads} * c.head_dim, kv_width = int64_t{c.num_kv_heads} * c.head_dim;
   const int64_t v_width = int64_t{c.num_kv_heads} * value_dim, out_width = int64_t{call.num_heads} * value_dim;
   mha::CacheAttendArgs args;
+  args.options() = read_options(call);
+  args.num_heads = call.num_heads;
   args.new_tokens = n;
+  args.new_token_counts = at<const int32_t>(call.new_token_counts);
   args.q = {at<const float>(call.q), n * q_width, q_width};
   args.k = {at<const float>(call.k), n * kv_width, kv_width};
   args.v = {at<const float>(call.v), n * v_width, v_width};
   args.out = {at<float>(call.out), n * out_width, out_width};
-  args.options.num_heads = call.num_heads;
-  args.options.causal = call.causal != 0;
-  args.options.window_left = call.window_left;
-  args.options.window_right = call.window_right;
-  args.options.softcap = call.softcap;
-  args.options.alibi_slopes = at<const float>(call.alibi_slopes);
-  args.options.scale = call.scale;
-  args.options.empty_rows_zero = call.empty_rows != 0;
-  args.options.sinks = at<const float>(call.sinks);
-  args.options.rope = rotary_tables(call);
-  args.new_token_counts = at<const int32_t>(call.new_token_counts);
   return static_cast<int32_t>(mha::cache_attend(*cache, args, g_decode, g_parallel.get(), g_workspace));
 }
 

@@ -13,9 +13,17 @@
 #include <cstdint>
 #include <type_traits>
 
-// The fields of docs/spec.md 4.4 and 4.5 that both call structs carry (sinks, rope), in this order. A list may
-// name another list, MHA_..._FIELDS(X), on a line of its own (scripts/gen-abi.mjs expands it too).
-#define MHA_SINKS_ROPE_FIELDS(X)                                                      \
+// The options of an attention call (mha::AttentionOptions, src/mha/core/shape.hpp), ONE list that both
+// call structs carry and src/bindings.cpp reads with one function. A list may name another list,
+// MHA_..._FIELDS(X), on a line of its own (scripts/gen-abi.mjs expands it too).
+#define MHA_OPTION_FIELDS(X)                                                          \
+  X(int32_t, causal, "0 / 1 (cache.attend's default is 1)")                           \
+  X(int32_t, window_left, "-1 = unbounded (Infinity)")                                \
+  X(int32_t, window_right, "-1 = unbounded (Infinity)")                               \
+  X(int32_t, empty_rows, "0 = 'nan', 1 = 'zero'")                                     \
+  X(float, scale, "resolved by the caller (1/sqrt(Dh) default)")                      \
+  X(float, softcap, "0 = none")                                                       \
+  X(uint32_t, alibi_slopes, "0 = none; float32 (H)")                                  \
   X(uint32_t, sinks, "0 = none; float32 (H)")                                         \
   X(uint32_t, rope_cos, "0 = no rope; float32 (rope_positions, rope_rotary_dim / 2)") \
   X(uint32_t, rope_sin, "0 = no rope; float32 (rope_positions, rope_rotary_dim / 2)") \
@@ -35,7 +43,6 @@
   X(uint32_t, mask, "0 = none; uint8 (B, S, T), nonzero = may attend")                                           \
   X(uint32_t, bias, "0 = none; float32 [bias_batch, bias_heads, S, T]")                                          \
   X(uint32_t, kv_lengths, "0 = none; int32 (B)")                                                                 \
-  X(uint32_t, alibi_slopes, "0 = none; float32 (H)")                                                             \
   X(uint32_t, lse, "0 = none; float32 (B, H, S) output (attention only)")                                        \
   X(int32_t, batch, "B")                                                                                         \
   X(int32_t, seq_len, "S")                                                                                       \
@@ -43,37 +50,24 @@
   X(int32_t, d_model, "D")                                                                                       \
   X(int32_t, num_heads, "H")                                                                                     \
   X(int32_t, num_kv_heads, "Hkv (none: Hkv = H)")                                                                \
+  X(int32_t, v_head_dim, "Dv; 0 = Dh")                                                                           \
   X(int32_t, query_offset, ">= 0")                                                                               \
-  X(int32_t, causal, "0 / 1")                                                                                    \
-  X(int32_t, window_left, "-1 = unbounded (Infinity)")                                                           \
-  X(int32_t, window_right, "-1 = unbounded (Infinity)")                                                          \
   X(int32_t, bias_batch, "1 or B, a broadcast dim of biasShape; ignored without a bias (the TS layer writes 1)") \
   X(int32_t, bias_heads, "1 or H, a broadcast dim of biasShape; ignored without a bias (the TS layer writes 1)") \
-  X(int32_t, empty_rows, "0 = 'nan', 1 = 'zero'")                                                                \
-  X(float, scale, "resolved by the caller (1/sqrt(Dh) default)")                                                 \
-  X(float, softcap, "0 = none")                                                                                  \
-  X(int32_t, v_head_dim, "Dv; 0 = Dh")                                                                           \
-  MHA_SINKS_ROPE_FIELDS(X)                                                                                       \
+  MHA_OPTION_FIELDS(X)                                                                                           \
   X(int32_t, stage, "attention_weights only: 0 scaled, 1 softcapped, 2 biased, 3 softmax")
 
 // One mha_kv_cache_attend call, written by web/src into the instance's scratch arena.
-#define MHA_CACHE_ATTEND_CALL_FIELDS(X)                               \
-  X(uint32_t, cache, "id from mha_kv_cache_create")                   \
-  X(uint32_t, q, "heap address of q (B, n, H*Dh), dense float32")     \
-  X(uint32_t, k, "heap address of k (B, n, Hkv*Dh), dense float32")   \
-  X(uint32_t, v, "heap address of v (B, n, Hkv*Dv), dense float32")   \
-  X(uint32_t, out, "heap address of out (B, n, H*Dv), dense float32") \
-  X(uint32_t, alibi_slopes, "0 = none; float32 (H)")                  \
-  X(int32_t, new_tokens, "n >= 1")                                    \
-  X(int32_t, num_heads, "H, a multiple of the cache's Hkv")           \
-  X(int32_t, causal, "0 / 1 (the API's default is 1)")                \
-  X(int32_t, window_left, "-1 = Infinity")                            \
-  X(int32_t, window_right, "-1 = Infinity")                           \
-  X(int32_t, empty_rows, "0 = 'nan', 1 = 'zero'")                     \
-  X(float, scale, "resolved by the caller (1/sqrt(Dh) default)")      \
-  X(float, softcap, "0 = none")                                       \
-  MHA_SINKS_ROPE_FIELDS(X)                                            \
-  X(uint32_t, new_token_counts, "0 = n for every sequence; int32 (B), each in [0, n]")
+#define MHA_CACHE_ATTEND_CALL_FIELDS(X)                                                \
+  X(uint32_t, cache, "id from mha_kv_cache_create")                                    \
+  X(uint32_t, q, "heap address of q (B, n, H*Dh), dense float32")                      \
+  X(uint32_t, k, "heap address of k (B, n, Hkv*Dh), dense float32")                    \
+  X(uint32_t, v, "heap address of v (B, n, Hkv*Dv), dense float32")                    \
+  X(uint32_t, out, "heap address of out (B, n, H*Dv), dense float32")                  \
+  X(int32_t, new_tokens, "n >= 1")                                                     \
+  X(int32_t, num_heads, "H, a multiple of the cache's Hkv")                            \
+  X(uint32_t, new_token_counts, "0 = n for every sequence; int32 (B), each in [0, n]") \
+  MHA_OPTION_FIELDS(X)
 
 #define MHA_ABI_MEMBER(type, name, doc) type name;
 #define MHA_ABI_FOUR_BYTES(type, name, doc) static_assert(sizeof(type) == 4, "call struct fields are 4 bytes: " #name);

@@ -197,8 +197,8 @@ mha::CacheAttendArgs one_token_step(const Shape& s, const float* q, const float*
   args.k = {new_kv, kv_width, kv_width};
   args.v = {new_kv, kv_width, kv_width};
   args.out = {out, q_width, q_width};
-  args.options.num_heads = s.heads;
-  args.options.scale = mha::default_scale(s.head_dim);
+  args.num_heads = s.heads;
+  args.scale = mha::default_scale(s.head_dim);
   return args;
 }
 
@@ -280,8 +280,8 @@ int prefill_section(int rounds) {
         a.k = {k.data(), int64_t{S} * Dkv, Dkv};
         a.v = {v.data(), int64_t{S} * Dkv, Dkv};
         a.out = {out.data(), int64_t{S} * D, D};
-        a.options.num_heads = H;
-        a.options.scale = mha::default_scale(Dh);
+        a.num_heads = H;
+        a.scale = mha::default_scale(Dh);
         a.path = row.path;
         status = mha::cache_attend(*caches[i], a, scratch, nullptr, tiled);
         caches[i]->truncate(0);
@@ -420,7 +420,7 @@ int softcap_section(const Shape* shapes, size_t shape_count, int rounds, bool ab
       const Shape& s = shapes[row.cache / 2];
       mha::KVCache& cache = *set.caches[row.cache];
       mha::CacheAttendArgs args = buffers.step(s);
-      args.options.softcap = row.softcap;
+      args.softcap = row.softcap;
       args.kernel = row.kernel;
       const double t0 = now_ms();
       const mha::Status status = mha::cache_attend(cache, args, scratch, nullptr, tiled);

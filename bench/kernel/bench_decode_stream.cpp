@@ -113,8 +113,8 @@ NOINLINE void run(Kind kind, Setup& s) {
   args.k = {new_kv.data(), width, width};
   args.v = {new_kv.data(), width, width};
   args.out = {out.data(), width, width};
-  args.options.num_heads = s.heads;
-  args.options.scale = mha::default_scale(s.dh);
+  args.num_heads = s.heads;
+  args.scale = mha::default_scale(s.dh);
   args.kernel = &mha::default_decode_kernel();  // simd128: the bench cores are SIMD cores
   if (mha::cache_attend(*s.cache, args, scratch, nullptr, tiled) != mha::Status::kOk ||
       s.cache->truncate(s.length) != mha::Status::kOk)

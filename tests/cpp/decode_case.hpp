@@ -49,16 +49,15 @@ struct CacheCase {
   int32_t q_width() const { return heads * head_dim; }
   int32_t kv_width() const { return kv_heads * head_dim; }
   mha::KVCacheConfig config() const { return {batch, kv_heads, head_dim, capacity > 0 ? capacity : total(), dtype}; }
-  mha::CacheAttendOptions options() const {
-    mha::CacheAttendOptions o;
-    o.num_heads = heads;
+  mha::AttentionOptions options() const {
+    mha::AttentionOptions o;
     o.causal = causal;
     o.window_left = window_left;
     o.window_right = window_right;
     o.softcap = softcap;
     o.alibi_slopes = slopes.empty() ? nullptr : slopes.data();
     o.scale = mha::default_scale(head_dim);
-    o.empty_rows_zero = empty_rows_zero;
+    o.empty_rows = empty_rows_zero ? mha::EmptyRows::kZero : mha::EmptyRows::kNaN;
     return o;
   }
 };
@@ -115,7 +114,8 @@ inline std::vector<float> run_cache(const CacheCase& c, const CacheData& data, c
     args.k = {data.k.data() + int64_t{t0} * Dkv, int64_t{T} * Dkv, Dkv};
     args.v = {data.v.data() + int64_t{t0} * Dkv, int64_t{T} * Dkv, Dkv};
     args.out = {out_data + int64_t{t0} * D, int64_t{T} * D, D};
-    args.options = c.options();
+    args.options() = c.options();
+    args.num_heads = c.heads;
     args.kernel = run.kernel;
     args.path = run.path;
     INFO("step at " << t0 << " of " << n << " tokens");

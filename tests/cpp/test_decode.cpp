@@ -105,7 +105,8 @@ TEST_CASE("decode: a sliding window reads only the last W keys", "[decode]") {
         args.k = {data.k.data() + size_t(t0) * Dkv, int64_t{n} * Dkv, Dkv};
         args.v = {data.v.data() + size_t(t0) * Dkv, int64_t{n} * Dkv, Dkv};
         args.out = {step_out.data(), int64_t{n} * D, D};
-        args.options = c.options();
+        args.options() = c.options();
+        args.num_heads = c.heads;
         args.kernel = kernel;
         args.path = run.path;
         const int64_t before = scratch.counters.exact_rows.load();
@@ -321,7 +322,8 @@ TEST_CASE("decode: bad calls get a status and change nothing", "[decode]") {
     a.k = {data.k.data(), 10 * 16, 16};
     a.v = {data.v.data(), 10 * 16, 16};
     a.out = {out.data(), 10 * 32, 32};
-    a.options = c.options();
+    a.options() = c.options();
+    a.num_heads = c.heads;
     return a;
   };
   REQUIRE(mha::cache_attend(*cache, args_for(5), scratch, nullptr, tiled) == Status::kOk);
@@ -341,24 +343,27 @@ TEST_CASE("decode: bad calls get a status and change nothing", "[decode]") {
   expect(args_for(4), Status::kCacheFull);  // 5 + 4 > 8
   expect(args_for(0), Status::kNonPositiveDim);
   auto a = args_for(1);
-  a.options.num_heads = 3;  // not a multiple of Hkv = 2
+  a.num_heads = 3;  // not a multiple of Hkv = 2
   expect(a, Status::kCacheHeadsMismatch);
-  a.options.num_heads = 0;
+  a.num_heads = 0;
   expect(a, Status::kCacheHeadsMismatch);
   a = args_for(1);
-  a.options.window_left = -2;
-  expect(a, Status::kCacheBadOption);
+  a.window_left = -2;  // the stateless call's statuses: one validator of the options
+  expect(a, Status::kBadWindow);
   a = args_for(1);
-  a.options.softcap = -1.0f;
-  expect(a, Status::kCacheBadOption);
-  a.options.softcap = kNaN;
-  expect(a, Status::kCacheBadOption);
+  a.softcap = -1.0f;
+  expect(a, Status::kBadSoftcap);
+  a.softcap = kNaN;
+  expect(a, Status::kBadSoftcap);
   a = args_for(1);
   const std::vector<float> slopes{0.1f, kInf, 0.1f, 0.1f};
-  a.options.alibi_slopes = slopes.data();
-  expect(a, Status::kCacheBadOption);
+  a.alibi_slopes = slopes.data();
+  expect(a, Status::kBadAlibiSlope);
   a = args_for(1);
-  a.options.scale = kNaN;
+  a.empty_rows = static_cast<mha::EmptyRows>(2);
+  expect(a, Status::kBadEmptyRows);
+  a = args_for(1);
+  a.scale = kNaN;
   expect(a, Status::kBadScale);
   a = args_for(1);
   a.k.data = nullptr;
@@ -397,7 +402,8 @@ TEST_CASE("decode: 20,000 steps of appends, truncates, creates and frees leave t
         args.v = {data.v.data(), 64 * 32, 32};
         std::vector<float> out(size_t(n) * 64);
         args.out = {out.data(), int64_t{n} * 64, 64};
-        args.options = c.options();
+        args.options() = c.options();
+        args.num_heads = c.heads;
         REQUIRE(mha::cache_attend(cache, args, scratch, nullptr, tiled) == Status::kOk);
         if (step % 3 == 0) REQUIRE(cache.truncate(cache.max_length() / 2) == Status::kOk);
       }

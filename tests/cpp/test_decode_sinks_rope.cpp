@@ -65,9 +65,9 @@ struct SinksRopeCacheCase {
     r.sin = sin.data();
     return r;
   }
-  mha::CacheAttendOptions options() const {
-    mha::CacheAttendOptions o;
-    o.num_heads = heads;
+  mha::AttentionOptions options() const {
+    mha::AttentionOptions o;
+    o.causal = true;
     o.window_left = window_left;
     o.scale = mha::default_scale(dh);
     o.sinks = sinks.empty() ? nullptr : sinks.data();
@@ -98,7 +98,8 @@ std::vector<float> run_cache(const SinksRopeCacheCase& c, const mha::DecodeKerne
     args.k = {c.k.data() + int64_t{t0} * c.kw(), int64_t{T} * c.kw(), c.kw()};
     args.v = {c.v.data() + int64_t{t0} * c.vw(), int64_t{T} * c.vw(), c.vw()};
     args.out = {out.data() + int64_t{t0} * c.ow(), int64_t{T} * c.ow(), c.ow()};
-    args.options = c.options();
+    args.options() = c.options();
+    args.num_heads = c.heads;
     args.kernel = kernel;
     args.path = path;
     INFO("step at " << t0 << " of " << n);
@@ -236,18 +237,19 @@ TEST_CASE("decode, sinks and rope: keys are stored rotated; bad sinks, rope and 
   args.k = mha::dense_view<const float>(c.k.data(), 3, c.kw());
   args.v = mha::dense_view<const float>(c.v.data(), 3, c.vw());
   args.out = mha::dense_view(out.data(), 3, c.ow());
-  args.options = c.options();
+  args.options() = c.options();
+  args.num_heads = c.heads;
   mha::CacheAttendArgs bad = args;
   const float nan_sinks[4] = {0.0f, NAN, 0.0f, 0.0f};
-  bad.options.sinks = nan_sinks;
+  bad.sinks = nan_sinks;
   CHECK(mha::cache_attend(*cache, bad, scratch, nullptr, tiled) == Status::kBadSinks);
   bad = args;
-  bad.options.rope.rotary_dim = 10;
+  bad.rope.rotary_dim = 10;
   CHECK(mha::cache_attend(*cache, bad, scratch, nullptr, tiled) == Status::kBadRotaryDim);
-  bad.options.rope.rotary_dim = 3;
+  bad.rope.rotary_dim = 3;
   CHECK(mha::cache_attend(*cache, bad, scratch, nullptr, tiled) == Status::kBadRotaryDim);
   bad = args;
-  bad.options.rope.positions = 2;
+  bad.rope.positions = 2;
   CHECK(mha::cache_attend(*cache, bad, scratch, nullptr, tiled) == Status::kRopePosition);
   CHECK(cache->max_length() == 0);
   REQUIRE(mha::cache_attend(*cache, args, scratch, nullptr, tiled) == Status::kOk);

@@ -105,7 +105,7 @@ TEST_CASE("kv cache: byte counts, dims and the 2 GiB limit", "[kv_cache]") {
     CHECK(mha::validate_cache_config(bad) == Status::kNonPositiveDim);
     CHECK(mha::kv_cache_bytes(bad) == -1.0);
   }
-  CHECK(mha::validate_cache_config(KVCacheConfig{1, 1, 8, 8, static_cast<CacheDType>(7)}) == Status::kCacheBadOption);
+  CHECK(mha::validate_cache_config(KVCacheConfig{1, 1, 8, 8, static_cast<CacheDType>(7)}) == Status::kCacheBadDType);
 
   // (1, 32, 128) heads x 131072 tokens: 4 GiB in float32, 2 GiB in float16: both too large for a wasm32
   // heap; the byte count is what the error message quotes.

@@ -119,7 +119,7 @@ std::vector<float> attend(KVCache& cache, int32_t n, uint64_t seed, const int32_
   args.k = {k.data(), int64_t{n} * kw, kw};
   args.v = {v.data(), int64_t{n} * vw, vw};
   args.out = {out.data(), int64_t{n} * ow, ow};
-  args.options.num_heads = H;
+  args.num_heads = H;
   mha::DecodeScratch scratch;
   mha::Workspace tiled;
   REQUIRE(mha::cache_attend(cache, args, scratch, nullptr, tiled) == Status::kOk);

@@ -50,9 +50,9 @@ struct RaggedCase {
   int32_t rotary_dim = 0;
 
   int32_t value_dim() const { return dv > 0 ? dv : dh; }
-  mha::CacheAttendOptions options() const {
-    mha::CacheAttendOptions o;
-    o.num_heads = heads;
+  mha::AttentionOptions options() const {
+    mha::AttentionOptions o;
+    o.causal = true;
     o.window_left = window_left;
     o.softcap = softcap;
     o.scale = mha::default_scale(dh);
@@ -123,7 +123,8 @@ struct Runner {
     args.k = {in.k.data() + int64_t{first} * n * kw, int64_t{n} * kw, kw};
     args.v = {in.v.data() + int64_t{first} * n * vw, int64_t{n} * vw, vw};
     args.out = {out.data(), int64_t{n} * ow, ow};
-    args.options = c.options();
+    args.options() = c.options();
+    args.num_heads = c.heads;
     args.kernel = kernel;
     args.path = path;
     REQUIRE(mha::cache_attend(cache, args, scratch, parallel, tiled) == Status::kOk);
@@ -223,7 +224,8 @@ TEST_CASE("ragged cache: bad counts, per-sequence capacity, truncations and read
   args.k = {in.k.data(), 3 * c.kv_heads * c.dh, c.kv_heads * c.dh};
   args.v = {in.v.data(), 3 * c.kv_heads * c.dh, c.kv_heads * c.dh};
   args.out = {out.data(), 3 * c.heads * c.dh, c.heads * c.dh};
-  args.options = c.options();
+  args.options() = c.options();
+  args.num_heads = c.heads;
   for (const std::vector<int32_t>& bad : {std::vector<int32_t>{4, 0, 0, 0}, std::vector<int32_t>{0, -1, 0, 0}}) {
     args.new_token_counts = bad.data();
     REQUIRE(mha::cache_attend(*cache, args, run.scratch, nullptr, run.tiled) == Status::kCacheBadNewTokens);

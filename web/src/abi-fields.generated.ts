@@ -24,8 +24,6 @@ export function attentionCallSlots(offsets: Readonly<Record<string, number>>) {
     bias: slot(offsets, 'bias'),
     /** uint32_t: 0 = none; int32 (B) */
     kv_lengths: slot(offsets, 'kv_lengths'),
-    /** uint32_t: 0 = none; float32 (H) */
-    alibi_slopes: slot(offsets, 'alibi_slopes'),
     /** uint32_t: 0 = none; float32 (B, H, S) output (attention only) */
     lse: slot(offsets, 'lse'),
     /** int32_t: B */
@@ -40,26 +38,28 @@ export function attentionCallSlots(offsets: Readonly<Record<string, number>>) {
     num_heads: slot(offsets, 'num_heads'),
     /** int32_t: Hkv (none: Hkv = H) */
     num_kv_heads: slot(offsets, 'num_kv_heads'),
+    /** int32_t: Dv; 0 = Dh */
+    v_head_dim: slot(offsets, 'v_head_dim'),
     /** int32_t: >= 0 */
     query_offset: slot(offsets, 'query_offset'),
-    /** int32_t: 0 / 1 */
+    /** int32_t: 1 or B, a broadcast dim of biasShape; ignored without a bias (the TS layer writes 1) */
+    bias_batch: slot(offsets, 'bias_batch'),
+    /** int32_t: 1 or H, a broadcast dim of biasShape; ignored without a bias (the TS layer writes 1) */
+    bias_heads: slot(offsets, 'bias_heads'),
+    /** int32_t: 0 / 1 (cache.attend's default is 1) */
     causal: slot(offsets, 'causal'),
     /** int32_t: -1 = unbounded (Infinity) */
     window_left: slot(offsets, 'window_left'),
     /** int32_t: -1 = unbounded (Infinity) */
     window_right: slot(offsets, 'window_right'),
-    /** int32_t: 1 or B, a broadcast dim of biasShape; ignored without a bias (the TS layer writes 1) */
-    bias_batch: slot(offsets, 'bias_batch'),
-    /** int32_t: 1 or H, a broadcast dim of biasShape; ignored without a bias (the TS layer writes 1) */
-    bias_heads: slot(offsets, 'bias_heads'),
     /** int32_t: 0 = 'nan', 1 = 'zero' */
     empty_rows: slot(offsets, 'empty_rows'),
     /** float: resolved by the caller (1/sqrt(Dh) default) */
     scale: slot(offsets, 'scale'),
     /** float: 0 = none */
     softcap: slot(offsets, 'softcap'),
-    /** int32_t: Dv; 0 = Dh */
-    v_head_dim: slot(offsets, 'v_head_dim'),
+    /** uint32_t: 0 = none; float32 (H) */
+    alibi_slopes: slot(offsets, 'alibi_slopes'),
     /** uint32_t: 0 = none; float32 (H) */
     sinks: slot(offsets, 'sinks'),
     /** uint32_t: 0 = no rope; float32 (rope_positions, rope_rotary_dim / 2) */
@@ -94,17 +94,17 @@ export function cacheAttendCallSlots(offsets: Readonly<Record<string, number>>) 
     v: slot(offsets, 'v'),
     /** uint32_t: heap address of out (B, n, H*Dv), dense float32 */
     out: slot(offsets, 'out'),
-    /** uint32_t: 0 = none; float32 (H) */
-    alibi_slopes: slot(offsets, 'alibi_slopes'),
     /** int32_t: n >= 1 */
     new_tokens: slot(offsets, 'new_tokens'),
     /** int32_t: H, a multiple of the cache's Hkv */
     num_heads: slot(offsets, 'num_heads'),
-    /** int32_t: 0 / 1 (the API's default is 1) */
+    /** uint32_t: 0 = n for every sequence; int32 (B), each in [0, n] */
+    new_token_counts: slot(offsets, 'new_token_counts'),
+    /** int32_t: 0 / 1 (cache.attend's default is 1) */
     causal: slot(offsets, 'causal'),
-    /** int32_t: -1 = Infinity */
+    /** int32_t: -1 = unbounded (Infinity) */
     window_left: slot(offsets, 'window_left'),
-    /** int32_t: -1 = Infinity */
+    /** int32_t: -1 = unbounded (Infinity) */
     window_right: slot(offsets, 'window_right'),
     /** int32_t: 0 = 'nan', 1 = 'zero' */
     empty_rows: slot(offsets, 'empty_rows'),
@@ -112,6 +112,8 @@ export function cacheAttendCallSlots(offsets: Readonly<Record<string, number>>) 
     scale: slot(offsets, 'scale'),
     /** float: 0 = none */
     softcap: slot(offsets, 'softcap'),
+    /** uint32_t: 0 = none; float32 (H) */
+    alibi_slopes: slot(offsets, 'alibi_slopes'),
     /** uint32_t: 0 = none; float32 (H) */
     sinks: slot(offsets, 'sinks'),
     /** uint32_t: 0 = no rope; float32 (rope_positions, rope_rotary_dim / 2) */
@@ -126,8 +128,6 @@ export function cacheAttendCallSlots(offsets: Readonly<Record<string, number>>) 
     rope_interleaved: slot(offsets, 'rope_interleaved'),
     /** int32_t: the position of the tables' first row (a cache attend: min of the old lengths) */
     rope_first_position: slot(offsets, 'rope_first_position'),
-    /** uint32_t: 0 = n for every sequence; int32 (B), each in [0, n] */
-    new_token_counts: slot(offsets, 'new_token_counts'),
     /** The struct's size in bytes. */
     bytes: offsets.size ?? NaN,
   };

@@ -66,7 +66,7 @@ double kv_cache_bytes(const KVCacheConfig& c) {
 Status validate_cache_config(const KVCacheConfig& c) {
   if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0) return Status::kNonPositiveDim;
   if (c.v_head_dim < 0) return Status::kBadVHeadDim;
-  if (!cache_dtype_valid(c.dtype)) return Status::kCacheBadOption;
+  if (!cache_dtype_valid(c.dtype)) return Status::kCacheBadDType;
   if (kv_cache_bytes(c) >= double(kMaxCacheBytes)) return Status::kCacheTooLarge;
   return Status::kOk;
 }

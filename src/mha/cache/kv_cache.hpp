@@ -68,7 +68,7 @@ constexpr int32_t kNoSpecialValues = INT32_MAX;
 // a dim is not positive or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
 double kv_cache_bytes(const KVCacheConfig& config);
 
-// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadOption (dtype), kCacheTooLarge (kMaxCacheBytes or more: the
+// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadDType (dtype), kCacheTooLarge (kMaxCacheBytes or more: the
 // heap also holds everything else), or kOk.
 Status validate_cache_config(const KVCacheConfig& config);
 
@@ -156,7 +156,7 @@ class KVCache {
   int32_t value_scale_blocks() const { return scale_blocks(config_.value_dim()); }      // NBv
   int64_t panel_elements() const { return int64_t{config_.head_dim} * kKeysPerPanel; }  // (Dh, P)
   int32_t value_row_elements() const { return round_up(config_.value_dim(), 8); }       // Dv8
-  // KV head g of sequence b for a decode block of keys ending before key_end (decode.cpp).
+  // KV head g of sequence b for a decode block of keys ending before key_end (decode_run.cpp).
   CacheHeadBlock head_block(int32_t b, int32_t g, int32_t key_end) const;
 
   // For load (kv_cache_io.hpp), which fills a new cache: the same storage, writable, and a sequence's

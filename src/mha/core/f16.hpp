@@ -19,7 +19,7 @@
 #define MHA_F16_SIMD 1
 #include <xsimd/xsimd.hpp>
 
-#include "mha/simd/simd_exp.hpp"  // pin_in_register
+#include "mha/simd/simd_ops.hpp"  // pin_in_register, narrow_u16
 #endif
 
 namespace mha {
@@ -87,8 +87,9 @@ constexpr float kWidenScale = 0x1p112f;
 #if MHA_F16_SIMD
 namespace simd {
 
-using VecF = xsimd::batch<float>;
-using VecI = xsimd::batch<int32_t>;
+using mha::simd::VecF;
+using mha::simd::VecI;
+using mha::simd::VecI16;
 
 struct Constants {
   VecI keep_sign_and_high = VecI(static_cast<int32_t>(0x8fff8fffu));  // s000 eeeee mmmmmmm, per 16 bits
@@ -115,11 +116,11 @@ inline VecF widen(VecI bits, const Constants& c) {
 // 8 halves (16-byte aligned) -> elements 0..3 in lo, 4..7 in hi.
 template <bool kSpecials, bool kScaled>
 inline void load8(const uint16_t* halves, VecF& lo, VecF& hi, const Constants& c) {
-  const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(halves));
-  const __m128i high = _mm_and_si128(_mm_srai_epi16(x, 3), c.keep_sign_and_high.data);
-  const __m128i low = _mm_slli_epi16(x, 13);
-  lo = widen<kSpecials, kScaled>(VecI(_mm_unpacklo_epi16(low, high)), c);
-  hi = widen<kSpecials, kScaled>(VecI(_mm_unpackhi_epi16(low, high)), c);
+  const VecI16 x = VecI16::load_aligned(reinterpret_cast<const int16_t*>(halves));
+  const VecI16 high = (x >> 3) & xsimd::bitwise_cast<VecI16>(c.keep_sign_and_high);  // arithmetic shift
+  const VecI16 low = x << 13;
+  lo = widen<kSpecials, kScaled>(xsimd::bitwise_cast<VecI>(xsimd::zip_lo(low, high)), c);
+  hi = widen<kSpecials, kScaled>(xsimd::bitwise_cast<VecI>(xsimd::zip_hi(low, high)), c);
 }
 
 // 4 floats -> 4 half codes in the low 16 bits of 4 lanes, round to nearest even (as encode()).
@@ -140,7 +141,7 @@ inline VecI narrow(VecF x) {
 // is inf or NaN.
 inline bool store8(VecF lo, VecF hi, uint16_t* halves) {
   const VecI a = narrow(lo), b = narrow(hi);
-  _mm_store_si128(reinterpret_cast<__m128i*>(halves), _mm_packus_epi32(a.data, b.data));  // codes fit 16 bits
+  mha::simd::narrow_u16(a, b).store_aligned(halves);  // the codes fit 16 bits: no lane is clamped
   const VecI inf(kHalfInf);
   return xsimd::any(((a & inf) == inf) || ((b & inf) == inf));
 }

@@ -1,5 +1,6 @@
 #include "mha/core/shape.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -28,7 +29,7 @@ const char* status_name(Status status) {
     case Status::kCacheInvalid: return "no such KV cache (freed, or of another instance)";
     case Status::kCacheBadLength: return "length outside the stored lengths";
     case Status::kCacheHeadsMismatch: return "num_heads is not a multiple of the cache's num_kv_heads";
-    case Status::kCacheBadOption: return "bad KV cache option";
+    case Status::kCacheBadDType: return "unknown KV cache dtype";
     case Status::kBadVHeadDim: return "bad v_head_dim";
     case Status::kBadSinks: return "sink not finite";
     case Status::kBadRotaryDim: return "bad rope tables or rotary_dim";
@@ -68,7 +69,7 @@ const char* status_message(Status status) {
       return "truncate(n) needs an integer n in [0, max(lengths)], truncate([...]) each entry in [0, lengths[b]], read "
              "an end <= min(lengths)";
     case Status::kCacheHeadsMismatch: return "numHeads must be a positive multiple of the cache's numKvHeads";
-    case Status::kCacheBadOption: return "a KV cache option is out of range (window, softcap, alibiSlopes or dtype)";
+    case Status::kCacheBadDType: return "the KV cache dtype is not one this release knows";
     case Status::kBadVHeadDim: return "vHeadDim must be a positive integer";
     case Status::kBadSinks: return "every sinks entry must be finite";
     case Status::kBadRotaryDim: return "rope needs cos and sin tables and an even rotaryDim in [2, headDim]";
@@ -107,14 +108,50 @@ float default_scale(int32_t head_dim) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
+namespace {
+
+bool all_finite(const float* x, int32_t n) {
+  for (int32_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+// The tables' own shape: both present, rotary_dim even in [2, Dh], rows and size in range.
+Status validate_rope_tables(const RotaryTables& rope, int32_t head_dim) {
+  if (!rope.enabled() && rope.sin == nullptr) return Status::kOk;
+  if (rope.cos == nullptr || rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 ||
+      rope.rotary_dim > head_dim || rope.positions < 0) {
+    return Status::kBadRotaryDim;
+  }
+  if (int64_t{rope.positions} * (rope.rotary_dim / 2) >= kMaxElements) return Status::kTooLarge;
+  return Status::kOk;
+}
+
+}  // namespace
+
+Status validate_attention_options(const AttentionOptions& o, int32_t num_heads, int32_t head_dim) {
+  if (!std::isfinite(o.scale)) return Status::kBadScale;
+  if (o.window_left < -1 || o.window_right < -1) return Status::kBadWindow;
+  if (!std::isfinite(o.softcap) || o.softcap < 0.0f) return Status::kBadSoftcap;
+  if (o.empty_rows != EmptyRows::kNaN && o.empty_rows != EmptyRows::kZero) return Status::kBadEmptyRows;
+  if (o.alibi_slopes != nullptr && !all_finite(o.alibi_slopes, num_heads)) return Status::kBadAlibiSlope;
+  if (o.sinks != nullptr && !all_finite(o.sinks, num_heads)) return Status::kBadSinks;
+  return validate_rope_tables(o.rope, head_dim);
+}
+
+Status validate_rope_positions(const RotaryTables& rope, int64_t first, int64_t last) {
+  if (!rope.enabled() || last < first) return Status::kOk;
+  if (rope.first_position < 0 || rope.first_position > first || last >= rope.positions) return Status::kRopePosition;
+  return Status::kOk;
+}
+
 Status validate_options(const AttentionArgs& args) {
   const AttentionShape& shape = args.shape;
-  if (!std::isfinite(args.scale)) return Status::kBadScale;
+  const Status options = validate_attention_options(args, shape.num_heads, shape.head_dim());
+  if (options != Status::kOk) return options;
   if (args.query_offset < 0 || int64_t{args.query_offset} + shape.seq_len > std::numeric_limits<int32_t>::max()) {
     return Status::kBadQueryOffset;
   }
-  if (args.window_left < -1 || args.window_right < -1) return Status::kBadWindow;
-  if (!std::isfinite(args.softcap) || args.softcap < 0.0f) return Status::kBadSoftcap;
   if (args.bias.data != nullptr) {
     if (args.bias.batch_stride < 0 || args.bias.head_stride < 0) return Status::kBadBiasShape;
     // The largest element read must stay within 32-bit indexing, as for every other tensor.
@@ -122,38 +159,14 @@ Status validate_options(const AttentionArgs& args) {
                          int64_t{shape.seq_len} * shape.kv_seq_len;
     if (int64_t{shape.seq_len} * shape.kv_seq_len >= kMaxElements || last >= kMaxElements) return Status::kTooLarge;
   }
-  if (args.empty_rows != EmptyRows::kNaN && args.empty_rows != EmptyRows::kZero) return Status::kBadEmptyRows;
   if (args.kv_lengths != nullptr) {
     for (int32_t b = 0; b < shape.batch; ++b) {
       if (args.kv_lengths[b] < 0 || args.kv_lengths[b] > shape.kv_seq_len) return Status::kBadKvLength;
     }
   }
-  if (args.alibi_slopes != nullptr) {
-    for (int32_t h = 0; h < shape.num_heads; ++h) {
-      if (!std::isfinite(args.alibi_slopes[h])) return Status::kBadAlibiSlope;
-    }
-  }
-  if (args.sinks != nullptr) {
-    for (int32_t h = 0; h < shape.num_heads; ++h) {
-      if (!std::isfinite(args.sinks[h])) return Status::kBadSinks;
-    }
-  }
-  return validate_rope(args);
-}
-
-// Every row that rotates must have a table row: queries up to query_offset + S - 1, keys up to T - 1.
-Status validate_rope(const AttentionArgs& args) {
-  const RotaryTables& rope = args.rope;
-  if (!rope.enabled() && rope.sin == nullptr) return Status::kOk;
-  const int32_t dh = args.shape.head_dim();
-  if (rope.cos == nullptr || rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 ||
-      rope.rotary_dim > dh || rope.positions < 0 || rope.first_position != 0) {
-    return Status::kBadRotaryDim;
-  }
-  if (int64_t{rope.positions} * (rope.rotary_dim / 2) >= kMaxElements) return Status::kTooLarge;
-  const int64_t last_query = int64_t{args.query_offset} + args.shape.seq_len - 1;
-  if (last_query >= rope.positions || args.shape.kv_seq_len > rope.positions) return Status::kRopePosition;
-  return Status::kOk;
+  // Every row that rotates must have a table row: queries up to query_offset + S - 1, keys up to T - 1.
+  const int64_t last_query = int64_t{args.query_offset} + shape.seq_len - 1;
+  return validate_rope_positions(args.rope, 0, std::max<int64_t>(last_query, int64_t{shape.kv_seq_len} - 1));
 }
 
 Status validate_args(const AttentionArgs& args) {

@@ -16,14 +16,13 @@ namespace mha {
 // The numbers are part of the binding ABI (the TypeScript layer maps them to messages).
 enum class Status : int32_t {
   kOk = 0,
-  kNonPositiveDim = 1,    // batch, seq_len, kv_seq_len, d_model or num_heads <= 0
-  kHeadsDoNotDivide = 2,  // d_model % num_heads != 0
-  kTooLarge = 3,          // an element count does not fit 32-bit indexing
-  kNullPointer = 4,       // a required buffer is missing
-  kBadScale = 5,          // scale is NaN or infinite
-  kOutOfMemory = 6,       // scratch allocation failed
-  kUnsupportedOption =
-      7,  // the call sets an option that does not apply to the function (binding ABI: lse of attention_weights)
+  kNonPositiveDim = 1,      // batch, seq_len, kv_seq_len, d_model or num_heads <= 0
+  kHeadsDoNotDivide = 2,    // d_model % num_heads != 0
+  kTooLarge = 3,            // an element count does not fit 32-bit indexing
+  kNullPointer = 4,         // a required buffer is missing
+  kBadScale = 5,            // scale is NaN or infinite
+  kOutOfMemory = 6,         // scratch allocation failed
+  kUnsupportedOption = 7,   // an option that does not apply to the function (binding ABI: lse of attention_weights)
   kKvHeadsDoNotDivide = 8,  // num_kv_heads < 0, or not a divisor of num_heads
   kBadQueryOffset = 9,      // query_offset < 0, or query_offset + seq_len beyond int32
   kBadWindow = 10,          // a window bound below -1 (-1 = unbounded)
@@ -38,7 +37,7 @@ enum class Status : int32_t {
   kCacheInvalid = 18,        // no such cache: never created, already freed, or another instance's
   kCacheBadLength = 19,      // truncate or read outside the stored lengths
   kCacheHeadsMismatch = 20,  // num_heads is not a positive multiple of the cache's num_kv_heads
-  kCacheBadOption = 21,      // window bound < -1, softcap not finite or < 0, a non-finite ALiBi slope, bad dtype
+  kCacheBadDType = 21,       // not a CacheDType (the cache options share the stateless call's statuses)
   // The v0.3 options (docs/spec.md Part 4).
   kBadVHeadDim = 22,   // v_head_dim < 0
   kBadSinks = 23,      // a sink is NaN or infinite
@@ -141,53 +140,70 @@ struct RotaryTables {
 // What a row with no visible key (or only -inf scores) yields: NaN (PyTorch <= 2.4) or 0 (SDPA >= 2.5).
 enum class EmptyRows : int32_t { kNaN = 0, kZero = 1 };
 
-// Everything one attention call needs. Semantics: docs/spec.md, and src/mha/reference/reference.hpp follows it:
-//   for each b, h: out[b, i, h*Dv:(h+1)*Dv] = softmax_j(score(b, h, i, j), visible keys) @ v_g
-// with g = h / (H / Hkv) (grouped-query attention reads KV head g by stride, never copied),
-// q (B,S,D), k (B,T,Hkv*Dh), v (B,T,Hkv*Dv), out (B,S,H*Dv) (Dv = Dh unless shape.v_head_dim says).
-// Visibility (src/mha/core/visibility.hpp): key j is visible to query i of batch b iff j < kv_lengths[b],
-//   mask[b, i, j] != 0, (causal) j <= p_i and (window) p_i - window_left <= j <= p_i + window_right, where
-//   p_i = query_offset + i is the query's position (key j has position j).
-// score = scale * q_h[i] . k_g[j], then in this order: softcap c: c * tanh(score / c); ALiBi:
-//   - slope[h] * |p_i - j|; bias: + bias[b, h, i, j] (-inf hides the key).
-// A query row with no visible key (or only -inf scores) is NaN or 0 in all its outputs (empty_rows); a
-// NaN score makes its row NaN. lse, optional: (B, H, S) log-sum-exp of each row's scores, -inf for an
-// empty row. With rope, q and k are rotated by position before the dot product; with sinks, sink[h] is
-// one more logit of every row of head h that has no value (the row then never is empty: out 0).
-struct AttentionArgs {
-  AttentionShape shape;
-  TensorView<const float> q, k, v;
-  TensorView<float> out;
-  const uint8_t* mask = nullptr;  // (B, S, T) uint8, nonzero = attend; shared by all heads
+// The options of an attention call, one struct for the stateless call (AttentionArgs) and the cache call
+// (CacheAttendArgs, decode.hpp): what a score is made of, which keys a query sees, and what an empty row
+// yields. Their semantics are docs/spec.md Parts 2 and 4, written once in the reference (reference.hpp).
+//   score = scale * q_h[i] . k_g[j], then in this order: softcap c: c * tanh(score / c); ALiBi:
+//   - slope[h] * |p_i - j|; (stateless only) bias: + bias[b, h, i, j] (-inf hides the key).
+// Visibility (src/mha/core/visibility.hpp): (causal) j <= p_i and (window) p_i - window_left <= j <=
+// p_i + window_right, p_i the query's position. A row with no visible key (or only -inf scores) is NaN or 0
+// in all its outputs (empty_rows); a NaN score makes its row NaN. With rope, q and k are rotated by
+// position before the dot product; with sinks, sink[h] is one more logit of every row of head h that has
+// no value (the row then never is empty: out 0).
+struct AttentionOptions {
   bool causal = false;
   float scale = 0.0f;                   // the caller resolves the 1/sqrt(Dh) default (see default_scale)
-  int32_t query_offset = 0;             // p_0; >= 0 (T - S: lower-right alignment, a decode step)
-  const int32_t* kv_lengths = nullptr;  // (B), each in [0, T]; nullptr = T
   int32_t window_left = -1;             // keys at most this many positions before the query; -1 = unbounded
   int32_t window_right = -1;            // keys at most this many positions after it; -1 = unbounded
   float softcap = 0.0f;                 // c > 0, finite; 0 = none
   const float* alibi_slopes = nullptr;  // (H) finite; nullptr = none
-  BiasView bias;
   EmptyRows empty_rows = EmptyRows::kNaN;
-  float* lse = nullptr;          // (B, H, S) output, natural log; nullptr = not wanted
   const float* sinks = nullptr;  // (H) finite logits without a value row; nullptr = none
   RotaryTables rope;
 
   // Whether the visible keys of a row depend on the row (causal or a bounded window).
   bool ranged() const { return causal || window_left >= 0 || window_right >= 0; }
+  // The options part of a call struct (both derive from this one).
+  AttentionOptions& options() { return *this; }
+  const AttentionOptions& options() const { return *this; }
+};
+
+// One stateless attention call: its options and its tensors. Semantics: docs/spec.md, and
+// src/mha/reference/reference.hpp follows it:
+//   for each b, h: out[b, i, h*Dv:(h+1)*Dv] = softmax_j(score(b, h, i, j), visible keys) @ v_g
+// with g = h / (H / Hkv) (grouped-query attention reads KV head g by stride, never copied),
+// q (B,S,D), k (B,T,Hkv*Dh), v (B,T,Hkv*Dv), out (B,S,H*Dv) (Dv = Dh unless shape.v_head_dim says).
+// Beyond the options: key j is visible to query i of batch b only if j < kv_lengths[b] and
+// mask[b, i, j] != 0; p_i = query_offset + i is the query's position (key j has position j).
+// lse, optional: (B, H, S) log-sum-exp of each row's scores, -inf for an empty row.
+struct AttentionArgs : AttentionOptions {
+  AttentionShape shape;
+  TensorView<const float> q, k, v;
+  TensorView<float> out;
+  const uint8_t* mask = nullptr;        // (B, S, T) uint8, nonzero = attend; shared by all heads
+  int32_t query_offset = 0;             // p_0; >= 0 (T - S: lower-right alignment, a decode step)
+  const int32_t* kv_lengths = nullptr;  // (B), each in [0, T]; nullptr = T
+  BiasView bias;
+  float* lse = nullptr;  // (B, H, S) output, natural log; nullptr = not wanted
 };
 
 float default_scale(int32_t head_dim);
+
+// The checks of the options every call shares, for a call of H heads of Dh: kBadScale, kBadWindow,
+// kBadSoftcap, kBadEmptyRows, kBadAlibiSlope, kBadSinks (alibi_slopes and sinks are read), then the rope
+// tables' own shape (kBadRotaryDim, kTooLarge). Where the call's positions fall in the tables is the
+// caller's check (it knows its positions: validate_rope_positions).
+Status validate_attention_options(const AttentionOptions& options, int32_t num_heads, int32_t head_dim);
+
+// kRopePosition unless the rope tables (if any) hold the rows of positions [first, last] (last < first:
+// none), with the tables' first row at a position in [0, first].
+Status validate_rope_positions(const RotaryTables& rope, int64_t first, int64_t last);
 
 // Validates shape, pointers, scale and options of a call (kv_lengths and alibi_slopes are read).
 Status validate_args(const AttentionArgs& args);
 
 // The option checks of validate_args alone (no shape or data pointers): what attention_weights shares.
 Status validate_options(const AttentionArgs& args);
-
-// The rope checks of validate_options: tables present, rotary_dim even in [2, Dh], every query and key
-// position (query_offset + S - 1 and T - 1) below the tables' row count.
-Status validate_rope(const AttentionArgs& args);
 
 // Which (B, H, S, T) matrix attention_weights returns (docs/spec.md 4.3; ONNX qk_matmul_output_mode 0-3).
 enum class ScoreStage : int32_t {

@@ -2,18 +2,19 @@
 // and attends the new queries over every cached key, with query positions starting at the old length.
 //
 // Two kernels serve it:
-//  - the decode kernel (this file, decode.cpp and its variants decode_simd128.cpp / decode_scalar.cpp)
-//    for any call. It is built for few new queries (n = 1..8): for each batch item b and KV head g, the
-//    G = H / Hkv query heads that share g, times the n queries, are the rows of one micro-kernel call,
-//    so every K/V element is read once per group and not once per query head. The visible keys are cut
-//    into blocks of decode_keys_per_block(Dh8) keys at fixed positions (flash-decoding: split-K); each work item
+//  - the decode kernel (its driver: decode_job.hpp, decode_plan/run/merge.cpp; its variants:
+//    decode_simd128.cpp, decode_scalar.cpp) for any call. It is built for few new queries (n = 1..8): for each batch
+//    item b and KV head g, the G = H / Hkv query heads that share g, times the n queries, are the rows of one
+//    micro-kernel call, so every K/V element is read once per group and not once per query head. The visible keys are
+//    cut into blocks of decode_keys_per_block(Dh8) keys at fixed positions (flash-decoding: split-K); each work item
 //    (b, g, row block, key block) keeps its own max and sum, and the blocks are merged exactly with
 //    their log-sum-exp. The split depends on positions only, never on the thread count, so the result
 //    is bit-identical for every thread count.
-//  - the tiled kernel (kernel.hpp) for a prefill (n >= 16) into an empty cache, with every cache option,
-//    on the new tokens' own k and v (float16: on a copy of them rounded to halves), which then are
-//    exactly the cache's contents. A non-empty cache always takes the decode kernel: the tiled kernel
-//    reads K as strided rows and the cache holds K^T panels (decode.cpp, tiled_prefill_applies).
+//  - the tiled kernel (kernel.hpp) for a prefill (n >= 16) into an empty sequence, with every cache
+//    option, on the new tokens' own k and v (other dtypes than float32: on a copy of them rounded as the
+//    cache stores them), which then are exactly the cache's contents. A non-empty sequence always takes
+//    the decode kernel: the tiled kernel reads K as strided rows and the cache holds K^T panels
+//    (decode.cpp, tiled_sequence).
 #pragma once
 
 #include <cstddef>
@@ -53,23 +54,6 @@ inline KeySpan visible_keys(int64_t position, int32_t length, bool causal, int32
   return KeySpan{range.begin, range.end - 1};
 }
 
-// The options of one attend call (docs/spec.md Part 3: bias, kvLengths and mask are not cache options).
-struct CacheAttendOptions {
-  int32_t num_heads = 0;                // H, a multiple of the cache's Hkv
-  bool causal = true;                   // lower-right: query i at position old_length + i sees keys <= its position
-  int32_t window_left = -1;             // -1 = Infinity
-  int32_t window_right = -1;            // -1 = Infinity
-  float softcap = 0.0f;                 // 0 = none; else finite > 0
-  const float* alibi_slopes = nullptr;  // (H) or nullptr
-  float scale = 0.0f;                   // resolved by the caller (default_scale(Dh))
-  bool empty_rows_zero = false;         // emptyRows: 'zero' (true) or 'nan'
-  // docs/spec.md 4.5: keys are rotated once, at append, at their cache position (old length + i), and
-  // stored rotated; queries at the same positions. Disabled (cos nullptr) = none. The tables must hold
-  // every position of the call (kRopePosition); rotary_dim even in [2, Dh] (kBadRotaryDim).
-  RotaryTables rope;
-  const float* sinks = nullptr;  // (H) finite logits without a value row (docs/spec.md 4.4), or nullptr
-};
-
 // A decode kernel variant: the work of one item (decode_kernel.hpp). The variants of this build are
 // listed in kernel_table.cpp, best first, like the tiled kernel's: simd128 when the core is built with
 // SIMD, scalar always.
@@ -82,16 +66,24 @@ const char* decode_kernel_name(const DecodeKernel& kernel);
 // kDecodeKernel: never the tiled prefill; kExactRows: every row by the decode kernel's exact path (tests).
 enum class CachePath { kAuto, kDecodeKernel, kExactRows };
 
-struct CacheAttendArgs {
+// One cache call: its options (the stateless call's struct; bias, kvLengths, mask and queryOffset are no
+// cache options: docs/spec.md Part 3) and its tensors. Queries sit at positions old length(b) + i, and
+// with causal (the API's default) see keys up to their own position. Rope (docs/spec.md 4.5): keys are
+// rotated once, at append, at their cache position, and stored rotated; queries at the same positions.
+// The tables must hold every position of the call (kRopePosition) and need hold only those: a decode step
+// passes the rows [min old length, max new length).
+struct CacheAttendArgs : AttentionOptions {
+  CacheAttendArgs() { causal = true; }  // as cache.attend: queries see keys up to their own position
+
+  int32_t num_heads = 0;   // H, a multiple of the cache's Hkv
   int32_t new_tokens = 0;  // n >= 1: the rows of q, k, v and out per sequence
   // (B) real rows of each sequence, each in [0, n]; nullptr = n for all (docs/spec.md 4.6). Rows at index
   // >= new_token_counts[b] are padding: not read, not stored, their out rows 0. Sequence b's real rows
   // take positions length(b) + i.
   const int32_t* new_token_counts = nullptr;
-  TensorView<const float> q;     // (B, n, H*Dh)
-  TensorView<const float> k, v;  // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv): the new tokens
-  TensorView<float> out;         // (B, n, H*Dv); may be q itself (when Dv = Dh), must not overlap k or v
-  CacheAttendOptions options;
+  TensorView<const float> q;             // (B, n, H*Dh)
+  TensorView<const float> k, v;          // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv): the new tokens
+  TensorView<float> out;                 // (B, n, H*Dv); may be q itself (when Dv = Dh), must not overlap k or v
   const DecodeKernel* kernel = nullptr;  // nullptr = default_decode_kernel()
   CachePath path = CachePath::kAuto;
 };
@@ -129,8 +121,8 @@ struct DecodeScratch {
   void release();
 };
 
-// Checks a call against the cache without touching anything: the Status append + attend would give
-// (kBadSinks, kBadRotaryDim and kRopePosition for the v0.3 options).
+// Checks a call against the cache without touching anything: the Status append + attend would give. The
+// options get the stateless call's checks and statuses (validate_attention_options).
 Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args);
 
 // Real rows of sequence b in a call (args.new_token_counts[b], or n).

@@ -1,4 +1,4 @@
-// The interface between the decode driver (decode.cpp) and its kernel variants (decode_simd128.cpp,
+// The interface between the decode driver (decode_run.cpp) and its kernel variants (decode_simd128.cpp,
 // decode_scalar.cpp): one work item = some query rows of one (batch item, KV head) against one block of
 // keys, producing that block's partial softmax (max, sum, unnormalized output) per row.
 #pragma once
@@ -23,7 +23,7 @@ constexpr int32_t decode_keys_per_block(int32_t dh8) {
 constexpr int32_t kDecodeMaxRowsPerItem = 32;  // query rows (G heads x n queries) of one work item
 static_assert(kDecodeMinKeysPerBlock % kKeysPerPanel == 0, "blocks start on panel boundaries");
 
-// Rows are r = query * G + head-in-group (decode.cpp); everything per row is given explicitly here.
+// Rows are r = query * G + head-in-group (decode_job.hpp); everything per row is given explicitly here.
 // The cache's part (key_panels, value_rows, key_scales, value_scales, dtype, specials) is
 // KVCache::head_block's (kv_cache.hpp).
 struct DecodeBlock : CacheHeadBlock {

@@ -53,8 +53,8 @@ Layout make_layout(int32_t dh, int32_t dv) {
   ScratchCursor cursor;
   lay.q = cursor.take(size_t(kMaxChunks) * dh * kChunk);    // q chunks as panels (Dh, 4)
   lay.s = cursor.take(size_t(kDecodeMaxRowsPerItem) * kS);  // scores, then weights (rows, kS)
-  lay.k_stage = cursor.take(size_t(kP) * dh8);              // one widened K panel (Dh, P)
-  lay.v_stage = cursor.take(size_t(kP) * dv8);              // one widened V tile (P, Dv8), or int8's o and weights
+  lay.k_stage = cursor.take(size_t(kKeysPerPanel) * dh8);   // one widened K panel (Dh, P)
+  lay.v_stage = cursor.take(size_t(kKeysPerPanel) * dv8);   // one widened V tile (P, Dv8), or int8's o and weights
   lay.total = cursor.at;
   return lay;
 }
@@ -100,11 +100,11 @@ inline void touch_lines(const char* lines, int64_t from, int64_t to, int32_t& to
 template <class Elem>
 MHA_PHASE int32_t touch_block(const DecodeBlock& blk, int32_t base) {
   constexpr int64_t kStep = 4 * 64;
-  const int32_t panels = (blk.key_end - base + kP - 1) / kP;
+  const int32_t panels = (blk.key_end - base + kKeysPerPanel - 1) / kKeysPerPanel;
   const auto* keys = static_cast<const char*>(blk.key_panels) +
                      key_panel_offset(base, 0, blk.head_dim) * int64_t{sizeof(Elem)};  // base: a panel start
   const auto* values = static_cast<const char*>(blk.value_rows) + int64_t{blk.key_begin} * blk.dv8 * sizeof(Elem);
-  const int64_t key_bytes = int64_t{panels} * kP * blk.head_dim * sizeof(Elem);
+  const int64_t key_bytes = int64_t{panels} * kKeysPerPanel * blk.head_dim * sizeof(Elem);
   const int64_t value_bytes = int64_t{blk.key_end - blk.key_begin} * blk.dv8 * sizeof(Elem);
   int32_t touched = 0;
   const int64_t both = std::min(key_bytes, value_bytes) / kStep * kStep;
@@ -125,7 +125,7 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
                             const Ld& ld, bool stage) {
   using Elem = typename Ld::Elem;
   const int32_t dh = blk.head_dim;
-  const int32_t panels = (blk.key_end - base + kP - 1) / kP;
+  const int32_t panels = (blk.key_end - base + kKeysPerPanel - 1) / kKeysPerPanel;
   const Elem* panel = static_cast<const Elem*>(blk.key_panels) + key_panel_offset(base, 0, dh);  // base: a panel start
   // Scaled halves never score one row (choose_decode_path gives it F16PairLoader): no such copy of the loop.
   constexpr bool kOneRow = !std::is_same<Ld, F16Loader<false, true>>::value && !std::is_same<Ld, BF16Loader>::value;
@@ -134,17 +134,17 @@ MHA_PHASE void block_scores(const DecodeBlock& blk, int32_t base, const float* q
     const char* touch = reinterpret_cast<const char*>(values + int64_t{base} * blk.dv8);
     const char* touch_last = reinterpret_cast<const char*>(values + int64_t{blk.key_end} * blk.dv8) - 16;
     int32_t touched = 0;
-    for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kP)
-      qk_row_touching(qp, panel, dh, s + pi * kP, ld, touch, touch_last, touched);
+    for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kKeysPerPanel)
+      qk_row_touching(qp, panel, dh, s + pi * kKeysPerPanel, ld, touch, touch_last, touched);
     *reinterpret_cast<int32_t*>(k_stage) = touched;  // keeps the touches
     return;
   }
   if constexpr (!kPairs<Ld>) {  // F16PairLoader: one row only (choose_decode_path), scored above
     const F32Loader widened;
-    for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kP) {
-      float* s_panel = s + pi * kP;
+    for (int32_t pi = 0; pi < panels; ++pi, panel += int64_t{dh} * kKeysPerPanel) {
+      float* s_panel = s + pi * kKeysPerPanel;
       if (stage) {
-        widen_rows(panel, dh, kP, kP / 8, k_stage, ld);
+        widen_rows(panel, dh, kKeysPerPanel, kKeysPerPanel / 8, k_stage, ld);
         qk_chunks(blk, qp, k_stage, s_panel, widened);
       } else {
         qk_chunks(blk, qp, panel, s_panel, ld);
@@ -224,7 +224,7 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
   }
   const F32Loader widened;
   for (int32_t t0 = blk.key_begin; t0 < blk.key_end;) {
-    const int32_t t1 = std::min(blk.key_end, (t0 / kP + 1) * kP);
+    const int32_t t1 = std::min(blk.key_end, (t0 / kKeysPerPanel + 1) * kKeysPerPanel);
     const int32_t nk = t1 - t0;
     const Elem* v = static_cast<const Elem*>(blk.value_rows) + int64_t{t0} * dh8;
     const float* p = s + (t0 - base);
@@ -243,7 +243,7 @@ MHA_PHASE void block_values(const DecodeBlock& blk, int32_t base, const float* s
 template <class KLd, class VLd>
 void run_phases(const DecodeBlock& blk, float* scratch, const DecodePath& path) {
   const Layout lay = make_layout(blk.head_dim, blk.value_dim);
-  const int32_t base = blk.key_begin / kP * kP;
+  const int32_t base = blk.key_begin / kKeysPerPanel * kKeysPerPanel;
   const KLd kld;
   const VLd vld;
   if (MHA_DECODE_PHASE_RUNS(1)) pack_q(blk, path.fold_q ? f16::kWidenScale : 1.0f, scratch + lay.q);
@@ -270,25 +270,25 @@ void run_int8(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   const Layout lay = make_layout(blk.head_dim, blk.value_dim);
   const int32_t dh = blk.head_dim, dv8 = blk.dv8;
   const int32_t nbk = q8::blocks(dh), nbv = q8::blocks(blk.value_dim);
-  const int32_t base = blk.key_begin / kP * kP;
+  const int32_t base = blk.key_begin / kKeysPerPanel * kKeysPerPanel;
   const F32Loader widened;
   float* s = scratch + lay.s;
   float* k_stage = scratch + lay.k_stage;
   float* v_stage = scratch + lay.v_stage;
   pack_q(blk, 1.0f, scratch + lay.q);
-  const int32_t panels = (blk.key_end - base + kP - 1) / kP;
+  const int32_t panels = (blk.key_end - base + kKeysPerPanel - 1) / kKeysPerPanel;
   const auto* keys = static_cast<const int8_t*>(blk.key_panels);
   for (int32_t pi = 0; pi < panels; ++pi) {
-    const int32_t panel = base / kP + pi;
-    widen_int8_panel(keys + key_panel_offset(panel * kP, 0, dh), blk.key_scales + int64_t{panel} * nbk * kP, dh,
-                     k_stage);
-    qk_chunks(blk, scratch + lay.q, k_stage, s + pi * kP, widened);
+    const int32_t panel = base / kKeysPerPanel + pi;
+    widen_int8_panel(keys + key_panel_offset(panel * kKeysPerPanel, 0, dh),
+                     blk.key_scales + int64_t{panel} * nbk * kKeysPerPanel, dh, k_stage);
+    qk_chunks(blk, scratch + lay.q, k_stage, s + pi * kKeysPerPanel, widened);
   }
   block_softmax(blk, base, 1.0f, s);
   std::fill(blk.o, blk.o + int64_t{blk.rows} * dv8, 0.0f);
   const auto* values = static_cast<const int8_t*>(blk.value_rows);
   for (int32_t t0 = blk.key_begin; t0 < blk.key_end;) {
-    const int32_t t1 = std::min(blk.key_end, (t0 / kP + 1) * kP);
+    const int32_t t1 = std::min(blk.key_end, (t0 / kKeysPerPanel + 1) * kKeysPerPanel);
     widen_int8_rows(values + int64_t{t0} * dv8, blk.value_scales + int64_t{t0} * nbv, t1 - t0, dv8, nbv, v_stage);
     pv_chunks(blk, s + (t0 - base), v_stage, t1 - t0, widened);
     t0 = t1;
@@ -305,13 +305,13 @@ void run_int8_row(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   const Layout lay = make_layout(blk.head_dim, blk.value_dim);
   const int32_t dh = blk.head_dim, dv8 = blk.dv8, dv16 = round_up(dv8, 16);
   const int32_t nbk = q8::blocks(dh), nbv = q8::blocks(blk.value_dim);
-  const int32_t base = blk.key_begin / kP * kP;
+  const int32_t base = blk.key_begin / kKeysPerPanel * kKeysPerPanel;
   float* s = scratch + lay.s;
   float* sums = scratch + lay.k_stage;       // one panel's 32 scores, strided; then the touches
   float* o_strided = scratch + lay.v_stage;  // (Dv16)
   float* weights = o_strided + dv16;         // kInt8RowWeights keys' weights
-  // Both fit the V stage (kP * Dv8 floats): Dv16 <= Dv8 + 8, and Dv8 >= 8.
-  static_assert((kP - 1) * 8 >= 8 + kInt8RowWeights, "the int8 row's o and weights fit the V stage");
+  // Both fit the V stage (kKeysPerPanel * Dv8 floats): Dv16 <= Dv8 + 8, and Dv8 >= 8.
+  static_assert((kKeysPerPanel - 1) * 8 >= 8 + kInt8RowWeights, "the int8 row's o and weights fit the V stage");
   pack_q(blk, 1.0f, scratch + lay.q);
   const auto* keys = static_cast<const int8_t*>(blk.key_panels);
   const auto* values = static_cast<const int8_t*>(blk.value_rows);
@@ -319,13 +319,14 @@ void run_int8_row(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   const char* touch_last = reinterpret_cast<const char*>(values + int64_t{blk.key_end} * dv8) - sizeof(int32_t);
   int32_t touched = 0;
   const Int8Widener widen;
-  const int32_t panels = (blk.key_end - base + kP - 1) / kP;
+  const int32_t panels = (blk.key_end - base + kKeysPerPanel - 1) / kKeysPerPanel;
   for (int32_t pi = 0; pi < panels; ++pi) {
-    const int32_t panel = base / kP + pi;
-    qk_int8_row(scratch + lay.q, keys + key_panel_offset(panel * kP, 0, dh), blk.key_scales + int64_t{panel} * nbk * kP,
-                dh, s + pi * kP, sums, widen, touch, touch_last, touched);
+    const int32_t panel = base / kKeysPerPanel + pi;
+    qk_int8_row(scratch + lay.q, keys + key_panel_offset(panel * kKeysPerPanel, 0, dh),
+                blk.key_scales + int64_t{panel} * nbk * kKeysPerPanel, dh, s + pi * kKeysPerPanel, sums, widen, touch,
+                touch_last, touched);
   }
-  *reinterpret_cast<int32_t*>(sums + kP) = touched;  // keeps the touches
+  *reinterpret_cast<int32_t*>(sums + kKeysPerPanel) = touched;  // keeps the touches
   block_softmax(blk, base, 1.0f, s);
   pv_int8_row(s + (blk.key_begin - base), values + int64_t{blk.key_begin} * dv8,
               blk.value_scales + int64_t{blk.key_begin} * nbv, dv8, nbv, blk.key_end - blk.key_begin, o_strided,

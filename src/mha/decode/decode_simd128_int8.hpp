@@ -25,14 +25,15 @@ namespace {  // one translation unit per variant includes this
 // 16 int8 in one 16-byte lane group -> 4 vectors of the integers times 2^24 in strided order: w[m] lane
 // i is 2^24 * element 4i + m, exact (8 significant bits). Per 32-bit lane of 4 bytes, each byte is moved
 // to the top and the bytes below it cleared: 3 shifts, 3 masks and 4 converts per 16 values, no
-// shuffles (Emscripten 3.1.6 lowers _mm_cvtepi8_epi32 lane by lane; an interleave chain costs 14
-// operations, and moving each byte down again by an arithmetic shift 4 more, all on the shift ports).
+// shuffles (Emscripten 3.1.6 emulates SSE4.1's sign-extending byte widening lane by lane; an interleave
+// chain costs 14 operations, and moving each byte down again by an arithmetic shift 4 more, all on the
+// shift ports).
 // The callers take the 2^-24 out once per block (scores) or once per item (o).
 struct Int8Widener {
   VecI top_byte = VecI(static_cast<int32_t>(0xff000000u));
   Int8Widener() { mha::simd::pin_in_register(top_byte); }
-  void widen16(__m128i x16, VecF w[4]) const {
-    const VecI x(x16);
+  void widen16(simd::VecI8 x16, VecF w[4]) const {
+    const VecI x = xsimd::bitwise_cast<VecI>(x16);
     w[0] = xsimd::to_float(x << 24);
     w[1] = xsimd::to_float((x << 16) & top_byte);
     w[2] = xsimd::to_float((x << 8) & top_byte);
@@ -67,15 +68,15 @@ inline void qk_int8_row(const float* qpanel, const int8_t* panel, const float* s
       for (int32_t d = d0; d < d1; ++d) {
         const VecF b(qpanel[d * kChunk]);
         VecF w[4];
-        widen.widen16(_mm_load_si128(reinterpret_cast<const __m128i*>(panel + int64_t{d} * kP + 16 * half)), w);
+        widen.widen16(simd::VecI8::load_aligned(panel + int64_t{d} * kKeysPerPanel + 16 * half), w);
         for (int m = 0; m < 4; ++m) acc[m] = madd(b, w[m], acc[m]);
         if (half == 0) {
           touched |= *reinterpret_cast<const int32_t*>(std::min(touch, touch_last));
-          touch += kP;
+          touch += kKeysPerPanel;
         }
       }
       // The block's 16 scales of these keys, in key order, put in the strided order of acc.
-      const float* sc = scales + nb * kP + 16 * half;
+      const float* sc = scales + nb * kKeysPerPanel + 16 * half;
       VecF scale[4] = {VecF::load_aligned(sc), VecF::load_aligned(sc + 4), VecF::load_aligned(sc + 8),
                        VecF::load_aligned(sc + 12)};
       simd::transpose_4x4(scale[0], scale[1], scale[2], scale[3]);
@@ -112,9 +113,9 @@ inline void pv_int8_lanes(const float* p, const int8_t* v, const float* scales, 
       const VecF b(weights[j - j0]);
       const int8_t* row = v + int64_t{j} * dv8 + c;
       for (int g = 0; g < kGroups; ++g) {
-        const auto* at = reinterpret_cast<const __m128i*>(row + 16 * g);
+        const int8_t* at = row + 16 * g;
         VecF w[4];
-        widen.widen16(kHalf ? _mm_loadl_epi64(at) : _mm_loadu_si128(at), w);
+        widen.widen16(kHalf ? simd::load64_zero(at) : simd::VecI8::load_unaligned(at), w);
         for (int m = 0; m < 4; ++m) acc[4 * g + m] = madd(b, w[m], acc[4 * g + m]);
       }
     }
@@ -134,20 +135,21 @@ inline void pv_int8_row(const float* p, const int8_t* v, const float* scales, in
 
 // The staged loops widen by two interleaves that repeat each byte into its 32-bit lane and an
 // arithmetic shift by 24 (element order, which the float32 micro-kernels read).
-inline VecF int8_values(__m128i x16, int quarter) {
-  const __m128i bytes2 = quarter < 2 ? _mm_unpacklo_epi8(x16, x16) : _mm_unpackhi_epi8(x16, x16);
-  const __m128i bytes4 = quarter % 2 == 0 ? _mm_unpacklo_epi16(bytes2, bytes2) : _mm_unpackhi_epi16(bytes2, bytes2);
-  return xsimd::to_float(VecI(_mm_srai_epi32(bytes4, 24)));
+inline VecF int8_values(simd::VecI8 x16, int quarter) {
+  const auto bytes2 =
+      xsimd::bitwise_cast<simd::VecI16>(quarter < 2 ? xsimd::zip_lo(x16, x16) : xsimd::zip_hi(x16, x16));
+  const auto bytes4 = quarter % 2 == 0 ? xsimd::zip_lo(bytes2, bytes2) : xsimd::zip_hi(bytes2, bytes2);
+  return xsimd::to_float(xsimd::bitwise_cast<VecI>(bytes4) >> 24);  // arithmetic shift
 }
 
 // Panel (Dh, 32) of int8 keys -> dst (Dh, 32) floats; scales: the panel's (NBk, 32).
 inline void widen_int8_panel(const int8_t* panel, const float* scales, int32_t dh, float* dst) {
   for (int32_t d = 0; d < dh; ++d) {
-    const float* sc = scales + (d / 32) * kP;
-    for (int32_t h = 0; h < kP; h += 16) {
-      const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(panel + int64_t{d} * kP + h));
+    const float* sc = scales + (d / 32) * kKeysPerPanel;
+    for (int32_t h = 0; h < kKeysPerPanel; h += 16) {
+      const simd::VecI8 x = simd::VecI8::load_aligned(panel + int64_t{d} * kKeysPerPanel + h);
       for (int q = 0; q < 4; ++q)
-        (int8_values(x, q) * VecF::load_aligned(sc + h + 4 * q)).store_aligned(dst + d * kP + h + 4 * q);
+        (int8_values(x, q) * VecF::load_aligned(sc + h + 4 * q)).store_aligned(dst + d * kKeysPerPanel + h + 4 * q);
     }
   }
 }
@@ -157,12 +159,12 @@ inline void widen_int8_rows(const int8_t* v, const float* scales, int32_t nk, in
   for (int32_t j = 0; j < nk; ++j, v += dv8, dst += dv8, scales += nbv) {
     int32_t c = 0;
     for (; c + 16 <= dv8; c += 16) {
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c));
+      const simd::VecI8 x = simd::VecI8::load_unaligned(v + c);
       const VecF scale(scales[c / 32]);
       for (int q = 0; q < 4; ++q) (int8_values(x, q) * scale).store_aligned(dst + c + 4 * q);
     }
     if (c < dv8) {  // Dv8 % 16 == 8: the last 8 lanes
-      const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + c));
+      const simd::VecI8 x = simd::load64_zero(v + c);
       const VecF scale(scales[c / 32]);
       for (int q = 0; q < 2; ++q) (int8_values(x, q) * scale).store_aligned(dst + c + 4 * q);
     }

@@ -23,10 +23,10 @@ using simd::VecF;
 using simd::VecI;
 constexpr int32_t kLanes = 4;
 static_assert(VecF::size == kLanes, "the micro-kernels are written for 4-lane vectors");
-constexpr int32_t kP = kKeysPerPanel;           // keys per K panel, and per PV tile
 constexpr int32_t kS = kDecodeMaxKeysPerBlock;  // row stride of the scores (a constant: immediate offsets)
 constexpr int32_t kChunk = 4;                   // rows per micro-kernel call
 constexpr int32_t kMaxChunks = kDecodeMaxRowsPerItem / kChunk;
+// The panel width, kKeysPerPanel (kv_cache.hpp), is also the keys of a PV tile: one name for both.
 
 // Loaders: 8 consecutive stored elements (16-byte aligned) as two float vectors.
 struct F32Loader {
@@ -82,10 +82,10 @@ struct BF16PairLoader {
 struct BF16Loader {
   using Elem = uint16_t;
   void load8(const uint16_t* p, VecF& lo, VecF& hi) const {
-    const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i zero = _mm_setzero_si128();
-    lo = xsimd::bitwise_cast<VecF>(VecI(_mm_unpacklo_epi16(zero, x)));
-    hi = xsimd::bitwise_cast<VecF>(VecI(_mm_unpackhi_epi16(zero, x)));
+    const simd::VecU16 x = simd::VecU16::load_aligned(p);
+    const simd::VecU16 zero(0);
+    lo = xsimd::bitwise_cast<VecF>(xsimd::zip_lo(zero, x));
+    hi = xsimd::bitwise_cast<VecF>(xsimd::zip_hi(zero, x));
   }
 };
 template <class Ld>
@@ -103,13 +103,13 @@ inline void store_pairs(VecF even, VecF odd, float* dst) {
 // so at most R + 2 + R*2P vectors are live (<= 14 of the 16 xmm registers).
 
 // s[r * kS + c] = q_r . k_c for rows r < R and keys c < 8P of a panel column group (row d of the panel
-// group at panel + d * kP). qpanel (Dh, 4).
+// group at panel + d * kKeysPerPanel). qpanel (Dh, 4).
 template <int R, int P, class Ld>
 inline void qk_micro(const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld) {
   VecF acc[R][2 * P];
   for (int r = 0; r < R; ++r)
     for (int x = 0; x < 2 * P; ++x) acc[r][x] = VecF(0.0f);
-  for (int32_t d = 0; d < dh; ++d, qpanel += kChunk, panel += kP) {
+  for (int32_t d = 0; d < dh; ++d, qpanel += kChunk, panel += kKeysPerPanel) {
     VecF b[R];
     for (int r = 0; r < R; ++r) b[r] = VecF(qpanel[r]);
     for (int p = 0; p < P; ++p) {
@@ -162,10 +162,10 @@ constexpr int groups_for_rows() {
 template <class Ld>
 inline void qk_row_touching(const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld,
                             const char*& touch, const char* touch_last, int32_t& touched) {
-  constexpr int32_t kTouchBytes = kP * sizeof(typename Ld::Elem);
+  constexpr int32_t kTouchBytes = kKeysPerPanel * sizeof(typename Ld::Elem);
   VecF acc[8];
   for (int x = 0; x < 8; ++x) acc[x] = VecF(0.0f);
-  for (int32_t d = 0; d < dh; ++d, qpanel += kChunk, panel += kP, touch += kTouchBytes) {
+  for (int32_t d = 0; d < dh; ++d, qpanel += kChunk, panel += kKeysPerPanel, touch += kTouchBytes) {
     const VecF b(qpanel[0]);
     for (int p = 0; p < 4; ++p) {
       VecF k0, k1;
@@ -189,7 +189,7 @@ inline void qk_row_touching(const float* qpanel, const typename Ld::Elem* panel,
 template <int R, class Ld>
 inline void qk_panel(const float* qpanel, const typename Ld::Elem* panel, int32_t dh, float* s, const Ld& ld) {
   constexpr int P = groups_for_rows<R>();
-  for (int32_t c = 0; c < kP; c += 8 * P) qk_micro<R, P>(qpanel, panel + c, dh, s + c, ld);
+  for (int32_t c = 0; c < kKeysPerPanel; c += 8 * P) qk_micro<R, P>(qpanel, panel + c, dh, s + c, ld);
 }
 
 // o[r * dh8 + c] += sum_{j < K} p[r * kS + j] * v[j * dh8 + c] for rows r < R and every lane, the
@@ -283,7 +283,7 @@ inline bool whole_chunks(int32_t rows) { return rows > kChunk && rows % kChunk =
 __attribute__((noinline)) void qk_whole_chunks(int32_t chunks, const float* qp, const float* panel, int32_t dh,
                                                float* s_panel) {
   const F32Loader ld;
-  for (int32_t g = 0; g < kP; g += 8) {
+  for (int32_t g = 0; g < kKeysPerPanel; g += 8) {
     for (int32_t c = 0; c < chunks; ++c)
       qk_micro<kChunk, 1>(qp + c * dh * kChunk, panel + g, dh, s_panel + c * kChunk * kS + g, ld);
   }
@@ -297,7 +297,7 @@ __attribute__((noinline)) void pv_whole_chunks(int32_t chunks, const float* p, c
   }
 }
 
-// s (rows, kS) = q . k for the 32 keys of one panel (Dh, kP) and every chunk of the item.
+// s (rows, kS) = q . k for the 32 keys of one panel (Dh, kKeysPerPanel) and every chunk of the item.
 template <class Ld>
 inline void qk_chunks(const DecodeBlock& blk, const float* qp, const typename Ld::Elem* panel, float* s_panel,
                       const Ld& ld) {

@@ -1,5 +1,5 @@
-// The parts of cache_attend (decode.hpp) around the decode kernel: the validation of a call, the tiled
-// prefill into an empty cache, and the rotated copy of q that the decode kernel reads with rope.
+// The parts of cache_attend (decode.hpp) around the decode kernel: the tiled prefill into an empty cache,
+// and the rotated copy of q that the decode kernel reads with rope.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,25 +9,6 @@
 
 namespace mha {
 namespace {
-
-// docs/spec.md 4.4 and 4.5 for a cache call whose tokens take positions [length(b), length(b) + count_b).
-Status validate_cache_v3(const KVCache& cache, const CacheAttendArgs& args) {
-  const CacheAttendOptions& o = args.options;
-  if (o.sinks != nullptr) {
-    for (int32_t h = 0; h < o.num_heads; ++h)
-      if (!std::isfinite(o.sinks[h])) return Status::kBadSinks;
-  }
-  const RotaryTables& rope = o.rope;
-  if (!rope.enabled()) return Status::kOk;
-  if (rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 ||
-      rope.rotary_dim > cache.config().head_dim) {
-    return Status::kBadRotaryDim;
-  }
-  if (rope.first_position < 0 || rope.first_position > cache.min_length()) return Status::kRopePosition;
-  for (int32_t b = 0; b < cache.config().batch; ++b)
-    if (int64_t{cache.length(b)} + new_token_count(args, b) > rope.positions) return Status::kRopePosition;
-  return Status::kOk;
-}
 
 // The sequences [first, first + batch) of a call, all empty and with the same count of real rows: the
 // tiled kernel's batch.
@@ -62,31 +43,22 @@ void copy_rotated_rows(TensorView<const float> x, int32_t batch, int32_t n, cons
 // stores them into dst (exactly the keys append stores).
 void rotate_and_round_keys(const KVCacheConfig& c, const CacheAttendArgs& args, const Segment& segment, float* dst) {
   copy_rotated_rows(segment_view(args.k, segment), segment.batch, segment.rows, nullptr, c.num_kv_heads, c.head_dim,
-                    args.options.rope, nullptr, dst);
+                    args.rope, nullptr, dst);
   round_as_stored(c.dtype, dst, dst, int64_t{segment.batch} * segment.rows * c.num_kv_heads, c.head_dim);
 }
 
-// The stateless call equal to attending a segment's new tokens into an empty cache.
+// The stateless call equal to attending a segment's new tokens into an empty cache: the same options (a key
+// at cache position j is rotated at j by the kernel as by append), queries at positions [0, n).
 AttentionArgs tiled_args(const KVCacheConfig& c, const CacheAttendArgs& args, const Segment& segment) {
-  const CacheAttendOptions& o = args.options;
   const int32_t n = segment.rows;
   AttentionArgs tiled;
+  tiled.options() = args.options();
   tiled.shape =
-      AttentionShape{segment.batch, n, n, o.num_heads * c.head_dim, o.num_heads, c.num_kv_heads, c.v_head_dim};
+      AttentionShape{segment.batch, n, n, args.num_heads * c.head_dim, args.num_heads, c.num_kv_heads, c.v_head_dim};
   tiled.q = segment_view(args.q, segment);
   tiled.k = segment_view(args.k, segment);
   tiled.v = segment_view(args.v, segment);
   tiled.out = segment_view(args.out, segment);
-  tiled.causal = o.causal;
-  tiled.scale = o.scale;
-  tiled.query_offset = 0;
-  tiled.window_left = o.window_left;
-  tiled.window_right = o.window_right;
-  tiled.softcap = o.softcap;
-  tiled.alibi_slopes = o.alibi_slopes;
-  tiled.empty_rows = o.empty_rows_zero ? EmptyRows::kZero : EmptyRows::kNaN;
-  tiled.sinks = o.sinks;
-  tiled.rope = o.rope;  // a key at cache position j is rotated at j by the kernel as by append
   return tiled;
 }
 
@@ -96,11 +68,11 @@ TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendA
                                         const int32_t* first_positions, DecodeScratch& scratch) {
   const KVCacheConfig& c = cache.config();
   const int32_t n = args.new_tokens;
-  const int64_t width = int64_t{args.options.num_heads} * c.head_dim;
+  const int64_t width = int64_t{args.num_heads} * c.head_dim;
   float* q = scratch.staged_q.data();
   // Padding rows are not read: only each sequence's real rows are staged.
-  copy_rotated_rows(args.q, c.batch, n, args.new_token_counts, args.options.num_heads, c.head_dim, args.options.rope,
-                    first_positions, q);
+  copy_rotated_rows(args.q, c.batch, n, args.new_token_counts, args.num_heads, c.head_dim, args.rope, first_positions,
+                    q);
   return TensorView<const float>{q, n * width, width};
 }
 
@@ -116,8 +88,8 @@ Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t f
     const int64_t k_width = int64_t{c.num_kv_heads} * c.head_dim, v_width = int64_t{c.num_kv_heads} * c.value_dim();
     const int64_t k_elements = int64_t{segment.batch} * n * k_width, v_elements = int64_t{segment.batch} * n * v_width;
     if (!scratch.rounded_kv.reserve(static_cast<size_t>(k_elements + v_elements))) return Status::kOutOfMemory;
-    const bool rope = args.options.rope.enabled();
-    const int64_t q_width = int64_t{args.options.num_heads} * c.head_dim;
+    const bool rope = args.rope.enabled();
+    const int64_t q_width = int64_t{args.num_heads} * c.head_dim;
     if (rope && !scratch.staged_q.reserve(size_t(segment.batch) * n * q_width)) return Status::kOutOfMemory;
     float* k = scratch.rounded_kv.data();
     float* v = k + k_elements;
@@ -132,8 +104,7 @@ Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t f
     tiled.v = dense_view(static_cast<const float*>(v), n, static_cast<int32_t>(v_width));
     if (rope) {  // q rotated at positions [0, n), the kernel then given no rope
       float* q = scratch.staged_q.data();
-      copy_rotated_rows(tiled.q, segment.batch, n, nullptr, args.options.num_heads, c.head_dim, args.options.rope,
-                        nullptr, q);
+      copy_rotated_rows(tiled.q, segment.batch, n, nullptr, args.num_heads, c.head_dim, args.rope, nullptr, q);
       tiled.q = TensorView<const float>{q, n * q_width, q_width};
       tiled.rope = RotaryTables{};
     }
@@ -154,34 +125,7 @@ Status tiled_prefill(KVCache& cache, const CacheAttendArgs& args, DecodeScratch&
   const Status run =
       tiled_attend(cache, args, 0, cache.config().batch, args.new_tokens, scratch, parallel, tiled_scratch);
   if (run != Status::kOk) return run;
-  return cache.append(args.k, args.v, args.new_tokens, &args.options.rope, args.new_token_counts);
-}
-
-Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
-  const KVCacheConfig& c = cache.config();
-  const CacheAttendOptions& o = args.options;
-  if (args.new_tokens <= 0) return Status::kNonPositiveDim;
-  if (o.num_heads <= 0 || o.num_heads % c.num_kv_heads != 0) return Status::kCacheHeadsMismatch;
-  if (args.q.data == nullptr || args.k.data == nullptr || args.v.data == nullptr || args.out.data == nullptr)
-    return Status::kNullPointer;
-  if (!std::isfinite(o.scale)) return Status::kBadScale;
-  if (o.window_left < -1 || o.window_right < -1 || !std::isfinite(o.softcap) || o.softcap < 0.0f)
-    return Status::kCacheBadOption;
-  if (o.alibi_slopes != nullptr) {
-    for (int32_t h = 0; h < o.num_heads; ++h)
-      if (!std::isfinite(o.alibi_slopes[h])) return Status::kCacheBadOption;
-  }
-  // (B, n, H*Dh) and (B, n, H*Dv) must stay below kMaxElements, as every tensor of the stateless call.
-  const double rows = double(c.batch) * args.new_tokens * o.num_heads;
-  if (rows * std::max(c.head_dim, c.value_dim()) >= double(kMaxElements)) return Status::kTooLarge;
-  for (int32_t b = 0; args.new_token_counts != nullptr && b < c.batch; ++b) {
-    if (args.new_token_counts[b] < 0 || args.new_token_counts[b] > args.new_tokens) return Status::kCacheBadNewTokens;
-  }
-  const Status v3 = validate_cache_v3(cache, args);
-  if (v3 != Status::kOk) return v3;
-  for (int32_t b = 0; b < c.batch; ++b)
-    if (new_token_count(args, b) > c.capacity - cache.length(b)) return Status::kCacheFull;
-  return Status::kOk;
+  return cache.append(args.k, args.v, args.new_tokens, &args.rope, args.new_token_counts);
 }
 
 }  // namespace mha

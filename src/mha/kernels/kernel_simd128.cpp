@@ -135,12 +135,12 @@ bool fold_constants(const AttentionArgs& args, ScoreEpilogue& ep) {
     return std::isfinite(f) && (f == 0.0f || std::fabs(f) >= std::numeric_limits<float>::min());
   };
   ep.softcap = args.softcap > 0.0f;
-  ep.scale = ep.softcap ? args.scale / args.softcap : args.scale * kLog2e;
-  ep.softcap_scale = args.softcap * kLog2e;
+  ep.scale = ep.softcap ? args.scale / args.softcap : args.scale * kLog2eFloat;
+  ep.softcap_scale = args.softcap * kLog2eFloat;
   bool ok = normal(ep.scale) && (!ep.softcap || (normal(ep.softcap_scale) && ep.softcap_scale != 0.0f));
   ep.alibi = args.alibi_slopes != nullptr;
-  for (int32_t h = 0; ep.alibi && h < args.shape.num_heads; ++h) ok &= normal(args.alibi_slopes[h] * kLog2e);
-  for (int32_t h = 0; args.sinks != nullptr && h < args.shape.num_heads; ++h) ok &= normal(args.sinks[h] * kLog2e);
+  for (int32_t h = 0; ep.alibi && h < args.shape.num_heads; ++h) ok &= normal(args.alibi_slopes[h] * kLog2eFloat);
+  for (int32_t h = 0; args.sinks != nullptr && h < args.shape.num_heads; ++h) ok &= normal(args.sinks[h] * kLog2eFloat);
   return ok;
 }
 
@@ -233,7 +233,7 @@ MHA_PHASE void attend_block(const UnitState& st, const TileClass& tile, int32_t 
   ScoreEpilogue ep = st.scores_epilogue;
   ep.first_key = j0;
   ep.nk = nk;
-  if (ep.alibi) ep.alibi_slope = args.alibi_slopes[head] * kLog2e;
+  if (ep.alibi) ep.alibi_slope = args.alibi_slopes[head] * kLog2eFloat;
   const float* bias_rows = nullptr;  // bias[b, h, q_begin + b0, j0]
   if (args.bias.data != nullptr) {
     bias_rows = args.bias.data + st.unit.batch * args.bias.batch_stride + head * args.bias.head_stride +
@@ -346,7 +346,8 @@ void start_rows(const UnitState& st) {
   const float* sinks = st.args.sinks;
   for (int32_t hg = 0; hg < heads; ++hg) {
     const size_t first = size_t(hg) * st.padded_rows;
-    std::fill_n(st.row_max + first, st.padded_rows, sinks ? sinks[st.unit.kv_head * heads + hg] * kLog2e : kNegInf);
+    std::fill_n(st.row_max + first, st.padded_rows,
+                sinks ? sinks[st.unit.kv_head * heads + hg] * kLog2eFloat : kNegInf);
     std::fill_n(st.row_sum + first, st.padded_rows, sinks ? 1.0f : 0.0f);
   }
 }

@@ -55,7 +55,7 @@ constexpr int32_t kNr = 8;  // keys (QK^T) or output lanes (PV) per micro-kernel
 // so that the micro-kernels address their operands with immediate offsets (see the top of this file).
 constexpr int32_t kTileStride = 128;
 
-constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLog2eFloat = static_cast<float>(kLog2e);  // float32 math in the kernel
 
 // Before the scalar tail loops (Dh % 4 columns, padding keys, zero padding) and the score epilogue's row
 // loops: LLVM -O3 would vectorize and unroll each of them, with its runtime checks, into a kilobyte of
@@ -222,7 +222,7 @@ inline VecF score_epilogue(VecF x, int32_t row, int32_t key, const ScoreEpilogue
     const VecF distance = xsimd::to_float(xsimd::abs(VecI(position) - keys));
     x -= VecF(ep.alibi_slope) * distance;
   }
-  if (ep.bias_rows[0] != nullptr) x += VecF(kLog2e) * load_bias(ep.bias_rows[row], key, ep.nk);
+  if (ep.bias_rows[0] != nullptr) x += VecF(kLog2eFloat) * load_bias(ep.bias_rows[row], key, ep.nk);
   return x;
 }
 

@@ -38,8 +38,13 @@ const double* rotate_query(const ReferenceRow& row, double* rotated_q) {
 
 // scale * (q . k_j): with rope, of the rotated q (rotated_q) and k_j rotated at position j.
 double scaled_dot(const ReferenceRow& row, const double* rotated_q, int32_t j) {
-  const float* k_row = row.k_rows + j * row.k_row_stride;
   double dot = 0.0;
+  if (row.k_rows == nullptr) {
+    for (int32_t d = 0; d < row.head_dim; ++d)
+      dot += double{row.q_row[d]} * double{row.reader.key(row.reader.source, j, d)};
+    return dot * double{row.scale};
+  }
+  const float* k_row = row.k_rows + j * row.k_row_stride;
   if (rotated_q == nullptr) {
     for (int32_t d = 0; d < row.head_dim; ++d) dot += double{row.q_row[d]} * double{k_row[d]};
   } else {
@@ -139,6 +144,10 @@ void reference_attention_row(const ReferenceRow& row, double* scratch, float* ou
     const double weight = exp_without_table(s - row_max);
     sum += weight;
     if (out_row == nullptr) return;
+    if (row.v_rows == nullptr) {
+      for (int32_t d = 0; d < value_dim; ++d) acc[d] += weight * double{row.reader.value(row.reader.source, j, d)};
+      return;
+    }
     const float* v_row = row.v_rows + j * row.v_row_stride;
     for (int32_t d = 0; d < value_dim; ++d) acc[d] += weight * double{v_row[d]};
   });

@@ -13,6 +13,14 @@
 
 namespace mha {
 
+// Keys and values that are not float rows (a KV cache's panels of stored elements): element d of key j and
+// of value j of the row's KV head, exactly as stored. The decode driver's exact rows read a cache so.
+struct KeyValueReader {
+  const void* source = nullptr;
+  float (*key)(const void* source, int32_t j, int32_t d) = nullptr;
+  float (*value)(const void* source, int32_t j, int32_t d) = nullptr;
+};
+
 // One query row i of one head h, as the reference reads it.
 struct ReferenceRow {
   const float* q_row = nullptr;   // (Dh) of head h
@@ -33,6 +41,9 @@ struct ReferenceRow {
   bool has_sink = false;
   float sink = 0.0f;  // sinks[h]: a logit in the softmax's denominator without a value row
   RotaryTables rope;  // q_row rotates at position query_offset + query, key j at j
+  // With k_rows null, keys and values come through the reader (rope off: such keys are stored rotated, and
+  // q_row is given rotated).
+  KeyValueReader reader;
 };
 
 // Doubles of scratch reference_attention_row needs: Dv accumulators, and Dh for the rotated q with rope.

@@ -4,65 +4,18 @@
 //   2^x = 2^n * 2^r,  n = round(x),  r = x - n in [-1/2, 1/2] (exact)
 // 2^r is the Cephes exp2f polynomial, about 1 ulp on the reduced range; 2^n is built directly in the
 // exponent bits. No FMA in SIMD128, so the Horner steps are mul + add, which native SSE4.2 matches bit for
-// bit; the relaxed variant (MHA_VARIANT_RELAXED) makes them one relaxed_madd each (see madd below).
+// bit; the relaxed variant (MHA_VARIANT_RELAXED) makes them one relaxed_madd each (madd, simd_ops.hpp).
 #pragma once
 
 #include <cstdint>
 
 #include <xsimd/xsimd.hpp>
-#if defined(__wasm_simd128__)
-#include <wasm_simd128.h>
-#endif
 
-#include "mha/simd/simd_variant.hpp"  // MHA_SIMD_VARIANT
+#include "mha/simd/simd_ops.hpp"  // VecF, VecI, pin_in_register, pseudo_max, madd
 
 namespace mha {
 namespace simd {
 inline namespace MHA_SIMD_VARIANT {
-
-using VecF = xsimd::batch<float>;
-using VecI = xsimd::batch<int32_t>;
-
-// WebAssembly has no constant-pool operands: V8 rebuilds every v128.const with 3 instructions each time
-// it is used, and LLVM rematerializes constants inside loops. Building the constants once per loop and
-// hiding their values from LLVM (an empty asm) keeps them in locals.
-template <typename V>
-inline void pin_in_register(V& v) {
-#if defined(__wasm_simd128__) && __clang_major__ >= 19
-  // LLVM 19's wasm backend cannot take a v128 as an "r" operand (it crashes: "Do not know how to split
-  // this operator's operand"); through memory, it costs one store and load per constant.
-  auto r = v.data;
-  __asm__("" : "+m"(r));
-  v = V(r);
-#elif defined(__wasm_simd128__)
-  auto r = v.data;
-  __asm__("" : "+r"(r));
-  v = V(r);
-#else
-  (void)v;
-#endif
-}
-
-// max(a, b) as `a < b ? b : a` (WebAssembly's f32x4.pmax): a NaN in b is dropped, a NaN in a is kept.
-// V8 emits one maxps for it, where f32x4.max (and Emscripten's _mm_max_ps) cost a compare and a blend
-// for IEEE NaN semantics. SSE's maxps(b, a) is the same function, so native and wasm results agree.
-inline VecF pseudo_max(VecF a, VecF b) {
-#if defined(__wasm_simd128__)
-  return VecF(__m128(wasm_f32x4_pmax(v128_t(a.data), v128_t(b.data))));
-#else
-  return VecF(_mm_max_ps(b.data, a.data));
-#endif
-}
-
-// a * b + c. The relaxed variant: f32x4.relaxed_madd, one instruction where the engine fuses it (FMA,
-// rounded once: results differ from mul + add in the last bits); elsewhere mul + add, rounded twice.
-inline VecF madd(VecF a, VecF b, VecF c) {
-#if MHA_VARIANT_RELAXED
-  return VecF(__m128(wasm_f32x4_relaxed_madd(v128_t(a.data), v128_t(b.data), v128_t(c.data))));
-#else
-  return a * b + c;
-#endif
-}
 
 // 2^x for x <= 0 (or NaN): 2^r = 1 + r*P5(r). 2^0 = 1 exactly (so a rescale by 2^(m - m) leaves the
 // accumulators untouched), NaN gives NaN (a NaN score must poison its row, as in the reference).

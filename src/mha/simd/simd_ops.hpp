@@ -1,0 +1,111 @@
+// The project's one SIMD dialect: xsimd batches (its SSE4.2 backend natively; with Emscripten, the same
+// backend over SIMD128), and here the few operations xsimd lacks, each one named WebAssembly instruction
+// from wasm_simd128.h under __wasm_simd128__ and plain C++ with the same bits natively (where the Catch2
+// suite runs; its speed does not matter). Code outside src/mha/simd writes xsimd or these, never SSE
+// intrinsics: Emscripten's SSE emulation hides what an intrinsic costs (its sign-extending byte widening
+// runs lane by lane, which once cost a 3.5x slowdown). scripts/lint.sh keeps them out of src/.
+// In each SIMD variant's namespace, as every inline helper (simd_variant.hpp says why).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include <xsimd/xsimd.hpp>
+#if defined(__wasm_simd128__)
+#include <wasm_simd128.h>
+#endif
+
+#include "mha/simd/simd_variant.hpp"  // MHA_SIMD_VARIANT
+
+namespace mha {
+namespace simd {
+inline namespace MHA_SIMD_VARIANT {
+
+using VecF = xsimd::batch<float>;
+using VecI = xsimd::batch<int32_t>;
+using VecI16 = xsimd::batch<int16_t>;
+using VecU16 = xsimd::batch<uint16_t>;
+using VecI8 = xsimd::batch<int8_t>;
+
+// WebAssembly has no constant-pool operands: V8 rebuilds every v128.const with 3 instructions each time
+// it is used, and LLVM rematerializes constants inside loops. Building the constants once per loop and
+// hiding their values from LLVM (an empty asm) keeps them in locals.
+template <typename V>
+inline void pin_in_register(V& v) {
+#if defined(__wasm_simd128__) && __clang_major__ >= 19
+  // LLVM 19's wasm backend cannot take a v128 as an "r" operand (it crashes: "Do not know how to split
+  // this operator's operand"); through memory, it costs one store and load per constant.
+  auto r = v.data;
+  __asm__("" : "+m"(r));
+  v = V(r);
+#elif defined(__wasm_simd128__)
+  auto r = v.data;
+  __asm__("" : "+r"(r));
+  v = V(r);
+#else
+  (void)v;
+#endif
+}
+
+#if defined(__wasm_simd128__)
+// A batch's register as wasm_simd128.h's v128_t and back (a bit cast: no instruction).
+template <class B>
+inline v128_t to_v128(B x) {
+  return v128_t(x.data);
+}
+template <class B>
+inline B from_v128(v128_t x) {
+  return B(typename B::register_type(x));
+}
+#endif
+
+// max(a, b) as `a < b ? b : a` (f32x4.pmax): a NaN in b is dropped, a NaN in a is kept. V8 emits one
+// maxps for it, where f32x4.max (and xsimd's max, through Emscripten's SSE emulation) cost a compare and
+// a blend for IEEE NaN semantics. Natively the same select, so native and wasm results agree.
+inline VecF pseudo_max(VecF a, VecF b) {
+#if defined(__wasm_simd128__)
+  return from_v128<VecF>(wasm_f32x4_pmax(to_v128(a), to_v128(b)));
+#else
+  return xsimd::select(a < b, b, a);
+#endif
+}
+
+// a * b + c. The relaxed variant: f32x4.relaxed_madd, one instruction where the engine fuses it (FMA,
+// rounded once: results differ from mul + add in the last bits); elsewhere mul + add, rounded twice.
+inline VecF madd(VecF a, VecF b, VecF c) {
+#if MHA_VARIANT_RELAXED
+  return from_v128<VecF>(wasm_f32x4_relaxed_madd(to_v128(a), to_v128(b), to_v128(c)));
+#else
+  return a * b + c;
+#endif
+}
+
+// The 8 bytes at p (any alignment) in lanes 0..7, zeros in lanes 8..15 (v128.load64_zero).
+inline VecI8 load64_zero(const int8_t* p) {
+#if defined(__wasm_simd128__)
+  return from_v128<VecI8>(wasm_v128_load64_zero(p));
+#else
+  alignas(16) int8_t lanes[16] = {};
+  std::memcpy(lanes, p, 8);
+  return VecI8::load_aligned(lanes);
+#endif
+}
+
+// a's 4 lanes then b's, each clamped to [0, 65535], as 8 unsigned 16-bit lanes (i16x8.narrow_i32x4_u).
+inline VecU16 narrow_u16(VecI a, VecI b) {
+#if defined(__wasm_simd128__)
+  return from_v128<VecU16>(wasm_u16x8_narrow_i32x4(to_v128(a), to_v128(b)));
+#else
+  alignas(16) int32_t wide[8];
+  a.store_aligned(wide);
+  b.store_aligned(wide + 4);
+  alignas(16) uint16_t lanes[8];
+  for (int i = 0; i < 8; ++i) lanes[i] = static_cast<uint16_t>(std::min(std::max(wide[i], 0), 65535));
+  return VecU16::load_aligned(lanes);
+#endif
+}
+
+}  // namespace MHA_SIMD_VARIANT
+}  // namespace simd
+}  // namespace mha
