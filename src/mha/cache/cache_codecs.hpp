@@ -58,6 +58,7 @@ struct CacheDTypeInfo {
   bool tracks_specials;   // KVCache::special_from is kept
   bool reads_stored;      // read_stored gives the stored elements
   bool finite_only;       // append refuses inf and NaN
+  bool panel_rows8;       // append stores 8 tokens' keys a panel row piece at a time
   uint32_t save_version;  // the oldest saved-format version that holds it
 };
 constexpr CacheDTypeInfo kCacheDTypes[] = {
@@ -68,6 +69,7 @@ constexpr CacheDTypeInfo kCacheDTypes[] = {
    Codec::kTracksSpecials,                                     \
    Codec::kReadsStored,                                        \
    Codec::kFiniteOnly,                                         \
+   Codec::kPanelRows8,                                         \
    version},
     MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_INFO)
 #undef MHA_CACHE_DTYPE_INFO

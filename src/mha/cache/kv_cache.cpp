@@ -143,21 +143,22 @@ float* KVCache::value_scale_row(int32_t b, int32_t g, int32_t position) {
   return writable_value_scales(b, g) + value_scale_offset(position, 0, config_.value_dim());
 }
 
-template <typename Codec>
 bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) {
-  return Codec::encode_key(k, config_.head_dim, key_column<typename Codec::Element>(b, g, position),
-                           Codec::kScaled ? key_scale_row(b, g, position) : nullptr);
+  return visit_codec(config_.dtype, [&](auto codec) {
+    using C = decltype(codec);
+    return C::encode_key(k, config_.head_dim, key_column<typename C::Element>(b, g, position),
+                         C::kScaled ? key_scale_row(b, g, position) : nullptr);
+  });
 }
 
 #if MHA_F16_SIMD
 // Keys of 8 tokens (rows row_stride apart) at positions [position, position + 8), position % 8 == 0, so
 // that they fill 8 adjacent, 16-byte aligned columns of one panel: 4x4 register transposes turn 4
 // elements of 4 tokens into 4 panel-row pieces (the per-token store_key scatters one element per line).
+namespace {
 template <typename Codec>
-bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position) {
-  const int32_t dh = config_.head_dim;
+bool store_keys8_as(const float* k, int64_t row_stride, typename Codec::Element* column, int32_t dh) {
   const int32_t dh4 = dh - dh % 4;
-  typename Codec::Element* column = key_column<typename Codec::Element>(b, g, position);
   bool specials = false;
   for (int32_t d = 0; d < dh4; d += 4) {
     using simd::VecF;
@@ -176,13 +177,27 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
   }
   return specials;
 }
+}  // namespace
+
+bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position) {
+  return visit_codec(config_.dtype, [&](auto codec) {
+    using C = decltype(codec);
+    if constexpr (C::kPanelRows8) {
+      return store_keys8_as<C>(k, row_stride, key_column<typename C::Element>(b, g, position), config_.head_dim);
+    } else {
+      return false;
+    }
+  });
+}
 #endif
 
-template <typename Codec>
 bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position) {
-  // Dv elements; lanes [Dv, Dv8) stay zero
-  return Codec::encode_value(v, config_.value_dim(), value_row<typename Codec::Element>(b, g, position),
-                             Codec::kScaled ? value_scale_row(b, g, position) : nullptr);
+  return visit_codec(config_.dtype, [&](auto codec) {
+    using C = decltype(codec);
+    // Dv elements; lanes [Dv, Dv8) stay zero
+    return C::encode_value(v, config_.value_dim(), value_row<typename C::Element>(b, g, position),
+                           C::kScaled ? value_scale_row(b, g, position) : nullptr);
+  });
 }
 
 const float* KVCache::key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position) {
@@ -228,15 +243,15 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
   }
   const Status storable = check_storable(k, v, n, rope, new_tokens);
   if (storable != Status::kOk) return storable;
-  visit_codec(config_.dtype, [&](auto codec) { store_tokens<decltype(codec)>(k, v, n, rope, new_tokens); });
+  store_tokens(k, v, n, rope, new_tokens);
   return Status::kOk;
 }
 
 // append's stores, once checked (rope null or enabled).
-template <typename Codec>
 void KVCache::store_tokens(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
                            const int32_t* new_tokens) {
   const int32_t dh = config_.head_dim, dv = config_.value_dim(), heads = config_.num_kv_heads;
+  const bool panel_rows = cache_dtype_info(config_.dtype).panel_rows8;
   for (int32_t b = 0; b < config_.batch; ++b) {
     const int32_t length = lengths_[b], count = new_tokens != nullptr ? new_tokens[b] : n;
     // The first position of a group or token that stored an inf/NaN half: at or before the real one, so
@@ -246,18 +261,16 @@ void KVCache::store_tokens(TensorView<const float> k, TensorView<const float> v,
       const int32_t position = length + t;
       const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
       // Rotated keys go one by one through rotated_ (the copy-in is O(n * Hkv * Dh) either way).
-      const int32_t tokens = (Codec::kPanelRows8 && rope == nullptr && position % 8 == 0 && count - t >= 8) ? 8 : 1;
+      const int32_t tokens = (panel_rows && rope == nullptr && position % 8 == 0 && count - t >= 8) ? 8 : 1;
       bool specials = false;
       for (int32_t g = 0; g < heads; ++g) {
 #if MHA_F16_SIMD
-        if constexpr (Codec::kPanelRows8) {
-          if (tokens == 8) {
-            specials |= store_keys8<Codec>(k_row + int64_t{g} * dh, k.row_stride, b, g, position);
-            continue;
-          }
+        if (tokens == 8) {
+          specials |= store_keys8(k_row + int64_t{g} * dh, k.row_stride, b, g, position);
+          continue;
         }
 #endif
-        specials |= store_key<Codec>(key_to_store(k_row, g, rope, position), b, g, position);
+        specials |= store_key(key_to_store(k_row, g, rope, position), b, g, position);
       }
       if (specials) first_special = std::min(first_special, position);
       t += tokens;
@@ -265,7 +278,7 @@ void KVCache::store_tokens(TensorView<const float> k, TensorView<const float> v,
     for (int32_t t = 0; t < count; ++t) {
       const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
       bool specials = false;
-      for (int32_t g = 0; g < heads; ++g) specials |= store_value<Codec>(v_row + int64_t{g} * dv, b, g, length + t);
+      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dv, b, g, length + t);
       if (specials) first_special = std::min(first_special, length + t);
     }
     special_from_[b] = std::min(special_from_[b], first_special);

@@ -201,16 +201,12 @@ class KVCache {
   template <typename E>
   E* value_row(int32_t b, int32_t g, int32_t position);
   // The stores of append through the dtype's codec (cache_codecs.hpp): the tokens of every sequence, one
-  // token's key or value of head g (Dh floats), 8 tokens' keys (Codec::kPanelRows8); true when an inf/NaN
-  // half was stored.
-  template <typename Codec>
+  // token's key or value of head g (Dh floats), 8 tokens' keys (Codec::kPanelRows8, SIMD builds); true when
+  // an inf/NaN half was stored. One loop for every dtype, the dtype dispatched per store.
   void store_tokens(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
                     const int32_t* new_tokens);
-  template <typename Codec>
   bool store_key(const float* k, int32_t b, int32_t g, int32_t position);
-  template <typename Codec>
   bool store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position);
-  template <typename Codec>
   bool store_value(const float* v, int32_t b, int32_t g, int32_t position);
   float* key_scale_row(int32_t b, int32_t g, int32_t position);    // scaled: key `position`'s NBk scales, stride P
   float* value_scale_row(int32_t b, int32_t g, int32_t position);  // scaled: value `position`'s NBv scales

@@ -348,8 +348,9 @@ MHA_MINSIZE Status check_capacity(int32_t capacity, const SavedCacheHeader& h, i
 
 }  // namespace
 
-Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int32_t capacity, SavedCacheHeader& h,
-                             LoadMessage* why) {
+// minsize: the checks are cold, their messages most of the code (crc32 and fill keep the file's -O2).
+MHA_MINSIZE Status KVCacheStorage::check(const uint8_t* bytes, int64_t size, int32_t capacity, SavedCacheHeader& h,
+                                         LoadMessage* why) {
   if (why != nullptr) why->clear();
   Why say{why};
   uint32_t version = 0;
