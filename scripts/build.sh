@@ -66,6 +66,7 @@ version_ts="export const VERSION = '${version}';"
 [[ "$(cat web/src/version.ts 2>/dev/null)" == "$version_ts" ]] || echo "$version_ts" > web/src/version.ts
 # The call structs' slots (web/src/abi-fields.generated.ts) from their field lists in src/call_abi.hpp.
 node scripts/gen-abi.mjs
+node scripts/gen-cache-dtypes.mjs  # web/src/cache-dtypes.generated.ts from src/mha/cache/cache_codecs.hpp
 # tsc type-checks web/src and emits one module per file into build/ts; web/bundle.mjs builds the shipped
 # dist/index.js and dist/index.d.ts from them (one file each).
 npx tsc -p web/tsconfig.json

@@ -1,9 +1,19 @@
-// The KV cache dtypes and their numbers in the wasm exports (mha::CacheDType, src/mha/cache/kv_cache.hpp):
-// the one source of the name <-> number mapping, used by kv-cache.ts and cache-io.ts.
+// The KV cache dtypes and their numbers in the wasm exports (mha::CacheDType): the name <-> number mapping
+// used by kv-cache-config.ts and cache-io.ts, from the table of dtypes in src/mha/cache/cache_codecs.hpp through
+// cache-dtypes.generated.ts (scripts/gen-cache-dtypes.mjs).
+import { CACHE_DTYPE_LIST, CACHE_DTYPE_NAMES } from './cache-dtypes.generated.js';
 import type { KVCacheDType } from './kv-cache-types.js';
 
 /** Index = the CacheDType number of `_mha_kv_cache_bytes`, `_mha_kv_cache_create` and the config export. */
-export const CACHE_DTYPES: readonly KVCacheDType[] = ['float32', 'float16', 'bfloat16', 'int8'];
+export const CACHE_DTYPES: readonly KVCacheDType[] = CACHE_DTYPE_NAMES;
+
+/** The dtype names as messages list them: 'float32', 'float16', 'bfloat16' or 'int8'. */
+export const CACHE_DTYPE_NAME_LIST: string = CACHE_DTYPE_LIST;
+
+// The public KVCacheDType (kv-cache-types.ts) names exactly the table's dtypes: tsc fails on a difference.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const namesMatch: Same<KVCacheDType, (typeof CACHE_DTYPE_NAMES)[number]> = true;
+void namesMatch;
 
 /** The CacheDType number of a dtype name. */
 export const cacheDTypeCode = (dtype: KVCacheDType): number => CACHE_DTYPES.indexOf(dtype);

@@ -1,7 +1,7 @@
 // createKVCache's options (docs/spec.md Part 3, 4.8): their checks, the bytes the core allocates for them,
 // and the C++ cache made of a checked config. kv-cache.ts wraps the id in a WasmKVCache.
 import type { CacheCallLayout } from './call-abi.js';
-import { CACHE_DTYPES, cacheDTypeCode } from './cache-dtype.js';
+import { CACHE_DTYPE_NAME_LIST, CACHE_DTYPES, cacheDTypeCode } from './cache-dtype.js';
 import { describe } from './describe.js';
 import type { KVCacheDType, KVCacheOptions } from './kv-cache-types.js';
 import type { MhaWasmModule } from './mha.js';
@@ -33,7 +33,7 @@ export interface CacheConfig {
 function checkDType(fn: string, value: unknown): KVCacheDType {
   if (value === undefined) return 'float32';
   if ((CACHE_DTYPES as readonly unknown[]).includes(value)) return value as KVCacheDType;
-  const message = `${fn}: dtype: expected 'float32', 'float16', 'bfloat16' or 'int8', got ${describe(value)}`;
+  const message = `${fn}: dtype: expected ${CACHE_DTYPE_NAME_LIST}, got ${describe(value)}`;
   throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
 }
 

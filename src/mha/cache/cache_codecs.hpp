@@ -1,76 +1,100 @@
-// The element codecs of the bfloat16 and int8 KV caches (docs/spec.md 4.8), scalar: the definition that
-// the cache's stores, its read back, the scalar decode kernel, the float32 copies of the tiled prefill and
-// the save format all go through, so that every path stores and reads the same values.
-//   bfloat16: the upper 16 bits of the float32 after rounding to nearest even; NaN stays NaN (quiet, sign
-//             kept), values past the largest bfloat16 round to +-inf. Read back exactly: a 16-bit shift.
-//   int8 (ggml's q8_0 layout): blocks of kQuantBlock values along the head dim of one token's KV head row
-//             (the last block may be shorter), scale = float32(amax) / 127 in float32 (0 when amax is 0),
-//             q = x / scale in float32 rounded to nearest even and clamped to [-127, 127] (0 when the
-//             scale is 0). Read back as float32 q * scale. Only finite values are quantized: the cache
-//             refuses a block holding inf or NaN before it stores anything (kv_cache.hpp, check_storable).
+// The KV cache dtypes: one table (MHA_CACHE_DTYPES), one codec per dtype (codec_*.hpp, their interface in
+// codec_float32.hpp). The CacheDType enum, its validity, the element and scale bytes, the cache's storage,
+// key() / value() / read, the scalar decode kernel's element read, save / load's dtype checks and messages,
+// and the TypeScript layer's names (scripts/gen-cache-dtypes.mjs writes web/src/cache-dtypes.generated.ts
+// from this table) all come from here. Adding a dtype: a codec file, a row here, its tests.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 
-#include "mha/core/f16.hpp"  // float_bits, bits_float
+#include "mha/cache/codec_bfloat16.hpp"
+#include "mha/cache/codec_float16.hpp"
+#include "mha/cache/codec_float32.hpp"
+#include "mha/cache/codec_int8.hpp"
+
+// X(number, enumerator, "name", Codec, save version): number is the ABI's and the save format's
+// (docs/cache-format.md); save version is the oldest version of the saved format that holds the dtype.
+// Numbers run 0, 1, 2, ... in this order.
+#define MHA_CACHE_DTYPES(X)                     \
+  X(0, kFloat32, "float32", Float32Codec, 1)    \
+  X(1, kFloat16, "float16", Float16Codec, 1)    \
+  X(2, kBFloat16, "bfloat16", BFloat16Codec, 2) \
+  X(3, kInt8, "int8", Int8Codec, 2)
 
 namespace mha {
-namespace bf16 {
 
-inline uint16_t encode(float x) {
-  const uint32_t f = f16::float_bits(x);
-  if ((f & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((f | 0x00400000u) >> 16);  // NaN, quiet
-  // Nearest even: add half an ulp of the result minus one, plus the result's odd bit (an exact tie rounds
-  // up only from an odd result). Finite values past the largest bfloat16 carry into the exponent: +-inf.
-  return static_cast<uint16_t>((f + 0x7fffu + ((f >> 16) & 1u)) >> 16);
-}
+enum class CacheDType : int32_t {
+#define MHA_CACHE_DTYPE_ENUM(number, id, name, Codec, version) id = number,
+  MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_ENUM)
+#undef MHA_CACHE_DTYPE_ENUM
+};
 
-inline float decode(uint16_t b) { return f16::bits_float(uint32_t{b} << 16); }
+#define MHA_CACHE_DTYPE_COUNT(number, id, name, Codec, version) +1
+constexpr int32_t kCacheDTypeCount = 0 MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_COUNT);
+#undef MHA_CACHE_DTYPE_COUNT
 
-}  // namespace bf16
-
-namespace q8 {
-
-constexpr int32_t kQuantBlock = 32;  // values per scale, along the head dim
-constexpr int32_t blocks(int32_t dim) { return (dim + kQuantBlock - 1) / kQuantBlock; }
-
-// The scale of a block of n finite values.
-inline float block_scale(const float* x, int32_t n) {
-  float amax = 0.0f;
-  for (int32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  return amax / 127.0f;
-}
-
-// x quantized with `scale` (block_scale of its block); nearbyint rounds to nearest even (the default mode).
-inline int8_t quantize(float x, float scale) {
-  if (scale == 0.0f) return 0;
-  const float q = std::nearbyint(x / scale);
-  return static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, q)));
-}
-
-inline float dequantize(int8_t q, float scale) { return float(q) * scale; }
-
-// Quantizes n values (n % kQuantBlock may be nonzero) into q[i * q_stride] and one scale per block into
-// scales[nb * scale_stride].
-inline void quantize_row(const float* x, int32_t n, int8_t* q, int64_t q_stride, float* scales, int64_t scale_stride) {
-  for (int32_t b0 = 0, nb = 0; b0 < n; b0 += kQuantBlock, ++nb) {
-    const int32_t len = std::min(kQuantBlock, n - b0);
-    const float scale = block_scale(x + b0, len);
-    scales[nb * scale_stride] = scale;
-    for (int32_t i = 0; i < len; ++i) q[(b0 + i) * q_stride] = quantize(x[b0 + i], scale);
+// f(Codec{}) for the codec of `dtype`, which must be valid (cache_dtype_valid): one switch for every
+// dispatch on the dtype.
+template <typename F>
+inline decltype(auto) visit_codec(CacheDType dtype, F&& f) {
+  switch (dtype) {
+#define MHA_CACHE_DTYPE_CASE(number, id, name, Codec, version) \
+  case CacheDType::id: return f(Codec{});
+    MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_CASE)
+#undef MHA_CACHE_DTYPE_CASE
   }
+  return f(Float32Codec{});  // not a dtype: callers validate first
 }
 
-// y = x quantized and read back (n values of one token's KV head row; y may be x).
-inline void round_row(const float* x, float* y, int32_t n) {
-  for (int32_t b0 = 0; b0 < n; b0 += kQuantBlock) {
-    const int32_t len = std::min(kQuantBlock, n - b0);
-    const float scale = block_scale(x + b0, len);
-    for (int32_t i = 0; i < len; ++i) y[b0 + i] = dequantize(quantize(x[b0 + i], scale), scale);
-  }
+constexpr bool cache_dtype_valid(CacheDType dtype) {
+  return static_cast<uint32_t>(dtype) < static_cast<uint32_t>(kCacheDTypeCount);
 }
 
-}  // namespace q8
+// What the table says of a dtype, as data (messages, save / load).
+struct CacheDTypeInfo {
+  const char* name;
+  int32_t element_bytes;  // one stored element (the scales aside)
+  bool scaled;            // a float32 scale per kScaleBlock elements of a token's key and value
+  bool tracks_specials;   // KVCache::special_from is kept
+  bool reads_stored;      // read_stored gives the stored elements
+  bool finite_only;       // append refuses inf and NaN
+  bool panel_rows8;       // append stores 8 tokens' keys a panel row piece at a time
+  uint32_t save_version;  // the oldest saved-format version that holds it
+};
+constexpr CacheDTypeInfo kCacheDTypes[] = {
+#define MHA_CACHE_DTYPE_INFO(number, id, name, Codec, version) \
+  {name,                                                       \
+   int32_t{sizeof(Codec::Element)},                            \
+   Codec::kScaled,                                             \
+   Codec::kTracksSpecials,                                     \
+   Codec::kReadsStored,                                        \
+   Codec::kFiniteOnly,                                         \
+   Codec::kPanelRows8,                                         \
+   version},
+    MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_INFO)
+#undef MHA_CACHE_DTYPE_INFO
+};
+// The dtype's row of the table; a valid dtype (cache_dtype_valid).
+constexpr const CacheDTypeInfo& cache_dtype_info(CacheDType dtype) { return kCacheDTypes[static_cast<int32_t>(dtype)]; }
+
+// Bytes of one stored element (the scales aside).
+constexpr int32_t cache_element_bytes(CacheDType dtype) { return cache_dtype_info(dtype).element_bytes; }
+
+// Element d of key / value j of one KV head as stored, read back as float32 (its panels or rows, and its
+// scales: null for unscaled dtypes). The one element read of the cache (KVCache::key) and the scalar decode
+// kernel.
+inline float read_key(CacheDType dtype, const void* panels, const float* scales, int32_t j, int32_t d, int32_t dh) {
+  return visit_codec(dtype, [&](auto codec) {
+    using C = decltype(codec);
+    return C::key(static_cast<const typename C::Element*>(panels), scales, j, d, dh);
+  });
+}
+inline float read_value(CacheDType dtype, const void* rows, const float* scales, int32_t j, int32_t d, int32_t dv8,
+                        int32_t dv) {
+  return visit_codec(dtype, [&](auto codec) {
+    using C = decltype(codec);
+    return C::value(static_cast<const typename C::Element*>(rows), scales, j, d, dv8, dv);
+  });
+}
+
 }  // namespace mha

@@ -35,20 +35,15 @@ double value_bytes(const KVCacheConfig& c, double element) {
   const double dv8 = double((int64_t{c.value_dim()} + 7) / 8 * 8);
   return double(c.batch) * c.num_kv_heads * c.capacity * dv8 * element;
 }
-// int8: the key scales (B, Hkv, panels, NBk, P) and value scales (B, Hkv, capacity, NBv), float32.
+// Scaled dtypes: the key scales (B, Hkv, panels, NBk, P) and value scales (B, Hkv, capacity, NBv), float32.
 double key_scale_bytes(const KVCacheConfig& c) {
-  if (c.dtype != CacheDType::kInt8) return 0.0;
+  if (!cache_dtype_info(c.dtype).scaled) return 0.0;
   const double panels = double((int64_t{c.capacity} + kKeysPerPanel - 1) / kKeysPerPanel);
-  return double(c.batch) * c.num_kv_heads * panels * q8::blocks(c.head_dim) * kKeysPerPanel * 4.0;
+  return double(c.batch) * c.num_kv_heads * panels * scale_blocks(c.head_dim) * kKeysPerPanel * 4.0;
 }
 double value_scale_bytes(const KVCacheConfig& c) {
-  if (c.dtype != CacheDType::kInt8) return 0.0;
-  return double(c.batch) * c.num_kv_heads * c.capacity * q8::blocks(c.value_dim()) * 4.0;
-}
-
-bool valid_dtype(CacheDType dtype) {
-  return dtype == CacheDType::kFloat32 || dtype == CacheDType::kFloat16 || dtype == CacheDType::kBFloat16 ||
-         dtype == CacheDType::kInt8;
+  if (!cache_dtype_info(c.dtype).scaled) return 0.0;
+  return double(c.batch) * c.num_kv_heads * c.capacity * scale_blocks(c.value_dim()) * 4.0;
 }
 
 bool all_finite(const float* x, int32_t n) {
@@ -57,27 +52,11 @@ bool all_finite(const float* x, int32_t n) {
   return true;
 }
 
-// The float16 rounding of the copy-in, each in one place (noinline): every store path calls these instead
-// of carrying its own inlined copy of f16's SIMD narrowing. The copy-in is O(n * Hkv * Dh) per call, beside
-// attention's O(n * T * H * Dh), so a call per 8 elements should not show (not timed);
-// mha-relaxed-threads.wasm is 401 B (zlib -9) smaller for it (package size, issue #15).
-[[gnu::noinline]] uint16_t encode_half(float x, bool& specials) {
-  const uint16_t h = f16::encode(x);
-  specials |= f16::is_special(h);
-  return h;
-}
-#if MHA_F16_SIMD
-// 8 floats (elements 0..3 in lo, 4..7 in hi) -> 8 halves at `halves` (16-byte aligned); true if one is inf/NaN.
-[[gnu::noinline]] bool encode8(f16::simd::VecF lo, f16::simd::VecF hi, uint16_t* halves) {
-  return f16::simd::store8(lo, hi, halves);
-}
-#endif
-
 }  // namespace
 
 double kv_cache_bytes(const KVCacheConfig& c) {
   if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0 || c.v_head_dim < 0 ||
-      !valid_dtype(c.dtype)) {
+      !cache_dtype_valid(c.dtype)) {
     return -1.0;
   }
   const double element = cache_element_bytes(c.dtype);
@@ -87,7 +66,7 @@ double kv_cache_bytes(const KVCacheConfig& c) {
 Status validate_cache_config(const KVCacheConfig& c) {
   if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0) return Status::kNonPositiveDim;
   if (c.v_head_dim < 0) return Status::kBadVHeadDim;
-  if (!valid_dtype(c.dtype)) return Status::kCacheBadDType;
+  if (!cache_dtype_valid(c.dtype)) return Status::kCacheBadDType;
   if (kv_cache_bytes(c) >= double(kMaxCacheBytes)) return Status::kCacheTooLarge;
   return Status::kOk;
 }
@@ -104,19 +83,7 @@ void round_to_f16(const float* x, float* y, int64_t count) {
 }
 
 void round_as_stored(CacheDType dtype, const float* x, float* y, int64_t rows, int32_t dim) {
-  const int64_t count = rows * dim;
-  switch (dtype) {
-    case CacheDType::kFloat32:
-      if (x != y) std::memmove(y, x, sizeof(float) * size_t(count));
-      return;
-    case CacheDType::kFloat16: return round_to_f16(x, y, count);
-    case CacheDType::kBFloat16:
-      for (int64_t i = 0; i < count; ++i) y[i] = bf16::decode(bf16::encode(x[i]));
-      return;
-    case CacheDType::kInt8:
-      for (int64_t r = 0; r < rows; ++r) q8::round_row(x + r * dim, y + r * dim, dim);
-      return;
-  }
+  visit_codec(dtype, [&](auto codec) { decltype(codec)::round_as_stored(x, y, rows, dim); });
 }
 
 KVCache::KVCache(const KVCacheConfig& config)
@@ -139,7 +106,7 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
   const double element = cache_element_bytes(config.dtype);
   fresh->keys_ = allocate_zeroed(static_cast<size_t>(key_bytes(config, element)));
   fresh->values_ = allocate_zeroed(static_cast<size_t>(value_bytes(config, element)));
-  if (config.dtype == CacheDType::kInt8) {
+  if (cache_dtype_info(config.dtype).scaled) {
     fresh->key_scales_ = static_cast<float*>(allocate_zeroed(static_cast<size_t>(key_scale_bytes(config))));
     fresh->value_scales_ = static_cast<float*>(allocate_zeroed(static_cast<size_t>(value_scale_bytes(config))));
     if (fresh->key_scales_ == nullptr || fresh->value_scales_ == nullptr) return Status::kOutOfMemory;
@@ -170,48 +137,28 @@ E* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
 }
 
 float* KVCache::key_scale_row(int32_t b, int32_t g, int32_t position) {
-  return key_scales_ + (head_index(b, g) * panels_ + position / kKeysPerPanel) * key_scale_blocks() * kKeysPerPanel +
-         position % kKeysPerPanel;
+  return writable_key_scales(b, g) + key_scale_offset(position, 0, config_.head_dim);
 }
 float* KVCache::value_scale_row(int32_t b, int32_t g, int32_t position) {
-  return value_scales_ + (head_index(b, g) * config_.capacity + position) * value_scale_blocks();
+  return writable_value_scales(b, g) + value_scale_offset(position, 0, config_.value_dim());
 }
 
 bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) {
-  const int32_t dh = config_.head_dim;
-  switch (config_.dtype) {
-    case CacheDType::kFloat32: {
-      float* column = key_column<float>(b, g, position);
-      for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = k[d];
-      return false;
-    }
-    case CacheDType::kBFloat16: {
-      uint16_t* column = key_column<uint16_t>(b, g, position);
-      for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = bf16::encode(k[d]);
-      return false;
-    }
-    case CacheDType::kInt8:
-      q8::quantize_row(k, dh, key_column<int8_t>(b, g, position), kKeysPerPanel, key_scale_row(b, g, position),
-                       kKeysPerPanel);
-      return false;
-    case CacheDType::kFloat16: break;
-  }
-  uint16_t* column = key_column<uint16_t>(b, g, position);
-  bool specials = false;
-  for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = encode_half(k[d], specials);
-  return specials;
+  return visit_codec(config_.dtype, [&](auto codec) {
+    using C = decltype(codec);
+    return C::encode_key(k, config_.head_dim, key_column<typename C::Element>(b, g, position),
+                         C::kScaled ? key_scale_row(b, g, position) : nullptr);
+  });
 }
 
 #if MHA_F16_SIMD
 // Keys of 8 tokens (rows row_stride apart) at positions [position, position + 8), position % 8 == 0, so
 // that they fill 8 adjacent, 16-byte aligned columns of one panel: 4x4 register transposes turn 4
 // elements of 4 tokens into 4 panel-row pieces (the per-token store_key scatters one element per line).
-bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position) {
-  const int32_t dh = config_.head_dim;
+namespace {
+template <typename Codec>
+bool store_keys8_as(const float* k, int64_t row_stride, typename Codec::Element* column, int32_t dh) {
   const int32_t dh4 = dh - dh % 4;
-  const bool f16 = config_.dtype == CacheDType::kFloat16;
-  float* column32 = f16 ? nullptr : key_column<float>(b, g, position);
-  uint16_t* column16 = f16 ? key_column<uint16_t>(b, g, position) : nullptr;
   bool specials = false;
   for (int32_t d = 0; d < dh4; d += 4) {
     using simd::VecF;
@@ -222,54 +169,35 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
       t[h][2] = VecF::load_unaligned(r + 2 * row_stride), t[h][3] = VecF::load_unaligned(r + 3 * row_stride);
       simd::transpose_4x4(t[h][0], t[h][1], t[h][2], t[h][3]);
     }
-    for (int j = 0; j < 4; ++j) {
-      if (f16) {
-        specials |= encode8(t[0][j], t[1][j], column16 + (d + j) * kKeysPerPanel);
-      } else {
-        t[0][j].store_aligned(column32 + (d + j) * kKeysPerPanel);
-        t[1][j].store_aligned(column32 + (d + j) * kKeysPerPanel + 4);
-      }
-    }
+    for (int j = 0; j < 4; ++j) specials |= Codec::encode8(t[0][j], t[1][j], column + (d + j) * kKeysPerPanel);
   }
   for (int32_t d = dh4; d < dh; ++d) {
-    for (int32_t i = 0; i < 8; ++i) {
-      const float x = k[i * row_stride + d];
-      if (f16) {
-        column16[d * kKeysPerPanel + i] = encode_half(x, specials);
-      } else {
-        column32[d * kKeysPerPanel + i] = x;
-      }
-    }
+    for (int32_t i = 0; i < 8; ++i)
+      column[d * kKeysPerPanel + i] = Codec::encode_element(k[i * row_stride + d], specials);
   }
   return specials;
+}
+}  // namespace
+
+bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position) {
+  return visit_codec(config_.dtype, [&](auto codec) {
+    using C = decltype(codec);
+    if constexpr (C::kPanelRows8) {
+      return store_keys8_as<C>(k, row_stride, key_column<typename C::Element>(b, g, position), config_.head_dim);
+    } else {
+      return false;
+    }
+  });
 }
 #endif
 
 bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position) {
-  const int32_t dh = config_.value_dim();  // Dv; lanes [Dv, Dv8) stay zero
-  switch (config_.dtype) {
-    case CacheDType::kFloat32: std::memcpy(value_row<float>(b, g, position), v, sizeof(float) * dh); return false;
-    case CacheDType::kBFloat16: {
-      uint16_t* row = value_row<uint16_t>(b, g, position);
-      for (int32_t d = 0; d < dh; ++d) row[d] = bf16::encode(v[d]);
-      return false;
-    }
-    case CacheDType::kInt8:
-      q8::quantize_row(v, dh, value_row<int8_t>(b, g, position), 1, value_scale_row(b, g, position), 1);
-      return false;
-    case CacheDType::kFloat16: break;
-  }
-  uint16_t* row = value_row<uint16_t>(b, g, position);
-  bool specials = false;
-  int32_t d = 0;
-#if MHA_F16_SIMD
-  for (; d + 8 <= dh; d += 8) {
-    const auto lo = f16::simd::VecF::load_unaligned(v + d), hi = f16::simd::VecF::load_unaligned(v + d + 4);
-    specials |= encode8(lo, hi, row + d);
-  }
-#endif
-  for (; d < dh; ++d) row[d] = encode_half(v[d], specials);
-  return specials;
+  return visit_codec(config_.dtype, [&](auto codec) {
+    using C = decltype(codec);
+    // Dv elements; lanes [Dv, Dv8) stay zero
+    return C::encode_value(v, config_.value_dim(), value_row<typename C::Element>(b, g, position),
+                           C::kScaled ? value_scale_row(b, g, position) : nullptr);
+  });
 }
 
 const float* KVCache::key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position) {
@@ -285,7 +213,7 @@ int32_t KVCache::max_length() const { return *std::max_element(lengths_, lengths
 
 Status KVCache::check_storable(TensorView<const float> k, TensorView<const float> v, int32_t n,
                                const RotaryTables* rope, const int32_t* new_tokens) {
-  if (config_.dtype != CacheDType::kInt8) return Status::kOk;
+  if (!cache_dtype_info(config_.dtype).finite_only) return Status::kOk;
   if (rope != nullptr && !rope->enabled()) rope = nullptr;
   const int32_t dh = config_.head_dim, dv = config_.value_dim();
   for (int32_t b = 0; b < config_.batch; ++b) {
@@ -315,22 +243,25 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
   }
   const Status storable = check_storable(k, v, n, rope, new_tokens);
   if (storable != Status::kOk) return storable;
+  store_tokens(k, v, n, rope, new_tokens);
+  return Status::kOk;
+}
+
+// append's stores, once checked (rope null or enabled).
+void KVCache::store_tokens(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
+                           const int32_t* new_tokens) {
   const int32_t dh = config_.head_dim, dv = config_.value_dim(), heads = config_.num_kv_heads;
+  const bool panel_rows = cache_dtype_info(config_.dtype).panel_rows8;
   for (int32_t b = 0; b < config_.batch; ++b) {
-    const int32_t length = lengths_[b], count = count_of(b);
+    const int32_t length = lengths_[b], count = new_tokens != nullptr ? new_tokens[b] : n;
     // The first position of a group or token that stored an inf/NaN half: at or before the real one, so
     // special_from stays conservative.
     int32_t first_special = kNoSpecialValues;
     for (int32_t t = 0; t < count;) {
       const int32_t position = length + t;
       const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
-#if MHA_F16_SIMD
       // Rotated keys go one by one through rotated_ (the copy-in is O(n * Hkv * Dh) either way).
-      const bool panel_rows = config_.dtype == CacheDType::kFloat32 || config_.dtype == CacheDType::kFloat16;
       const int32_t tokens = (panel_rows && rope == nullptr && position % 8 == 0 && count - t >= 8) ? 8 : 1;
-#else
-      const int32_t tokens = 1;
-#endif
       bool specials = false;
       for (int32_t g = 0; g < heads; ++g) {
 #if MHA_F16_SIMD
@@ -353,7 +284,6 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
     special_from_[b] = std::min(special_from_[b], first_special);
     lengths_[b] = length + count;
   }
-  return Status::kOk;
 }
 
 void KVCache::set_length(int32_t b, int32_t length) {
@@ -377,29 +307,27 @@ Status KVCache::truncate_each(const int32_t* lengths) {
 }
 
 float KVCache::key(int32_t b, int32_t g, int32_t j, int32_t d) const {
-  const int64_t at = head_index(b, g) * panels_ * panel_elements() + key_panel_offset(j, d, config_.head_dim);
-  switch (config_.dtype) {
-    case CacheDType::kFloat32: return static_cast<const float*>(keys_)[at];
-    case CacheDType::kFloat16: return f16::decode(static_cast<const uint16_t*>(keys_)[at]);
-    case CacheDType::kBFloat16: return bf16::decode(static_cast<const uint16_t*>(keys_)[at]);
-    case CacheDType::kInt8: break;
-  }
-  const float scale = key_scales(b, g)[int64_t{j / kKeysPerPanel} * key_scale_blocks() * kKeysPerPanel +
-                                       (d / q8::kQuantBlock) * kKeysPerPanel + j % kKeysPerPanel];
-  return q8::dequantize(static_cast<const int8_t*>(keys_)[at], scale);
+  const CacheHeadBlock head = head_block(b, g, 0);
+  return read_key(config_.dtype, head.key_panels, head.key_scales, j, d, config_.head_dim);
 }
 
 float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {
-  const int64_t token = head_index(b, g) * config_.capacity + j;
-  const int64_t at = token * value_row_elements() + d;
-  switch (config_.dtype) {
-    case CacheDType::kFloat32: return static_cast<const float*>(values_)[at];
-    case CacheDType::kFloat16: return f16::decode(static_cast<const uint16_t*>(values_)[at]);
-    case CacheDType::kBFloat16: return bf16::decode(static_cast<const uint16_t*>(values_)[at]);
-    case CacheDType::kInt8: break;
-  }
-  return q8::dequantize(static_cast<const int8_t*>(values_)[at],
-                        value_scales_[token * value_scale_blocks() + d / q8::kQuantBlock]);
+  const CacheHeadBlock head = head_block(b, g, 0);
+  return read_value(config_.dtype, head.value_rows, head.value_scales, j, d, value_row_elements(), config_.value_dim());
+}
+
+CacheHeadBlock KVCache::head_block(int32_t b, int32_t g, int32_t key_end) const {
+  CacheHeadBlock head;
+  // The element type only sets the offsets' unit: the kernels cast by dtype.
+  const int64_t element = cache_element_bytes(config_.dtype);
+  head.key_panels = static_cast<const char*>(keys_) + head_index(b, g) * panels_ * panel_elements() * element;
+  head.value_rows =
+      static_cast<const char*>(values_) + head_index(b, g) * config_.capacity * value_row_elements() * element;
+  head.key_scales = key_scales(b, g);
+  head.value_scales = value_scales(b, g);
+  head.dtype = config_.dtype;
+  head.specials = cache_dtype_info(config_.dtype).tracks_specials && special_from_[b] < key_end;
+  return head;
 }
 
 namespace {
@@ -430,14 +358,20 @@ Status KVCache::read(float* k, float* v, int32_t start, int32_t end) const {
 }
 
 Status KVCache::read_stored(void* k, void* v, int32_t start, int32_t end) const {
-  if (config_.dtype != CacheDType::kFloat16) return read(static_cast<float*>(k), static_cast<float*>(v), start, end);
+  if (!cache_dtype_info(config_.dtype).reads_stored)
+    return read(static_cast<float*>(k), static_cast<float*>(v), start, end);
   if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;
   if (end > start && (k == nullptr || v == nullptr)) return Status::kNullPointer;
-  read_tokens(config_, static_cast<uint16_t*>(k), static_cast<uint16_t*>(v), start, end,
-              [this](int32_t b, int32_t g, int32_t j, int32_t d, bool is_key) {
-                return is_key ? key_panels<uint16_t>(b, g)[key_panel_offset(j, d, config_.head_dim)]
-                              : value_rows<uint16_t>(b, g)[int64_t{j} * value_row_elements() + d];
-              });
+  visit_codec(config_.dtype, [&](auto codec) {
+    using E = typename decltype(codec)::Element;
+    if constexpr (decltype(codec)::kReadsStored) {  // else read above
+      read_tokens(config_, static_cast<E*>(k), static_cast<E*>(v), start, end,
+                  [this](int32_t b, int32_t g, int32_t j, int32_t d, bool is_key) {
+                    return is_key ? key_panels<E>(b, g)[key_panel_offset(j, d, config_.head_dim)]
+                                  : value_rows<E>(b, g)[int64_t{j} * value_row_elements() + d];
+                  });
+    }
+  });
   return Status::kOk;
 }
 

@@ -24,13 +24,15 @@
 // float16, bfloat16: 16-bit elements in the same layout. Unused storage is zero, and inf/NaN halves of a
 // float16 cache are tracked (special_from) so that the kernels can skip the inf/NaN fix-up of the
 // widening when the keys they read hold none (a bfloat16 widening is exact for every value).
-// int8 (docs/spec.md 4.8, cache_codecs.hpp): int8 elements in the same layout, and a float32 scale per
-// block of 32 head-dim elements of each token's key and value:
+// int8 (docs/spec.md 4.8, codec_int8.hpp): int8 elements in the same layout, and a float32 scale per
+// block of 32 head-dim elements of each token's key and value (cache_layout.hpp, key_scale_offset and
+// value_scale_offset):
 //   key scales    (B, Hkv, ceil(capacity / P), NBk, P)   NBk = ceil(Dh / 32): a panel's keys' scales in
 //                                                         rows of P, so one row scales a panel row's keys
 //   value scales  (B, Hkv, capacity, NBv)                NBv = ceil(Dv / 32)
 // The decode kernels fold a scale into a block's dot product and into a key's weight (one multiply per
 // block), never into each value.
+// Each dtype's encoding, read back and scales are its codec's (cache_codecs.hpp: the table of dtypes).
 #pragma once
 
 #include <cstdint>
@@ -39,19 +41,11 @@
 #include <vector>
 
 #include "mha/cache/cache_codecs.hpp"
-#include "mha/core/f16.hpp"
+#include "mha/cache/cache_layout.hpp"
 #include "mha/core/numeric.hpp"
 #include "mha/core/shape.hpp"
 
 namespace mha {
-
-// The numbers are the ABI's and the save format's (docs/cache-format.md).
-enum class CacheDType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt8 = 3 };
-
-// Bytes of one stored element (the int8 scales aside).
-constexpr int32_t cache_element_bytes(CacheDType dtype) {
-  return dtype == CacheDType::kFloat32 ? 4 : (dtype == CacheDType::kInt8 ? 1 : 2);
-}
 
 struct KVCacheConfig {
   int32_t batch = 0;         // B
@@ -64,12 +58,6 @@ struct KVCacheConfig {
   int32_t value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }  // Dv
 };
 
-constexpr int32_t kKeysPerPanel = 32;
-// Where element d of key j sits among one KV head's key panels (from its panel 0): panel j / P, panel
-// row d, column j % P. The one formula of the layout above, for the cache and the decode kernels.
-constexpr int64_t key_panel_offset(int32_t j, int32_t d, int32_t head_dim) {
-  return int64_t{j / kKeysPerPanel} * head_dim * kKeysPerPanel + int64_t{d} * kKeysPerPanel + j % kKeysPerPanel;
-}
 // A wasm32 heap holds at most 2 GiB (the module's MAXIMUM_MEMORY); natively the same bound keeps the
 // behaviour of both builds alike.
 constexpr int64_t kMaxCacheBytes = int64_t{1} << 31;
@@ -84,13 +72,24 @@ double kv_cache_bytes(const KVCacheConfig& config);
 // heap also holds everything else), or kOk.
 Status validate_cache_config(const KVCacheConfig& config);
 
-// y[i] = x[i] rounded to binary16 and widened back, exactly the value a float16 cache stores for x[i]
-// (count elements; x and y may be the same).
-void round_to_f16(const float* x, float* y, int64_t count);
-
 // y = x as a cache of `dtype` stores and reads it back: `rows` rows of `dim` floats, each one token's KV
-// head row (an int8 block never spans two rows). x and y may be the same; float32 copies.
+// head row (an int8 block never spans two rows). x and y may be the same; float32 copies. (float16:
+// round_to_f16, codec_float16.hpp.)
 void round_as_stored(CacheDType dtype, const float* x, float* y, int64_t rows, int32_t dim);
+
+// What the decode kernels read of one KV head (the first fields of decode_kernel.hpp's DecodeBlock), from
+// KVCache::head_block.
+struct CacheHeadBlock {
+  // The KV head: panels from panel 0, value rows from row 0 (layout above), elements of the dtype's codec.
+  const void* key_panels = nullptr;  // float, uint16_t or int8_t (dtype)
+  const void* value_rows = nullptr;
+  // Scaled dtypes (int8): the scales of the head's keys (panels, NBk, P) and values (capacity, NBv); else null.
+  const float* key_scales = nullptr;
+  const float* value_scales = nullptr;
+  CacheDType dtype = CacheDType::kFloat32;
+  bool specials = false;  // float16: the keys before key_end may hold inf/NaN halves (the SIMD
+                          // kernel then hands the block to the scalar one)
+};
 
 class KVCache {
  public:
@@ -120,9 +119,10 @@ class KVCache {
   Status append(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope = nullptr,
                 const int32_t* new_tokens = nullptr);
 
-  // kCacheNonFinite when the cache is int8 and a real row of k or v (keys after the rotation) holds an
-  // inf or NaN: docs/spec.md 4.8 refuses the call before anything is stored. kOk otherwise, and for the
-  // other dtypes (which store inf and NaN). Arguments as append's, already checked against the capacity.
+  // kCacheNonFinite when the cache's dtype stores only finite values (int8: kFiniteOnly) and a real row
+  // of k or v (keys after the rotation) holds an inf or NaN: docs/spec.md 4.8 refuses the call before
+  // anything is stored. kOk otherwise, and for the other dtypes (which store inf and NaN). Arguments as append's,
+  // already checked against the capacity.
   Status check_storable(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
                         const int32_t* new_tokens);
 
@@ -133,8 +133,9 @@ class KVCache {
   // nothing changes). O(B).
   Status truncate_each(const int32_t* lengths);
 
-  // Storage of KV head g of batch item b, for the kernels: float (kFloat32), uint16_t (kFloat16,
-  // kBFloat16) or int8_t (kInt8), and an int8 cache's scales (layout above; nullptr for other dtypes).
+  // Storage of KV head g of batch item b, for the kernels and save: the codec's Element (float for
+  // kFloat32, uint16_t for kFloat16 and kBFloat16, int8_t for kInt8), and a scaled cache's scales (layout
+  // above; nullptr for other dtypes).
   template <typename E>
   const E* key_panels(int32_t b, int32_t g) const {
     return static_cast<const E*>(keys_) + head_index(b, g) * panels_ * panel_elements();
@@ -151,10 +152,30 @@ class KVCache {
     return value_scales_ == nullptr ? nullptr
                                     : value_scales_ + head_index(b, g) * config_.capacity * value_scale_blocks();
   }
-  int32_t key_scale_blocks() const { return q8::blocks(config_.head_dim); }             // NBk
-  int32_t value_scale_blocks() const { return q8::blocks(config_.value_dim()); }        // NBv
+  int32_t key_scale_blocks() const { return scale_blocks(config_.head_dim); }           // NBk
+  int32_t value_scale_blocks() const { return scale_blocks(config_.value_dim()); }      // NBv
   int64_t panel_elements() const { return int64_t{config_.head_dim} * kKeysPerPanel; }  // (Dh, P)
   int32_t value_row_elements() const { return round_up(config_.value_dim(), 8); }       // Dv8
+  // KV head g of sequence b for a decode block of keys ending before key_end (decode_run.cpp).
+  CacheHeadBlock head_block(int32_t b, int32_t g, int32_t key_end) const;
+
+  // For load (kv_cache_io.hpp), which fills a new cache: the same storage, writable, and a sequence's
+  // length and special_from once its tokens are written (special_from exact or conservative: the first
+  // position holding an inf or NaN half, or kNoSpecialValues).
+  template <typename E>
+  E* writable_key_panels(int32_t b, int32_t g) {
+    return const_cast<E*>(key_panels<E>(b, g));
+  }
+  template <typename E>
+  E* writable_value_rows(int32_t b, int32_t g) {
+    return const_cast<E*>(value_rows<E>(b, g));
+  }
+  float* writable_key_scales(int32_t b, int32_t g) { return const_cast<float*>(key_scales(b, g)); }
+  float* writable_value_scales(int32_t b, int32_t g) { return const_cast<float*>(value_scales(b, g)); }
+  void set_loaded(int32_t b, int32_t length, int32_t special_from) {
+    lengths_[b] = length;
+    special_from_[b] = special_from;
+  }
 
   // Smallest position of sequence b whose K or V holds an inf or NaN half (float16), or
   // kNoSpecialValues. Conservative after a truncate that keeps some of them.
@@ -179,17 +200,19 @@ class KVCache {
   E* key_column(int32_t b, int32_t g, int32_t position);
   template <typename E>
   E* value_row(int32_t b, int32_t g, int32_t position);
-  // Store one token's key or value of head g (Dh floats); true when an inf/NaN half was stored.
+  // The stores of append through the dtype's codec (cache_codecs.hpp): the tokens of every sequence, one
+  // token's key or value of head g (Dh floats), 8 tokens' keys (Codec::kPanelRows8, SIMD builds); true when
+  // an inf/NaN half was stored. One loop for every dtype, the dtype dispatched per store.
+  void store_tokens(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
+                    const int32_t* new_tokens);
   bool store_key(const float* k, int32_t b, int32_t g, int32_t position);
-  bool store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position);  // SIMD builds
+  bool store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t g, int32_t position);
   bool store_value(const float* v, int32_t b, int32_t g, int32_t position);
-  float* key_scale_row(int32_t b, int32_t g, int32_t position);    // int8: key `position`'s NBk scales, stride P
-  float* value_scale_row(int32_t b, int32_t g, int32_t position);  // int8: value `position`'s NBv scales
+  float* key_scale_row(int32_t b, int32_t g, int32_t position);    // scaled: key `position`'s NBk scales, stride P
+  float* value_scale_row(int32_t b, int32_t g, int32_t position);  // scaled: value `position`'s NBv scales
   void set_length(int32_t b, int32_t length);
   // The key of head g of one token as stored: k_row + g*Dh itself, or rotated at `position` into rotated_.
   const float* key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position);
-
-  friend class KVCacheStorage;  // kv_cache_io.cpp: save and load copy the stored tokens in and out
 
   KVCacheConfig config_;
   // One block for the small state: lengths (B), special_from (B), then one rotated key (Dh floats). One
@@ -200,8 +223,8 @@ class KVCache {
   int64_t panels_ = 0;               // ceil(capacity / P)
   void* keys_ = nullptr;
   void* values_ = nullptr;
-  float* key_scales_ = nullptr;    // int8 only
-  float* value_scales_ = nullptr;  // int8 only
+  float* key_scales_ = nullptr;    // scaled dtypes only
+  float* value_scales_ = nullptr;  // scaled dtypes only
   float* rotated_ = nullptr;       // one rotated key (Dh), in state_
 };
 

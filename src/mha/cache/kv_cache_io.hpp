@@ -48,8 +48,9 @@ struct SavedCacheHeader {
   int32_t length(int32_t b) const;
 };
 
-// Reaches KVCache's storage (a friend of it): the panels and rows are copied as whole panel rows and value
-// rows, never element by element through key() / value().
+// Reaches KVCache's storage through its storage accessors (key_panels, value_rows, their writable twins for
+// load): the panels and rows are copied as whole panel rows and value rows, never element by element through
+// key() / value(). Each dtype's elements and scales are its codec's (cache_codecs.hpp).
 class KVCacheStorage {
  public:
   // Bytes save() writes for this cache: the header, the stored tokens and the checksum.
@@ -70,12 +71,6 @@ class KVCacheStorage {
   // `out` is null unless kOk. A float16 cache's special_from is recomputed from its halves.
   static Status load(const uint8_t* bytes, int64_t size, int32_t capacity, std::unique_ptr<KVCache>& out,
                      LoadMessage* why);
-
- private:
-  // Copies the checked save's tokens into a new, zeroed cache of header.config and sets its lengths and
-  // special_from. E: float or uint16_t (halves).
-  template <typename E>
-  static void fill(KVCache& cache, const SavedCacheHeader& header, const uint8_t* bytes);
 };
 
 }  // namespace mha

@@ -1,4 +1,4 @@
-// The interface between the decode driver (decode.cpp) and its kernel variants (decode_simd128.cpp,
+// The interface between the decode driver (decode_run.cpp) and its kernel variants (decode_simd128.cpp,
 // decode_scalar.cpp): one work item = some query rows of one (batch item, KV head) against one block of
 // keys, producing that block's partial softmax (max, sum, unnormalized output) per row.
 #pragma once
@@ -23,17 +23,10 @@ constexpr int32_t decode_keys_per_block(int32_t dh8) {
 constexpr int32_t kDecodeMaxRowsPerItem = 32;  // query rows (G heads x n queries) of one work item
 static_assert(kDecodeMinKeysPerBlock % kKeysPerPanel == 0, "blocks start on panel boundaries");
 
-// Rows are r = query * G + head-in-group (decode.cpp); everything per row is given explicitly here.
-struct DecodeBlock {
-  // The KV head: panels from panel 0, value rows from row 0 (kv_cache.hpp).
-  const void* key_panels = nullptr;  // float, uint16_t or int8_t (dtype)
-  const void* value_rows = nullptr;
-  // int8: the scales of the head's keys (panels, NBk, P) and values (capacity, NBv), kv_cache.hpp; else null.
-  const float* key_scales = nullptr;
-  const float* value_scales = nullptr;
-  CacheDType dtype = CacheDType::kFloat32;
-  bool specials = false;  // float16: the keys [key_begin, key_end) may hold inf/NaN halves (the SIMD
-                          // kernel then hands the block to the scalar one)
+// Rows are r = query * G + head-in-group (decode_job.hpp); everything per row is given explicitly here.
+// The cache's part (key_panels, value_rows, key_scales, value_scales, dtype, specials) is
+// KVCache::head_block's (kv_cache.hpp).
+struct DecodeBlock : CacheHeadBlock {
   int32_t head_dim = 0;   // Dh
   int32_t value_dim = 0;  // Dv
   int32_t dv8 = 0;        // Dv rounded up to 8 (value row length, and o's)

@@ -25,7 +25,6 @@ void run_item(void* ctx, int64_t index, int worker) {
   const int32_t g = static_cast<int32_t>(local / rb.blocks);
   const int32_t block = rb.first_block + static_cast<int32_t>(local % rb.blocks);
   const int32_t b = rb.batch;
-  const KVCacheConfig& config = job.cache->config();
 
   const float* q_rows[kDecodeMaxRowsPerItem];
   KeySpan visible[kDecodeMaxRowsPerItem];
@@ -41,22 +40,6 @@ void run_item(void* ctx, int64_t index, int worker) {
   }
 
   DecodeBlock blk;
-  // The element type only sets the offsets' unit: the kernels cast by dtype.
-  switch (cache_element_bytes(config.dtype)) {
-    case 4:
-      blk.key_panels = job.cache->key_panels<float>(b, g), blk.value_rows = job.cache->value_rows<float>(b, g);
-      break;
-    case 2:
-      blk.key_panels = job.cache->key_panels<uint16_t>(b, g), blk.value_rows = job.cache->value_rows<uint16_t>(b, g);
-      break;
-    default:
-      blk.key_panels = job.cache->key_panels<int8_t>(b, g), blk.value_rows = job.cache->value_rows<int8_t>(b, g);
-      break;
-  }
-  blk.key_scales = job.cache->key_scales(b, g);
-  blk.value_scales = job.cache->value_scales(b, g);
-  const bool f16 = config.dtype == CacheDType::kFloat16;
-  blk.dtype = config.dtype;
   blk.head_dim = job.head_dim;
   blk.value_dim = job.value_dim;
   blk.dv8 = job.dv8;
@@ -67,7 +50,7 @@ void run_item(void* ctx, int64_t index, int worker) {
   blk.alibi = slopes != nullptr ? alibi : nullptr;
   blk.key_begin = std::max(block * job.keys_per_block, rb.keys.first);
   blk.key_end = std::min((block + 1) * job.keys_per_block, rb.keys.last + 1);
-  blk.specials = f16 && job.cache->special_from(b) < blk.key_end;
+  static_cast<CacheHeadBlock&>(blk) = job.cache->head_block(b, g, blk.key_end);
   blk.score_scale = job.score_scale;
   blk.softcap_in = job.softcap_in;
   blk.softcap_out = job.softcap_out;

@@ -6,40 +6,23 @@
 #include <cmath>
 #include <limits>
 
-#include "mha/decode/decode.hpp"
 #include "mha/cache/cache_codecs.hpp"
-#include "mha/decode/decode_kernel.hpp"
-#include "mha/core/f16.hpp"
 #include "mha/core/numeric.hpp"
+#include "mha/decode/decode.hpp"
+#include "mha/decode/decode_kernel.hpp"
 
 namespace mha {
 namespace scalar {
 namespace {
 
-// Element d of key j / value j of the head, as stored (kv_cache.hpp layout).
-// int8 values are read back (q * scale) one by one: this kernel is the plain definition of a block.
+// Element d of key j / value j of the head, as stored: the codecs' read (cache_codecs.hpp), the cache's
+// own (KVCache::key / value). int8 values are read back (q * scale) one by one: this kernel is the plain
+// definition of a block.
 inline float stored_key(const DecodeBlock& blk, int32_t j, int32_t d) {
-  const int64_t at = key_panel_offset(j, d, blk.head_dim);
-  switch (blk.dtype) {
-    case CacheDType::kFloat32: return static_cast<const float*>(blk.key_panels)[at];
-    case CacheDType::kFloat16: return f16::decode(static_cast<const uint16_t*>(blk.key_panels)[at]);
-    case CacheDType::kBFloat16: return bf16::decode(static_cast<const uint16_t*>(blk.key_panels)[at]);
-    case CacheDType::kInt8: break;
-  }
-  const int64_t scale_at = int64_t{j / kKeysPerPanel} * q8::blocks(blk.head_dim) * kKeysPerPanel +
-                           (d / q8::kQuantBlock) * kKeysPerPanel + j % kKeysPerPanel;
-  return q8::dequantize(static_cast<const int8_t*>(blk.key_panels)[at], blk.key_scales[scale_at]);
+  return read_key(blk.dtype, blk.key_panels, blk.key_scales, j, d, blk.head_dim);
 }
 inline float stored_value(const DecodeBlock& blk, int32_t j, int32_t d) {
-  const int64_t at = int64_t{j} * blk.dv8 + d;
-  switch (blk.dtype) {
-    case CacheDType::kFloat32: return static_cast<const float*>(blk.value_rows)[at];
-    case CacheDType::kFloat16: return f16::decode(static_cast<const uint16_t*>(blk.value_rows)[at]);
-    case CacheDType::kBFloat16: return bf16::decode(static_cast<const uint16_t*>(blk.value_rows)[at]);
-    case CacheDType::kInt8: break;
-  }
-  const float scale = blk.value_scales[int64_t{j} * q8::blocks(blk.value_dim) + d / q8::kQuantBlock];
-  return q8::dequantize(static_cast<const int8_t*>(blk.value_rows)[at], scale);
+  return read_value(blk.dtype, blk.value_rows, blk.value_scales, j, d, blk.dv8, blk.value_dim);
 }
 
 size_t scratch_floats(int32_t, int32_t) { return static_cast<size_t>(kDecodeMaxKeysPerBlock); }
