@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "mha/core/cold.hpp"
 #include "mha/core/f16_tensor.hpp"
 #include "mha/core/rope.hpp"
 
@@ -63,7 +64,7 @@ double kv_cache_bytes(const KVCacheConfig& c) {
   return key_bytes(c, element) + value_bytes(c, element) + key_scale_bytes(c) + value_scale_bytes(c);
 }
 
-Status validate_cache_config(const KVCacheConfig& c) {
+MHA_MINSIZE Status validate_cache_config(const KVCacheConfig& c) {
   if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0) return Status::kNonPositiveDim;
   if (c.v_head_dim < 0) return Status::kBadVHeadDim;
   if (!cache_dtype_valid(c.dtype)) return Status::kCacheBadDType;
@@ -155,9 +156,27 @@ bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) 
 // Keys of 8 tokens (rows row_stride apart) at positions [position, position + 8), position % 8 == 0, so
 // that they fill 8 adjacent, 16-byte aligned columns of one panel: 4x4 register transposes turn 4
 // elements of 4 tokens into 4 panel-row pieces (the per-token store_key scatters one element per line).
+// One body serves every kPanelRows8 codec, which comes in as two element writers: a copy of the
+// transposes per codec costs 2.5 kB of wasm each, and the writer call per 8 elements does not show
+// beside attention's O(n * T) work.
 namespace {
+struct PanelRowWriter {
+  bool (*write8)(simd::VecF lo, simd::VecF hi, void* dst);  // 8 adjacent columns of a panel row
+  void (*write1)(float x, void* dst, bool& specials);       // one column
+  int64_t element_bytes;
+};
+
 template <typename Codec>
-bool store_keys8_as(const float* k, int64_t row_stride, typename Codec::Element* column, int32_t dh) {
+constexpr PanelRowWriter panel_row_writer() {
+  using E = typename Codec::Element;
+  return {[](simd::VecF lo, simd::VecF hi, void* dst) { return Codec::encode8(lo, hi, static_cast<E*>(dst)); },
+          [](float x, void* dst, bool& specials) { *static_cast<E*>(dst) = Codec::encode_element(x, specials); },
+          int64_t{sizeof(E)}};
+}
+
+bool store_keys8_with(const PanelRowWriter& writer, const float* k, int64_t row_stride, void* column, int32_t dh) {
+  uint8_t* const out = static_cast<uint8_t*>(column);
+  const int64_t row_bytes = kKeysPerPanel * writer.element_bytes;  // one panel row
   const int32_t dh4 = dh - dh % 4;
   bool specials = false;
   for (int32_t d = 0; d < dh4; d += 4) {
@@ -169,11 +188,11 @@ bool store_keys8_as(const float* k, int64_t row_stride, typename Codec::Element*
       t[h][2] = VecF::load_unaligned(r + 2 * row_stride), t[h][3] = VecF::load_unaligned(r + 3 * row_stride);
       simd::transpose_4x4(t[h][0], t[h][1], t[h][2], t[h][3]);
     }
-    for (int j = 0; j < 4; ++j) specials |= Codec::encode8(t[0][j], t[1][j], column + (d + j) * kKeysPerPanel);
+    for (int j = 0; j < 4; ++j) specials |= writer.write8(t[0][j], t[1][j], out + (d + j) * row_bytes);
   }
   for (int32_t d = dh4; d < dh; ++d) {
     for (int32_t i = 0; i < 8; ++i)
-      column[d * kKeysPerPanel + i] = Codec::encode_element(k[i * row_stride + d], specials);
+      writer.write1(k[i * row_stride + d], out + d * row_bytes + i * writer.element_bytes, specials);
   }
   return specials;
 }
@@ -183,7 +202,8 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
   return visit_codec(config_.dtype, [&](auto codec) {
     using C = decltype(codec);
     if constexpr (C::kPanelRows8) {
-      return store_keys8_as<C>(k, row_stride, key_column<typename C::Element>(b, g, position), config_.head_dim);
+      return store_keys8_with(panel_row_writer<C>(), k, row_stride, key_column<typename C::Element>(b, g, position),
+                              config_.head_dim);
     } else {
       return false;
     }
@@ -348,7 +368,7 @@ void read_tokens(const KVCacheConfig& c, E* k, E* v, int32_t start, int32_t end,
 
 }  // namespace
 
-Status KVCache::read(float* k, float* v, int32_t start, int32_t end) const {
+MHA_MINSIZE Status KVCache::read(float* k, float* v, int32_t start, int32_t end) const {
   if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;
   if (end > start && (k == nullptr || v == nullptr)) return Status::kNullPointer;
   read_tokens(config_, k, v, start, end, [this](int32_t b, int32_t g, int32_t j, int32_t d, bool is_key) {
@@ -357,7 +377,7 @@ Status KVCache::read(float* k, float* v, int32_t start, int32_t end) const {
   return Status::kOk;
 }
 
-Status KVCache::read_stored(void* k, void* v, int32_t start, int32_t end) const {
+MHA_MINSIZE Status KVCache::read_stored(void* k, void* v, int32_t start, int32_t end) const {
   if (!cache_dtype_info(config_.dtype).reads_stored)
     return read(static_cast<float*>(k), static_cast<float*>(v), start, end);
   if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;

@@ -7,6 +7,7 @@
 
 #include "mha/cache/cache_codecs.hpp"
 #include "mha/cache/kv_cache_io.hpp"
+#include "mha/core/cold.hpp"
 
 namespace mha {
 namespace saved_format {
@@ -57,13 +58,7 @@ inline void store_element(uint8_t* p, E x) {
 }
 
 // ---- Messages: `why` in the API's terms, with numbers (no printf: it would pull musl's formatter into the
-// modules). Cold: out of line and, with clang (the wasm builds), compiled for size.
-#if defined(__clang__)
-#define MHA_MINSIZE __attribute__((minsize))
-#else
-#define MHA_MINSIZE
-#endif
-#define MHA_COLD __attribute__((noinline, cold)) MHA_MINSIZE
+// modules). Cold (core/cold.hpp).
 struct Why {
   LoadMessage* message;
   MHA_COLD void put(char c) {

@@ -75,36 +75,59 @@ int64_t KVCacheStorage::saved_bytes(const KVCache& cache) {
 
 namespace {
 
-// The tokens of every sequence, per sequence: k, v, and the scales of a scaled codec (SequenceParts).
-template <typename Codec>
-void write_tokens(const KVCache& cache, uint8_t* at) {
-  using E = typename Codec::Element;
+// The scales of KV head g of one sequence (a scaled codec's): key scales sit in (panels, NBk, P) per head
+// (kv_cache.hpp), value scales in (capacity, NBv); saved token-major (SequenceParts).
+void write_scales(const KVCache& cache, int32_t b, int32_t g, int32_t length, const SequenceParts& part, uint8_t* at) {
   const KVCacheConfig& c = cache.config();
-  const int64_t e = sizeof(E), dh = c.head_dim, dv = c.value_dim();
   const int32_t nbk = cache.key_scale_blocks(), nbv = cache.value_scale_blocks();
+  const float* key_scales = cache.key_scales(b, g);
+  const float* value_scales = cache.value_scales(b, g);
+  for (int32_t j = 0; j < length; ++j) {
+    uint8_t* ks = at + part.k_scales_at + j * part.k_scale_row + int64_t{g} * nbk * 4;
+    for (int32_t nb = 0; nb < nbk; ++nb)
+      store_element<float>(ks + nb * 4, key_scales[key_scale_offset(j, nb * kScaleBlock, c.head_dim)]);
+    std::memcpy(at + part.v_scales_at + j * part.v_scale_row + int64_t{g} * nbv * 4,
+                value_scales + value_scale_offset(j, 0, c.value_dim()), size_t(nbv) * 4);
+  }
+}
+
+// KV head g of sequence b's keys out (keys_out) and its value rows' first byte, for an element of e bytes:
+// the only steps of a save that depend on the element type.
+void head_keys_out(const KVCache& cache, int64_t e, int32_t b, int32_t g, int32_t length, int64_t stride,
+                   uint8_t* out) {
+  const int32_t dh = cache.config().head_dim;
+  switch (e) {
+    case 1: keys_out(cache.key_panels<uint8_t>(b, g), length, dh, stride, out); break;
+    case 2: keys_out(cache.key_panels<uint16_t>(b, g), length, dh, stride, out); break;
+    default: keys_out(cache.key_panels<uint32_t>(b, g), length, dh, stride, out); break;
+  }
+}
+const uint8_t* head_value_bytes(const KVCache& cache, int64_t e, int32_t b, int32_t g) {
+  switch (e) {
+    case 1: return cache.value_rows<uint8_t>(b, g);
+    case 2: return reinterpret_cast<const uint8_t*>(cache.value_rows<uint16_t>(b, g));
+    default: return reinterpret_cast<const uint8_t*>(cache.value_rows<uint32_t>(b, g));
+  }
+}
+
+// The tokens of every sequence, per sequence: k, v, and the scales of a scaled dtype (SequenceParts).
+void write_tokens(const KVCache& cache, uint8_t* at) {
+  const KVCacheConfig& c = cache.config();
+  const bool scaled = cache_dtype_info(c.dtype).scaled;
+  const int64_t e = cache_element_bytes(c.dtype), dh = c.head_dim, dv = c.value_dim();
   for (int32_t b = 0; b < c.batch; ++b) {
     const int32_t length = cache.length(b);
     const SequenceParts part = sequence_parts(c, length);
     uint8_t* k_out = at;
     uint8_t* v_out = at + part.v_at;
     for (int32_t g = 0; g < c.num_kv_heads; ++g) {
-      keys_out(cache.key_panels<E>(b, g), length, c.head_dim, part.k_row, k_out + g * dh * e);
+      head_keys_out(cache, e, b, g, length, part.k_row, k_out + g * dh * e);
       // V rows are Dv8 elements in the storage: the first Dv of each go out.
-      const uint8_t* rows = reinterpret_cast<const uint8_t*>(cache.value_rows<E>(b, g));
+      const uint8_t* rows = head_value_bytes(cache, e, b, g);
       const int64_t row_bytes = int64_t{cache.value_row_elements()} * e;
       for (int32_t j = 0; j < length; ++j)
         std::memcpy(v_out + j * part.v_row + g * dv * e, rows + j * row_bytes, size_t(dv * e));
-      if (!Codec::kScaled) continue;
-      // Key scales sit in (panels, NBk, P) per head (kv_cache.hpp), value scales in (capacity, NBv).
-      const float* key_scales = cache.key_scales(b, g);
-      const float* value_scales = cache.value_scales(b, g);
-      for (int32_t j = 0; j < length; ++j) {
-        uint8_t* ks = at + part.k_scales_at + j * part.k_scale_row + int64_t{g} * nbk * 4;
-        for (int32_t nb = 0; nb < nbk; ++nb)
-          store_element<float>(ks + nb * 4, key_scales[key_scale_offset(j, nb * kScaleBlock, c.head_dim)]);
-        std::memcpy(at + part.v_scales_at + j * part.v_scale_row + int64_t{g} * nbv * 4,
-                    value_scales + value_scale_offset(j, 0, c.value_dim()), size_t(nbv) * 4);
-      }
+      if (scaled) write_scales(cache, b, g, length, part, at);
     }
     at += part.end;
   }
@@ -130,7 +153,7 @@ Status KVCacheStorage::save(const KVCache& cache, uint8_t* dst, int64_t size) {
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; ++i) write_u32(dst + kVersionAt + 4 * int64_t(i), fields[i]);
   for (int32_t b = 0; b < c.batch; ++b) write_u32(dst + kLengthsAt + int64_t{b} * 4, uint32_t(cache.length(b)));
   uint8_t* tokens = dst + kLengthsAt + int64_t{c.batch} * 4;
-  visit_codec(c.dtype, [&](auto codec) { write_tokens<decltype(codec)>(cache, tokens); });
+  write_tokens(cache, tokens);
   uint8_t* end = dst + size - kChecksumBytes;
   write_u32(end, crc32(dst, end - dst));
   return Status::kOk;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "mha/core/cold.hpp"
+
 namespace mha {
 
 const char* status_name(Status status) {
@@ -84,7 +86,7 @@ const char* status_message(Status status) {
   return nullptr;
 }
 
-Status validate_shape(const AttentionShape& shape, ScoreTensor scores) {
+MHA_MINSIZE Status validate_shape(const AttentionShape& shape, ScoreTensor scores) {
   if (shape.batch <= 0 || shape.seq_len <= 0 || shape.kv_seq_len <= 0 || shape.d_model <= 0 || shape.num_heads <= 0) {
     return Status::kNonPositiveDim;
   }
@@ -117,7 +119,7 @@ bool all_finite(const float* x, int32_t n) {
 }
 
 // The tables' own shape: both present, rotary_dim even in [2, Dh], rows and size in range.
-Status validate_rope_tables(const RotaryTables& rope, int32_t head_dim) {
+MHA_MINSIZE Status validate_rope_tables(const RotaryTables& rope, int32_t head_dim) {
   if (!rope.enabled() && rope.sin == nullptr) return Status::kOk;
   if (rope.cos == nullptr || rope.sin == nullptr || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0 ||
       rope.rotary_dim > head_dim || rope.positions < 0) {
@@ -129,7 +131,7 @@ Status validate_rope_tables(const RotaryTables& rope, int32_t head_dim) {
 
 }  // namespace
 
-Status validate_attention_options(const AttentionOptions& o, int32_t num_heads, int32_t head_dim) {
+MHA_MINSIZE Status validate_attention_options(const AttentionOptions& o, int32_t num_heads, int32_t head_dim) {
   if (!std::isfinite(o.scale)) return Status::kBadScale;
   if (o.window_left < -1 || o.window_right < -1) return Status::kBadWindow;
   if (!std::isfinite(o.softcap) || o.softcap < 0.0f) return Status::kBadSoftcap;
@@ -139,13 +141,13 @@ Status validate_attention_options(const AttentionOptions& o, int32_t num_heads, 
   return validate_rope_tables(o.rope, head_dim);
 }
 
-Status validate_rope_positions(const RotaryTables& rope, int64_t first, int64_t last) {
+MHA_MINSIZE Status validate_rope_positions(const RotaryTables& rope, int64_t first, int64_t last) {
   if (!rope.enabled() || last < first) return Status::kOk;
   if (rope.first_position < 0 || rope.first_position > first || last >= rope.positions) return Status::kRopePosition;
   return Status::kOk;
 }
 
-Status validate_options(const AttentionArgs& args) {
+MHA_MINSIZE Status validate_options(const AttentionArgs& args) {
   const AttentionShape& shape = args.shape;
   const Status options = validate_attention_options(args, shape.num_heads, shape.head_dim());
   if (options != Status::kOk) return options;

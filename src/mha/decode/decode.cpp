@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "mha/decode/decode_job.hpp"
+#include "mha/core/cold.hpp"
 
 namespace mha {
 
@@ -45,7 +46,7 @@ bool tiled_sequence(const KVCache& cache, const CacheAttendArgs& args, int32_t b
 
 // kRopePosition unless the rope tables hold every position of the call: the old lengths' least up to the
 // last new token of the longest sequence.
-Status validate_cache_rope(const KVCache& cache, const CacheAttendArgs& args) {
+MHA_MINSIZE Status validate_cache_rope(const KVCache& cache, const CacheAttendArgs& args) {
   int64_t last = -1;
   for (int32_t b = 0; b < cache.config().batch; ++b)
     last = std::max(last, int64_t{cache.length(b)} + new_token_count(args, b) - 1);
@@ -54,7 +55,7 @@ Status validate_cache_rope(const KVCache& cache, const CacheAttendArgs& args) {
 
 }  // namespace
 
-Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
+MHA_MINSIZE Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
   const KVCacheConfig& c = cache.config();
   if (args.new_tokens <= 0) return Status::kNonPositiveDim;
   if (args.num_heads <= 0 || args.num_heads % c.num_kv_heads != 0) return Status::kCacheHeadsMismatch;
