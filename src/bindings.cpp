@@ -4,6 +4,7 @@
 // on an error. All semantics live in src/mha; nothing here computes.
 #include <emscripten/bind.h>
 #include <emscripten/em_macros.h>
+#include <emscripten/heap.h>
 #include <emscripten/val.h>
 #include <malloc.h>
 
@@ -312,6 +313,7 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
   args.k = {at<const float>(call.k), n * kv_width, kv_width};
   args.v = {at<const float>(call.v), n * v_width, v_width};
   args.out = {at<float>(call.out), n * out_width, out_width};
+  args.lse = at<float>(call.lse);
   return static_cast<int32_t>(mha::cache_attend(*cache, args, g_decode, g_parallel.get(), g_workspace));
 }
 
@@ -333,8 +335,13 @@ emscripten::val kv_cache_attend_call_layout() {
   return layout;
 }
 
-// Bytes currently allocated by malloc in this instance (for leak checks and memory reporting).
-double heap_bytes_in_use() { return static_cast<double>(mallinfo().uordblks); }
+// Bytes currently allocated by malloc in this instance (for leak checks and memory reporting). mallinfo's
+// fields are ints: a heap past 2 GiB reads back through uint32_t.
+double heap_bytes_in_use() { return static_cast<double>(static_cast<uint32_t>(mallinfo().uordblks)); }
+
+// The most the heap may grow to: what the glue's resize accepts. With -sMAXIMUM_MEMORY=4GB
+// (CMakeLists.txt, MHA_MAXIMUM_MEMORY) Emscripten 3.1.6 stops one 64 KiB page short: 4294901760.
+double max_memory_bytes() { return static_cast<double>(emscripten_get_heap_max()); }
 
 std::string version() { return MHA_VERSION; }
 
@@ -375,6 +382,7 @@ bool simd() {
 EMSCRIPTEN_BINDINGS(mha_wasm) {
   emscripten::function("releaseScratch", &release_scratch);
   emscripten::function("heapBytesInUse", &heap_bytes_in_use);
+  emscripten::function("maxMemoryBytes", &max_memory_bytes);
   emscripten::function("version", &version);
   emscripten::function("simd", &simd);
   emscripten::function("attentionCallLayout", &attention_call_layout);

@@ -64,6 +64,7 @@
   X(uint32_t, k, "heap address of k (B, n, Hkv*Dh), dense float32")                    \
   X(uint32_t, v, "heap address of v (B, n, Hkv*Dv), dense float32")                    \
   X(uint32_t, out, "heap address of out (B, n, H*Dv), dense float32")                  \
+  X(uint32_t, lse, "0 = none; float32 (B, H, n) output")                               \
   X(int32_t, new_tokens, "n >= 1")                                                     \
   X(int32_t, num_heads, "H, a multiple of the cache's Hkv")                            \
   X(uint32_t, new_token_counts, "0 = n for every sequence; int32 (B), each in [0, n]") \

@@ -258,21 +258,21 @@ function contextSection(job) {
   ];
   lines.push(
     `Measured: the largest capacity (a multiple of 32) for which ${layers} caches, one per layer, exist at once in a fresh ` +
-      "instance, found by creating and freeing them through the public API. The module's wasm memory is capped at 2 GiB " +
-      "(-sMAXIMUM_MEMORY=2GB: every heap address fits a signed int32); the 4 GiB column is the same arithmetic for a tab's whole " +
-      'wasm32 memory (4 GiB less what the instance holds besides the caches), not a measurement.',
+      'instance and take a step, found by creating, stepping and freeing them through the public API; then caches of that ' +
+      'capacity are filled to their last position (32-token appends whose queries see only themselves) and stepped ' +
+      "there, 32 query heads over every stored token. The module's wasm memory may grow to 4 GiB (wasm32's limit).",
     '',
   );
   lines.push(
-    '| dtype | bytes per token (all layers) | longest context (measured, 2 GiB) | its cache bytes | wasm memory then | ' +
-      'in a 4 GiB memory (computed) |',
-    '| --- | ---: | ---: | ---: | ---: | ---: |',
+    '| dtype | bytes per token (all layers) | longest context (measured) | its cache bytes | wasm memory then | ' +
+      'stepped at position | that step, 16 layers |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
   );
   for (const r of job.rows) {
-    const other = 2 ** 31 - r.cacheBytes;
     lines.push(
       `| ${r.dtype} | ${r.bytesPerToken} | **${r.tokens}** | ${(r.cacheBytes / 2 ** 20).toFixed(0)} MiB | ` +
-        `${(r.wasmMemoryBytes / 2 ** 20).toFixed(0)} MiB | ${Math.floor((2 ** 32 - other) / r.bytesPerToken / 32) * 32} |`,
+        `${(r.wasmMemoryBytes / 2 ** 20).toFixed(0)} MiB | ${r.steppedAt ?? 'failed'} | ` +
+        `${r.lastStepMs == null ? '-' : `${r.lastStepMs.toFixed(1)} ms`} |`,
     );
   }
   lines.push('');

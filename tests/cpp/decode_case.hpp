@@ -95,8 +95,10 @@ struct Runner {
   bool out_is_q = false;                  // write the result over (a copy of) q
 };
 
-// The case's steps through one fresh cache; the outputs stacked along the sequence (B, T, H*Dh).
-inline std::vector<float> run_cache(const CacheCase& c, const CacheData& data, const Runner& run = Runner{}) {
+// The case's steps through one fresh cache; the outputs stacked along the sequence (B, T, H*Dh), and with
+// `lse` each step's lse placed in (B, H, T).
+inline std::vector<float> run_cache(const CacheCase& c, const CacheData& data, const Runner& run = Runner{},
+                                    std::vector<float>* lse = nullptr) {
   std::unique_ptr<mha::KVCache> cache;
   REQUIRE(mha::KVCache::create(c.config(), cache) == Status::kOk);
   mha::DecodeScratch own;
@@ -107,8 +109,11 @@ inline std::vector<float> run_cache(const CacheCase& c, const CacheData& data, c
   std::vector<float> out(q.size(), -12345.0f);
   float* out_data = run.out_is_q ? q.data() : out.data();
   int32_t t0 = 0;
+  if (lse != nullptr) lse->assign(size_t(c.batch) * c.heads * T, -12345.0f);
   for (int32_t n : c.steps) {
+    std::vector<float> step_lse(size_t(c.batch) * c.heads * n, 777.0f);  // (B, H, n)
     mha::CacheAttendArgs args;
+    args.lse = lse != nullptr ? step_lse.data() : nullptr;
     args.new_tokens = n;
     args.q = {q.data() + int64_t{t0} * D, int64_t{T} * D, D};
     args.k = {data.k.data() + int64_t{t0} * Dkv, int64_t{T} * Dkv, Dkv};
@@ -121,6 +126,8 @@ inline std::vector<float> run_cache(const CacheCase& c, const CacheData& data, c
     INFO("step at " << t0 << " of " << n << " tokens");
     REQUIRE(mha::cache_attend(*cache, args, scratch, run.parallel, tiled) == Status::kOk);
     REQUIRE(cache->max_length() == t0 + n);
+    for (int32_t bh = 0; lse != nullptr && bh < c.batch * c.heads; ++bh)
+      std::copy_n(step_lse.data() + int64_t{bh} * n, n, lse->data() + int64_t{bh} * T + t0);
     t0 += n;
   }
   if (run.out_is_q) out = q;
@@ -128,7 +135,7 @@ inline std::vector<float> run_cache(const CacheCase& c, const CacheData& data, c
 }
 
 // The reference's answer for the case, on the equivalent multi-head problem (see the top).
-inline std::vector<float> reference_for(const CacheCase& c, const CacheData& data) {
+inline std::vector<float> reference_for(const CacheCase& c, const CacheData& data, std::vector<float>* lse = nullptr) {
   const int32_t T = c.total(), H = c.heads, G = c.heads / c.kv_heads, Dh = c.head_dim;
   const size_t rows = size_t(c.batch) * T;
   std::vector<float> q(rows * H * Dh, 0.0f), k(q.size(), 0.0f), v(q.size(), 0.0f), out(q.size());
@@ -171,6 +178,8 @@ inline std::vector<float> reference_for(const CacheCase& c, const CacheData& dat
   args.v = mha::dense_view<const float>(v.data(), T, H * Dh);
   args.out = mha::dense_view(out.data(), T, H * Dh);
   args.mask = mask.data();
+  if (lse != nullptr) lse->assign(size_t(c.batch) * H * T, 0.0f);
+  args.lse = lse != nullptr ? lse->data() : nullptr;  // (B, H, T)
   args.scale = mha::default_scale(Dh);
   args.softcap = c.softcap;
   args.alibi_slopes = c.slopes.empty() ? nullptr : c.slopes.data();  // query i is at position i: query_offset 0
@@ -187,13 +196,16 @@ inline std::vector<const mha::DecodeKernel*> kernels() {
 // Checks every kernel variant against the reference on one case.
 inline void require_kernels_match_reference(const CacheCase& c, const CacheData& data, float tol = 1e-5f) {
   INFO(describe(c));
-  const auto ref = reference_for(c, data);
+  std::vector<float> ref_lse, lse;
+  const auto ref = reference_for(c, data, &ref_lse);
   for (const mha::DecodeKernel* kernel : kernels()) {
     INFO("kernel " << mha::decode_kernel_name(*kernel));
     Runner run;
     run.kernel = kernel;
     run.path = mha::CachePath::kDecodeKernel;
-    require_close(ref, run_cache(c, data, run), tol);
+    require_close(ref, run_cache(c, data, run, &lse), tol);
+    INFO("lse (B, H, T)");
+    require_close(ref_lse, lse, tol);
   }
 }
 

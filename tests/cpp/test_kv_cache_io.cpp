@@ -241,7 +241,7 @@ TEST_CASE("kv cache io: the capacity option", "[kv_cache_io]") {
   SECTION("too large for the heap") {
     std::string why;
     REQUIRE(refused(bytes, why, 2000000000) == Status::kCacheTooLarge);
-    REQUIRE(why.find("more than it can provide (2 GiB at most)") != std::string::npos);
+    REQUIRE(why.find("more than it can provide (4 GiB at most)") != std::string::npos);
   }
 }
 

@@ -1,8 +1,8 @@
 // Sequences of different lengths in one cache (docs/spec.md 4.6): every sequence of a ragged batch gives,
 // bit for bit, what it gives alone in a batch of 1 with the same steps, through every decode kernel
 // variant, the tiled prefill and the exact rows, for float32 and float16 caches, with the v0.3 options,
-// on 1 and 3 threads; padding rows are not read (they hold NaN here) and their out rows are 0; and the
-// statuses of bad counts, truncations and reads change nothing.
+// on 1 and 3 threads, out and lse alike; padding rows are not read (they hold NaN here), their out rows are
+// 0 and their lse -inf; and the statuses of bad counts, truncations and reads change nothing.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -113,7 +113,7 @@ struct Runner {
 
   // One attend of `batch` sequences, rows [0, n) of sequences [first, first + batch) of the inputs.
   void attend(mha::KVCache& cache, const Inputs& in, int32_t first, int32_t n, const int32_t* counts,
-              std::vector<float>& out) {
+              std::vector<float>& out, float* lse = nullptr) {
     const int32_t qw = c.heads * c.dh, kw = c.kv_heads * c.dh, vw = c.kv_heads * c.value_dim(),
                   ow = c.heads * c.value_dim();
     mha::CacheAttendArgs args;
@@ -123,6 +123,7 @@ struct Runner {
     args.k = {in.k.data() + int64_t{first} * n * kw, int64_t{n} * kw, kw};
     args.v = {in.v.data() + int64_t{first} * n * vw, int64_t{n} * vw, vw};
     args.out = {out.data(), int64_t{n} * ow, ow};
+    args.lse = lse;
     args.options() = c.options();
     args.num_heads = c.heads;
     args.kernel = kernel;
@@ -159,12 +160,15 @@ void check_against_alone(const RaggedCase& c, const mha::DecodeKernel* kernel, m
     for (int32_t count : step.counts) n = std::max(n, count);
     const Inputs in = step_inputs(c, step.counts, n, seed += 3);
     std::vector<float> out(size_t(kBatch) * n * ow, 777.0f);
-    together.attend(*batch, in, 0, n, step.counts.data(), out);
+    std::vector<float> lse(size_t(kBatch) * c.heads * n, 777.0f);  // (B, H, n)
+    together.attend(*batch, in, 0, n, step.counts.data(), out, lse.data());
     for (int32_t b = 0; b < kBatch; ++b) {
       const int32_t count = step.counts[size_t(b)];
       INFO("sequence " << b << " of a step of n = " << n << ", " << count << " real rows, length " << batch->length(b));
-      for (int32_t i = count; i < n; ++i)
+      for (int32_t i = count; i < n; ++i) {
         for (int32_t x = 0; x < ow; ++x) REQUIRE(out[(size_t(b) * n + i) * ow + x] == 0.0f);
+        for (int32_t h = 0; h < c.heads; ++h) REQUIRE(lse[(size_t(b) * c.heads + h) * n + i] == -mha_test::kInf);
+      }
       if (count == 0) continue;
       std::vector<float> own(size_t(count) * ow, -1.0f);
       Inputs mine;  // sequence b's real rows alone
@@ -177,8 +181,14 @@ void check_against_alone(const RaggedCase& c, const mha::DecodeKernel* kernel, m
       mine.q = rows_of(in.q, qw);
       mine.k = rows_of(in.k, kw);
       mine.v = rows_of(in.v, vw);
-      alone.attend(*single[size_t(b)], mine, 0, count, nullptr, own);
+      std::vector<float> own_lse(size_t(c.heads) * count, -1.0f);  // (1, H, count)
+      alone.attend(*single[size_t(b)], mine, 0, count, nullptr, own, own_lse.data());
       REQUIRE(std::memcmp(own.data(), out.data() + size_t(b) * n * ow, own.size() * sizeof(float)) == 0);
+      for (int32_t h = 0; h < c.heads; ++h) {
+        INFO("lse of head " << h);
+        REQUIRE(std::memcmp(own_lse.data() + size_t(h) * count, lse.data() + (size_t(b) * c.heads + h) * n,
+                            size_t(count) * sizeof(float)) == 0);
+      }
     }
     for (int32_t b = 0; b < kBatch; ++b) REQUIRE(batch->length(b) == single[size_t(b)]->length(0));
   }

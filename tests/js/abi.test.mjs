@@ -242,3 +242,11 @@ for (const [file, wasm] of Object.entries(builds)) {
     assert.equal(runCall(wasm, { stage: 0 }).status, K_UNSUPPORTED_OPTION, 'stage 0 on mha_attention');
   });
 }
+
+test("web/src/status.ts's HEAP_STATUSES are shape.hpp's kOutOfMemory and kCacheTooLarge", () => {
+  const source = fs.readFileSync(path.join(repoRoot, 'web/src/status.ts'), 'utf8');
+  const listed = /HEAP_STATUSES: readonly number\[\] = \[([^\]]*)\]/.exec(source);
+  assert.ok(listed, 'web/src/status.ts has no HEAP_STATUSES list');
+  const statuses = Object.fromEntries(cppStatuses());
+  assert.deepEqual(listed[1].split(',').map(Number), [statuses.kOutOfMemory, statuses.kCacheTooLarge]);
+});

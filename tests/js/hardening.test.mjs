@@ -19,9 +19,10 @@ function detached(TypedArray = Float32Array, length = 120) {
   return array;
 }
 
-// Largest shape whose weights (B,H,S,T) stay below 2^31 elements but need more bytes than the 2 GiB
-// wasm memory has: malloc itself returns 0 (ABORTING_MALLOC=0), nothing is allocated or grown.
-const MALLOC_FAIL_S = 23169; // 4*S^2 + 8*S bytes = 2,147,395,632 < 2^31, but no room for it in 2 GiB
+// Largest shape whose weights (B,H,S,T) stay below 2^31 elements and their bytes below the 4 GiB limit,
+// but need more than the wasm memory has room for: malloc itself returns 0 (ABORTING_MALLOC=0), nothing is
+// allocated or grown.
+const MALLOC_FAIL_S = 32767; // weights 4*S^2 bytes, with q, k and alignment 4,294,967,312 > the 4 GiB heap
 const mallocQ = new Float32Array(MALLOC_FAIL_S);
 const mallocFail = () =>
   mha.attentionWeights(mallocQ, mallocQ, { batch: 1, seqLen: MALLOC_FAIL_S, dModel: 1, numHeads: 1 });
@@ -245,7 +246,15 @@ export const MORE_BAD_INPUTS = [
     RangeError,
     ['bytes of wasm memory'],
   ],
-  ['weights: 2 GiB - 88 KiB, malloc returns 0', mallocFail, RangeError, ['2147395632 bytes of wasm memory']],
+  [
+    'weights: staging of 4 GiB + 16 bytes, refused before malloc',
+    mallocFail,
+    RangeError,
+    [
+      'attentionWeights: staging the inputs and output needs 4294967312 bytes of wasm memory',
+      'the instance can still have',
+    ],
+  ],
 ];
 
 for (const [description, thunk, ErrorClass, fragments] of MORE_BAD_INPUTS) {

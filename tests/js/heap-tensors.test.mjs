@@ -338,7 +338,7 @@ freed.free();
 const attend = (qq, kk, vv, overrides = {}) => mha.multiHeadAttention(qq, kk, vv, { ...shape, ...overrides });
 
 // A memory size the allocation cannot reach although its length passes the checks: malloc returns 0.
-const MALLOC_FAIL_LENGTH = 2 ** 29 - 64; // 2 GiB - 256 bytes
+const MALLOC_FAIL_LENGTH = 2 ** 30 - 64; // 4 GiB - 256 bytes
 
 // [description, thunk, error class, message fragments]
 const BAD_CALLS = [
@@ -358,10 +358,10 @@ const BAD_CALLS = [
   ['allocate: length Infinity', () => mha.allocate(Infinity), RangeError, ['allocate: length', 'got Infinity']],
   ['allocate: length 2^31', () => mha.allocate(2 ** 31), RangeError, ['allocate: length', 'below 2^31']],
   [
-    'allocate: 2^29 floats = 2 GiB, beyond the wasm memory',
-    () => mha.allocate(2 ** 29),
+    'allocate: 2^30 floats = 4 GiB, beyond the wasm memory',
+    () => mha.allocate(2 ** 30),
     RangeError,
-    ['allocate: length', '2147483648 bytes of wasm memory', '2 GiB at most'],
+    ['allocate: length', '4294967296 bytes of wasm memory', 'can still have', 'may grow to 4294901760 bytes'],
   ],
   [
     'allocate: malloc returns 0',

@@ -26,7 +26,13 @@ async function inChild(flags, name, ...args) {
   return JSON.parse(stdout.trim().split('\n').at(-1));
 }
 
-const info = (build, threads) => ({ version: createMHAVersion, simd: build !== 'baseline', threads, build });
+const info = (build, threads) => ({
+  version: createMHAVersion,
+  simd: build !== 'baseline',
+  threads,
+  build,
+  maxMemoryBytes: 2 ** 32 - 2 ** 16,
+});
 const createMHAVersion = JSON.parse(
   (await import('node:fs')).readFileSync(path.join(repoRoot, 'package.json'), 'utf8'),
 ).version;

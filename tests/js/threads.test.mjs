@@ -32,7 +32,10 @@ const distIndex = pathToFileURL(path.join(repoRoot, 'dist/index.js')).href;
 test('selection: default and threads: 1 load the SIMD build, single-threaded', async () => {
   for (const options of [undefined, {}, { threads: 1 }, { simd: 'auto' }]) {
     const mha = await createMHA(options);
-    assert.deepEqual({ ...mha.info }, { version: mha.info.version, simd: true, threads: 1, build: 'simd' });
+    assert.deepEqual(
+      { ...mha.info },
+      { version: mha.info.version, simd: true, threads: 1, build: 'simd', maxMemoryBytes: 2 ** 32 - 2 ** 16 },
+    );
     mha.dispose();
   }
 });
@@ -57,7 +60,10 @@ test("selection: threads: 'auto' uses one thread per core, at most 8", async () 
 
 test('selection: simd: false loads the baseline build (no SIMD, single-threaded)', async () => {
   const mha = await createMHA({ simd: false });
-  assert.deepEqual({ ...mha.info }, { version: mha.info.version, simd: false, threads: 1, build: 'baseline' });
+  assert.deepEqual(
+    { ...mha.info },
+    { version: mha.info.version, simd: false, threads: 1, build: 'baseline', maxMemoryBytes: 2 ** 32 - 2 ** 16 },
+  );
   mha.dispose();
 });
 

@@ -94,6 +94,8 @@ export function cacheAttendCallSlots(offsets: Readonly<Record<string, number>>) 
     v: slot(offsets, 'v'),
     /** uint32_t: heap address of out (B, n, H*Dv), dense float32 */
     out: slot(offsets, 'out'),
+    /** uint32_t: 0 = none; float32 (B, H, n) output */
+    lse: slot(offsets, 'lse'),
     /** int32_t: n >= 1 */
     new_tokens: slot(offsets, 'new_tokens'),
     /** int32_t: H, a multiple of the cache's Hkv */

@@ -5,10 +5,11 @@
 import { cacheDTypeName } from './cache-dtype.js';
 import { describe } from './describe.js';
 import type { KVCacheDType, LoadKVCacheOptions } from './kv-cache-types.js';
+import { roomLeft } from './heap.js';
 import type { MhaWasmModule } from './mha.js';
 import { copyIn } from './staging.js';
 import type { StagingArena } from './staging.js';
-import { checkStatus } from './status.js';
+import { checkStatus, HEAP_STATUSES } from './status.js';
 import { checkDim, checkNotDetached, checkOptionsObject } from './validate.js';
 
 const LOAD_KEYS = ['capacity'] as const;
@@ -90,7 +91,8 @@ export function loadCache(
     copyIn(wasm.HEAPU8, bytes, byteOffset, 0, length, bytesAt);
     const status = wasm._mha_kv_cache_load(bytesAt, length, capacity, idAt);
     if (status !== 0) {
-      throw new RangeError(`${fn}: ${wasm.kvCacheLoadError() || `bytes: ${wasm.statusMessage(status)}`}`);
+      const why = wasm.kvCacheLoadError() || `bytes: ${wasm.statusMessage(status)}`;
+      throw new RangeError(`${fn}: ${why}${HEAP_STATUSES.includes(status) ? `; ${roomLeft(wasm)}` : ''}`);
     }
     const id = wasm.HEAP32[idAt >>> 2]! >>> 0; // a uint32 id
     checkStatus(wasm, fn, wasm._mha_kv_cache_config(id, configAt));

@@ -180,31 +180,34 @@ export function writeCallOperands(
   i32[base + L.batch] = batch;
 }
 
-/**
- * Writes the operands of a KV cache attend call: the cache's id, the heap addresses of q, k, v and out,
- * n new tokens, H query heads and the address of the per-sequence new token counts (0 = n for each).
- */
-export function writeCacheOperands(
-  wasm: MhaWasmModule,
-  L: CacheCallLayout,
-  at: number,
-  cache: number,
-  q: number,
-  k: number,
-  v: number,
-  out: number,
-  newTokens: number,
-  numHeads: number,
-  newTokenCounts: number,
-): void {
+/** The operands of a KV cache attend call: heap addresses (0 = none for lse and newTokenCounts) and dims. */
+export interface CacheOperands {
+  /** The cache's id. */
+  cache: number;
+  q: number;
+  k: number;
+  v: number;
+  out: number;
+  /** (B, H, n) float32 output, or 0. */
+  lse: number;
+  /** n, the rows of q, k, v and out per sequence. */
+  newTokens: number;
+  numHeads: number;
+  /** int32 (B) real rows per sequence, or 0 (n for each). */
+  newTokenCounts: number;
+}
+
+/** Writes the operands of a KV cache attend call into its struct at `at`. */
+export function writeCacheOperands(wasm: MhaWasmModule, L: CacheCallLayout, at: number, o: CacheOperands): void {
   const i32 = wasm.HEAP32;
   const base = at >>> 2;
-  i32[base + L.cache] = cache | 0; // a uint32 id in an int32 view
-  i32[base + L.q] = q;
-  i32[base + L.k] = k;
-  i32[base + L.v] = v;
-  i32[base + L.out] = out;
-  i32[base + L.new_tokens] = newTokens;
-  i32[base + L.num_heads] = numHeads;
-  i32[base + L.new_token_counts] = newTokenCounts;
+  i32[base + L.cache] = o.cache | 0; // a uint32 id in an int32 view
+  i32[base + L.q] = o.q;
+  i32[base + L.k] = o.k;
+  i32[base + L.v] = o.v;
+  i32[base + L.out] = o.out;
+  i32[base + L.lse] = o.lse;
+  i32[base + L.new_tokens] = o.newTokens;
+  i32[base + L.num_heads] = o.numHeads;
+  i32[base + L.new_token_counts] = o.newTokenCounts;
 }

@@ -24,7 +24,9 @@ export type {
   AttentionOptions,
   MHA,
 } from './types.js';
+export type { MergeAttentionOptions } from './merge-attention.js';
 export type {
+  AttentionState,
   KVCache,
   KVCacheAttendOptions,
   KVCacheContents,

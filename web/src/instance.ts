@@ -8,11 +8,14 @@ import { attentionWeights } from './attention-weights.js';
 import { readCacheCallLayout } from './call-abi.js';
 import type { CacheCallLayout, CallLayout } from './call-abi.js';
 import { loadCache } from './cache-io.js';
+import { doesNotFit, mallocBytes } from './heap.js';
 import { checkArrayOnly, checkOperand, MallocedTensor } from './heap-tensor.js';
 import { checkCacheOptions, createCache } from './kv-cache-config.js';
 import { WasmKVCache } from './kv-cache.js';
 import type { CacheHost } from './kv-cache.js';
-import type { KVCache, KVCacheOptions, LoadKVCacheOptions } from './kv-cache-types.js';
+import type { AttentionState, KVCache, KVCacheOptions, LoadKVCacheOptions } from './kv-cache-types.js';
+import { mergeAttention } from './merge-attention.js';
+import type { MergeAttentionOptions } from './merge-attention.js';
 import type { MhaWasmModule } from './mha.js';
 import { multiHeadAttention } from './multi-head-attention.js';
 import type { AttentionHost } from './multi-head-attention.js';
@@ -62,7 +65,13 @@ export class WasmMHA implements MHA, CacheHost, AttentionHost {
     const cacheCallBytes = typeof this.cacheCallLayout === 'string' ? 0 : this.cacheCallLayout.bytes;
     // One call-struct slot serves both structs (a call writes one of them).
     this.arena = new StagingArena(wasm, Math.max(callLayout.bytes, cacheCallBytes));
-    this.currentInfo = Object.freeze({ version: wasm.version(), simd: wasm.simd(), threads, build });
+    this.currentInfo = Object.freeze({
+      version: wasm.version(),
+      simd: wasm.simd(),
+      threads,
+      build,
+      maxMemoryBytes: wasm.maxMemoryBytes(),
+    });
     this.checkOperand = (name, value, expected, formula) => checkOperand(name, value, expected, formula, wasm);
   }
 
@@ -95,12 +104,9 @@ export class WasmMHA implements MHA, CacheHost, AttentionHost {
     const bytes = length * 4;
     // The tensor starts on a 16-byte boundary, a whole v128.
     const total = bytes + MALLOC_SLACK_FOR_16;
-    const block = total < 2 ** 31 ? this.wasm._malloc(total) : 0;
-    if (block === 0) {
-      throw new RangeError(
-        `${fn}: length: ${length} floats need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`,
-      );
-    }
+    const block = mallocBytes(this.wasm, total);
+    if (block === 0)
+      throw new RangeError(`${fn}: length: a tensor of ${length} floats ${doesNotFit(this.wasm, bytes)}`);
     return new MallocedTensor(this.wasm, this.tensors, block, align16(block), length);
   }
 
@@ -130,6 +136,13 @@ export class WasmMHA implements MHA, CacheHost, AttentionHost {
     this.seedCacheIds();
     const loaded = loadCache(this.wasm, this.arena, bytes, options);
     return new WasmKVCache(this, loaded.id, loaded.config, loaded.lengths);
+  }
+
+  mergeAttention(
+    parts: readonly AttentionState<Float32Array | HeapTensor>[],
+    options: MergeAttentionOptions,
+  ): AttentionState {
+    return mergeAttention(this.wasm, parts, options);
   }
 
   attentionWeights(q: Float32Array, k: Float32Array, options: AttentionWeightsOptions): Float32Array {

@@ -9,7 +9,7 @@ import { describe } from './describe.js';
 import { halfResult } from './float16.js';
 import { checkHalf, checkOperand, checkRopeStillUsable, checkStillUsable } from './heap-tensor.js';
 import type { CacheCallHost, CacheConfig } from './kv-cache-config.js';
-import type { KVCacheAttendOptions } from './kv-cache-types.js';
+import type { AttentionState, KVCacheAttendOptions } from './kv-cache-types.js';
 import type { MhaWasmModule } from './mha.js';
 import { checkIntegerList } from './number-lists.js';
 import {
@@ -44,6 +44,7 @@ const ATTEND_KEYS = [
   'tensorDType',
   'dtype',
   'newTokens',
+  'lse',
 ] as const;
 
 /**
@@ -79,6 +80,11 @@ interface AttendTensors {
   kvLength: number;
   vLength: number;
   outLength: number;
+  /** lse: undefined (not asked for), 'new' (lse: true), or the Float32Array / HeapTensor address to write. */
+  lseIn: Operand | 'new' | undefined;
+  /** `lse` as given (read once: a getter runs once). */
+  lseValue: unknown;
+  lseLength: number;
 }
 
 /** The options of attend but out, resolved to what the call ABI takes. */
@@ -144,6 +150,9 @@ function checkAttendInputs(
     kvLength,
     vLength,
     outLength,
+    lseIn: undefined,
+    lseValue: undefined,
+    lseLength: c.batch * numHeads * n,
   };
 }
 
@@ -172,6 +181,45 @@ function checkAttendOut(wasm: MhaWasmModule, c: CacheConfig, t: AttendTensors, o
   }
   t.outIn = outIn;
   t.outValue = outValue;
+}
+
+/**
+ * lse: true, or a float32 (B, H, n) Float32Array or HeapTensor that is none of the tensors the kernel reads
+ * and does not overlap out (both are written).
+ */
+function checkAttendLse(wasm: MhaWasmModule, c: CacheConfig, t: AttendTensors, value: unknown): void {
+  if (value === undefined) return;
+  if (value === true) {
+    t.lseIn = 'new';
+    return;
+  }
+  const formula = () => `batch*numHeads*n = ${c.batch}*${t.numHeads}*${t.n} (n = ${t.n} new tokens, from k), or true`;
+  const lseIn = checkOperand(`${FN}: lse`, value, t.lseLength, formula, wasm, 'tensorDType');
+  for (const [name, input] of [
+    ['q', t.qIn],
+    ['k', t.kIn],
+    ['v', t.vIn],
+    ['out', t.outIn],
+  ] as const) {
+    if (typeof lseIn === 'number' && lseIn === input) {
+      const why = name === 'out' ? 'both are written' : `the kernel reads ${name} while it writes lse`;
+      throw new TypeError(`${FN}: lse: expected a HeapTensor other than ${name} (${why}), got ${name} itself`);
+    }
+  }
+  const out = t.outIn;
+  if (
+    lseIn instanceof Float32Array &&
+    (out instanceof Float32Array || out instanceof Uint16Array) &&
+    out.buffer === lseIn.buffer &&
+    out.byteOffset < lseIn.byteOffset + lseIn.byteLength &&
+    lseIn.byteOffset < out.byteOffset + out.byteLength
+  ) {
+    throw new TypeError(
+      `${FN}: lse: expected an array that does not overlap out (both are written), got one that shares its memory`,
+    );
+  }
+  t.lseIn = lseIn;
+  t.lseValue = value;
 }
 
 /** causal (default true), window, softcap, alibiSlopes, scale, emptyRows, sinks, rope, newTokens. */
@@ -247,9 +295,9 @@ function stageAndAttend(
   t: AttendTensors,
   a: AttendOptions,
   rows: { firstRow: number; ropeRows: number },
-): { outAt: number; outOffset: number } {
+): { outAt: number; outOffset: number; lseAt: number; lseOffset: number } {
   const { wasm, arena, cacheLayout: L } = host;
-  const { qIn, kIn, vIn, outIn, qLength, kvLength, vLength, outLength } = t;
+  const { qIn, kIn, vIn, outIn, qLength, kvLength, vLength, outLength, lseIn } = t;
   const { alibiSlopes, sinks, rope, counts } = a;
   const staged = (operand: Operand | undefined, length: number) => (typeof operand === 'number' ? 0 : length * 4);
   const ropeBytes = rope ? (rows.ropeRows - rows.firstRow) * rope.half * 4 : 0;
@@ -263,15 +311,17 @@ function stageAndAttend(
     ropeBytes,
     ropeBytes,
     counts ? counts.byteLength : 0,
+    typeof lseIn === 'number' || lseIn === undefined ? 0 : t.lseLength * 4,
   ];
   // Byte offsets are read before the malloc, which may detach views of this heap (see copyIn).
   const qOffset = byteOffsetOf(qIn);
   const kOffset = byteOffsetOf(kIn);
   const vOffset = byteOffsetOf(vIn);
   const outOffset = byteOffsetOf(outIn);
+  const lseOffset = lseIn === 'new' ? 0 : byteOffsetOf(lseIn);
   const base = arena.reserve(FN, totalBytes(sizes));
   const callAt = arena.callAt();
-  const [qAt, kAt, vAt, outAt, alibiAt, sinksAt, cosAt, sinAt, countsAt] = layout(base, sizes);
+  const [qAt, kAt, vAt, outAt, alibiAt, sinksAt, cosAt, sinAt, countsAt, lseSlot] = layout(base, sizes);
   const heap = wasm.HEAPF32;
   const qAddress = place(wasm, qIn, qOffset, 0, qLength, qAt);
   const kAddress = place(wasm, kIn, kOffset, 0, kvLength, kAt);
@@ -280,8 +330,18 @@ function stageAndAttend(
   if (sinks) heap.set(sinks, sinksAt >>> 2);
   if (rope) stageRope(heap, rope, rows.firstRow, rows.ropeRows, cosAt, sinAt);
   if (counts) wasm.HEAP32.set(counts, countsAt >>> 2);
-  const out = typeof outIn === 'number' ? outIn : outAt;
-  writeCacheOperands(wasm, L, callAt, id, qAddress, kAddress, vAddress, out, t.n, t.numHeads, counts ? countsAt : 0);
+  const lseAt = typeof lseIn === 'number' ? lseIn : lseIn === undefined ? 0 : lseSlot;
+  writeCacheOperands(wasm, L, callAt, {
+    cache: id,
+    q: qAddress,
+    k: kAddress,
+    v: vAddress,
+    out: typeof outIn === 'number' ? outIn : outAt,
+    lse: lseAt,
+    newTokens: t.n,
+    numHeads: t.numHeads,
+    newTokenCounts: counts ? countsAt : 0,
+  });
   const alibi = alibiSlopes ? alibiAt : 0;
   const sink = sinks ? sinksAt : 0;
   writeOptionFields(
@@ -300,7 +360,7 @@ function stageAndAttend(
   );
   checkStatus(wasm, FN, wasm._mha_kv_cache_attend(callAt));
   for (let b = 0; b < lengths.length; b++) lengths[b]! += counts ? counts[b]! : t.n;
-  return { outAt, outOffset };
+  return { outAt, outOffset, lseAt, lseOffset };
 }
 
 /** The result of a call whose out was staged at `outAt` (or was a HeapTensor, written in place). */
@@ -319,6 +379,15 @@ function attendResult(wasm: MhaWasmModule, t: AttendTensors, outAt: number, outO
   return half ? halfResult(outValue, target as Uint16Array, q) : (target as Float32Array);
 }
 
+/** The lse written at `lseAt`: copied into the Float32Array given, or a new one for `lse: true`. */
+function lseResult(wasm: MhaWasmModule, t: AttendTensors, lseAt: number, lseOffset: number): Float32Array | undefined {
+  const { lseIn, lseLength } = t;
+  if (lseIn === 'new') return new Float32Array(wasm.HEAPF32.buffer, lseAt, lseLength).slice();
+  if (!(lseIn instanceof Float32Array)) return undefined;
+  copyResult(wasm, lseIn, lseLength, lseOffset, lseAt, 0, lseLength);
+  return undefined;
+}
+
 /**
  * One attend of the cache of `config` whose per-sequence lengths are `lengths` (updated here). `liveId`
  * gives the C++ cache's id, or throws once it was freed: it is asked again after the last user code (the
@@ -333,20 +402,24 @@ export function attendCache(
   k: unknown,
   v: unknown,
   options: KVCacheAttendOptions,
-): Float32Array | Float16Tensor {
+): Float32Array | Float16Tensor | AttentionState<Float32Array | Float16Tensor> {
   const { wasm } = host;
   const o = checkOptionsObject(`${FN}: options`, options, ATTEND_KEYS);
   const t = checkAttendInputs(wasm, c, o, q, k, v);
   const a = checkAttendOptions(c, o, t.numHeads, t.n);
   checkAttendOut(wasm, c, t, o.out);
+  checkAttendLse(wasm, c, t, o.lse);
   // Option getters are user code: the cache and the tensors are checked again once none can run.
   const id = liveId();
   checkStillUsable(`${FN}: q`, q, t.qIn, t.qLength);
   checkStillUsable(`${FN}: k`, k, t.kIn, t.kvLength);
   checkStillUsable(`${FN}: v`, v, t.vIn, t.vLength);
   if (t.outIn !== undefined) checkStillUsable(`${FN}: out`, t.outValue, t.outIn, t.outLength);
+  if (t.lseIn !== undefined && t.lseIn !== 'new') checkStillUsable(`${FN}: lse`, t.lseValue, t.lseIn, t.lseLength);
   if (a.rope) checkRopeStillUsable(FN, a.rope);
   const rows = checkRoom(c, lengths, t.n, a);
-  const { outAt, outOffset } = stageAndAttend(host, id, lengths, t, a, rows);
-  return attendResult(wasm, t, outAt, outOffset, q);
+  const { outAt, outOffset, lseAt, lseOffset } = stageAndAttend(host, id, lengths, t, a, rows);
+  const out = attendResult(wasm, t, outAt, outOffset, q);
+  const lse = lseResult(wasm, t, lseAt, lseOffset);
+  return lse !== undefined ? { out, lse } : out;
 }

@@ -5,6 +5,7 @@ import { CACHE_DTYPE_NAME_LIST, CACHE_DTYPES, cacheDTypeCode } from './cache-dty
 import { describe } from './describe.js';
 import type { KVCacheDType, KVCacheOptions } from './kv-cache-types.js';
 import type { MhaWasmModule } from './mha.js';
+import { doesNotFit } from './heap.js';
 import type { StagingArena } from './staging.js';
 import { checkDim, checkOptionsObject } from './validate.js';
 
@@ -37,7 +38,7 @@ function checkDType(fn: string, value: unknown): KVCacheDType {
   throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
 }
 
-/** Checks createKVCache's options (dims, dtype, and the bytes the storage needs against the 2 GiB heap). */
+/** Checks createKVCache's options (dims, dtype, and the bytes the storage needs against the heap's limit). */
 export function checkCacheOptions(wasm: MhaWasmModule, options: KVCacheOptions): CacheConfig {
   const fn = 'createKVCache';
   const o = checkOptionsObject(`${fn}: options`, options, KV_CACHE_KEYS);
@@ -51,7 +52,7 @@ export function checkCacheOptions(wasm: MhaWasmModule, options: KVCacheOptions):
   };
   config.valueDim = o.vHeadDim === undefined ? config.headDim : checkDim(`${fn}: vHeadDim`, o.vHeadDim);
   const bytes = cacheBytes(wasm, config);
-  if (!(bytes < 2 ** 31)) throw tooLarge(config, bytes);
+  if (!(bytes < wasm.maxMemoryBytes())) throw tooLarge(wasm, config, bytes);
   return config;
 }
 
@@ -62,14 +63,13 @@ export function cacheBytes(wasm: MhaWasmModule, c: CacheConfig): number {
 /** The ABI's value_dim: 0 when Dv = Dh (what a cache without vHeadDim writes). */
 const valueDimOf = (c: CacheConfig): number => (c.valueDim === c.headDim ? 0 : c.valueDim);
 
-function tooLarge(c: CacheConfig, bytes: number, why = 'more than it can provide (2 GiB at most)'): RangeError {
+function tooLarge(wasm: MhaWasmModule, c: CacheConfig, bytes: number, why = ''): RangeError {
   const dims =
     c.valueDim === c.headDim
       ? `batch*numKvHeads*capacity*headDim = ${c.batch}*${c.numKvHeads}*${c.capacity}*${c.headDim}`
       : `batch*numKvHeads*capacity*(headDim + vHeadDim) = ${c.batch}*${c.numKvHeads}*${c.capacity}*(${c.headDim} + ${c.valueDim})`;
   return new RangeError(
-    `createKVCache: capacity: a ${c.dtype} cache of ${dims} needs ${bytes} bytes of wasm memory for its keys ` +
-      `and values, ${why}`,
+    `createKVCache: capacity: a ${c.dtype} cache of ${dims} for its keys and values ${doesNotFit(wasm, bytes)}${why}`,
   );
 }
 
@@ -90,7 +90,6 @@ export function createCache(host: CacheCallHost, config: CacheConfig): number {
   );
   // The dims passed the checks above, so what the core can still refuse is the memory (the heap cannot grow
   // that far, or the size check): said with the bytes and the core's own message.
-  if (status !== 0)
-    throw tooLarge(c, cacheBytes(wasm, c), `which the wasm core refused: ${wasm.statusMessage(status)}`);
+  if (status !== 0) throw tooLarge(wasm, c, cacheBytes(wasm, c), ` (the wasm core: ${wasm.statusMessage(status)})`);
   return wasm.HEAP32[idAt >>> 2]! >>> 0; // a uint32 id
 }

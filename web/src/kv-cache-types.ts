@@ -77,12 +77,29 @@ export interface KVCacheAttendOptions {
    */
   out?: Float32Array | HeapTensor | Float16Tensor;
   /**
+   * The attention state's log-sum-exp (docs/spec.md 5.3), (batch, numHeads, n) float32: row (b, h, i) is
+   * m + ln Σ_j exp(s_j − m) over its visible keys and the sink (natural log), −∞ for an empty row and for a
+   * padding row (newTokens). `true`: attend returns `{ out, lse }` with a new Float32Array; a Float32Array
+   * or a HeapTensor of batch·numHeads·n floats: written there, attend returns out. With {@link
+   * MHA.mergeAttention} two attentions over disjoint keys combine exactly.
+   */
+  lse?: true | Float32Array | HeapTensor;
+  /**
    * Sequences of different lengths (docs/spec.md 4.6, FlashAttention's `cache_seqlens`): batch integers,
    * entry b in [0, n], how many of the n rows of sequence b are real. Rows at index >= newTokens[b] are
    * padding: their k and v are not stored, nothing is computed for them and their out rows are 0.
    * Sequence b's real rows take positions lengths[b] + i. Default: n for every sequence.
    */
   newTokens?: Int32Array | readonly number[];
+}
+
+/**
+ * An attention state (docs/spec.md 5.3): out (batch, n, numHeads·Dv) and lse (batch, numHeads, n), what
+ * {@link KVCache.attend} returns with `lse: true` and what {@link MHA.mergeAttention} takes and returns.
+ */
+export interface AttentionState<T = Float32Array> {
+  out: T;
+  lse: Float32Array;
 }
 
 /** Options of {@link KVCache.read}: tokens [start, end) of every sequence. */
@@ -161,7 +178,13 @@ export interface KVCache {
     q: TensorIn<D>,
     k: TensorIn<D>,
     v: TensorIn<D>,
-    options: KVCacheAttendOptions & { tensorDType?: D; dtype?: D },
+    options: KVCacheAttendOptions & { tensorDType?: D; dtype?: D; lse: true },
+  ): AttentionState<TensorOut<D>>;
+  attend<D extends TensorDType = 'float32'>(
+    q: TensorIn<D>,
+    k: TensorIn<D>,
+    v: TensorIn<D>,
+    options: KVCacheAttendOptions & { tensorDType?: D; dtype?: D; lse?: Float32Array | HeapTensor },
   ): TensorOut<D>;
   /**
    * Rollback for speculative decoding or beam search, in O(batch): a number n keeps min(lengths[b], n)

@@ -8,6 +8,7 @@ import { attendCache } from './kv-cache-attend.js';
 import { cacheBytes } from './kv-cache-config.js';
 import type { CacheCallHost, CacheConfig } from './kv-cache-config.js';
 import type {
+  AttentionState,
   KVCache,
   KVCacheAttendOptions,
   KVCacheContents,
@@ -87,14 +88,20 @@ export class WasmKVCache implements KVCache {
     q: TensorIn<D>,
     k: TensorIn<D>,
     v: TensorIn<D>,
-    options: KVCacheAttendOptions & { tensorDType?: D; dtype?: D },
+    options: KVCacheAttendOptions & { tensorDType?: D; dtype?: D; lse: true },
+  ): AttentionState<TensorOut<D>>;
+  attend<D extends TensorDType = 'float32'>(
+    q: TensorIn<D>,
+    k: TensorIn<D>,
+    v: TensorIn<D>,
+    options: KVCacheAttendOptions & { tensorDType?: D; dtype?: D; lse?: Float32Array | HeapTensor },
   ): TensorOut<D>;
   attend(
     q: Float32Array | HeapTensor | Float16Tensor,
     k: Float32Array | HeapTensor | Float16Tensor,
     v: Float32Array | HeapTensor | Float16Tensor,
     options: KVCacheAttendOptions,
-  ): Float32Array | Float16Tensor {
+  ): Float32Array | Float16Tensor | AttentionState<Float32Array | Float16Tensor> {
     const fn = 'KVCache.attend';
     this.#checkLive(fn);
     return attendCache(this.#host, this.#config, this.#lengths, () => this.liveId(fn), q, k, v, options);

@@ -71,6 +71,7 @@ export interface MhaWasmModule {
   kvCacheLoadError(): string;
   releaseScratch(): void;
   heapBytesInUse(): number;
+  maxMemoryBytes(): number;
   version(): string;
   simd(): boolean;
   // Emscripten's worker pool (threaded build only).

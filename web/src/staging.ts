@@ -4,6 +4,7 @@
 // mixed calls.
 import type { AttentionCall } from './attention-options.js';
 import type { Rope } from './rope-options.js';
+import { doesNotFit, mallocBytes } from './heap.js';
 import type { MhaWasmModule } from './mha.js';
 
 /**
@@ -51,12 +52,8 @@ export class StagingArena {
     this.release();
     // The slots are 16-byte aligned, as layout() promises.
     const total = this.callSlot + bytes + MALLOC_SLACK_FOR_16;
-    const block = total < 2 ** 31 ? this.wasm._malloc(total) : 0;
-    if (block === 0) {
-      throw new RangeError(
-        `${fn}: the inputs and output need ${bytes} bytes of wasm memory, more than it can provide (2 GiB at most)`,
-      );
-    }
+    const block = mallocBytes(this.wasm, total);
+    if (block === 0) throw new RangeError(`${fn}: staging the inputs and output ${doesNotFit(this.wasm, bytes)}`);
     this.malloced = block;
     this.bytes = bytes;
     return this.block + this.callSlot;

@@ -3,7 +3,8 @@
 // outermost first: B batch, S query length, T key/value length, H heads, Dh = D / H head size, D model size,
 // Dv the value head size (vHeadDim, default Dh).
 import type { RopeTables, RopeTablesOptions } from './rope.js';
-import type { KVCache, KVCacheOptions, LoadKVCacheOptions } from './kv-cache-types.js';
+import type { AttentionState, KVCache, KVCacheOptions, LoadKVCacheOptions } from './kv-cache-types.js';
+import type { MergeAttentionOptions } from './merge-attention.js';
 import type { Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 
 /** Options of {@link createMHA}. */
@@ -61,6 +62,11 @@ export interface MHAInfo {
    * (mha-baseline.wasm).
    */
   build: BuildName;
+  /**
+   * The most this instance's wasm memory may grow to, in bytes: 4294901760 (4 GiB, wasm32's limit, less the
+   * one 64 KiB page Emscripten keeps back) for every build. Heap tensors and caches may sit anywhere below it.
+   */
+  maxMemoryBytes: number;
 }
 
 /** The five builds of the wasm module. */
@@ -292,7 +298,7 @@ export interface MHA {
    * @param options - batch, numKvHeads, headDim, capacity, dtype (default 'float32') and vHeadDim (default headDim)
    * @returns an empty {@link KVCache}
    * @throws TypeError / RangeError for a bad option; RangeError, with the bytes it would need, when
-   *   capacity x dims do not fit the 2 GiB wasm heap; RangeError naming the core's refusal for a vHeadDim
+   *   capacity x dims do not fit the 4 GiB wasm heap (and what it can still have); RangeError naming the core's refusal for a vHeadDim
    *   other than headDim while this build's kernels do not compute it
    * @example
    * ```ts
@@ -312,6 +318,23 @@ export interface MHA {
    *   saved sequence. Nothing outlives the failed call.
    */
   loadKVCache(bytes: Uint8Array, options?: LoadKVCacheOptions): KVCache;
+  /**
+   * Merges attention states computed over disjoint key sets of the same queries (docs/spec.md 5.3,
+   * FlashInfer's merge_state) into the state of the attention over their union: lse = ln Σ_p exp(lse_p),
+   * out = Σ_p exp(lse_p − lse) · out_p, in float64, rounded once to float32. A row empty in every part
+   * (lse −∞) gives out 0 and lse −∞. This is how keys split across caches, calls or Workers combine.
+   *
+   * @param parts - `{ out, lse }` states (from {@link KVCache.attend} with `lse`, or multiHeadAttention's
+   *   out and lse): out (batch, seqLen, numHeads·Dv), lse (batch, numHeads, seqLen); Float32Arrays or
+   *   HeapTensors of this instance; Dv from the first out's length
+   * @returns a new state: out (batch, seqLen, numHeads·Dv) and lse (batch, numHeads, seqLen)
+   * @throws TypeError when parts is not a non-empty array of { out, lse } or a tensor has the wrong type;
+   *   RangeError when a length does not match the shape or the first part's Dv
+   */
+  mergeAttention(
+    parts: readonly AttentionState<Float32Array | HeapTensor>[],
+    options: MergeAttentionOptions,
+  ): AttentionState;
   /**
    * The spec's `_split_heads`: (batch, seqLen, dModel) -> (batch, numHeads, seqLen, headDim).
    *

@@ -20,6 +20,7 @@ namespace {
 constexpr size_t kAlignment = 64;
 
 void* allocate_zeroed(size_t bytes) {
+  if (bytes > SIZE_MAX - kAlignment) return nullptr;  // a wasm32 size_t: the rounding below would wrap
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p != nullptr) std::memset(p, 0, rounded);
@@ -270,7 +271,7 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
 // append's stores, once checked (rope null or enabled).
 void KVCache::store_tokens(TensorView<const float> k, TensorView<const float> v, int32_t n, const RotaryTables* rope,
                            const int32_t* new_tokens) {
-  const int32_t dh = config_.head_dim, dv = config_.value_dim(), heads = config_.num_kv_heads;
+  const int32_t dv = config_.value_dim(), heads = config_.num_kv_heads;
   const bool panel_rows = cache_dtype_info(config_.dtype).panel_rows8;
   for (int32_t b = 0; b < config_.batch; ++b) {
     const int32_t length = lengths_[b], count = new_tokens != nullptr ? new_tokens[b] : n;
@@ -286,7 +287,7 @@ void KVCache::store_tokens(TensorView<const float> k, TensorView<const float> v,
       for (int32_t g = 0; g < heads; ++g) {
 #if MHA_F16_SIMD
         if (tokens == 8) {
-          specials |= store_keys8(k_row + int64_t{g} * dh, k.row_stride, b, g, position);
+          specials |= store_keys8(k_row + int64_t{g} * config_.head_dim, k.row_stride, b, g, position);
           continue;
         }
 #endif

@@ -58,9 +58,9 @@ struct KVCacheConfig {
   int32_t value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }  // Dv
 };
 
-// A wasm32 heap holds at most 2 GiB (the module's MAXIMUM_MEMORY); natively the same bound keeps the
-// behaviour of both builds alike.
-constexpr int64_t kMaxCacheBytes = int64_t{1} << 31;
+// A wasm32 heap holds at most 4 GiB (the modules' MAXIMUM_MEMORY, docs/spec.md 5.6); natively the same
+// bound keeps the behaviour of both builds alike.
+constexpr int64_t kMaxCacheBytes = int64_t{1} << 32;
 // special_from() when the cache holds no inf or NaN half.
 constexpr int32_t kNoSpecialValues = INT32_MAX;
 

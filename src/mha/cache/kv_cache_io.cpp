@@ -363,7 +363,7 @@ MHA_MINSIZE Status check_capacity(int32_t capacity, const SavedCacheHeader& h, i
         << ", headDim " << c.head_dim << ", vHeadDim " << c.value_dim() << " and capacity " << c.capacity << " needs "
         << int64_t(kv_cache_bytes(c) < 0x1p62 ? kv_cache_bytes(c) : 0x1p62)
         << " bytes of wasm memory for its keys and values, "
-        << "more than it can provide (2 GiB at most)";
+        << "more than it can provide (4 GiB at most)";
     return Status::kCacheTooLarge;
   }
   return Status::kOk;

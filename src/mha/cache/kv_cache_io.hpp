@@ -65,7 +65,7 @@ class KVCacheStorage {
   //                    the checksum)
   //   kNonPositiveDim  capacity < 0
   //   kCacheBadLength  capacity (given) below the longest saved sequence
-  //   kCacheTooLarge   the cache would not fit the 2 GiB heap (kMaxCacheBytes)
+  //   kCacheTooLarge   the cache would not fit the 4 GiB heap (kMaxCacheBytes)
   static Status check(const uint8_t* bytes, int64_t size, int32_t capacity, SavedCacheHeader& header, LoadMessage* why);
   // check(), then a new cache holding the saved tokens (and kOutOfMemory when the heap cannot hold it).
   // `out` is null unless kOk. A float16 cache's special_from is recomputed from its halves.

@@ -65,7 +65,7 @@ const char* status_message(Status status) {
     case Status::kBadBiasShape: return "biasShape must be [1 or batch, 1 or numHeads, seqLen, kvSeqLen]";
     case Status::kBadEmptyRows: return "emptyRows must be 'nan' or 'zero'";
     case Status::kCacheFull: return "the new tokens would pass the KV cache's capacity (nothing was written)";
-    case Status::kCacheTooLarge: return "the KV cache's capacity x dims do not fit the 2 GiB wasm heap";
+    case Status::kCacheTooLarge: return "the KV cache's capacity x dims do not fit the 4 GiB wasm heap";
     case Status::kCacheInvalid: return "the KV cache was freed or belongs to another instance";
     case Status::kCacheBadLength:
       return "truncate(n) needs an integer n in [0, max(lengths)], truncate([...]) each entry in [0, lengths[b]], read "

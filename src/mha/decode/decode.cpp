@@ -21,6 +21,7 @@ void DecodeScratch::release() {
   partials.release();
   rounded_kv.release();
   staged_q.release();
+  tiled_lse.release();
   row_blocks.clear();
   row_blocks.shrink_to_fit();
   for (std::vector<int32_t>* v : {&first_positions, &key_counts, &decode_counts}) {

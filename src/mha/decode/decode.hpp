@@ -81,9 +81,13 @@ struct CacheAttendArgs : AttentionOptions {
   // >= new_token_counts[b] are padding: not read, not stored, their out rows 0. Sequence b's real rows
   // take positions length(b) + i.
   const int32_t* new_token_counts = nullptr;
-  TensorView<const float> q;             // (B, n, H*Dh)
-  TensorView<const float> k, v;          // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv): the new tokens
-  TensorView<float> out;                 // (B, n, H*Dv); may be q itself (when Dv = Dh), must not overlap k or v
+  TensorView<const float> q;     // (B, n, H*Dh)
+  TensorView<const float> k, v;  // k (B, n, Hkv*Dh), v (B, n, Hkv*Dv): the new tokens
+  TensorView<float> out;         // (B, n, H*Dv); may be q itself (when Dv = Dh), must not overlap k or v
+  // (B, H, n) output, optional: each row's log-sum-exp over its visible keys and the sink (natural log, as
+  // the stateless call's), -inf for an empty row and for padding rows (out 0: a part that adds nothing to a
+  // merge, docs/spec.md 5.3). Must not overlap q, k, v or out.
+  float* lse = nullptr;
   const DecodeKernel* kernel = nullptr;  // nullptr = default_decode_kernel()
   CachePath path = CachePath::kAuto;
 };
@@ -112,6 +116,7 @@ struct DecodeScratch {
   Workspace partials;              // m, l, o of every work item of the current wave
   Workspace rounded_kv;            // a float16 prefill's new k (rotated with rope) and v, rounded to halves
   Workspace staged_q;              // with rope: q rotated at its positions (B, n, H*Dh)
+  Workspace tiled_lse;             // a tiled sequence's lse (H, rows) when rows < n, then placed in (B, H, n)
   std::vector<DecodeRowBlock> row_blocks;
   std::vector<int32_t> first_positions, key_counts;  // (B) a cache_attend's old and new lengths
   std::vector<int32_t> decode_counts;                // (B) its rows the decode kernel computes
@@ -124,6 +129,11 @@ struct DecodeScratch {
 // Checks a call against the cache without touching anything: the Status append + attend would give. The
 // options get the stateless call's checks and statuses (validate_attention_options).
 Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args);
+
+// Where row (b, h, i) of a call's lse goes (args.lse not null).
+inline float* cache_lse(const CacheAttendArgs& args, int32_t b, int32_t h, int32_t i) {
+  return args.lse + (int64_t{b} * args.num_heads + h) * args.new_tokens + i;
+}
 
 // Real rows of sequence b in a call (args.new_token_counts[b], or n).
 inline int32_t new_token_count(const CacheAttendArgs& args, int32_t b) {

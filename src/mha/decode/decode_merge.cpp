@@ -12,6 +12,20 @@
 namespace mha {
 namespace {
 
+constexpr float kLn2f = static_cast<float>(1.0 / kLog2e);
+
+// A row's lse from its max m (log2 units of the scaled scores, as the sink) and its sum l: m ln 2 + ln l, in
+// float32 with the logarithm the build's tiled kernel already links (the scalar kernel's logf, the SIMD
+// kernel's log2f): another would bring musl's into the module (double log2: +3 kB gzipped, logf beside
+// log2f: +0.6 kB). The two differ in the last bits only, as the builds' kernels do.
+float natural_lse(float m, float l) {
+#if defined(MHA_KERNEL_SCALAR)
+  return m * kLn2f + std::log(l);
+#else
+  return (m + std::log2(l)) * kLn2f;
+#endif
+}
+
 // The test seam's count of the rows that took the exact path (test_seam.hpp).
 void count_exact_row(const DecodeJob& job) {
   if (test_seam::kEnabled) job.scratch->counters.exact_rows.fetch_add(1, std::memory_order_relaxed);
@@ -35,7 +49,7 @@ float cache_value(const void* head, int32_t j, int32_t d) {
 // stores them, q as staged (rotated with rope, as the stored keys, so the row itself takes no rope). Used
 // for rows whose float32 result is not finite (non-finite inputs, float32 overflow, empty rows) and for
 // scales that cannot be folded into the kernel's log2-unit scale. `scratch`: Dv doubles.
-void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, double* scratch, float* out) {
+void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, double* scratch, float* out, float* lse) {
   const AttentionOptions& o = *job.args;
   const CacheHead head{job.cache, b, g};
   ReferenceRow row;
@@ -57,7 +71,7 @@ void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, do
   row.empty_rows = o.empty_rows;
   row.has_sink = o.sinks != nullptr;
   row.sink = row.has_sink ? o.sinks[ri.head] : 0.0f;
-  reference_attention_row(row, scratch, out, nullptr, nullptr);
+  reference_attention_row(row, scratch, out, nullptr, lse);
 }
 
 }  // namespace
@@ -76,8 +90,9 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
   for (int32_t r = 0; r < rb.rows; ++r) {
     const RowInfo ri = row_info(job, g, rb.row_begin + r);
     float* dst = out.data + b * out.batch_stride + ri.query * out.row_stride + int64_t{ri.head} * dv;
+    float* lse = job.args->lse != nullptr ? cache_lse(*job.args, b, ri.head, ri.query) : nullptr;
     if (job.exact_only || rb.blocks == 0) {
-      exact_row(job, b, g, ri, exact_scratch, dst);
+      exact_row(job, b, g, ri, exact_scratch, dst, lse);
       count_exact_row(job);
       continue;
     }
@@ -104,11 +119,12 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
       finite &= std::isfinite(merged[d]);
     }
     if (!finite) {
-      exact_row(job, b, g, ri, exact_scratch, dst);
+      exact_row(job, b, g, ri, exact_scratch, dst, lse);
       count_exact_row(job);
       continue;
     }
     std::copy(merged, merged + dv, dst);
+    if (lse != nullptr) *lse = natural_lse(m_sub, l);
   }
 }
 

@@ -67,6 +67,7 @@ void zero_padding_rows(const KVCache& cache, const CacheAttendArgs& args) {
   for (int32_t b = 0; b < cache.config().batch; ++b)
     for (int32_t i = new_token_count(args, b); i < args.new_tokens; ++i) {
       std::fill_n(args.out.data + b * args.out.batch_stride + i * args.out.row_stride, width, 0.0f);
+      for (int32_t h = 0; args.lse != nullptr && h < args.num_heads; ++h) *cache_lse(args, b, h, i) = kNegInf;
     }
 }
 

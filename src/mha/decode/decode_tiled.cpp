@@ -109,8 +109,20 @@ Status tiled_attend(const KVCache& cache, const CacheAttendArgs& args, int32_t f
       tiled.rope = RotaryTables{};
     }
   }
+  // lse: the stateless call writes (batch, H, rows); the cache call's is (B, H, n). Equal when rows = n;
+  // else through scratch, placed below.
+  const bool lse_in_place = args.lse == nullptr || n == args.new_tokens;
+  if (!lse_in_place && !scratch.tiled_lse.reserve(size_t(segment.batch) * args.num_heads * n)) {
+    return Status::kOutOfMemory;
+  }
+  tiled.lse = args.lse == nullptr ? nullptr
+              : lse_in_place      ? cache_lse(args, segment.first, 0, 0)
+                                  : scratch.tiled_lse.data();
   const Status run = parallel != nullptr ? parallel->run(tiled) : attention(tiled, tiled_scratch);
   if (run != Status::kOk) return run;
+  for (int32_t b = 0; !lse_in_place && b < segment.batch; ++b)
+    for (int32_t h = 0; h < args.num_heads; ++h)
+      std::copy_n(tiled.lse + (int64_t{b} * args.num_heads + h) * n, n, cache_lse(args, segment.first + b, h, 0));
   if (test_seam::kEnabled) ++scratch.counters.tiled_prefills;
   return Status::kOk;
 }

@@ -1,6 +1,6 @@
 // A 4x4 transpose of float vectors in registers, for packing rows into panels: the tiled kernels' Q
 // panels and K^T tiles (simd128_tiles.hpp) and the KV cache's key panels (kv_cache.cpp). In each SIMD
-// variant's namespace, as the other inline helpers (simd_exp.hpp says why).
+// variant's namespace, as the other inline helpers (simd_variant.hpp says why).
 #pragma once
 
 #include <xsimd/xsimd.hpp>
