@@ -246,6 +246,13 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_truncate_each(uint32_t id, uintptr_t l
                                                : mha::Status::kCacheInvalid);
 }
 
+// Sequence b takes what sequence indices[b] held (indices: int32 (B)); kv_cache.hpp's reorder.
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_reorder(uint32_t id, uintptr_t indices) {
+  mha::KVCache* cache = g_caches.find(id);
+  return static_cast<int32_t>(cache != nullptr ? cache->reorder(at<const int32_t>(indices))
+                                               : mha::Status::kCacheInvalid);
+}
+
 // Copies tokens [start, end) of every sequence out as k (B, end - start, Hkv*Dh), v (B, end - start,
 // Hkv*Dv): float32, or with `stored` the cache's own elements (float16 bits for a float16 cache).
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_read(uint32_t id, uintptr_t k_out, uintptr_t v_out, int32_t start,

@@ -91,7 +91,13 @@ test('Chromium: createMHA() selects relaxed-simd, which passes the golden set (o
   const { page, problems } = await openPage();
   const r = await runGoldenInPage(page, {});
   assert.equal(r.relaxedSimd, true, 'Chromium validates the Relaxed SIMD probe');
-  assert.deepEqual(r.info, { version: r.info.version, simd: true, threads: 1, build: 'relaxed-simd' });
+  assert.deepEqual(r.info, {
+    version: r.info.version,
+    simd: true,
+    threads: 1,
+    build: 'relaxed-simd',
+    maxMemoryBytes: 2 ** 32 - 2 ** 16,
+  });
   assertGolden(r, 'relaxed-simd');
   assert.deepEqual(problems, []);
   await page.close();
@@ -101,7 +107,13 @@ test('Chromium with COOP/COEP: threads: 2 selects relaxed-simd-threads, which pa
   const { page, problems } = await openPage();
   const r = await runGoldenInPage(page, { threads: 2 });
   assert.equal(r.crossOriginIsolated, true);
-  assert.deepEqual(r.info, { version: r.info.version, simd: true, threads: 2, build: 'relaxed-simd-threads' });
+  assert.deepEqual(r.info, {
+    version: r.info.version,
+    simd: true,
+    threads: 2,
+    build: 'relaxed-simd-threads',
+    maxMemoryBytes: 2 ** 32 - 2 ** 16,
+  });
   assertGolden(r, 'relaxed-simd-threads');
   assert.deepEqual(problems, []);
   await page.close();

@@ -168,7 +168,13 @@ forEachEngine((engine) => {
         const started = Date.now();
         const { results } = await runInPage(page, [{ threads: 2 }], CAUSAL);
         const elapsed = Date.now() - started;
-        assert.deepEqual(results[0].info, { version: results[0].info.version, simd: true, threads: 1, build: single });
+        assert.deepEqual(results[0].info, {
+          version: results[0].info.version,
+          simd: true,
+          threads: 1,
+          build: single,
+          maxMemoryBytes: 2 ** 32 - 2 ** 16,
+        });
         assert.equal(results[0].bitIdentical, true);
         const fallback = (await page.warnings()).filter((w) => w.includes('running single-threaded'));
         assert.equal(fallback.length, 1, JSON.stringify(fallback));

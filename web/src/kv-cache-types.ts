@@ -195,6 +195,15 @@ export interface KVCache {
    */
   truncate(n: number | Int32Array | readonly number[]): void;
   /**
+   * Beam search (docs/spec.md 5.4, FlashAttention's `cache_batch_idx`): afterwards sequence b holds what
+   * sequence `indices[b]` held, its tokens and length; an index may repeat (a beam kept twice) or be left
+   * out (a beam dropped). Moves only the sequences that change, and of each only its stored tokens.
+   * @param indices - batch integers in [0, batch)
+   * @throws TypeError / RangeError for a wrong length, a non-integer or an index out of range (nothing
+   *   changes); TypeError when the cache was freed
+   */
+  reorder(indices: Int32Array | readonly number[]): void;
+  /**
    * Copies tokens [start, end) of every sequence out (docs/spec.md 4.7), float16 caches give the stored
    * binary16 bits; float32, bfloat16 and int8 caches float32 (the stored values, decoded exactly).
    * @throws RangeError unless 0 <= start <= end <= min(lengths)

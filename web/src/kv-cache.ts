@@ -137,6 +137,26 @@ export class WasmKVCache implements KVCache {
     lengths.set(wanted);
   }
 
+  reorder(indices: Int32Array | readonly number[]): void {
+    const fn = 'KVCache.reorder';
+    this.#checkLive(fn);
+    const { wasm, arena } = this.#host;
+    const lengths = this.#lengths;
+    const batch = lengths.length;
+    const wanted = checkIntegerList(
+      `${fn}: indices`,
+      indices,
+      batch,
+      () => batch - 1,
+      `batch = ${batch} integers in [0, ${batch - 1}] (an Int32Array or an array)`,
+    );
+    const at = arena.reserve(fn, wanted.byteLength);
+    wasm.HEAP32.set(wanted, at >>> 2);
+    checkStatus(wasm, fn, wasm._mha_kv_cache_reorder(this.#id, at));
+    const before = lengths.slice();
+    for (let b = 0; b < batch; b++) lengths[b] = before[wanted[b]!]!;
+  }
+
   read(options: KVCacheReadOptions = {}): KVCacheContents {
     const fn = 'KVCache.read';
     this.#checkLive(fn);

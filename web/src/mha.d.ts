@@ -44,6 +44,7 @@ export interface MhaWasmModule {
   _mha_kv_cache_lengths(id: number, lengthsOut: number): number;
   _mha_kv_cache_truncate(id: number, length: number): number;
   _mha_kv_cache_truncate_each(id: number, lengths: number): number;
+  _mha_kv_cache_reorder(id: number, indices: number): number;
   // stored: 1 = the cache's own elements (float16 bits), 0 = float32.
   _mha_kv_cache_read(id: number, kOut: number, vOut: number, start: number, end: number, stored: number): number;
   _mha_kv_cache_attend(call: number): number;

@@ -91,6 +91,8 @@ struct CacheHeadBlock {
                           // kernel then hands the block to the scalar one)
 };
 
+struct CacheSequenceSpan;  // where one sequence's storage lies (kv_cache_reorder.cpp)
+
 class KVCache {
  public:
   // Validates the config and allocates zero-filled storage; kOutOfMemory when the heap cannot hold it.
@@ -132,6 +134,13 @@ class KVCache {
   // Sets sequence b's length to lengths[b] (B of them, each in [0, length(b)], else kCacheBadLength and
   // nothing changes). O(B).
   Status truncate_each(const int32_t* lengths);
+
+  // Beam search (docs/spec.md 5.4): afterwards sequence b holds what sequence indices[b] held (its tokens,
+  // length and special_from); an index may repeat or be left out. Copies only the sequences that change,
+  // and of each only the panels and rows of its tokens: O(bytes moved). A cycle of sequences (a swap) goes
+  // through one buffer of its first sequence's tokens. kCacheBadIndices unless every index is in [0, B),
+  // kOutOfMemory when that buffer cannot be had: then nothing changed. (kv_cache_reorder.cpp)
+  Status reorder(const int32_t* indices);
 
   // Storage of KV head g of batch item b, for the kernels and save: the codec's Element (float for
   // kFloat32, uint16_t for kFloat16 and kBFloat16, int8_t for kInt8), and a scaled cache's scales (layout
@@ -211,6 +220,7 @@ class KVCache {
   float* key_scale_row(int32_t b, int32_t g, int32_t position);    // scaled: key `position`'s NBk scales, stride P
   float* value_scale_row(int32_t b, int32_t g, int32_t position);  // scaled: value `position`'s NBv scales
   void set_length(int32_t b, int32_t length);
+  CacheSequenceSpan sequence_span(int32_t b) const;  // kv_cache_reorder.cpp
   // The key of head g of one token as stored: k_row + g*Dh itself, or rotated at `position` into rotated_.
   const float* key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position);
 

@@ -40,6 +40,7 @@ const char* status_name(Status status) {
     case Status::kCacheBadNewTokens: return "new_tokens entry outside [0, n]";
     case Status::kCacheBadSave: return "not a saved KV cache";
     case Status::kCacheNonFinite: return "non-finite value for an int8 KV cache";
+    case Status::kCacheBadIndices: return "reorder index outside [0, batch)";
   }
   return "unknown status";
 }
@@ -82,6 +83,7 @@ const char* status_message(Status status) {
     case Status::kCacheNonFinite:
       return "k or v holds an infinite or NaN value (keys after the rotation), which an int8 cache cannot quantize "
              "(docs/spec.md 4.8); nothing was written";
+    case Status::kCacheBadIndices: return "every reorder index must be an integer in [0, batch); nothing moved";
   }
   return nullptr;
 }

@@ -49,8 +49,10 @@ enum class Status : int32_t {
   kCacheBadSave = 28,       // saved cache bytes that are not exactly what save wrote (kv_cache_io.hpp says why)
   // The cache dtypes (docs/spec.md 4.8).
   kCacheNonFinite = 29,  // an int8 cache asked to store an inf or NaN k or v value (nothing was written)
+  // Serving (docs/spec.md Part 5).
+  kCacheBadIndices = 30,  // reorder: an index outside [0, B)
 };
-constexpr Status kLastStatus = Status::kCacheNonFinite;  // every number in [0, kLastStatus] is a Status
+constexpr Status kLastStatus = Status::kCacheBadIndices;  // every number in [0, kLastStatus] is a Status
 
 const char* status_name(Status status);
 
