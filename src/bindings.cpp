@@ -321,6 +321,10 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_attend(uintptr_t call_address) {
   args.v = {at<const float>(call.v), n * v_width, v_width};
   args.out = {at<float>(call.out), n * out_width, out_width};
   args.lse = at<float>(call.lse);
+  if (call.prefix != 0) {
+    args.prefix = g_caches.find(call.prefix);
+    if (args.prefix == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
+  }
   return static_cast<int32_t>(mha::cache_attend(*cache, args, g_decode, g_parallel.get(), g_workspace));
 }
 

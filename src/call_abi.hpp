@@ -68,6 +68,7 @@
   X(int32_t, new_tokens, "n >= 1")                                                     \
   X(int32_t, num_heads, "H, a multiple of the cache's Hkv")                            \
   X(uint32_t, new_token_counts, "0 = n for every sequence; int32 (B), each in [0, n]") \
+  X(uint32_t, prefix, "0 = none; id of a batch-1 cache whose tokens come first")       \
   MHA_OPTION_FIELDS(X)
 
 #define MHA_ABI_MEMBER(type, name, doc) type name;

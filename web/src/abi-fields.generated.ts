@@ -102,6 +102,8 @@ export function cacheAttendCallSlots(offsets: Readonly<Record<string, number>>) 
     num_heads: slot(offsets, 'num_heads'),
     /** uint32_t: 0 = n for every sequence; int32 (B), each in [0, n] */
     new_token_counts: slot(offsets, 'new_token_counts'),
+    /** uint32_t: 0 = none; id of a batch-1 cache whose tokens come first */
+    prefix: slot(offsets, 'prefix'),
     /** int32_t: 0 / 1 (cache.attend's default is 1) */
     causal: slot(offsets, 'causal'),
     /** int32_t: -1 = unbounded (Infinity) */

@@ -195,6 +195,8 @@ export interface CacheOperands {
   numHeads: number;
   /** int32 (B) real rows per sequence, or 0 (n for each). */
   newTokenCounts: number;
+  /** The id of a batch-1 cache whose tokens come first (a shared prefix), or 0. */
+  prefix: number;
 }
 
 /** Writes the operands of a KV cache attend call into its struct at `at`. */
@@ -210,4 +212,5 @@ export function writeCacheOperands(wasm: MhaWasmModule, L: CacheCallLayout, at: 
   i32[base + L.new_tokens] = o.newTokens;
   i32[base + L.num_heads] = o.numHeads;
   i32[base + L.new_token_counts] = o.newTokenCounts;
+  i32[base + L.prefix] = o.prefix | 0; // a uint32 id in an int32 view
 }

@@ -45,7 +45,14 @@ const ATTEND_KEYS = [
   'dtype',
   'newTokens',
   'lse',
+  'prefix',
 ] as const;
+
+/** A checked shared prefix (docs/spec.md 5.2): its length Lp, and its id once no user code can run. */
+export interface SharedPrefix {
+  length: number;
+  liveId: () => number;
+}
 
 /**
  * The element type of attend's tensors: `tensorDType`, or `dtype`, its deprecated alias (the name also
@@ -95,6 +102,7 @@ interface AttendOptions extends OptionValues {
   sinks: Float32Array | undefined;
   /** newTokens: the real rows of each sequence; undefined = n for every one. */
   counts: Int32Array | undefined;
+  prefix: SharedPrefix | undefined;
 }
 
 /** numHeads, the tensor dtype, then k (which gives n), v and q. */
@@ -223,7 +231,13 @@ function checkAttendLse(wasm: MhaWasmModule, c: CacheConfig, t: AttendTensors, v
 }
 
 /** causal (default true), window, softcap, alibiSlopes, scale, emptyRows, sinks, rope, newTokens. */
-function checkAttendOptions(c: CacheConfig, o: Record<string, unknown>, numHeads: number, n: number): AttendOptions {
+function checkAttendOptions(
+  c: CacheConfig,
+  o: Record<string, unknown>,
+  numHeads: number,
+  n: number,
+  checkPrefix: (value: unknown) => SharedPrefix,
+): AttendOptions {
   const causal = checkCausal(FN, o.causal, true);
   const [windowLeft, windowRight] = checkWindow(FN, o.window);
   const softcap = checkSoftcap(FN, o.softcap);
@@ -243,7 +257,9 @@ function checkAttendOptions(c: CacheConfig, o: Record<string, unknown>, numHeads
           () => n,
           `batch = ${c.batch} integers in [0, n = ${n}] (an Int32Array or an array)`,
         );
-  return { causal, windowLeft, windowRight, softcap, alibiSlopes, scale, emptyRows, sinks, rope, counts };
+  const prefixValue = o.prefix;
+  const prefix = prefixValue === undefined ? undefined : checkPrefix(prefixValue);
+  return { causal, windowLeft, windowRight, softcap, alibiSlopes, scale, emptyRows, sinks, rope, counts, prefix };
 }
 
 /**
@@ -273,14 +289,18 @@ function checkRoom(
     if (lengths[b]! + count(b) > ropeRows) [ropeRows, longest] = [lengths[b]! + count(b), b];
   }
   ropeRows = Math.max(ropeRows, firstRow);
+  // Over a prefix of Lp tokens, every position (and so every rope row) is Lp further on.
+  const lp = a.prefix ? a.prefix.length : 0;
   if (a.rope) {
+    const before = lp > 0 ? `prefix length + ` : '';
+    const shown = lp > 0 ? `${lp} + ` : '';
     const why = () =>
       c.batch > 1
-        ? `the last new token's of sequence ${longest}, lengths[${longest}] + n - 1 = ${lengths[longest]} + ${count(longest)} - 1`
-        : `the last new token's, length + n - 1 = ${lengths[0]} + ${n} - 1`;
-    checkRopeRows(FN, a.rope, ropeRows, why, 'nothing was stored');
+        ? `the last new token's of sequence ${longest}, ${before}lengths[${longest}] + n - 1 = ${shown}${lengths[longest]} + ${count(longest)} - 1`
+        : `the last new token's, ${before}length + n - 1 = ${shown}${lengths[0]} + ${n} - 1`;
+    checkRopeRows(FN, a.rope, lp + ropeRows, why, 'nothing was stored');
   }
-  return { firstRow, ropeRows };
+  return { firstRow: lp + firstRow, ropeRows: lp + ropeRows };
 }
 
 /**
@@ -341,6 +361,7 @@ function stageAndAttend(
     newTokens: t.n,
     numHeads: t.numHeads,
     newTokenCounts: counts ? countsAt : 0,
+    prefix: a.prefix ? a.prefix.liveId() : 0,
   });
   const alibi = alibiSlopes ? alibiAt : 0;
   const sink = sinks ? sinksAt : 0;
@@ -402,11 +423,12 @@ export function attendCache(
   k: unknown,
   v: unknown,
   options: KVCacheAttendOptions,
+  checkPrefix: (value: unknown) => SharedPrefix,
 ): Float32Array | Float16Tensor | AttentionState<Float32Array | Float16Tensor> {
   const { wasm } = host;
   const o = checkOptionsObject(`${FN}: options`, options, ATTEND_KEYS);
   const t = checkAttendInputs(wasm, c, o, q, k, v);
-  const a = checkAttendOptions(c, o, t.numHeads, t.n);
+  const a = checkAttendOptions(c, o, t.numHeads, t.n, checkPrefix);
   checkAttendOut(wasm, c, t, o.out);
   checkAttendLse(wasm, c, t, o.lse);
   // Option getters are user code: the cache and the tensors are checked again once none can run.
@@ -417,6 +439,7 @@ export function attendCache(
   if (t.outIn !== undefined) checkStillUsable(`${FN}: out`, t.outValue, t.outIn, t.outLength);
   if (t.lseIn !== undefined && t.lseIn !== 'new') checkStillUsable(`${FN}: lse`, t.lseValue, t.lseIn, t.lseLength);
   if (a.rope) checkRopeStillUsable(FN, a.rope);
+  a.prefix?.liveId(); // a getter may have freed it
   const rows = checkRoom(c, lengths, t.n, a);
   const { outAt, outOffset, lseAt, lseOffset } = stageAndAttend(host, id, lengths, t, a, rows);
   const out = attendResult(wasm, t, outAt, outOffset, q);

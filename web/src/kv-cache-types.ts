@@ -91,6 +91,16 @@ export interface KVCacheAttendOptions {
    * Sequence b's real rows take positions lengths[b] + i. Default: n for every sequence.
    */
   newTokens?: Int32Array | readonly number[];
+  /**
+   * A shared prefix (docs/spec.md 5.2, FlashInfer's cascade attention): another KVCache of this instance
+   * with batch 1 and the same numKvHeads, headDim, vHeadDim and dtype, read and never written. Its Lp
+   * tokens come before every sequence's own: sequence b sees the prefix's keys at positions [0, Lp) and
+   * its own at Lp + j, its queries sit at Lp + lengths[b] + i (causal, window, ALiBi, and the rope tables'
+   * rows). Several samples of one prompt then hold and read the prompt once: a decode step reads the
+   * prefix's bytes once for all sequences. `lengths`, `read` and `save` still cover the cache's own tokens.
+   * A prefix that does not match, is freed, or is the cache itself: TypeError.
+   */
+  prefix?: KVCache;
 }
 
 /**

@@ -5,6 +5,7 @@
 import { saveCache } from './cache-io.js';
 import { describe } from './describe.js';
 import { attendCache } from './kv-cache-attend.js';
+import type { SharedPrefix } from './kv-cache-attend.js';
 import { cacheBytes } from './kv-cache-config.js';
 import type { CacheCallHost, CacheConfig } from './kv-cache-config.js';
 import type {
@@ -104,7 +105,35 @@ export class WasmKVCache implements KVCache {
   ): Float32Array | Float16Tensor | AttentionState<Float32Array | Float16Tensor> {
     const fn = 'KVCache.attend';
     this.#checkLive(fn);
-    return attendCache(this.#host, this.#config, this.#lengths, () => this.liveId(fn), q, k, v, options);
+    const prefix = (value: unknown) => this.#checkPrefix(fn, value);
+    return attendCache(this.#host, this.#config, this.#lengths, () => this.liveId(fn), q, k, v, options, prefix);
+  }
+
+  /** attend's `prefix` (docs/spec.md 5.2): another live cache of this instance, one sequence, the same dims. */
+  #checkPrefix(fn: string, value: unknown): SharedPrefix {
+    const expected = `${fn}: prefix: expected another KVCache of this instance with batch 1`;
+    if (!(value instanceof WasmKVCache)) throw new TypeError(`${expected}, got ${describe(value)}`);
+    if (value === this) {
+      throw new TypeError(`${expected}, got the cache itself (its tokens would come before themselves)`);
+    }
+    if (value.#host !== this.#host) throw new TypeError(`${expected}, got a KVCache of another instance`);
+    if (value.#id === 0) throw new TypeError(`${expected}, got a KVCache freed by ${value.#freedBy}`);
+    const p = value.#config;
+    const c = this.#config;
+    if (p.batch !== 1) throw new TypeError(`${expected}, got one with batch ${p.batch}`);
+    for (const [name, mine, theirs] of [
+      ['numKvHeads', c.numKvHeads, p.numKvHeads],
+      ['headDim', c.headDim, p.headDim],
+      ['vHeadDim', c.valueDim, p.valueDim],
+      ['dtype', c.dtype, p.dtype],
+    ] as const) {
+      if (mine !== theirs) {
+        throw new TypeError(
+          `${fn}: prefix: expected ${name} ${describe(mine)} as this cache's, got ${describe(theirs)}`,
+        );
+      }
+    }
+    return { length: value.#lengths[0]!, liveId: () => value.liveId(`${fn}: prefix`) };
   }
 
   truncate(n: number | Int32Array | readonly number[]): void {

@@ -41,6 +41,7 @@ const char* status_name(Status status) {
     case Status::kCacheBadSave: return "not a saved KV cache";
     case Status::kCacheNonFinite: return "non-finite value for an int8 KV cache";
     case Status::kCacheBadIndices: return "reorder index outside [0, batch)";
+    case Status::kCacheBadPrefix: return "prefix cache does not match";
   }
   return "unknown status";
 }
@@ -84,6 +85,9 @@ const char* status_message(Status status) {
       return "k or v holds an infinite or NaN value (keys after the rotation), which an int8 cache cannot quantize "
              "(docs/spec.md 4.8); nothing was written";
     case Status::kCacheBadIndices: return "every reorder index must be an integer in [0, batch); nothing moved";
+    case Status::kCacheBadPrefix:
+      return "a prefix must be another cache with batch 1 and the same numKvHeads, headDim, vHeadDim and dtype; "
+             "nothing was stored";
   }
   return nullptr;
 }

@@ -51,8 +51,9 @@ enum class Status : int32_t {
   kCacheNonFinite = 29,  // an int8 cache asked to store an inf or NaN k or v value (nothing was written)
   // Serving (docs/spec.md Part 5).
   kCacheBadIndices = 30,  // reorder: an index outside [0, B)
+  kCacheBadPrefix = 31,   // a prefix of another batch than 1, other dims or dtype, or the cache itself
 };
-constexpr Status kLastStatus = Status::kCacheBadIndices;  // every number in [0, kLastStatus] is a Status
+constexpr Status kLastStatus = Status::kCacheBadPrefix;  // every number in [0, kLastStatus] is a Status
 
 const char* status_name(Status status);
 

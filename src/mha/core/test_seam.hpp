@@ -22,8 +22,9 @@ namespace test_seam {
 constexpr bool kEnabled = MHA_TEST_SEAM != 0;
 
 struct DecodeCounters {
-  std::atomic<int64_t> exact_rows{0};  // rows that took the exact path (non-finite float32 results)
-  int64_t tiled_prefills = 0;          // calls served by the tiled kernel
+  std::atomic<int64_t> exact_rows{0};   // rows that took the exact path (non-finite float32 results)
+  int64_t tiled_prefills = 0;           // calls served by the tiled kernel
+  std::atomic<int64_t> prefix_keys{0};  // keys a shared prefix's pass handed to the kernel, per KV head
 };
 
 #if MHA_TEST_SEAM

@@ -22,9 +22,10 @@ void DecodeScratch::release() {
   rounded_kv.release();
   staged_q.release();
   tiled_lse.release();
+  prefix_states.release();
   row_blocks.clear();
   row_blocks.shrink_to_fit();
-  for (std::vector<int32_t>* v : {&first_positions, &key_counts, &decode_counts}) {
+  for (std::vector<int32_t>* v : {&first_positions, &key_counts, &decode_counts, &prefix_rows}) {
     v->clear();
     v->shrink_to_fit();
   }
@@ -47,16 +48,27 @@ bool tiled_sequence(const KVCache& cache, const CacheAttendArgs& args, int32_t b
 
 // kRopePosition unless the rope tables hold every position of the call: the old lengths' least up to the
 // last new token of the longest sequence.
+// With a prefix, positions start after its Lp tokens.
 MHA_MINSIZE Status validate_cache_rope(const KVCache& cache, const CacheAttendArgs& args) {
+  const int64_t prefix_length = args.prefix != nullptr ? args.prefix->length(0) : 0;
   int64_t last = -1;
   for (int32_t b = 0; b < cache.config().batch; ++b)
     last = std::max(last, int64_t{cache.length(b)} + new_token_count(args, b) - 1);
-  return validate_rope_positions(args.rope, cache.min_length(), last);
+  return validate_rope_positions(args.rope, prefix_length + cache.min_length(), prefix_length + last);
+}
+
+// kCacheBadPrefix unless the prefix is another cache of one sequence with the same heads, dims and dtype.
+MHA_MINSIZE Status validate_prefix(const KVCache& cache, const KVCache& prefix) {
+  const KVCacheConfig& c = cache.config();
+  const KVCacheConfig& p = prefix.config();
+  const bool matches = p.batch == 1 && p.num_kv_heads == c.num_kv_heads && p.head_dim == c.head_dim &&
+                       p.value_dim() == c.value_dim() && p.dtype == c.dtype;
+  return &prefix != &cache && matches ? Status::kOk : Status::kCacheBadPrefix;
 }
 
 }  // namespace
 
-MHA_MINSIZE Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
+MHA_COLD Status validate_cache_attend(const KVCache& cache, const CacheAttendArgs& args) {
   const KVCacheConfig& c = cache.config();
   if (args.new_tokens <= 0) return Status::kNonPositiveDim;
   if (args.num_heads <= 0 || args.num_heads % c.num_kv_heads != 0) return Status::kCacheHeadsMismatch;
@@ -70,6 +82,10 @@ MHA_MINSIZE Status validate_cache_attend(const KVCache& cache, const CacheAttend
   for (int32_t b = 0; args.new_token_counts != nullptr && b < c.batch; ++b) {
     if (args.new_token_counts[b] < 0 || args.new_token_counts[b] > args.new_tokens) return Status::kCacheBadNewTokens;
   }
+  if (args.prefix != nullptr) {
+    const Status prefix = validate_prefix(cache, *args.prefix);
+    if (prefix != Status::kOk) return prefix;
+  }
   const Status rope = validate_cache_rope(cache, args);
   if (rope != Status::kOk) return rope;
   for (int32_t b = 0; b < c.batch; ++b)
@@ -79,6 +95,8 @@ MHA_MINSIZE Status validate_cache_attend(const KVCache& cache, const CacheAttend
 
 Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
                     Workspace& tiled_scratch) {
+  if (args.prefix != nullptr)
+    return prefix_attend(cache, args, scratch, parallel != nullptr ? &parallel->pool() : nullptr);
   const Status status = validate_cache_attend(cache, args);
   if (status != Status::kOk) return status;
   const Status storable = cache.check_storable(args.k, args.v, args.new_tokens, &args.rope, args.new_token_counts);

@@ -90,6 +90,11 @@ struct CacheAttendArgs : AttentionOptions {
   float* lse = nullptr;
   const DecodeKernel* kernel = nullptr;  // nullptr = default_decode_kernel()
   CachePath path = CachePath::kAuto;
+  // A shared prefix (docs/spec.md 5.2), read only: another cache of batch 1 with the same Hkv, Dh, Dv and
+  // dtype whose Lp tokens come before every sequence's own. Sequence b's keys are then the prefix's at
+  // positions [0, Lp) and its own at Lp + j; its queries sit at Lp + length(b) + i, and the rope tables
+  // are indexed by these positions.
+  const KVCache* prefix = nullptr;
 };
 
 // Everything the decode kernel reuses from call to call, owned by one instance (not thread-safe: one
@@ -112,11 +117,13 @@ struct DecodeRowBlock {
 };
 
 struct DecodeScratch {
-  std::vector<Workspace> workers;  // one per thread
-  Workspace partials;              // m, l, o of every work item of the current wave
-  Workspace rounded_kv;            // a float16 prefill's new k (rotated with rope) and v, rounded to halves
-  Workspace staged_q;              // with rope: q rotated at its positions (B, n, H*Dh)
-  Workspace tiled_lse;             // a tiled sequence's lse (H, rows) when rows < n, then placed in (B, H, n)
+  std::vector<Workspace> workers;    // one per thread
+  Workspace partials;                // m, l, o of every work item of the current wave
+  Workspace rounded_kv;              // a float16 prefill's new k (rotated with rope) and v, rounded to halves
+  Workspace staged_q;                // with rope: q rotated at its positions (B, n, H*Dh)
+  Workspace tiled_lse;               // a tiled sequence's lse (H, rows) when rows < n, then placed in (B, H, n)
+  Workspace prefix_states;           // a prefix call's two partial states: out (B, n, H*Dv), lse (B, H, n) x 2
+  std::vector<int32_t> prefix_rows;  // (B + 1) a prefix pass's flat row starts; then (B) Lp for each sequence
   std::vector<DecodeRowBlock> row_blocks;
   std::vector<int32_t> first_positions, key_counts;  // (B) a cache_attend's old and new lengths
   std::vector<int32_t> decode_counts;                // (B) its rows the decode kernel computes
@@ -158,6 +165,10 @@ TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendA
 // the calling thread (the tiled prefill with `tiled_scratch`).
 Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ParallelAttention* parallel,
                     Workspace& tiled_scratch);
+
+// cache_attend with args.prefix (decode_prefix.cpp): the prefix's pass over every sequence's queries at
+// once, the append, the sequences' own pass, and the two states merged by their log-sum-exp.
+Status prefix_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ThreadPool* pool);
 
 // The decode kernel alone over the cache as it is: sequence b's real rows of q (B, n, H*Dh) at positions
 // [first_positions[b], ... + count_b) against its keys [0, cache.length(b)). cache_attend calls it after

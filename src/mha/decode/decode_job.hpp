@@ -12,13 +12,22 @@
 // length and real rows), so a short sequence beside a long one costs its own keys.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "mha/decode/decode.hpp"
+#include "mha/core/numeric.hpp"
 #include "mha/decode/decode_kernel.hpp"
 
 namespace mha {
+
+// A shared prefix's pass (decode_prefix.cpp): the B query sequences' flat row starts (B + 1) over one
+// sequence of keys.
+struct SharedKeys {
+  const int32_t* row_offsets = nullptr;
+  int32_t batch = 0;
+};
 
 // Everything a work item or a merge needs; shared read-only by the threads (partials excepted).
 struct DecodeJob {
@@ -32,21 +41,34 @@ struct DecodeJob {
   TensorView<const float> q;                     // args->q, or with rope its rotated copy (stage_rotated_q)
   const int32_t* lengths = nullptr;              // (B) sequence b sees keys [0, lengths[b])
   const int32_t* first_positions = nullptr;      // (B) the position of sequence b's query 0
-  const DecodeRowBlock* row_blocks = nullptr;    // the wave's row blocks
+  // A shared prefix's pass (decode_prefix.cpp): every sequence's queries read the keys of the cache's
+  // sequence 0, and a row block may hold rows of several sequences, so that each key block is read once
+  // for all of them. row_offsets (B + 1): sequence b's rows are the flat rows [row_offsets[b], ...[b + 1]).
+  bool shared_keys = false;
+  const int32_t* row_offsets = nullptr;
+  int32_t cache_batch = 0;                     // B of the queries (a shared prefix itself holds one sequence)
+  const DecodeRowBlock* row_blocks = nullptr;  // the wave's row blocks
   int32_t wave_row_blocks = 0;
   float* partials = nullptr;
   float score_scale = 0.0f, softcap_in = 0.0f, softcap_out = 0.0f;
   bool exact_only = false;  // the scale cannot be folded into a normal float: every row takes the exact path
 };
 
-// Row r of a (b, g) group of G*n rows is query r / G of head g*G + r % G.
+// Row r of a (b, g) group of G*n rows is query r / G of head g*G + r % G. With shared keys, the rows of
+// a row block are flat rows of every sequence in turn (row_offsets).
 struct RowInfo {
   int32_t query = 0;  // i
   int32_t head = 0;   // h
+  int32_t batch = 0;  // b, the sequence whose query this is
 };
-inline RowInfo row_info(const DecodeJob& job, int32_t g, int32_t row) {
-  return RowInfo{row / job.group, g * job.group + row % job.group};
+RowInfo shared_row_info(const DecodeJob& job, int32_t g, int32_t flat_row);  // decode_plan.cpp
+inline RowInfo row_info(const DecodeJob& job, const DecodeRowBlock& rb, int32_t g, int32_t row) {
+  if (job.shared_keys) return shared_row_info(job, g, rb.row_begin + row);
+  const int32_t local = rb.row_begin + row;
+  return RowInfo{local / job.group, g * job.group + local % job.group, rb.batch};
 }
+// The cache sequence whose keys query sequence b reads.
+inline int32_t key_sequence(const DecodeJob& job, int32_t b) { return job.shared_keys ? 0 : b; }
 
 inline const float* q_row(const DecodeJob& job, int32_t b, const RowInfo& ri) {
   const TensorView<const float>& q = job.q;
@@ -69,12 +91,28 @@ inline Partial partial_at(const DecodeJob& job, const DecodeRowBlock& rb, int32_
   return Partial{base, base + kDecodeMaxRowsPerItem, base + 2 * kDecodeMaxRowsPerItem};
 }
 
+constexpr float kLn2f = static_cast<float>(1.0 / kLog2e);
+
+// A row's lse from its max m (log2 units of the scaled scores, as the sink) and its sum l: m ln 2 + ln l, in
+// float32 with the logarithm the build's tiled kernel already links (the scalar kernel's logf, the SIMD
+// kernel's log2f): another would bring musl's into the module (double log2: +3 kB gzipped, logf beside
+// log2f: +0.6 kB). The two differ in the last bits only, as the builds' kernels do.
+inline float natural_lse(float m, float l) {
+#if defined(MHA_KERNEL_SCALAR)
+  return m * kLn2f + std::log(l);
+#else
+  return (m + std::log2(l)) * kLn2f;
+#endif
+}
+
 // ---- plan (decode_plan.cpp)
 
 // The job of a call over lengths[b] keys of each sequence, its queries at first_positions[b] + i: the
 // kernel, the dims and the scores' factors folded into log2 units (exact_only where one is not a normal float).
+// With `shared`, a shared prefix's pass: keys of the cache's sequence 0 for every query sequence
+// (DecodeJob::shared_keys).
 DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
-                   const int32_t* lengths, DecodeScratch& scratch);
+                   const int32_t* lengths, DecodeScratch& scratch, const SharedKeys* shared = nullptr);
 
 // Cuts the G * count_b real rows of every sequence b into row blocks and finds their key blocks.
 void plan_row_blocks(const DecodeJob& job, std::vector<DecodeRowBlock>& row_blocks);
@@ -91,7 +129,8 @@ Wave next_wave(std::vector<DecodeRowBlock>& row_blocks, size_t begin, int64_t he
 // Reserves everything the decode kernel will need for a call over lengths[b] keys of each sequence, so
 // that nothing can fail once the cache has changed.
 Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
-                      const int32_t* lengths, DecodeScratch& scratch, ThreadPool* pool);
+                      const int32_t* lengths, DecodeScratch& scratch, ThreadPool* pool,
+                      const SharedKeys* shared = nullptr);
 
 // ---- run (decode_run.cpp)
 
@@ -99,8 +138,10 @@ Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, const i
 void run_item(void* ctx, int64_t index, int worker);
 
 // Runs the planned call (scratch reserved by reserve_decode for the same arguments).
+// With `lengths` null, the cache's own lengths; with `shared`, a shared prefix's pass (make_job).
 void run_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
-                DecodeScratch& scratch, ThreadPool* pool);
+                DecodeScratch& scratch, ThreadPool* pool, const int32_t* lengths = nullptr,
+                const SharedKeys* shared = nullptr);
 
 // Zeroes the out rows of the padding rows (index >= count_b) of every sequence (docs/spec.md 4.6).
 void zero_padding_rows(const KVCache& cache, const CacheAttendArgs& args);

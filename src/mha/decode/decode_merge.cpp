@@ -12,20 +12,6 @@
 namespace mha {
 namespace {
 
-constexpr float kLn2f = static_cast<float>(1.0 / kLog2e);
-
-// A row's lse from its max m (log2 units of the scaled scores, as the sink) and its sum l: m ln 2 + ln l, in
-// float32 with the logarithm the build's tiled kernel already links (the scalar kernel's logf, the SIMD
-// kernel's log2f): another would bring musl's into the module (double log2: +3 kB gzipped, logf beside
-// log2f: +0.6 kB). The two differ in the last bits only, as the builds' kernels do.
-float natural_lse(float m, float l) {
-#if defined(MHA_KERNEL_SCALAR)
-  return m * kLn2f + std::log(l);
-#else
-  return (m + std::log2(l)) * kLn2f;
-#endif
-}
-
 // The test seam's count of the rows that took the exact path (test_seam.hpp).
 void count_exact_row(const DecodeJob& job) {
   if (test_seam::kEnabled) job.scratch->counters.exact_rows.fetch_add(1, std::memory_order_relaxed);
@@ -51,7 +37,7 @@ float cache_value(const void* head, int32_t j, int32_t d) {
 // scales that cannot be folded into the kernel's log2-unit scale. `scratch`: Dv doubles.
 void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, double* scratch, float* out, float* lse) {
   const AttentionOptions& o = *job.args;
-  const CacheHead head{job.cache, b, g};
+  const CacheHead head{job.cache, key_sequence(job, b), g};
   ReferenceRow row;
   row.q_row = q_row(job, b, ri);
   row.reader = KeyValueReader{&head, &cache_key, &cache_value};
@@ -80,7 +66,6 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
   const DecodeJob& job = *static_cast<const DecodeJob*>(ctx);
   const int32_t heads = job.cache->config().num_kv_heads;
   const DecodeRowBlock& rb = job.row_blocks[index / heads];
-  const int32_t b = rb.batch;
   const int32_t g = static_cast<int32_t>(index % heads);
   const int32_t dv = job.value_dim, dv8 = job.dv8;
   const float* sinks = job.args->sinks;
@@ -88,7 +73,8 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
   double* exact_scratch = reinterpret_cast<double*>(merged + dv8);           // (Dv): dv8 floats keep it aligned
   const TensorView<float>& out = job.args->out;
   for (int32_t r = 0; r < rb.rows; ++r) {
-    const RowInfo ri = row_info(job, g, rb.row_begin + r);
+    const RowInfo ri = row_info(job, rb, g, r);
+    const int32_t b = ri.batch;
     float* dst = out.data + b * out.batch_stride + ri.query * out.row_stride + int64_t{ri.head} * dv;
     float* lse = job.args->lse != nullptr ? cache_lse(*job.args, b, ri.head, ri.query) : nullptr;
     if (job.exact_only || rb.blocks == 0) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "mha/core/cold.hpp"
 #include "mha/core/numeric.hpp"
 #include "mha/decode/decode_job.hpp"
 
@@ -32,9 +33,12 @@ int64_t largest_wave_floats(std::vector<DecodeRowBlock>& row_blocks, int64_t hea
 
 }  // namespace
 
-DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
-                   const int32_t* lengths, DecodeScratch& scratch) {
+[[gnu::noinline]] DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
+                                     const int32_t* lengths, DecodeScratch& scratch, const SharedKeys* shared) {
   DecodeJob job;
+  job.shared_keys = shared != nullptr;
+  job.row_offsets = shared != nullptr ? shared->row_offsets : nullptr;
+  job.cache_batch = shared != nullptr ? shared->batch : cache.config().batch;
   job.cache = &cache;
   job.args = &args;
   job.kernel = args.kernel != nullptr ? args.kernel : &default_decode_kernel();
@@ -69,20 +73,47 @@ DecodeJob make_job(const KVCache& cache, const CacheAttendArgs& args, const int3
 }
 
 // Cuts the G * count_b real rows of every sequence b into row blocks and finds their key blocks.
+// Out of line: the shared prefix's pass is one call among the decode driver's, and its rows cost a search.
+MHA_MINSIZE RowInfo shared_row_info(const DecodeJob& job, int32_t g, int32_t flat_row) {
+  const int32_t* offsets = job.row_offsets;
+  const int32_t b =
+      static_cast<int32_t>(std::upper_bound(offsets, offsets + job.cache_batch + 1, flat_row) - offsets) - 1;
+  const int32_t local = flat_row - offsets[b];
+  return RowInfo{local / job.group, g * job.group + local % job.group, b};
+}
+
+// The union of a shared-keys row block's visible keys. Every prefix key comes before every query, so a
+// row at position p sees [max(0, p - window_left), Lp): the row of the least position sees them all.
+MHA_COLD KeySpan shared_row_block_keys(const DecodeJob& job, const DecodeRowBlock& rb) {
+  RowInfo least = shared_row_info(job, 0, rb.row_begin);
+  for (int32_t r = 1; r < rb.rows; ++r) {
+    const RowInfo ri = shared_row_info(job, 0, rb.row_begin + r);
+    if (job.first_positions[ri.batch] + ri.query < job.first_positions[least.batch] + least.query) least = ri;
+  }
+  return row_keys(job, least.batch, least.query);
+}
+
 void plan_row_blocks(const DecodeJob& job, std::vector<DecodeRowBlock>& row_blocks) {
   row_blocks.clear();
-  for (int32_t b = 0; b < job.cache->config().batch; ++b) {
-    const int32_t rows_total = job.group * new_token_count(*job.args, b);
+  // With shared keys, the flat rows of every sequence form one run of row blocks (batch -1: per row).
+  const int32_t runs = job.shared_keys ? 1 : job.cache_batch;
+  for (int32_t b = 0; b < runs; ++b) {
+    const int32_t rows_total =
+        job.shared_keys ? job.row_offsets[job.cache_batch] : job.group * new_token_count(*job.args, b);
     for (int32_t begin = 0; begin < rows_total; begin += kDecodeMaxRowsPerItem) {
       DecodeRowBlock rb;
-      rb.batch = b;
+      rb.batch = job.shared_keys ? -1 : b;
       rb.row_begin = begin;
       rb.rows = std::min(kDecodeMaxRowsPerItem, rows_total - begin);
-      // Visible ranges only move forward with the query (docs/spec.md 2.3), and none is empty in a cache
-      // call (a query sees its own position), so the union is [first of the first, last of the last].
-      const KeySpan first = row_keys(job, b, begin / job.group);
-      const KeySpan last = row_keys(job, b, (begin + rb.rows - 1) / job.group);
-      rb.keys = KeySpan{first.first, last.last};
+      if (job.shared_keys) {
+        rb.keys = shared_row_block_keys(job, rb);
+      } else {
+        // Visible ranges only move forward with the query (docs/spec.md 2.3), and none is empty in a cache
+        // call (a query sees its own position), so the union is [first of the first, last of the last].
+        const KeySpan first = row_keys(job, b, begin / job.group);
+        const KeySpan last = row_keys(job, b, (begin + rb.rows - 1) / job.group);
+        rb.keys = KeySpan{first.first, last.last};
+      }
       if (rb.keys.first <= rb.keys.last) {
         rb.first_block = rb.keys.first / job.keys_per_block;
         rb.blocks = rb.keys.last / job.keys_per_block - rb.first_block + 1;
@@ -111,9 +142,10 @@ Wave next_wave(std::vector<DecodeRowBlock>& row_blocks, size_t begin, int64_t he
   return wave;
 }
 
-Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
-                      const int32_t* lengths, DecodeScratch& scratch, ThreadPool* pool) {
-  DecodeJob job = make_job(cache, args, first_positions, lengths, scratch);
+[[gnu::noinline]] Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args,
+                                        const int32_t* first_positions, const int32_t* lengths, DecodeScratch& scratch,
+                                        ThreadPool* pool, const SharedKeys* shared) {
+  DecodeJob job = make_job(cache, args, first_positions, lengths, scratch, shared);
   plan_row_blocks(job, scratch.row_blocks);
   const int64_t heads = cache.config().num_kv_heads;
   const int64_t partial_floats = largest_wave_floats(scratch.row_blocks, heads, scratch.max_partial_floats);
@@ -123,7 +155,7 @@ Status reserve_decode(const KVCache& cache, const CacheAttendArgs& args, const i
   for (Workspace& w : scratch.workers)
     if (!w.reserve(floats)) return Status::kOutOfMemory;
   const KVCacheConfig& c = cache.config();
-  const size_t q_floats = size_t(c.batch) * args.new_tokens * args.num_heads * c.head_dim;
+  const size_t q_floats = size_t(job.cache_batch) * args.new_tokens * args.num_heads * c.head_dim;
   if (args.rope.enabled() && !scratch.staged_q.reserve(q_floats)) return Status::kOutOfMemory;
   if (!scratch.partials.reserve(static_cast<size_t>(std::max<int64_t>(partial_floats, 16))))
     return Status::kOutOfMemory;

@@ -24,7 +24,6 @@ void run_item(void* ctx, int64_t index, int worker) {
   const int64_t local = index - rb.item_begin;
   const int32_t g = static_cast<int32_t>(local / rb.blocks);
   const int32_t block = rb.first_block + static_cast<int32_t>(local % rb.blocks);
-  const int32_t b = rb.batch;
 
   const float* q_rows[kDecodeMaxRowsPerItem];
   KeySpan visible[kDecodeMaxRowsPerItem];
@@ -32,10 +31,10 @@ void run_item(void* ctx, int64_t index, int worker) {
   float alibi[kDecodeMaxRowsPerItem];
   const float* slopes = job.args->alibi_slopes;
   for (int32_t r = 0; r < rb.rows; ++r) {
-    const RowInfo ri = row_info(job, g, rb.row_begin + r);
-    q_rows[r] = q_row(job, b, ri);
-    visible[r] = row_keys(job, b, ri.query);
-    position[r] = job.first_positions[b] + ri.query;
+    const RowInfo ri = row_info(job, rb, g, r);
+    q_rows[r] = q_row(job, ri.batch, ri);
+    visible[r] = row_keys(job, ri.batch, ri.query);
+    position[r] = job.first_positions[ri.batch] + ri.query;
     alibi[r] = slopes != nullptr ? static_cast<float>(double{slopes[ri.head]} * kLog2e) : 0.0f;
   }
 
@@ -50,7 +49,7 @@ void run_item(void* ctx, int64_t index, int worker) {
   blk.alibi = slopes != nullptr ? alibi : nullptr;
   blk.key_begin = std::max(block * job.keys_per_block, rb.keys.first);
   blk.key_end = std::min((block + 1) * job.keys_per_block, rb.keys.last + 1);
-  static_cast<CacheHeadBlock&>(blk) = job.cache->head_block(b, g, blk.key_end);
+  static_cast<CacheHeadBlock&>(blk) = job.cache->head_block(job.shared_keys ? 0 : rb.batch, g, blk.key_end);
   blk.score_scale = job.score_scale;
   blk.softcap_in = job.softcap_in;
   blk.softcap_out = job.softcap_out;
@@ -59,10 +58,12 @@ void run_item(void* ctx, int64_t index, int worker) {
   blk.l = partial.l;
   blk.o = partial.o;
   job.kernel->run(blk, job.scratch->workers[static_cast<size_t>(worker)].data());
+  if (test_seam::kEnabled && job.shared_keys)
+    job.scratch->counters.prefix_keys.fetch_add(blk.key_end - blk.key_begin, std::memory_order_relaxed);
 }
 
 // Zeroes the out rows of the padding rows (index >= count_b) of every sequence (docs/spec.md 4.6).
-void zero_padding_rows(const KVCache& cache, const CacheAttendArgs& args) {
+[[gnu::noinline]] void zero_padding_rows(const KVCache& cache, const CacheAttendArgs& args) {
   const int64_t width = int64_t{args.num_heads} * cache.config().value_dim();
   for (int32_t b = 0; b < cache.config().batch; ++b)
     for (int32_t i = new_token_count(args, b); i < args.new_tokens; ++i) {
@@ -71,16 +72,18 @@ void zero_padding_rows(const KVCache& cache, const CacheAttendArgs& args) {
     }
 }
 
-void run_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
-                DecodeScratch& scratch, ThreadPool* pool) {
-  DecodeJob job = make_job(cache, args, first_positions, cache.lengths(), scratch);
+[[gnu::noinline]] void run_decode(const KVCache& cache, const CacheAttendArgs& args, const int32_t* first_positions,
+                                  DecodeScratch& scratch, ThreadPool* pool, const int32_t* lengths,
+                                  const SharedKeys* shared) {
+  DecodeJob job =
+      make_job(cache, args, first_positions, lengths != nullptr ? lengths : cache.lengths(), scratch, shared);
   plan_row_blocks(job, scratch.row_blocks);
   const int64_t heads = cache.config().num_kv_heads;
   job.partials = scratch.partials.data();
   if (args.rope.enabled()) job.q = stage_rotated_q(cache, args, first_positions, scratch);
   // Work below kParallelMinFlops runs on the calling thread: waking workers costs more. Same bits.
   double query_keys = 0.0;  // sum over b of count_b * length(b)
-  for (int32_t b = 0; b < cache.config().batch; ++b) query_keys += double(new_token_count(args, b)) * job.lengths[b];
+  for (int32_t b = 0; b < job.cache_batch; ++b) query_keys += double(new_token_count(args, b)) * job.lengths[b];
   const double flops = 4.0 * double(heads) * job.group * query_keys * job.head_dim;
   const bool parallel = pool != nullptr && pool->size() > 1 && flops >= kParallelMinFlops;
   for (size_t begin = 0; begin < scratch.row_blocks.size();) {

@@ -64,8 +64,8 @@ AttentionArgs tiled_args(const KVCacheConfig& c, const CacheAttendArgs& args, co
 
 }  // namespace
 
-TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args,
-                                        const int32_t* first_positions, DecodeScratch& scratch) {
+[[gnu::noinline]] TensorView<const float> stage_rotated_q(const KVCache& cache, const CacheAttendArgs& args,
+                                                          const int32_t* first_positions, DecodeScratch& scratch) {
   const KVCacheConfig& c = cache.config();
   const int32_t n = args.new_tokens;
   const int64_t width = int64_t{args.num_heads} * c.head_dim;

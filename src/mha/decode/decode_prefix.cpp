@@ -1,0 +1,199 @@
+// A shared prefix (docs/spec.md 5.2; FlashInfer's cascade attention): B sequences that all continue one
+// prompt read its keys from one batch-1 cache instead of each holding a copy. A call is two passes of the
+// decode driver (decode_job.hpp) and a merge:
+//   prefix pass  every sequence's query rows against the prefix's keys as one group per KV head (shared
+//                keys), so that a decode step reads each prefix key block once, not B times;
+//   own pass     after the append, each sequence's rows against its own keys (positions Lp on);
+//   merge        the two partial states (out, lse; neither holds the sink, an empty part is out 0 and lse
+//                -inf) summed by their log-sum-exp with the sink, as mha.mergeAttention (docs/spec.md 5.3).
+// A row whose merged result is not finite takes the reference over the concatenated keys, as the decode
+// kernel's own rows do. Every row takes the decode kernel: the tiled prefill's keys start at position 0.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mha/core/cold.hpp"
+#include "mha/core/numeric.hpp"
+#include "mha/decode/decode_job.hpp"
+#include "mha/reference/reference.hpp"
+
+namespace mha {
+namespace {
+
+constexpr float kLog2ef = static_cast<float>(kLog2e);
+
+// The rope tables indexed by the cache's own positions: row p is the call's row Lp + p, so that append
+// and the staged queries rotate at the true positions.
+RotaryTables own_positions_rope(const RotaryTables& rope, int32_t prefix_length) {
+  RotaryTables shifted = rope;
+  if (rope.enabled()) {
+    shifted.first_position = rope.first_position - prefix_length;
+    shifted.positions = rope.positions - prefix_length;
+  }
+  return shifted;
+}
+
+// One pass's arguments: q as staged (rotated), no rope, no sink, empty rows 0 and lse -inf, so that the
+// merge can add the sink once and decide what an empty row is.
+CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<const float> staged_q, float* out, float* lse) {
+  CacheAttendArgs part = args;
+  part.prefix = nullptr;
+  part.q = staged_q;
+  part.out = TensorView<float>{out, args.out.batch_stride, args.out.row_stride};
+  part.lse = lse;
+  part.sinks = nullptr;
+  part.empty_rows = EmptyRows::kZero;
+  part.rope = RotaryTables{};
+  return part;
+}
+
+// The call's scratch: the prefix pass's out (B, n, H*Dv) and the two passes' lse (B, H, n).
+struct PrefixStates {
+  float* prefix_out;
+  float* prefix_lse;
+  float* own_lse;
+};
+
+// Keys [0, Lp) of the prefix, then sequence b's own, for the reference's reader.
+struct PrefixedHead {
+  const KVCache* prefix;
+  const KVCache* cache;
+  int32_t b, g, prefix_length;
+};
+float prefixed_key(const void* head, int32_t j, int32_t d) {
+  const PrefixedHead& h = *static_cast<const PrefixedHead*>(head);
+  return j < h.prefix_length ? h.prefix->key(0, h.g, j, d) : h.cache->key(h.b, h.g, j - h.prefix_length, d);
+}
+float prefixed_value(const void* head, int32_t j, int32_t d) {
+  const PrefixedHead& h = *static_cast<const PrefixedHead*>(head);
+  return j < h.prefix_length ? h.prefix->value(0, h.g, j, d) : h.cache->value(h.b, h.g, j - h.prefix_length, d);
+}
+
+// Row (b, i, h) by the reference over the prefix's keys and the sequence's own, as one key list.
+MHA_MINSIZE void exact_prefixed_row(const KVCache& cache, const CacheAttendArgs& args, const float* q, int32_t b,
+                                    int32_t i, int32_t h, int32_t old_length, double* scratch, float* out, float* lse) {
+  const KVCacheConfig& c = cache.config();
+  const int32_t prefix_length = args.prefix->length(0);
+  const PrefixedHead head{args.prefix, &cache, b, h / (args.num_heads / c.num_kv_heads), prefix_length};
+  ReferenceRow row;
+  row.q_row = q;
+  row.reader = KeyValueReader{&head, &prefixed_key, &prefixed_value};
+  row.head_dim = c.head_dim;
+  row.value_dim = c.value_dim();
+  row.scale = args.scale;
+  row.visibility.kv_seq_len = prefix_length + cache.length(b);
+  row.visibility.kv_length = row.visibility.kv_seq_len;
+  row.visibility.query_offset = prefix_length + old_length;
+  row.visibility.causal = args.causal;
+  row.visibility.window_left = args.window_left;
+  row.visibility.window_right = args.window_right;
+  row.query = i;
+  row.softcap = args.softcap;
+  row.alibi = args.alibi_slopes != nullptr;
+  row.alibi_slope = row.alibi ? args.alibi_slopes[h] : 0.0f;
+  row.empty_rows = args.empty_rows;
+  row.has_sink = args.sinks != nullptr;
+  row.sink = row.has_sink ? args.sinks[h] : 0.0f;
+  reference_attention_row(row, scratch, out, nullptr, lse);
+}
+
+// out (holding the own pass) = the merge of both passes and the sink; lse likewise. In log2 units, with
+// the exp2 and log2 the decode merge uses (natural_lse).
+MHA_MINSIZE void merge_prefix_states(const KVCache& cache, const CacheAttendArgs& args, const PrefixStates& states,
+                                     TensorView<const float> staged_q, const int32_t* old_lengths, double* scratch) {
+  const KVCacheConfig& c = cache.config();
+  const int32_t dv = c.value_dim();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int32_t b = 0; b < c.batch; ++b)
+    for (int32_t i = 0; i < new_token_count(args, b); ++i)
+      for (int32_t h = 0; h < args.num_heads; ++h) {
+        const int64_t state = (int64_t{b} * args.num_heads + h) * args.new_tokens + i;
+        const int64_t row = b * args.out.batch_stride + i * args.out.row_stride + int64_t{h} * dv;
+        float* dst = args.out.data + row;
+        const float* prefix_out = states.prefix_out + row;
+        const float prefix_m = states.prefix_lse[state] * kLog2ef, own_m = states.own_lse[state] * kLog2ef;
+        const float sink = args.sinks != nullptr ? args.sinks[h] * kLog2ef : kNegInf;
+        const float m = std::max({prefix_m, own_m, sink});
+        float* lse = args.lse != nullptr ? args.lse + state : nullptr;
+        const float* q = staged_q.data + b * staged_q.batch_stride + i * staged_q.row_stride + int64_t{h} * c.head_dim;
+        if (std::isnan(prefix_m) || std::isnan(own_m)) {  // std::max would skip a NaN
+          exact_prefixed_row(cache, args, q, b, i, h, old_lengths[b], scratch, dst, lse);
+          continue;
+        }
+        if (m == kNegInf) {  // no visible key and no sink: an empty row
+          std::fill_n(dst, dv, args.empty_rows == EmptyRows::kZero ? 0.0f : nan);
+          if (lse != nullptr) *lse = kNegInf;
+          continue;
+        }
+        const float prefix_weight = std::exp2(prefix_m - m), own_weight = std::exp2(own_m - m);
+        const float l = prefix_weight + own_weight + std::exp2(sink - m);
+        bool finite = std::isfinite(m) && l >= 1.0f && l <= std::numeric_limits<float>::max();
+        for (int32_t d = 0; d < dv; ++d) {
+          dst[d] = (prefix_out[d] * prefix_weight + dst[d] * own_weight) / l;
+          finite &= std::isfinite(dst[d]);
+        }
+        if (lse != nullptr) *lse = natural_lse(m, l);
+        if (!finite) exact_prefixed_row(cache, args, q, b, i, h, old_lengths[b], scratch, dst, lse);
+      }
+}
+
+}  // namespace
+
+MHA_MINSIZE Status prefix_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch,
+                                 ThreadPool* pool) {
+  const Status status = validate_cache_attend(cache, args);
+  if (status != Status::kOk) return status;
+  const KVCacheConfig& c = cache.config();
+  const KVCache& prefix = *args.prefix;
+  const int32_t batch = c.batch, prefix_length = prefix.length(0);
+  CacheAttendArgs shifted = args;
+  shifted.rope = own_positions_rope(args.rope, prefix_length);
+  const Status storable = cache.check_storable(args.k, args.v, args.new_tokens, &shifted.rope, args.new_token_counts);
+  if (storable != Status::kOk) return storable;
+
+  // ---- plan: positions, the prefix pass's flat rows, and every buffer (nothing can fail after the append).
+  scratch.first_positions.assign(cache.lengths(), cache.lengths() + batch);  // the own pass's queries
+  scratch.key_counts.resize(size_t(batch));
+  scratch.prefix_rows.resize(size_t(3 * batch + 1));
+  int32_t* row_offsets = scratch.prefix_rows.data();  // (B + 1)
+  int32_t* prefix_lengths = row_offsets + batch + 1;  // (B) Lp
+  int32_t* prefix_first = prefix_lengths + batch;     // (B) Lp + old length
+  const int32_t group = args.num_heads / c.num_kv_heads;
+  row_offsets[0] = 0;
+  for (int32_t b = 0; b < batch; ++b) {
+    row_offsets[b + 1] = row_offsets[b] + group * new_token_count(args, b);
+    prefix_lengths[b] = prefix_length;
+    prefix_first[b] = prefix_length + cache.length(b);
+    scratch.key_counts[size_t(b)] = cache.length(b) + new_token_count(args, b);
+  }
+  const SharedKeys shared{row_offsets, batch};
+  const int64_t out_floats = int64_t{batch} * args.new_tokens * args.num_heads * c.value_dim();
+  const int64_t lse_floats = int64_t{batch} * args.num_heads * args.new_tokens;
+  const size_t q_floats = size_t(batch) * args.new_tokens * args.num_heads * c.head_dim;
+  if (!scratch.staged_q.reserve(q_floats) || !scratch.prefix_states.reserve(size_t(out_floats + 2 * lse_floats)))
+    return Status::kOutOfMemory;
+  const PrefixStates states{scratch.prefix_states.data(), scratch.prefix_states.data() + out_floats,
+                            scratch.prefix_states.data() + out_floats + lse_floats};
+  const TensorView<const float> staged_q = stage_rotated_q(cache, shifted, scratch.first_positions.data(), scratch);
+  const CacheAttendArgs prefix_pass = part_args(args, staged_q, states.prefix_out, states.prefix_lse);
+  const CacheAttendArgs own_pass = part_args(args, staged_q, args.out.data, states.own_lse);
+  Status reserved = reserve_decode(prefix, prefix_pass, prefix_first, prefix_lengths, scratch, pool, &shared);
+  if (reserved == Status::kOk)
+    reserved =
+        reserve_decode(cache, own_pass, scratch.first_positions.data(), scratch.key_counts.data(), scratch, pool);
+  if (reserved != Status::kOk) return reserved;
+
+  // ---- the prefix pass (it reads only the staged q), the append, the own pass, the merge.
+  run_decode(prefix, prefix_pass, prefix_first, scratch, pool, prefix_lengths, &shared);
+  const Status appended = cache.append(args.k, args.v, args.new_tokens, &shifted.rope, args.new_token_counts);
+  if (appended != Status::kOk) return appended;
+  run_decode(cache, own_pass, scratch.first_positions.data(), scratch, pool);
+  // The exact rows' doubles: the merge runs on this thread, after the passes, in worker 0's scratch
+  // (reserve_decode keeps Dv * 3 floats there, room for Dv doubles).
+  double* exact_scratch = reinterpret_cast<double*>(scratch.workers[0].data());
+  merge_prefix_states(cache, args, states, staged_q, scratch.first_positions.data(), exact_scratch);
+  zero_padding_rows(cache, args);
+  return Status::kOk;
+}
+
+}  // namespace mha
