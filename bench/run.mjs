@@ -3,7 +3,7 @@
 // timeout, so an OOM or crash costs only that row; then every interleaved job (bench/lib/jobs.mjs) runs in
 // one child of its own. See bench/README.md.
 //
-//   node bench/run.mjs [--shapes a,b] [--group v1,options,pairs,decode] [--impls a,b] [--quick] [--budget ms]
+//   node bench/run.mjs [--shapes a,b] [--group v1,options,pairs,decode,serving] [--impls a,b] [--quick] [--budget ms]
 //                      [--rounds n] [--timeout s] [--seed n] [--out dir] [--no-ceiling]
 //                      [--browser [chromium|firefox|webkit|webkit-flags,...]]
 // --shapes takes shape names (bench/lib/shapes.mjs) and job names (bench/lib/jobs.mjs) alike.

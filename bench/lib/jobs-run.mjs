@@ -31,6 +31,7 @@ import {
 import { roundAsStored } from '../../scripts/lib/cache-rounding.mjs';
 import { IMPLS } from '../impls/index.mjs';
 import { raggedContestants, saveLoadContestants } from './jobs-serving.mjs';
+import { prefixContestants } from './jobs-prefix.mjs';
 import { float16Bits, float16Value, roundToFloat16 } from '../../scripts/lib/float16.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 
@@ -72,6 +73,7 @@ export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () =>
     prefill: prefillContestants,
     ragged: (j, context) => raggedContestants(j, { ...context, evict: evictor() }),
     saveload: saveLoadContestants,
+    prefix: (j, context) => prefixContestants(j, { ...context, evict: evictor() }),
   };
   const disposers = [];
   const failed = [];

@@ -111,6 +111,27 @@ export const SAVE_LOAD = { caches: 32, tokens: 4096, Hkv: 8, Dh: 64 };
 export const SAVE = 'save() x 32';
 export const LOAD = 'loadKVCache x 32';
 export const COPY = 'copy of the saved bytes x 32';
+/**
+ * Shared-prefix decode (docs/spec.md 5.2): 4 sequences continuing one prompt of Lp tokens, each with `own`
+ * tokens of its own after the step, against one sequence of as many keys and 4 sequences that store it.
+ */
+export const PREFIX_SHARED = '4 sequences over a shared prefix';
+export const PREFIX_ONE = 'one sequence of Lp + own keys';
+export const PREFIX_COPIES = '4 sequences that each store the prefix';
+const prefixJob = (name, prefix, { copies, one }) => ({
+  name,
+  group: 'serving',
+  kind: 'prefix',
+  prefix,
+  contestants: [PREFIX_SHARED, PREFIX_ONE, PREFIX_COPIES],
+  ratios: [
+    speed(PREFIX_SHARED, PREFIX_ONE, one ? `<= ${one}x the time of one sequence's step` : '—', {
+      speed: false,
+      ...(one ? { atMost: one } : {}),
+    }),
+    speed(PREFIX_SHARED, PREFIX_COPIES, `>= ${copies}x faster than 4 copies of the prefix`, { atLeast: copies }),
+  ],
+});
 /** The longest-context job (issue #32): a Llama-3.2-1B-shaped cache, one KVCache per layer. */
 export const LLAMA_1B = { layers: 16, Hkv: 8, Dh: 64 };
 
@@ -205,6 +226,18 @@ export const JOBS = [
     ],
   },
   { name: 'context-llama-1b', group: 'decode', kind: 'context', contestants: [], ratios: [] },
+  // decode-mha-8k's and decode-gqa-4k's heads (bench/lib/jobs-prefix.mjs).
+  prefixJob(
+    'prefix-mha-8k',
+    { B: 4, Lp: 8192, own: 64, H: 16, Hkv: 16, Dh: 64, dtype: 'float32' },
+    { copies: 2.5, one: 1.6 },
+  ),
+  prefixJob(
+    'prefix-mha-8k-f16',
+    { B: 4, Lp: 8192, own: 64, H: 16, Hkv: 16, Dh: 64, dtype: 'float16' },
+    { copies: 2.5, one: 1.6 },
+  ),
+  prefixJob('prefix-gqa-4k', { B: 4, Lp: 4096, own: 64, H: 32, Hkv: 8, Dh: 128, dtype: 'float32' }, { copies: 1.8 }),
   {
     // A call takes about a second, so the budget alone gives the 5 rounds of the minimum, whose median
     // moved by 0.9-1.1 between runs of identical code (its 5% margin is inside that): 11 rounds.
@@ -219,7 +252,7 @@ export const JOBS = [
 ];
 
 export const JOB_NAMES = JOBS.map((j) => j.name);
-export const GROUPS = ['v1', 'options', 'pairs', 'decode'];
+export const GROUPS = ['v1', 'options', 'pairs', 'decode', 'serving'];
 
 export function jobByName(name) {
   const j = JOBS.find((x) => x.name === name);

@@ -193,6 +193,33 @@ export function jobSections(run) {
   return lines;
 }
 
+/** The shared-prefix jobs (docs/spec.md 5.2): each contestant's step, the bytes it reads and holds. */
+function prefixSection(jobs, c) {
+  if (!jobs.length) return [];
+  const lines = ['## Shared prefix (4 sequences continuing one prompt, 1 thread)', ''];
+  lines.push(
+    'One decode step of 4 sequences with 64 tokens of their own each: over a batch-1 prefix cache (`prefix`), as one sequence ' +
+      'of as many keys as one of them sees, and as 4 sequences that each store the prompt. The last-level cache is evicted before ' +
+      `each step. GB/s = K and V bytes the row must read / median time; the 1-thread read bandwidth of this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s.`,
+    '',
+  );
+  lines.push(
+    '| job | contestant | step ms (median) | range | K/V bytes read | GB/s | bytes held | check (max abs err) |',
+    '| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |',
+  );
+  for (const j of jobs) {
+    for (const row of j.contestants) {
+      lines.push(
+        `| ${j.job} | ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ${(row.bytes / 2 ** 20).toFixed(1)} MiB | ` +
+          `${fmt(row.bytes / (row.medianMs * 1e6), 1)} | ${((row.info?.bytesHeld ?? NaN) / 2 ** 20).toFixed(1)} MiB | ` +
+          `${row.check?.ok ? 'pass' : 'FAIL'} ${row.check?.maxAbsErr?.toExponential(1) ?? ''} |`,
+      );
+    }
+  }
+  lines.push('');
+  return lines;
+}
+
 /** The serving cache's jobs (issue #31): the ragged step's rows against the bandwidth, save/load's bytes and speed. */
 function servingSections(ok, c) {
   const lines = [];
@@ -220,6 +247,12 @@ function servingSections(ok, c) {
     }
     lines.push('');
   }
+  lines.push(
+    ...prefixSection(
+      ok.filter((j) => j.kind === 'prefix'),
+      c,
+    ),
+  );
   lines.push(...contextSection(ok.find((j) => j.kind === 'context')));
   const io = ok.find((j) => j.kind === 'saveload');
   if (io) {
