@@ -10,12 +10,21 @@
 // Llama model) are prefilled and decoded together, in one KV cache of batch = the number of prompts
 // (sequences of different lengths, docs/spec.md 4.6); --json then prints an array of those objects, each
 // what that prompt gives alone.
+//
+//   node examples/generate.mjs --model models/tiny-llama --prompt "..." --samples 4 [--seed 1] [--json]
+//   node examples/generate.mjs --model models/tiny-llama --prompt "..." --beams 4 [--json]
+//
+// --samples N draws N continuations of one prompt (seeds seed, seed + 1, ...), --beams N runs beam search
+// of width N; both prefill the prompt once into a session of one sequence whose caches are every layer's
+// shared prefix (docs/spec.md 5.2), and beam search reorders the beams' caches each step (5.4). Each sample
+// is what its seed gives alone.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { createMHA } from 'mha-wasm';
 import { generateBatch } from '../models/lib/generate.mjs';
+import { beamSearch, generateSamples } from '../models/lib/samples.mjs';
 import { kvCacheBackend } from '../models/tiny-gpt/attention-backends.mjs';
 import { readTinyGPT } from '../models/tiny-gpt/load-node.mjs';
 import { readLlama } from '../models/tiny-llama/load-node.mjs';
@@ -38,6 +47,8 @@ try {
       temperature: { type: 'string', default: '0.8' },
       'top-k': { type: 'string', default: '40' },
       seed: { type: 'string', default: '1' },
+      samples: { type: 'string', default: '0' },
+      beams: { type: 'string', default: '0' },
     },
   }).values;
 } catch (error) {
@@ -52,6 +63,14 @@ if (!(temperature > 0)) fail(`--temperature: expected a number > 0, got ${args.t
 if (!Number.isInteger(topK) || topK < 1) fail(`--top-k: expected a positive integer, got ${args['top-k']}`);
 if (!Number.isInteger(seed)) fail(`--seed: expected an integer, got ${args.seed}`);
 if (args.cache !== 'f32' && args.cache !== 'f16') fail(`--cache: expected f32 or f16, got ${args.cache}`);
+const samples = Number(args.samples),
+  beams = Number(args.beams);
+for (const [name, value] of [
+  ['samples', samples],
+  ['beams', beams],
+])
+  if (!Number.isInteger(value) || value < 0) fail(`--${name}: expected a positive integer, got ${args[name]}`);
+if (samples > 0 && beams > 0) fail('--samples, --beams: expected one of them, got both');
 const prompts = args.prompt.map((p) => [...new TextEncoder().encode(p)]);
 if (prompts.some((p) => p.length === 0)) fail('--prompt: expected at least one character, got an empty string');
 
@@ -69,8 +88,14 @@ if (!isLlama && prompts.length > 1)
   fail(
     `--prompt: tiny-gpt runs one sequence, got ${prompts.length} prompts (a Llama model, e.g. --model models/tiny-llama, batches them)`,
   );
+if ((samples > 0 || beams > 0) && (!isLlama || prompts.length > 1))
+  fail(`--${samples > 0 ? 'samples' : 'beams'}: expected a Llama model (--model models/tiny-llama) and one --prompt`);
 const dtype = args.cache === 'f16' ? 'float16' : 'float32';
 const mha = await createMHA();
+if (samples > 0 || beams > 0) {
+  runContinuations(readLlama(modelDir));
+  process.exit(0);
+}
 const session = isLlama
   ? readLlama(modelDir).createSession(mha, { batch: prompts.length, dtype })
   : readTinyGPT(modelDir).createSession(kvCacheBackend(mha, { dtype }));
@@ -117,4 +142,41 @@ if (args.json) {
         `${rate(decoded, decodeAttentionMs)} tokens/s for attention alone (${((100 * decodeAttentionMs) / decodeMs).toFixed(1)} % of the time)`,
     );
   }
+}
+
+/** --samples N or --beams N: the prompt once, as every layer's shared prefix; N continuations over it. */
+function runContinuations(model) {
+  const n = samples || beams;
+  const prefix = model.createSession(mha, { dtype });
+  const continuations = model.createSession(mha, { batch: n, dtype, capacity: count, prefix });
+  const sessions = { prefix, continuations };
+  const seeds = Array.from({ length: n }, (_, b) => seed + b);
+  const began = performance.now();
+  const results =
+    samples > 0
+      ? generateSamples(sessions, prompts[0], count, { greedy: args.greedy, temperature, topK, seeds }).map(
+          (tokens, b) => ({
+            seed: seeds[b],
+            tokens,
+          }),
+        )
+      : beamSearch(sessions, prompts[0], count);
+  const ms = performance.now() - began;
+  const held = [prefix, continuations].map((s) => s.caches.reduce((a, c) => a + c.bytes, 0));
+  [continuations, prefix].forEach((s) => s.free());
+  const texts = results.map((r) => ({ ...r, text: new TextDecoder().decode(Uint8Array.from(r.tokens)) }));
+  if (args.json) {
+    console.log(JSON.stringify(texts));
+    return;
+  }
+  texts.forEach((r, b) =>
+    console.log(
+      `[${samples > 0 ? `seed ${r.seed}` : `beam ${b}, log p ${r.score.toFixed(3)}`}] ${args.prompt[0]}${r.text}`,
+    ),
+  );
+  console.log(
+    `\n-- mha-wasm ${mha.info.version} (${mha.info.build}), ${n} ${samples > 0 ? 'samples' : 'beams'} of ${count} tokens over a ` +
+      `shared prefix of ${prompts[0].length} tokens: ${((n * count) / (ms / 1000)).toFixed(0)} tokens/s for the batch, ` +
+      `caches ${(held[0] / 1024).toFixed(0)} KiB (prefix) + ${(held[1] / 1024).toFixed(0)} KiB (continuations)`,
+  );
 }

@@ -184,10 +184,12 @@ export class Llama {
   /**
    * B new sequences, their K/V in one mha-wasm KV cache per layer.
    * @param {{createKVCache: Function, ropeTables: Function}} mha an instance from createMHA()
-   * @param {{batch?: number, dtype?: 'float32' | 'float16', capacity?: number}} [options] capacity:
-   *   tokens per sequence, default max_position_embeddings
+   * @param {{batch?: number, dtype?: 'float32' | 'float16', capacity?: number, prefix?: LlamaSession}} [options]
+   *   capacity: tokens per sequence, default max_position_embeddings; prefix: a session of one sequence of
+   *   this model and instance whose tokens come before every sequence's own (docs/spec.md 5.2: its caches
+   *   are the layers' shared prefixes, read, never written; it must not change while this session runs)
    */
-  createSession(mha, { batch = 1, dtype = 'float32', capacity = this.dims.nCtx } = {}) {
+  createSession(mha, { batch = 1, dtype = 'float32', capacity = this.dims.nCtx, prefix } = {}) {
     if (typeof mha?.createKVCache !== 'function' || typeof mha?.ropeTables !== 'function') {
       throw new TypeError(
         `Llama.createSession: mha: expected an mha-wasm instance with createKVCache and ropeTables, got ${mha?.info?.version ?? typeof mha}`,
@@ -197,7 +199,9 @@ export class Llama {
       throw new RangeError(`Llama.createSession: batch: expected a positive integer, got ${batch}`);
     if (!Number.isInteger(capacity) || capacity < 1)
       throw new RangeError(`Llama.createSession: capacity: expected a positive integer, got ${capacity}`);
-    return new LlamaSession(this, mha, { batch, dtype, capacity });
+    if (prefix !== undefined && !(prefix instanceof LlamaSession && prefix.model === this && prefix.batch === 1))
+      throw new TypeError('Llama.createSession: prefix: expected a session of batch 1 of this model');
+    return new LlamaSession(this, mha, { batch, dtype, capacity, prefix });
   }
 
   /**
@@ -297,11 +301,12 @@ function checkLoadedCache(what, cache, tokens, { Hkv, Dh }, dtype) {
 /** B sequences being run: their tokens, their K/V (in the caches) and the timings. */
 export class LlamaSession {
   /** caches: the loaded ones of restoreSession, else L new ones */
-  constructor(model, mha, { batch, dtype, capacity, caches }) {
+  constructor(model, mha, { batch, dtype, capacity, caches, prefix }) {
     const { L, Hkv, Dh, theta } = model.dims;
     this.model = model;
     this.batch = batch;
     this.contextLength = capacity;
+    this.prefix = prefix;
     this.caches = caches ?? [];
     if (!caches) {
       try {
@@ -312,7 +317,9 @@ export class LlamaSession {
         throw error;
       }
     }
-    this.rope = mha.ropeTables({ rotaryDim: Dh, positions: capacity, theta });
+    // Positions count from the prefix's first token (docs/spec.md 5.2).
+    const positions = (prefix?.contextLength ?? 0) + capacity;
+    this.rope = mha.ropeTables({ rotaryDim: Dh, positions, theta });
     /** @type {number[][]} the tokens of each sequence */
     this.tokens = Array.from({ length: batch }, () => []);
     this.timing = { forwardMs: 0, attentionMs: 0, tokens: 0 };
@@ -400,12 +407,12 @@ export class LlamaSession {
       const v = linear(normed, R, lw.v.weight, lw.v.bias, D, kvWidth);
       const attentionBegan = performance.now();
       const window = c.windows[layer];
-      const out = this.caches[layer].attend(
-        pad(q, qWidth),
-        pad(k, kvWidth),
-        pad(v, kvWidth),
-        window ? { ...attendOptions, window } : attendOptions,
-      );
+      const prefix = this.prefix?.caches[layer];
+      const out = this.caches[layer].attend(pad(q, qWidth), pad(k, kvWidth), pad(v, kvWidth), {
+        ...attendOptions,
+        ...(window ? { window } : {}),
+        ...(prefix ? { prefix } : {}),
+      });
       this.timing.attentionMs += performance.now() - attentionBegan;
       addInPlace(x, linear(ragged ? gatherRows(out, index, qWidth) : out, R, lw.o, null, qWidth, D, projected));
       rmsNorm(x, R, D, lw.postNorm, eps, normed);
@@ -467,6 +474,16 @@ export class LlamaSession {
     lengths.forEach((m, b) => {
       this.tokens[b].length = m;
     });
+  }
+
+  /**
+   * Beam search's step (docs/spec.md 5.4): sequence b then holds what sequence indices[b] held, in every
+   * layer's cache; an index may repeat or be left out.
+   * @param {number[]} indices B integers in [0, B)
+   */
+  reorder(indices) {
+    for (const cache of this.caches) cache.reorder(indices);
+    this.tokens = indices.map((i) => this.tokens[i].slice());
   }
 
   /** Keeps the first n tokens of every sequence (fewer where a sequence is shorter). */
