@@ -208,11 +208,13 @@ EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_hea
       mha::KVCacheConfig{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype), value_dim});
 }
 
-// Creates an empty cache; writes its id (uint32, never 0) at `id_out`, or 0 on error. value_dim: Dv, 0 = Dh.
+// Creates an empty cache; writes its id (uint32, never 0) at `id_out`, or 0 on error. value_dim: Dv, 0 = Dh;
+// ring: nonzero for a ring cache (docs/spec.md 5.5).
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_create(int32_t batch, int32_t num_kv_heads, int32_t head_dim,
-                                                 int32_t capacity, int32_t dtype, int32_t value_dim, uintptr_t id_out) {
-  const mha::KVCacheConfig config{batch,    num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype),
-                                  value_dim};
+                                                 int32_t capacity, int32_t dtype, int32_t value_dim, int32_t ring,
+                                                 uintptr_t id_out) {
+  mha::KVCacheConfig config{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype), value_dim};
+  config.ring = ring != 0;
   return static_cast<int32_t>(g_caches.create(config, at<uint32_t>(id_out)));
 }
 
@@ -225,11 +227,13 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_free(uint32_t id) { return static_cast
 // Frees every cache of the instance (dispose).
 EMSCRIPTEN_KEEPALIVE void mha_kv_cache_free_all() { g_caches.free_all(); }
 
-// Writes the B per-sequence lengths at `lengths_out` (int32).
+// Writes the B per-sequence lengths at `lengths_out` (int32), then their B stored counts.
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_lengths(uint32_t id, uintptr_t lengths_out) {
   const mha::KVCache* cache = g_caches.find(id);
   if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
-  std::copy_n(cache->lengths(), cache->config().batch, at<int32_t>(lengths_out));
+  const int32_t batch = cache->config().batch;
+  std::copy_n(cache->lengths(), batch, at<int32_t>(lengths_out));
+  std::copy_n(cache->stored_counts(), batch, at<int32_t>(lengths_out) + batch);
   return static_cast<int32_t>(mha::Status::kOk);
 }
 
@@ -263,15 +267,15 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_read(uint32_t id, uintptr_t k_out, uin
   return static_cast<int32_t>(cache->read(at<float>(k_out), at<float>(v_out), start, end));
 }
 
-// The dims of a cache (for loadKVCache): batch, num_kv_heads, head_dim, capacity, dtype, Dv (never 0) as
-// int32 at `config_out`.
+// The dims of a cache (for loadKVCache): batch, num_kv_heads, head_dim, capacity, dtype, Dv (never 0) and
+// ring (0 or 1) as int32 at `config_out`.
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_config(uint32_t id, uintptr_t config_out) {
   const mha::KVCache* cache = g_caches.find(id);
   if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
   const mha::KVCacheConfig& c = cache->config();
-  const int32_t fields[] = {c.batch,      c.num_kv_heads, c.head_dim, c.capacity, static_cast<int32_t>(c.dtype),
-                            c.value_dim()};
-  std::copy_n(fields, 6, at<int32_t>(config_out));
+  const int32_t fields[] = {c.batch,       c.num_kv_heads, c.head_dim, c.capacity, static_cast<int32_t>(c.dtype),
+                            c.value_dim(), c.ring ? 1 : 0};
+  std::copy_n(fields, 7, at<int32_t>(config_out));
   return static_cast<int32_t>(mha::Status::kOk);
 }
 

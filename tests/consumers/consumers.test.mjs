@@ -156,7 +156,7 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
     gzippedSize[f] = gzipped;
     console.log(`# ${f}: ${bytes.length} bytes, ${gzipped} gzipped`);
   }
-  // The size budget, each Relaxed SIMD module under 64 kB gzipped (zlib level 9). Issue #15 set 40 kB for
+  // The size budget, each Relaxed SIMD module under 66 kB gzipped (zlib level 9). Issue #15 set 40 kB for
   // the v0.2 options (the modules dropped musl's exp table, exceptions, std::thread's start-up, the float16
   // decode loaders' inf/NaN and unscaled variants, libc++'s mutex/condition_variable/chrono and tanhf, the
   // pthread runtime's stdout and emcc's unused proxying exports: 37.8 kB for mha-relaxed-threads.wasm);
@@ -171,10 +171,11 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
   // cache dtype (issue 39) and the validators and reads compiled for size (core/cold.hpp): -0.8 kB (59.3 kB).
   // Serving (docs/spec.md Part 5): the heap to 4 GiB with its checked allocator and the cache's lse, 0.3 kB
   // (59.6 kB); cache.reorder, 1.2 kB (60.7 kB); the shared prefix (its pass over shared keys, the merge of the
-  // two states and its exact rows over both caches), 2.0 kB (62.7 kB); hence 64 kB. Each is also held to its SIMD128 twin: a relaxed module is that build with fused multiply-adds,
+  // two states and its exact rows over both caches), 2.0 kB (62.7 kB); ring caches (their two runs of slots
+  // merged as the prefix's states, the window rule, save format 3), 1.4 kB (64.1 kB); hence 66 kB. Each is also held to its SIMD128 twin: a relaxed module is that build with fused multiply-adds,
   // at most 10% larger.
   for (const f of ['dist/mha-relaxed.wasm', 'dist/mha-relaxed-threads.wasm']) {
-    assert.ok(gzippedSize[f] < 64000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 64 kB`);
+    assert.ok(gzippedSize[f] < 66000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 66 kB`);
   }
   for (const [relaxed, twin] of [
     ['dist/mha-relaxed.wasm', 'dist/mha.wasm'],

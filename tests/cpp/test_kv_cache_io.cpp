@@ -306,13 +306,13 @@ TEST_CASE("kv cache io: each header field's own message", "[kv_cache_io]") {
   REQUIRE(refused(Bytes(bytes.begin(), bytes.begin() + 5), why) == Status::kCacheBadSave);
   REQUIRE(why == "5 bytes, shorter than the smallest saved KV cache (56 bytes)");
   REQUIRE(refused(with(8, 7), why) == Status::kCacheBadSave);
-  REQUIRE(why == "version 7, this build reads versions 1 and 2 (docs/cache-format.md)");
+  REQUIRE(why == "version 7, this build reads versions 1 to 3 (docs/cache-format.md)");
   REQUIRE(refused(with(8, 0), why) == Status::kCacheBadSave);
   REQUIRE(refused(with(16, 2), why) == Status::kCacheBadSave);
   REQUIRE(
       why ==
       "dtype 2 (bfloat16) in a version 1 save; save() writes float32 and float16 as version 1, bfloat16 and int8 as "
-      "version 2");
+      "version 2 (and ring caches of every dtype as version 3)");
   REQUIRE(refused(with(16, 3), why) == Status::kCacheBadSave);
   REQUIRE(why.find("dtype 3 (int8) in a version 1 save") == 0);
   REQUIRE(refused(with(8, 2), why) == Status::kCacheBadSave);

@@ -163,26 +163,11 @@ std::vector<float> check_against_copies(const PrefixCase& c, const mha::DecodeKe
     REQUIRE(shared.attend(*own, prefix.get(), in, n, counts.data(), out, lse) == Status::kOk);
     REQUIRE(copied.attend(*copies, nullptr, in, n, counts.data(), expected, expected_lse) == Status::kOk);
     REQUIRE(prefix->length(0) == c.prefix_length);
-    for (int32_t b = 0; b < kBatch; ++b) {
-      INFO("sequence " << b << ", step of n = " << n << ", " << counts[size_t(b)] << " real rows");
-      REQUIRE(own->length(b) + c.prefix_length == copies->length(b));
-      for (int32_t i = 0; i < n; ++i) {
-        for (int32_t x = 0; x < ow; ++x) {
-          const float got = out[(size_t(b) * n + i) * ow + x], want = expected[(size_t(b) * n + i) * ow + x];
-          INFO("row " << i << " element " << x << ": " << got << " vs " << want);
-          REQUIRE(std::fabs(got - want) <= 2e-6f + 2e-5f * std::fabs(want));
-        }
-        for (int32_t h = 0; h < c.heads; ++h) {
-          const size_t at = (size_t(b) * c.heads + h) * n + i;
-          INFO("lse of row " << i << " head " << h << ": " << lse[at] << " vs " << expected_lse[at]);
-          if (std::isinf(expected_lse[at])) {
-            REQUIRE(lse[at] == expected_lse[at]);
-          } else {
-            REQUIRE(std::fabs(lse[at] - expected_lse[at]) <= 2e-5f * (1.0f + std::fabs(expected_lse[at])));
-          }
-        }
-      }
-    }
+    for (int32_t b = 0; b < kBatch; ++b) REQUIRE(own->length(b) + c.prefix_length == copies->length(b));
+    INFO("step of n = " << n << ", new tokens " << counts[0] << " " << counts[1] << " " << counts[2] << " "
+                        << counts[3]);
+    REQUIRE(mha_test::first_not_close(out, expected, 2e-6f, 2e-5f) == -1);
+    REQUIRE(mha_test::first_not_close(lse, expected_lse, 2e-5f, 2e-5f) == -1);
     all_outputs.insert(all_outputs.end(), out.begin(), out.end());
     all_outputs.insert(all_outputs.end(), lse.begin(), lse.end());
   }

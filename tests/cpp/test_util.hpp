@@ -210,6 +210,20 @@ inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
+// The first index where |got - want| > atol + rtol |want| (infinities and NaN must match exactly), or -1.
+// One check per tensor: a REQUIRE per element costs more than the attention it checks.
+inline int64_t first_not_close(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol) {
+  if (got.size() != want.size()) return 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(want[i])) {
+      if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))) return int64_t(i);
+      continue;
+    }
+    if (!(std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i]))) return int64_t(i);
+  }
+  return -1;
+}
+
 constexpr float kTol = 1e-5f;
 
 // |fast - ref| <= tol * max(1, max|ref|) elementwise; NaN exactly where the reference has NaN.

@@ -8,10 +8,11 @@
 //      `size` bytes), no overflow in the size arithmetic;
 //   2. the load refuses with kCacheBadSave or kCacheTooLarge and a reason, and leaves no cache;
 //   3. or it loads, and save() of the cache writes the input back byte for byte (so a load accepts exactly
-//      what some save wrote), and a reload with the longest length as capacity keeps the tokens.
+//      what some save wrote), and a reload with the most stored tokens as capacity keeps the tokens.
 // A valid save of a cache too large to allocate here cheaply (over 64 MiB of storage) is checked by
 // KVCacheStorage::check only (libFuzzer's default RSS limit is 2 GiB).
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -58,25 +59,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (mha::KVCacheStorage::save(*cache, saved.data(), bytes) != mha::Status::kOk) fail("save failed", why);
   if (std::memcmp(saved.data(), data, size) != 0) fail("save of the load differs from the input", why);
 
-  // The smallest capacity that holds it: the same tokens.
-  const int32_t longest = cache->max_length();
+  // The smallest capacity that holds it (the most tokens a sequence stores): the same tokens.
+  int32_t longest = 0;
+  for (int32_t b = 0; b < cache->config().batch; ++b) longest = std::max(longest, cache->stored(b));
   if (longest > 0) {
     std::unique_ptr<mha::KVCache> tight;
     if (mha::KVCacheStorage::load(data, int64_t(size), longest, tight, &why) != mha::Status::kOk)
       fail("reload at max_length", why);
     for (int32_t b = 0; b < cache->config().batch; ++b) {
-      if (tight->length(b) != cache->length(b)) fail("reload: lengths differ", why);
+      if (tight->length(b) != cache->length(b) || tight->stored(b) != cache->stored(b))
+        fail("reload: lengths differ", why);
       if (tight->special_from(b) != cache->special_from(b)) fail("reload: special_from differs", why);
     }
     for (int32_t g = 0; g < cache->config().num_kv_heads; ++g) {
-      const int32_t j = cache->length(0) - 1;
-      if (j < 0) break;
-      const float a = cache->key(0, g, j, 0), b = tight->key(0, g, j, 0);
+      const int32_t j = cache->length(0) - 1;  // the newest position (stored whenever any is)
+      if (j < 0 || cache->stored(0) == 0) break;
+      const float a = cache->key(0, g, cache->slot(j), 0), b = tight->key(0, g, tight->slot(j), 0);
       if (std::memcmp(&a, &b, sizeof a) != 0) fail("reload: a key differs", why);
     }
     if (longest > 1 &&
         mha::KVCacheStorage::load(data, int64_t(size), longest - 1, tight, &why) != mha::Status::kCacheBadLength) {
-      fail("a capacity below the longest length was accepted", why);
+      fail("a capacity below the most tokens a sequence stores was accepted", why);
     }
   }
   return 0;

@@ -54,4 +54,10 @@ seed('int8_b1_blocks', { batch: 1, numKvHeads: 1, headDim: 40, capacity: 36, dty
 seed('int8_b2_empty', { batch: 2, numKvHeads: 2, headDim: 32, capacity: 4, dtype: 'int8' }, []);
 const rope = mha.ropeTables({ rotaryDim: 4, positions: 16 });
 seed('f32_b1_rope', { batch: 1, numKvHeads: 2, headDim: 4, capacity: 16 }, [[5, undefined, { options: { rope } }]]);
+// Version 3 (ring caches): the stored counts after the lengths; tokens wrapped past the capacity, ragged,
+// one sequence truncated below its capacity.
+const ringSteps = (n) => Array.from({ length: n }, () => [3, undefined, { options: { window: [4, 0] } }]);
+seed('f32_b2_ring', { batch: 2, numKvHeads: 1, headDim: 4, capacity: 8, ring: true }, ringSteps(5), [14, 12]);
+seed('int8_b1_ring', { batch: 1, numKvHeads: 1, headDim: 40, capacity: 7, dtype: 'int8', ring: true }, ringSteps(4));
+seed('f16_b1_ring_empty', { batch: 1, numKvHeads: 2, headDim: 3, capacity: 5, dtype: 'float16', ring: true }, []);
 mha.dispose();

@@ -52,8 +52,11 @@ export interface LoadedCache {
     capacity: number;
     dtype: KVCacheDType;
     valueDim: number;
+    ring: boolean;
   };
   lengths: Int32Array;
+  /** Tokens each sequence holds (a ring's may be fewer than its length). */
+  stored: Int32Array;
 }
 
 /**
@@ -82,9 +85,10 @@ export function loadCache(
   const capacity = o.capacity === undefined ? 0 : checkDim(`${fn}: capacity`, o.capacity);
   // Read before the malloc, which may detach a view of this heap (see copyIn).
   const [length, byteOffset] = [bytes.length, bytes.byteOffset];
-  // [id: 16 bytes][config: 6 int32, 32 bytes][the bytes; after the load, the lengths (B int32 <= the bytes)]
+  // [id: 16 bytes][config: 7 int32, 32 bytes][the bytes, then as many again; after the load, the lengths
+  // and stored counts (2B int32: a save holds at least 4 bytes a sequence, so 8B < 2 * its size)]
   const before = arena.room;
-  const staged = 48 + length;
+  const staged = 48 + 2 * length;
   const base = arena.reserve(fn, staged);
   try {
     const [idAt, configAt, bytesAt] = [base, base + 16, base + 48];
@@ -96,12 +100,13 @@ export function loadCache(
     }
     const id = wasm.HEAP32[idAt >>> 2]! >>> 0; // a uint32 id
     checkStatus(wasm, fn, wasm._mha_kv_cache_config(id, configAt));
-    const [batch, numKvHeads, headDim, cacheCapacity, dtype, valueDim] = wasm.HEAP32.subarray(
+    const [batch, numKvHeads, headDim, cacheCapacity, dtype, valueDim, ring] = wasm.HEAP32.subarray(
       configAt >>> 2,
-      (configAt >>> 2) + 6,
+      (configAt >>> 2) + 7,
     );
     checkStatus(wasm, fn, wasm._mha_kv_cache_lengths(id, bytesAt));
     const lengths = wasm.HEAP32.slice(bytesAt >>> 2, (bytesAt >>> 2) + batch!);
+    const stored = wasm.HEAP32.slice((bytesAt >>> 2) + batch!, (bytesAt >>> 2) + 2 * batch!);
     return {
       id,
       config: {
@@ -111,8 +116,10 @@ export function loadCache(
         capacity: cacheCapacity!,
         dtype: cacheDTypeName(dtype!),
         valueDim: valueDim!,
+        ring: ring === 1,
       },
       lengths,
+      stored,
     };
   } finally {
     releaseIfGrown(arena, before, staged);

@@ -135,7 +135,7 @@ export class WasmMHA implements MHA, CacheHost, AttentionHost {
     void this.cacheLayout; // throws for a module of another release
     this.seedCacheIds();
     const loaded = loadCache(this.wasm, this.arena, bytes, options);
-    return new WasmKVCache(this, loaded.id, loaded.config, loaded.lengths);
+    return new WasmKVCache(this, loaded.id, loaded.config, loaded.lengths, loaded.stored);
   }
 
   mergeAttention(

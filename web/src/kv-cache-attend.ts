@@ -25,6 +25,8 @@ import {
 import { checkRope, checkRopeRows } from './rope-options.js';
 import { byteOffsetOf, copyResult, layout, place, stageRope, totalBytes, unfilledFloat32Array } from './staging.js';
 import type { Operand } from './staging.js';
+import { addTokens, checkRingWindow } from './kv-cache-sequences.js';
+import type { CacheSequences } from './kv-cache-sequences.js';
 import { checkStatus } from './status.js';
 import type { Float16Tensor, HeapTensor } from './tensor-types.js';
 import { checkDim, checkOptionsObject } from './validate.js';
@@ -269,16 +271,18 @@ function checkAttendOptions(
  */
 function checkRoom(
   c: CacheConfig,
-  lengths: Int32Array,
+  sequences: CacheSequences,
   n: number,
   a: AttendOptions,
 ): { firstRow: number; ropeRows: number } {
+  const { lengths } = sequences;
   const count = (b: number) => (a.counts ? a.counts[b]! : n);
+  if (c.ring) checkRingWindow(FN, c, sequences, n, a.windowLeft, count);
   let firstRow = Infinity;
   let ropeRows = 0;
   let longest = 0; // the sequence whose new end is ropeRows
   for (let b = 0; b < c.batch; b++) {
-    if (lengths[b]! + count(b) > c.capacity) {
+    if (!c.ring && lengths[b]! + count(b) > c.capacity) {
       const which = c.batch > 1 ? ` of sequence ${b}` : '';
       throw new RangeError(
         `${FN}: k: ${count(b)} new tokens${which} would pass the cache's capacity: length ${lengths[b]} + ` +
@@ -305,13 +309,14 @@ function checkRoom(
 
 /**
  * Stages the call's operands and options, writes the call struct, calls the core and adds the new tokens
- * to `lengths`. Returns the heap address of out's staging slot (or of the HeapTensor out) and out's byte
+ * to the sequences' lengths and stored counts (at most `held`: a ring's capacity). Returns the heap address of out's staging slot (or of the HeapTensor out) and out's byte
  * offset, read before the staging malloc.
  */
 function stageAndAttend(
   host: CacheCallHost,
   id: number,
-  lengths: Int32Array,
+  sequences: CacheSequences,
+  held: number,
   t: AttendTensors,
   a: AttendOptions,
   rows: { firstRow: number; ropeRows: number },
@@ -380,7 +385,7 @@ function stageAndAttend(
     rows.firstRow,
   );
   checkStatus(wasm, FN, wasm._mha_kv_cache_attend(callAt));
-  for (let b = 0; b < lengths.length; b++) lengths[b]! += counts ? counts[b]! : t.n;
+  addTokens(sequences, (b) => (counts ? counts[b]! : t.n), held);
   return { outAt, outOffset, lseAt, lseOffset };
 }
 
@@ -410,14 +415,15 @@ function lseResult(wasm: MhaWasmModule, t: AttendTensors, lseAt: number, lseOffs
 }
 
 /**
- * One attend of the cache of `config` whose per-sequence lengths are `lengths` (updated here). `liveId`
+ * One attend of the cache of `config` whose per-sequence lengths and stored counts are `sequences` (updated
+ * here). `liveId`
  * gives the C++ cache's id, or throws once it was freed: it is asked again after the last user code (the
  * option getters) has run, as are the tensors.
  */
 export function attendCache(
   host: CacheCallHost,
   c: CacheConfig,
-  lengths: Int32Array,
+  sequences: CacheSequences,
   liveId: () => number,
   q: unknown,
   k: unknown,
@@ -440,8 +446,16 @@ export function attendCache(
   if (t.lseIn !== undefined && t.lseIn !== 'new') checkStillUsable(`${FN}: lse`, t.lseValue, t.lseIn, t.lseLength);
   if (a.rope) checkRopeStillUsable(FN, a.rope);
   a.prefix?.liveId(); // a getter may have freed it
-  const rows = checkRoom(c, lengths, t.n, a);
-  const { outAt, outOffset, lseAt, lseOffset } = stageAndAttend(host, id, lengths, t, a, rows);
+  const rows = checkRoom(c, sequences, t.n, a);
+  const { outAt, outOffset, lseAt, lseOffset } = stageAndAttend(
+    host,
+    id,
+    sequences,
+    c.ring ? c.capacity : Infinity,
+    t,
+    a,
+    rows,
+  );
   const out = attendResult(wasm, t, outAt, outOffset, q);
   const lse = lseResult(wasm, t, lseAt, lseOffset);
   return lse !== undefined ? { out, lse } : out;

@@ -9,7 +9,7 @@ import { doesNotFit } from './heap.js';
 import type { StagingArena } from './staging.js';
 import { checkDim, checkOptionsObject } from './validate.js';
 
-export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype', 'vHeadDim'] as const;
+export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype', 'vHeadDim', 'ring'] as const;
 
 /**
  * What creating and attending a cache need of its instance: the module, the staging arena and the cache
@@ -29,6 +29,8 @@ export interface CacheConfig {
   dtype: KVCacheDType;
   /** Dv: the vHeadDim option, or headDim. */
   valueDim: number;
+  /** A ring cache (docs/spec.md 5.5): each sequence keeps its last `capacity` tokens. */
+  ring: boolean;
 }
 
 function checkDType(fn: string, value: unknown): KVCacheDType {
@@ -49,7 +51,11 @@ export function checkCacheOptions(wasm: MhaWasmModule, options: KVCacheOptions):
     capacity: checkDim(`${fn}: capacity`, o.capacity),
     dtype: checkDType(fn, o.dtype),
     valueDim: 0,
+    ring: false,
   };
+  if (o.ring !== undefined && typeof o.ring !== 'boolean')
+    throw new TypeError(`${fn}: ring: expected true or false, got ${describe(o.ring)}`);
+  config.ring = o.ring === true;
   config.valueDim = o.vHeadDim === undefined ? config.headDim : checkDim(`${fn}: vHeadDim`, o.vHeadDim);
   const bytes = cacheBytes(wasm, config);
   if (!(bytes < wasm.maxMemoryBytes())) throw tooLarge(wasm, config, bytes);
@@ -86,6 +92,7 @@ export function createCache(host: CacheCallHost, config: CacheConfig): number {
     c.capacity,
     cacheDTypeCode(c.dtype),
     valueDimOf(c),
+    c.ring ? 1 : 0,
     idAt,
   );
   // The dims passed the checks above, so what the core can still refuse is the memory (the heap cannot grow

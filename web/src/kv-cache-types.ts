@@ -29,6 +29,15 @@ export interface KVCacheOptions {
    * then (batch, n, numKvHeads * vHeadDim) and its out (batch, n, numHeads * vHeadDim).
    */
   vHeadDim?: number;
+  /**
+   * A ring cache (docs/spec.md 5.5; ONNX TensorScatter's circular mode): each sequence keeps only its last
+   * `capacity` tokens, and appending past the capacity overwrites the oldest instead of failing. For
+   * sliding-window layers: every `attend` then needs a `window` [W, ...] with W + n <= capacity (and W at most
+   * what a sequence still stores), and gives what a cache holding every token gives. `lengths` count every
+   * token appended (the next position: rope, ALiBi and causality use true positions), `stored` the tokens
+   * held. Not combined with `prefix`. Default false.
+   */
+  ring?: boolean;
 }
 
 /** Options of {@link KVCache.attend}: the options of docs/spec.md Part 2 that apply to a cache. */
@@ -147,8 +156,15 @@ export interface KVCache {
    * when they differ is a RangeError (use {@link KVCache.lengths}).
    */
   readonly length: number;
-  /** A copy of the batch per-sequence lengths. */
+  /** A copy of the batch per-sequence lengths: the tokens appended, the next position. */
   readonly lengths: Int32Array;
+  /**
+   * A copy of the tokens each sequence holds, those at positions [lengths[b] - stored[b], lengths[b]): its
+   * length, or for a ring cache at most its capacity.
+   */
+  readonly stored: Int32Array;
+  /** Whether the cache is a ring ({@link KVCacheOptions.ring}). */
+  readonly ring: boolean;
   readonly capacity: number;
   readonly dtype: KVCacheDType;
   /**

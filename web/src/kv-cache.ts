@@ -34,16 +34,19 @@ export class WasmKVCache implements KVCache {
   #id: number;
   /** The per-sequence lengths, as the C++ cache holds them (every change goes through this class). */
   readonly #lengths: Int32Array;
+  /** The tokens each sequence holds: its length, or fewer once a ring dropped some. */
+  readonly #stored: Int32Array;
   #freedBy = '';
   readonly #config: CacheConfig;
   readonly #bytes: number;
 
-  constructor(host: CacheHost, id: number, config: CacheConfig, lengths?: Int32Array) {
+  constructor(host: CacheHost, id: number, config: CacheConfig, lengths?: Int32Array, stored?: Int32Array) {
     this.#host = host;
     this.#id = id;
     this.#config = config;
     this.#bytes = cacheBytes(host.wasm, config);
     this.#lengths = lengths ?? new Int32Array(config.batch);
+    this.#stored = stored ?? this.#lengths.slice();
     host.caches.add(this);
   }
 
@@ -59,6 +62,14 @@ export class WasmKVCache implements KVCache {
 
   get lengths(): Int32Array {
     return this.#lengths.slice();
+  }
+
+  get stored(): Int32Array {
+    return this.#stored.slice();
+  }
+
+  get ring(): boolean {
+    return this.#config.ring;
   }
 
   /** The cache's dims (for save and tests). */
@@ -106,7 +117,8 @@ export class WasmKVCache implements KVCache {
     const fn = 'KVCache.attend';
     this.#checkLive(fn);
     const prefix = (value: unknown) => this.#checkPrefix(fn, value);
-    return attendCache(this.#host, this.#config, this.#lengths, () => this.liveId(fn), q, k, v, options, prefix);
+    const sequences = { lengths: this.#lengths, stored: this.#stored };
+    return attendCache(this.#host, this.#config, sequences, () => this.liveId(fn), q, k, v, options, prefix);
   }
 
   /** attend's `prefix` (docs/spec.md 5.2): another live cache of this instance, one sequence, the same dims. */
@@ -118,6 +130,10 @@ export class WasmKVCache implements KVCache {
     }
     if (value.#host !== this.#host) throw new TypeError(`${expected}, got a KVCache of another instance`);
     if (value.#id === 0) throw new TypeError(`${expected}, got a KVCache freed by ${value.#freedBy}`);
+    if (this.ring || value.ring) {
+      const which = this.ring ? 'this cache is' : 'the prefix is';
+      throw new TypeError(`${fn}: prefix: expected caches that are not rings (docs/spec.md 5.5), but ${which} a ring`);
+    }
     const p = value.#config;
     const c = this.#config;
     if (p.batch !== 1) throw new TypeError(`${expected}, got one with batch ${p.batch}`);
@@ -146,8 +162,9 @@ export class WasmKVCache implements KVCache {
       if (!Number.isInteger(n) || n < 0 || n > longest) {
         throw new RangeError(`${fn}: n: expected an integer in [0, max(lengths) = ${longest}], got ${n}`);
       }
+      this.#checkRingTruncate(fn, (b) => Math.min(lengths[b]!, n));
       checkStatus(wasm, fn, wasm._mha_kv_cache_truncate(this.#id, n));
-      for (let b = 0; b < lengths.length; b++) lengths[b] = Math.min(lengths[b]!, n);
+      this.#setLengths((b) => Math.min(lengths[b]!, n));
       return;
     }
     if (typeof n !== 'object' || n === null) {
@@ -160,10 +177,34 @@ export class WasmKVCache implements KVCache {
       (b) => lengths[b]!,
       `batch = ${lengths.length} integers, entry b in [0, lengths[b]] (lengths = ${listOf(lengths)})`,
     );
+    this.#checkRingTruncate(fn, (b) => wanted[b]!);
     const at = arena.reserve(fn, wanted.byteLength);
     wasm.HEAP32.set(wanted, at >>> 2);
     checkStatus(wasm, fn, wasm._mha_kv_cache_truncate_each(this.#id, at));
-    lengths.set(wanted);
+    this.#setLengths((b) => wanted[b]!);
+  }
+
+  /** A ring's truncate may remove only tokens it holds: lengths[b] - stored[b] <= the new length. */
+  #checkRingTruncate(fn: string, wanted: (b: number) => number): void {
+    for (let b = 0; b < this.#lengths.length; b++) {
+      const first = this.#lengths[b]! - this.#stored[b]!;
+      if (wanted(b) < first) {
+        const which = this.#lengths.length > 1 ? ` of sequence ${b}` : '';
+        throw new RangeError(
+          `${fn}: n: expected at least ${first}${which}, the first position the ring still holds ` +
+            `(lengths[${b}] - stored[${b}] = ${this.#lengths[b]} - ${this.#stored[b]}), got ${wanted(b)}; nothing was removed`,
+        );
+      }
+    }
+  }
+
+  /** Sets each sequence's length after a truncate; its stored count loses as many tokens. */
+  #setLengths(length: (b: number) => number): void {
+    for (let b = 0; b < this.#lengths.length; b++) {
+      const next = length(b);
+      this.#stored[b] -= this.#lengths[b]! - next;
+      this.#lengths[b] = next;
+    }
   }
 
   reorder(indices: Int32Array | readonly number[]): void {
@@ -182,8 +223,11 @@ export class WasmKVCache implements KVCache {
     const at = arena.reserve(fn, wanted.byteLength);
     wasm.HEAP32.set(wanted, at >>> 2);
     checkStatus(wasm, fn, wasm._mha_kv_cache_reorder(this.#id, at));
-    const before = lengths.slice();
-    for (let b = 0; b < batch; b++) lengths[b] = before[wanted[b]!]!;
+    const [lengthsBefore, storedBefore] = [lengths.slice(), this.#stored.slice()];
+    for (let b = 0; b < batch; b++) {
+      lengths[b] = lengthsBefore[wanted[b]!]!;
+      this.#stored[b] = storedBefore[wanted[b]!]!;
+    }
   }
 
   read(options: KVCacheReadOptions = {}): KVCacheContents {
@@ -191,16 +235,24 @@ export class WasmKVCache implements KVCache {
     this.#checkLive(fn);
     const o = checkOptionsObject(`${fn}: options`, options, READ_KEYS);
     const shortest = Math.min(...this.#lengths);
-    const bound = (name: string, value: unknown, fallback: number, low: number): number => {
+    // The first position every sequence holds: 0, or past what a ring dropped (docs/spec.md 5.5).
+    const first = Math.max(...Array.from(this.#lengths, (length, b) => length - this.#stored[b]!));
+    const low = first > 0 ? `max(lengths - stored) = ${first}` : '0';
+    if (first > shortest) {
+      throw new RangeError(
+        `${fn}: options: the ring's sequences hold no position in common (positions [${low}, min(lengths) = ${shortest}) are empty)`,
+      );
+    }
+    const bound = (name: string, value: unknown, fallback: number, from: number): number => {
       if (value === undefined) return fallback;
-      const expected = `an integer in [${low}, min(lengths) = ${shortest}]`;
+      const expected = `an integer in [${from === first ? low : from}, min(lengths) = ${shortest}]`;
       if (typeof value !== 'number')
         throw new TypeError(`${fn}: ${name}: expected ${expected}, got ${describe(value)}`);
-      if (!Number.isInteger(value) || value < low || value > shortest)
+      if (!Number.isInteger(value) || value < from || value > shortest)
         throw new RangeError(`${fn}: ${name}: expected ${expected}, got ${value}`);
       return value;
     };
-    const start = bound('start', o.start, 0, 0);
+    const start = bound('start', o.start, first, first);
     const end = bound('end', o.end, shortest, start);
     const c = this.#config;
     const tokens = c.batch * (end - start) * c.numKvHeads;

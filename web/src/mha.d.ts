@@ -36,6 +36,7 @@ export interface MhaWasmModule {
     capacity: number,
     dtype: number,
     valueDim: number,
+    ring: number,
     idOut: number,
   ): number;
   _mha_kv_cache_set_next_id(id: number): void;

@@ -113,15 +113,17 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
     fresh->value_scales_ = static_cast<float*>(allocate_zeroed(static_cast<size_t>(value_scale_bytes(config))));
     if (fresh->key_scales_ == nullptr || fresh->value_scales_ == nullptr) return Status::kOutOfMemory;
   }
-  // lengths (B, zero), special_from (B), rotated key (Dh), each part 4-byte aligned in a 64-byte aligned block.
+  // lengths (B, zero), special_from (B), stored (B, zero), rotated key (Dh), each part 4-byte aligned in a
+  // 64-byte aligned block.
   const size_t batch = size_t(config.batch);
-  fresh->state_ = allocate_zeroed(sizeof(int32_t) * 2 * batch + sizeof(float) * size_t(config.head_dim));
+  fresh->state_ = allocate_zeroed(sizeof(int32_t) * 3 * batch + sizeof(float) * size_t(config.head_dim));
   if (fresh->keys_ == nullptr || fresh->values_ == nullptr || fresh->state_ == nullptr) {
     return Status::kOutOfMemory;  // fresh frees them
   }
   fresh->lengths_ = static_cast<int32_t*>(fresh->state_);
   fresh->special_from_ = fresh->lengths_ + batch;
-  fresh->rotated_ = reinterpret_cast<float*>(fresh->special_from_ + batch);
+  fresh->stored_ = fresh->special_from_ + batch;
+  fresh->rotated_ = reinterpret_cast<float*>(fresh->stored_ + batch);
   std::fill_n(fresh->special_from_, batch, kNoSpecialValues);
   cache = std::move(fresh);
   return Status::kOk;
@@ -259,7 +261,8 @@ Status KVCache::append(TensorView<const float> k, TensorView<const float> v, int
   if (rope != nullptr && !rope->enabled()) rope = nullptr;
   auto count_of = [&](int32_t b) { return new_tokens != nullptr ? new_tokens[b] : n; };
   for (int32_t b = 0; b < config_.batch; ++b) {
-    if (count_of(b) > config_.capacity - lengths_[b]) return Status::kCacheFull;
+    // A ring overwrites its oldest tokens: only a call of more than `capacity` tokens cannot be held.
+    if (count_of(b) > config_.capacity - (config_.ring ? 0 : lengths_[b])) return Status::kCacheFull;
     if (rope != nullptr && int64_t{lengths_[b]} + count_of(b) > rope->positions) return Status::kRopePosition;
   }
   const Status storable = check_storable(k, v, n, rope, new_tokens);
@@ -279,42 +282,55 @@ void KVCache::store_tokens(TensorView<const float> k, TensorView<const float> v,
     // special_from stays conservative.
     int32_t first_special = kNoSpecialValues;
     for (int32_t t = 0; t < count;) {
-      const int32_t position = length + t;
+      const int32_t position = length + t, at = slot(position);  // rope rotates at the position
       const float* k_row = k.data + b * k.batch_stride + t * k.row_stride;
-      // Rotated keys go one by one through rotated_ (the copy-in is O(n * Hkv * Dh) either way).
-      const int32_t tokens = (panel_rows && rope == nullptr && position % 8 == 0 && count - t >= 8) ? 8 : 1;
+      // Rotated keys go one by one through rotated_ (the copy-in is O(n * Hkv * Dh) either way); 8 keys
+      // fill 8 adjacent columns of one panel (a ring's may wrap before them).
+      const bool eight = at % 8 == 0 && count - t >= 8 && at + 8 <= config_.capacity;
+      const int32_t tokens = (panel_rows && rope == nullptr && eight) ? 8 : 1;
       bool specials = false;
       for (int32_t g = 0; g < heads; ++g) {
 #if MHA_F16_SIMD
         if (tokens == 8) {
-          specials |= store_keys8(k_row + int64_t{g} * config_.head_dim, k.row_stride, b, g, position);
+          specials |= store_keys8(k_row + int64_t{g} * config_.head_dim, k.row_stride, b, g, at);
           continue;
         }
 #endif
-        specials |= store_key(key_to_store(k_row, g, rope, position), b, g, position);
+        specials |= store_key(key_to_store(k_row, g, rope, position), b, g, at);
       }
-      if (specials) first_special = std::min(first_special, position);
+      if (specials) first_special = std::min(first_special, at);
       t += tokens;
     }
     for (int32_t t = 0; t < count; ++t) {
       const float* v_row = v.data + b * v.batch_stride + t * v.row_stride;
+      const int32_t at = slot(length + t);
       bool specials = false;
-      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dv, b, g, length + t);
-      if (specials) first_special = std::min(first_special, length + t);
+      for (int32_t g = 0; g < heads; ++g) specials |= store_value(v_row + int64_t{g} * dv, b, g, at);
+      if (specials) first_special = std::min(first_special, at);
     }
     special_from_[b] = std::min(special_from_[b], first_special);
     lengths_[b] = length + count;
+    stored_[b] = std::min(stored_[b] + count, config_.ring ? config_.capacity : INT32_MAX);
   }
 }
 
 void KVCache::set_length(int32_t b, int32_t length) {
+  stored_[b] -= lengths_[b] - length;
   lengths_[b] = length;
-  // Every inf/NaN half of sequence b was at special_from(b) or later: all are gone when that position is.
-  if (special_from_[b] >= length) special_from_[b] = kNoSpecialValues;
+  // Every inf/NaN half of sequence b was at special_from(b) or later: all are gone when that position is
+  // (a ring's slots are not its positions: it keeps special_from).
+  if (!config_.ring && special_from_[b] >= length) special_from_[b] = kNoSpecialValues;
+}
+
+// Whether sequence b may be cut to `length`: at most its length, and only tokens it still stores.
+bool KVCache::can_truncate(int32_t b, int32_t length) const {
+  return length >= 0 && length <= lengths_[b] && lengths_[b] - length <= stored_[b];
 }
 
 Status KVCache::truncate(int32_t length) {
   if (length < 0 || length > max_length()) return Status::kCacheBadLength;
+  for (int32_t b = 0; b < config_.batch; ++b)
+    if (!can_truncate(b, std::min(lengths_[b], length))) return Status::kCacheBadLength;
   for (int32_t b = 0; b < config_.batch; ++b) set_length(b, std::min(lengths_[b], length));
   return Status::kOk;
 }
@@ -322,7 +338,7 @@ Status KVCache::truncate(int32_t length) {
 Status KVCache::truncate_each(const int32_t* lengths) {
   if (lengths == nullptr) return Status::kNullPointer;
   for (int32_t b = 0; b < config_.batch; ++b)
-    if (lengths[b] < 0 || lengths[b] > lengths_[b]) return Status::kCacheBadLength;
+    if (!can_truncate(b, lengths[b])) return Status::kCacheBadLength;
   for (int32_t b = 0; b < config_.batch; ++b) set_length(b, lengths[b]);
   return Status::kOk;
 }
@@ -369,11 +385,17 @@ void read_tokens(const KVCacheConfig& c, E* k, E* v, int32_t start, int32_t end,
 
 }  // namespace
 
+MHA_MINSIZE int32_t KVCache::first_readable() const {
+  int32_t first = 0;
+  for (int32_t b = 0; b < config_.batch; ++b) first = std::max(first, lengths_[b] - stored_[b]);
+  return first;
+}
+
 MHA_MINSIZE Status KVCache::read(float* k, float* v, int32_t start, int32_t end) const {
-  if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;
+  if (start < first_readable() || start > end || end > min_length()) return Status::kCacheBadLength;
   if (end > start && (k == nullptr || v == nullptr)) return Status::kNullPointer;
   read_tokens(config_, k, v, start, end, [this](int32_t b, int32_t g, int32_t j, int32_t d, bool is_key) {
-    return is_key ? key(b, g, j, d) : value(b, g, j, d);
+    return is_key ? key(b, g, slot(j), d) : value(b, g, slot(j), d);
   });
   return Status::kOk;
 }
@@ -381,15 +403,15 @@ MHA_MINSIZE Status KVCache::read(float* k, float* v, int32_t start, int32_t end)
 MHA_MINSIZE Status KVCache::read_stored(void* k, void* v, int32_t start, int32_t end) const {
   if (!cache_dtype_info(config_.dtype).reads_stored)
     return read(static_cast<float*>(k), static_cast<float*>(v), start, end);
-  if (start < 0 || start > end || end > min_length()) return Status::kCacheBadLength;
+  if (start < first_readable() || start > end || end > min_length()) return Status::kCacheBadLength;
   if (end > start && (k == nullptr || v == nullptr)) return Status::kNullPointer;
   visit_codec(config_.dtype, [&](auto codec) {
     using E = typename decltype(codec)::Element;
     if constexpr (decltype(codec)::kReadsStored) {  // else read above
       read_tokens(config_, static_cast<E*>(k), static_cast<E*>(v), start, end,
                   [this](int32_t b, int32_t g, int32_t j, int32_t d, bool is_key) {
-                    return is_key ? key_panels<E>(b, g)[key_panel_offset(j, d, config_.head_dim)]
-                                  : value_rows<E>(b, g)[int64_t{j} * value_row_elements() + d];
+                    return is_key ? key_panels<E>(b, g)[key_panel_offset(slot(j), d, config_.head_dim)]
+                                  : value_rows<E>(b, g)[int64_t{slot(j)} * value_row_elements() + d];
                   });
     }
   });

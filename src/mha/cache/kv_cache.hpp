@@ -35,6 +35,7 @@
 // Each dtype's encoding, read back and scales are its codec's (cache_codecs.hpp: the table of dtypes).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -54,6 +55,9 @@ struct KVCacheConfig {
   int32_t capacity = 0;      // tokens per batch item
   CacheDType dtype = CacheDType::kFloat32;
   int32_t v_head_dim = 0;  // Dv; 0 = Dh (docs/spec.md 4.1)
+  // A ring (docs/spec.md 5.5): each sequence keeps its last `capacity` tokens, position p in slot
+  // p % capacity, and appending past the capacity overwrites the oldest.
+  bool ring = false;
 
   int32_t value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }  // Dv
 };
@@ -102,9 +106,17 @@ class KVCache {
   KVCache& operator=(const KVCache&) = delete;
 
   const KVCacheConfig& config() const { return config_; }
-  // Sequence b's length (tokens stored), and the extremes over the B sequences.
+  // Sequence b's length (tokens appended: the next position), and the extremes over the B sequences.
   int32_t length(int32_t b) const { return lengths_[b]; }
   const int32_t* lengths() const { return lengths_; }  // (B)
+  // Tokens sequence b holds, those at positions [length(b) - stored(b), length(b)): length(b) unless a
+  // ring dropped some.
+  int32_t stored(int32_t b) const { return stored_[b]; }
+  const int32_t* stored_counts() const { return stored_; }  // (B)
+  // Where position p of a sequence is stored: its key column and value row (p itself unless a ring).
+  int32_t slot(int32_t position) const { return config_.ring ? position % config_.capacity : position; }
+  // Slots [0, slot_extent(b)) of sequence b hold its tokens: its length, or a ring's capacity once full.
+  int32_t slot_extent(int32_t b) const { return config_.ring ? std::min(lengths_[b], config_.capacity) : lengths_[b]; }
   int32_t min_length() const;
   int32_t max_length() const;
   bool uniform() const { return min_length() == max_length(); }
@@ -129,10 +141,10 @@ class KVCache {
                         const int32_t* new_tokens);
 
   // Keeps min(length(b), length) tokens of every sequence; kCacheBadLength when length < 0 or
-  // > max_length(). O(B).
+  // > max_length(), or a ring would remove more than it stores. O(B).
   Status truncate(int32_t length);
-  // Sets sequence b's length to lengths[b] (B of them, each in [0, length(b)], else kCacheBadLength and
-  // nothing changes). O(B).
+  // Sets sequence b's length to lengths[b] (B of them, each in [0, length(b)], and a ring's at least
+  // length(b) - stored(b), else kCacheBadLength and nothing changes). O(B).
   Status truncate_each(const int32_t* lengths);
 
   // Beam search (docs/spec.md 5.4): afterwards sequence b holds what sequence indices[b] held (its tokens,
@@ -181,26 +193,30 @@ class KVCache {
   }
   float* writable_key_scales(int32_t b, int32_t g) { return const_cast<float*>(key_scales(b, g)); }
   float* writable_value_scales(int32_t b, int32_t g) { return const_cast<float*>(value_scales(b, g)); }
-  void set_loaded(int32_t b, int32_t length, int32_t special_from) {
+  void set_loaded(int32_t b, int32_t length, int32_t stored, int32_t special_from) {
     lengths_[b] = length;
+    stored_[b] = stored;
     special_from_[b] = special_from;
   }
 
-  // Smallest position of sequence b whose K or V holds an inf or NaN half (float16), or
-  // kNoSpecialValues. Conservative after a truncate that keeps some of them.
+  // Smallest slot of sequence b whose K or V holds an inf or NaN half (float16), or kNoSpecialValues.
+  // Conservative after a truncate that keeps some of them, and in a ring.
   int32_t special_from(int32_t b) const { return special_from_[b]; }
 
-  // Element d of key / value j of head g of batch item b, exactly as stored (tests, exact kernel path).
+  // Element d of the key / value in slot j of head g of batch item b, exactly as stored (tests, exact
+  // kernel path).
   float key(int32_t b, int32_t g, int32_t j, int32_t d) const;
   float value(int32_t b, int32_t g, int32_t j, int32_t d) const;
 
-  // Copies tokens [start, end) of every sequence out as k (B, end - start, Hkv*Dh), v (B, end - start,
-  // Hkv*Dv) floats, keys as stored (rotated with rope): docs/spec.md 4.7. kCacheBadLength unless
-  // 0 <= start <= end <= min_length().
+  // Copies the tokens at positions [start, end) of every sequence out as k (B, end - start, Hkv*Dh), v (B,
+  // end - start, Hkv*Dv) floats, keys as stored (rotated with rope): docs/spec.md 4.7. kCacheBadLength
+  // unless first_readable() <= start <= end <= min_length().
   Status read(float* k, float* v, int32_t start, int32_t end) const;
   // The same tokens in the layout of read, as the cache's own elements: float16 bits for a float16 cache,
   // else read's float32 (bfloat16 and int8 read back as float32, docs/spec.md 4.8).
   Status read_stored(void* k, void* v, int32_t start, int32_t end) const;
+  // The first position every sequence still holds: 0, or past what a ring dropped.
+  int32_t first_readable() const;
 
  private:
   explicit KVCache(const KVCacheConfig& config);
@@ -220,16 +236,18 @@ class KVCache {
   float* key_scale_row(int32_t b, int32_t g, int32_t position);    // scaled: key `position`'s NBk scales, stride P
   float* value_scale_row(int32_t b, int32_t g, int32_t position);  // scaled: value `position`'s NBv scales
   void set_length(int32_t b, int32_t length);
+  bool can_truncate(int32_t b, int32_t length) const;
   CacheSequenceSpan sequence_span(int32_t b) const;  // kv_cache_reorder.cpp
   // The key of head g of one token as stored: k_row + g*Dh itself, or rotated at `position` into rotated_.
   const float* key_to_store(const float* k_row, int32_t g, const RotaryTables* rope, int32_t position);
 
   KVCacheConfig config_;
-  // One block for the small state: lengths (B), special_from (B), then one rotated key (Dh floats). One
+  // One block for the small state: lengths (B), special_from (B), stored (B), then one rotated key (Dh floats). One
   // allocation instead of three keeps a cache's create/free from fragmenting the wasm heap's small blocks.
   void* state_ = nullptr;
   int32_t* lengths_ = nullptr;       // (B)
   int32_t* special_from_ = nullptr;  // (B)
+  int32_t* stored_ = nullptr;        // (B)
   int64_t panels_ = 0;               // ceil(capacity / P)
   void* keys_ = nullptr;
   void* values_ = nullptr;

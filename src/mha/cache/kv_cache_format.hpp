@@ -37,6 +37,12 @@ enum Field : int64_t {
 constexpr int64_t kChecksumBytes = 4;
 // The oldest version holding a dtype (the table's, cache_codecs.hpp): version 2 added bfloat16 and int8.
 inline uint32_t format_version(CacheDType dtype) { return cache_dtype_info(dtype).save_version; }
+// Version 3: a ring cache (flags bit 0), its B stored counts after the lengths, any dtype.
+constexpr uint32_t kRingVersion = 3;
+constexpr uint32_t kRingFlag = 1;
+inline uint32_t format_version(const KVCacheConfig& c) { return c.ring ? kRingVersion : format_version(c.dtype); }
+// The header's bytes: the fixed fields, the lengths and a ring's stored counts.
+inline int64_t header_bytes(int32_t batch, bool ring) { return kLengthsAt + int64_t{batch} * (ring ? 8 : 4); }
 
 inline uint32_t read_u32(const uint8_t* p) {
   uint32_t x;

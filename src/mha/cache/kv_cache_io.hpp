@@ -17,10 +17,11 @@
 namespace mha {
 
 // The versions this build reads (docs/cache-format.md, "Versions"): 1 holds float32 and float16 caches,
-// 2 adds bfloat16 and int8. A save is written in the oldest version that holds its dtype, so that float32
-// and float16 saves stay readable by builds that know only version 1.
+// 2 adds bfloat16 and int8, 3 ring caches (their stored counts after the lengths). A save is written in the
+// oldest version that holds it, so that float32 and float16 saves stay readable by builds that know only
+// version 1.
 constexpr uint32_t kCacheFormatFirstVersion = 1;
-constexpr uint32_t kCacheFormatVersion = 2;
+constexpr uint32_t kCacheFormatVersion = 3;
 
 // CRC-32 of IEEE 802.3 (zlib's crc32, reflected polynomial 0xEDB88320) of `size` bytes, continuing from
 // `crc` (0 to start): crc32("123456789") = 0xCBF43926.
@@ -44,8 +45,11 @@ struct SavedCacheHeader {
   int32_t saved_capacity = 0;
   int32_t max_length = 0;            // the longest saved sequence
   const uint8_t* lengths = nullptr;  // (B) little-endian int32, inside the input
+  const uint8_t* stored = nullptr;   // a ring's (B) stored counts, inside the input; null: every token stored
   int64_t tokens_offset = 0;         // where sequence 0's k starts
   int32_t length(int32_t b) const;
+  // The tokens saved of sequence b: those at positions [length(b) - count(b), length(b)).
+  int32_t count(int32_t b) const;
 };
 
 // Reaches KVCache's storage through its storage accessors (key_panels, value_rows, their writable twins for

@@ -24,7 +24,7 @@ struct CacheSequenceSpan {
 
 namespace {
 
-// Bytes of one head's tokens [0, length) in each region: whole key panels (a panel's tail is the source's
+// Bytes of one head's slots [0, length) in each region: whole key panels (a panel's tail is the source's
 // own, never read past its length), value rows, and their scales.
 struct TokenBytes {
   int64_t keys, values, key_scales, value_scales;
@@ -82,8 +82,10 @@ struct ReorderPlan {
   int32_t* readers;      // readers[s]: pending sequences still to take s's old tokens
   int32_t* pending;      // pending[b] != 0: b has yet to be written
   int32_t* ready;        // a stack of pending sequences nobody still reads
-  int32_t* old_lengths;  // lengths and special_from before the move
+  int32_t* old_lengths;  // lengths, special_from and stored before the move
   int32_t* old_special;
+  int32_t* old_stored;
+  int32_t* old_extent;  // the slots that hold each sequence's tokens (KVCache::slot_extent)
   int32_t ready_count = 0;
 };
 
@@ -129,19 +131,22 @@ Status KVCache::reorder(const int32_t* indices) {
   // ---- plan: pending = the sequences that change; readers[s] = those of them still to take s's tokens.
   // One allocation holds the plan's integers (a float Workspace used as int32 storage, same size).
   Workspace integers;
-  if (!integers.reserve(size_t(batch) * 7)) return Status::kOutOfMemory;
+  if (!integers.reserve(size_t(batch) * 9)) return Status::kOutOfMemory;
   int32_t* const ints = reinterpret_cast<int32_t*>(integers.data());
-  std::memset(ints, 0, size_t(batch) * 7 * 4);
-  ReorderPlan plan{ints, ints + batch, ints + 2 * batch, ints + 3 * batch, ints + 4 * batch};
+  std::memset(ints, 0, size_t(batch) * 9 * 4);
+  ReorderPlan plan{
+      ints, ints + batch, ints + 2 * batch, ints + 3 * batch, ints + 4 * batch, ints + 5 * batch, ints + 6 * batch};
   int32_t moves = 0, longest = 0;
   for (int32_t b = 0; b < batch; ++b) {
     plan.old_lengths[b] = lengths_[b];
     plan.old_special[b] = special_from_[b];
+    plan.old_stored[b] = stored_[b];
+    plan.old_extent[b] = slot_extent(b);
     if (indices[b] == b) continue;
     plan.pending[b] = 1;
     ++plan.readers[indices[b]];
     ++moves;
-    longest = std::max(longest, lengths_[indices[b]]);
+    longest = std::max(longest, slot_extent(indices[b]));
   }
   for (int32_t b = 0; b < batch; ++b)
     if (plan.pending[b] != 0 && plan.readers[b] == 0) plan.ready[plan.ready_count++] = b;
@@ -149,7 +154,7 @@ Status KVCache::reorder(const int32_t* indices) {
   // before anything moves, so that a failed allocation changes nothing.
   Workspace storage;
   CacheSequenceSpan buffer;
-  if (chain_length(indices, plan, batch, ints + 5 * batch) < moves) {
+  if (chain_length(indices, plan, batch, ints + 7 * batch) < moves) {
     if (!storage.reserve(token_floats(config_, longest))) return Status::kOutOfMemory;
     buffer = buffer_span(config_, longest, storage.data());
   }
@@ -164,13 +169,14 @@ Status KVCache::reorder(const int32_t* indices) {
       while (next < batch && plan.pending[next] == 0) ++next;
       if (next == batch) break;
       b = next;
-      copy_tokens(config_, buffer, sequence_span(b), plan.old_lengths[b]);
+      copy_tokens(config_, buffer, sequence_span(b), plan.old_extent[b]);
       saved = b;
     }
     const int32_t source = indices[b];
-    copy_tokens(config_, sequence_span(b), source == saved ? buffer : sequence_span(source), plan.old_lengths[source]);
+    copy_tokens(config_, sequence_span(b), source == saved ? buffer : sequence_span(source), plan.old_extent[source]);
     lengths_[b] = plan.old_lengths[source];
     special_from_[b] = plan.old_special[source];
+    stored_[b] = plan.old_stored[source];
     plan.pending[b] = 0;
     if (--plan.readers[source] == 0 && plan.pending[source] != 0) plan.ready[plan.ready_count++] = source;
   }

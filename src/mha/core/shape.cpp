@@ -42,6 +42,7 @@ const char* status_name(Status status) {
     case Status::kCacheNonFinite: return "non-finite value for an int8 KV cache";
     case Status::kCacheBadIndices: return "reorder index outside [0, batch)";
     case Status::kCacheBadPrefix: return "prefix cache does not match";
+    case Status::kCacheRingWindow: return "ring cache attend without a window within its stored tokens";
   }
   return "unknown status";
 }
@@ -88,6 +89,9 @@ const char* status_message(Status status) {
     case Status::kCacheBadPrefix:
       return "a prefix must be another cache with batch 1 and the same numKvHeads, headDim, vHeadDim and dtype; "
              "nothing was stored";
+    case Status::kCacheRingWindow:
+      return "a ring cache needs a window whose left extent plus the new tokens is at most its capacity, and that "
+             "reaches no token it overwrote (docs/spec.md 5.5); nothing was stored";
   }
   return nullptr;
 }

@@ -52,8 +52,9 @@ enum class Status : int32_t {
   // Serving (docs/spec.md Part 5).
   kCacheBadIndices = 30,  // reorder: an index outside [0, B)
   kCacheBadPrefix = 31,   // a prefix of another batch than 1, other dims or dtype, or the cache itself
+  kCacheRingWindow = 32,  // a ring attend without a window that keeps every query on stored tokens
 };
-constexpr Status kLastStatus = Status::kCacheBadPrefix;  // every number in [0, kLastStatus] is a Status
+constexpr Status kLastStatus = Status::kCacheRingWindow;  // every number in [0, kLastStatus] is a Status
 
 const char* status_name(Status status);
 

@@ -63,7 +63,20 @@ MHA_MINSIZE Status validate_prefix(const KVCache& cache, const KVCache& prefix) 
   const KVCacheConfig& p = prefix.config();
   const bool matches = p.batch == 1 && p.num_kv_heads == c.num_kv_heads && p.head_dim == c.head_dim &&
                        p.value_dim() == c.value_dim() && p.dtype == c.dtype;
-  return &prefix != &cache && matches ? Status::kOk : Status::kCacheBadPrefix;
+  // A ring and a prefix do not combine (docs/spec.md 5.5).
+  return &prefix != &cache && matches && !c.ring && !p.ring ? Status::kOk : Status::kCacheBadPrefix;
+}
+
+// A ring's window (docs/spec.md 5.5): bounded on the left, W + n <= capacity, and for a sequence that
+// dropped tokens (length > stored) W <= stored, so that no query reaches a position the ring overwrote.
+MHA_MINSIZE Status validate_ring_window(const KVCache& cache, const CacheAttendArgs& args) {
+  const int32_t w = args.window_left;
+  if (w < 0 || int64_t{w} + args.new_tokens > cache.config().capacity) return Status::kCacheRingWindow;
+  for (int32_t b = 0; b < cache.config().batch; ++b) {
+    const bool dropped = cache.length(b) > cache.stored(b);
+    if (dropped && new_token_count(args, b) > 0 && w > cache.stored(b)) return Status::kCacheRingWindow;
+  }
+  return Status::kOk;
 }
 
 }  // namespace
@@ -88,6 +101,7 @@ MHA_COLD Status validate_cache_attend(const KVCache& cache, const CacheAttendArg
   }
   const Status rope = validate_cache_rope(cache, args);
   if (rope != Status::kOk) return rope;
+  if (c.ring) return validate_ring_window(cache, args);
   for (int32_t b = 0; b < c.batch; ++b)
     if (new_token_count(args, b) > c.capacity - cache.length(b)) return Status::kCacheFull;
   return Status::kOk;
@@ -99,6 +113,8 @@ Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& 
     return prefix_attend(cache, args, scratch, parallel != nullptr ? &parallel->pool() : nullptr);
   const Status status = validate_cache_attend(cache, args);
   if (status != Status::kOk) return status;
+  if (ring_wraps(cache, args))
+    return ring_attend(cache, args, scratch, parallel != nullptr ? &parallel->pool() : nullptr);
   const Status storable = cache.check_storable(args.k, args.v, args.new_tokens, &args.rope, args.new_token_counts);
   if (storable != Status::kOk) return storable;  // before any output or storage is written
   const int32_t batch = cache.config().batch;

@@ -170,6 +170,11 @@ Status cache_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& 
 // once, the append, the sequences' own pass, and the two states merged by their log-sum-exp.
 Status prefix_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ThreadPool* pool);
 
+// A ring cache's call once a sequence passes its capacity (decode_ring.cpp): whether this call is one,
+// and the call (validated by the caller), the ring's two runs of slots as two passes, merged.
+bool ring_wraps(const KVCache& cache, const CacheAttendArgs& args);
+Status ring_attend(KVCache& cache, const CacheAttendArgs& args, DecodeScratch& scratch, ThreadPool* pool);
+
 // The decode kernel alone over the cache as it is: sequence b's real rows of q (B, n, H*Dh) at positions
 // [first_positions[b], ... + count_b) against its keys [0, cache.length(b)). cache_attend calls it after
 // appending.

@@ -19,6 +19,7 @@
 #include "mha/decode/decode.hpp"
 #include "mha/core/numeric.hpp"
 #include "mha/decode/decode_kernel.hpp"
+#include "mha/reference/reference.hpp"
 
 namespace mha {
 
@@ -104,6 +105,36 @@ inline float natural_lse(float m, float l) {
   return (m + std::log2(l)) * kLn2f;
 #endif
 }
+
+// ---- a call in two parts over disjoint keys (decode_parts.cpp: a shared prefix, a ring's two runs of slots)
+
+// One pass's arguments: q as staged (rotated), no rope, no sink, empty rows 0 and lse -inf, so that the
+// merge adds the sink once and decides what an empty row is.
+CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<const float> staged_q, float* out, float* lse);
+
+// The two parts' states of a call's real rows: the first's out (B, n, H*Dv) and lse (B, H, n), the
+// second's out already in args->out and its lse. A row whose merge is not finite takes exact_row: the
+// reference over the call's whole key list (q as staged, rotated).
+struct PartsMerge {
+  const KVCache* cache = nullptr;
+  const CacheAttendArgs* args = nullptr;
+  TensorView<const float> staged_q;
+  const float* first_out = nullptr;
+  const float* first_lse = nullptr;
+  const float* second_lse = nullptr;
+  const int32_t* first_positions = nullptr;  // (B) the position of sequence b's query 0 (old length)
+  const void* context = nullptr;             // for exact_row
+  void (*exact_row)(const PartsMerge& merge, int32_t b, int32_t i, int32_t h, const float* q, double* scratch,
+                    float* out, float* lse) = nullptr;
+};
+// The reference's row of head h with the call's options (scale, causal, window, softcap, ALiBi, empty
+// rows, sink) and q as staged; the caller sets the reader, the visibility's lengths and offset, the query.
+ReferenceRow call_reference_row(const CacheAttendArgs& args, int32_t h, const float* q, int32_t head_dim,
+                                int32_t value_dim);
+
+// args->out and args->lse = the two parts and the sink summed by their log-sum-exp (docs/spec.md 5.3), on
+// this thread (exact rows in worker 0's scratch).
+void merge_parts(const PartsMerge& merge, DecodeScratch& scratch);
 
 // ---- plan (decode_plan.cpp)
 

@@ -36,27 +36,13 @@ float cache_value(const void* head, int32_t j, int32_t d) {
 // for rows whose float32 result is not finite (non-finite inputs, float32 overflow, empty rows) and for
 // scales that cannot be folded into the kernel's log2-unit scale. `scratch`: Dv doubles.
 void exact_row(const DecodeJob& job, int32_t b, int32_t g, const RowInfo& ri, double* scratch, float* out, float* lse) {
-  const AttentionOptions& o = *job.args;
   const CacheHead head{job.cache, key_sequence(job, b), g};
-  ReferenceRow row;
-  row.q_row = q_row(job, b, ri);
+  ReferenceRow row = call_reference_row(*job.args, ri.head, q_row(job, b, ri), job.head_dim, job.value_dim);
   row.reader = KeyValueReader{&head, &cache_key, &cache_value};
-  row.head_dim = job.head_dim;
-  row.value_dim = job.value_dim;
-  row.scale = o.scale;
   row.visibility.kv_seq_len = job.lengths[b];
   row.visibility.kv_length = job.lengths[b];
   row.visibility.query_offset = job.first_positions[b];
-  row.visibility.causal = o.causal;
-  row.visibility.window_left = o.window_left;
-  row.visibility.window_right = o.window_right;
   row.query = ri.query;
-  row.softcap = o.softcap;
-  row.alibi = o.alibi_slopes != nullptr;
-  row.alibi_slope = row.alibi ? o.alibi_slopes[ri.head] : 0.0f;
-  row.empty_rows = o.empty_rows;
-  row.has_sink = o.sinks != nullptr;
-  row.sink = row.has_sink ? o.sinks[ri.head] : 0.0f;
   reference_attention_row(row, scratch, out, nullptr, lse);
 }
 

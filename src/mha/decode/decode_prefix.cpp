@@ -20,8 +20,6 @@
 namespace mha {
 namespace {
 
-constexpr float kLog2ef = static_cast<float>(kLog2e);
-
 // The rope tables indexed by the cache's own positions: row p is the call's row Lp + p, so that append
 // and the staged queries rotate at the true positions.
 RotaryTables own_positions_rope(const RotaryTables& rope, int32_t prefix_length) {
@@ -32,27 +30,6 @@ RotaryTables own_positions_rope(const RotaryTables& rope, int32_t prefix_length)
   }
   return shifted;
 }
-
-// One pass's arguments: q as staged (rotated), no rope, no sink, empty rows 0 and lse -inf, so that the
-// merge can add the sink once and decide what an empty row is.
-CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<const float> staged_q, float* out, float* lse) {
-  CacheAttendArgs part = args;
-  part.prefix = nullptr;
-  part.q = staged_q;
-  part.out = TensorView<float>{out, args.out.batch_stride, args.out.row_stride};
-  part.lse = lse;
-  part.sinks = nullptr;
-  part.empty_rows = EmptyRows::kZero;
-  part.rope = RotaryTables{};
-  return part;
-}
-
-// The call's scratch: the prefix pass's out (B, n, H*Dv) and the two passes' lse (B, H, n).
-struct PrefixStates {
-  float* prefix_out;
-  float* prefix_lse;
-  float* own_lse;
-};
 
 // Keys [0, Lp) of the prefix, then sequence b's own, for the reference's reader.
 struct PrefixedHead {
@@ -69,72 +46,23 @@ float prefixed_value(const void* head, int32_t j, int32_t d) {
   return j < h.prefix_length ? h.prefix->value(0, h.g, j, d) : h.cache->value(h.b, h.g, j - h.prefix_length, d);
 }
 
-// Row (b, i, h) by the reference over the prefix's keys and the sequence's own, as one key list.
-MHA_MINSIZE void exact_prefixed_row(const KVCache& cache, const CacheAttendArgs& args, const float* q, int32_t b,
-                                    int32_t i, int32_t h, int32_t old_length, double* scratch, float* out, float* lse) {
+// Row (b, i, h) by the reference over the prefix's keys and the sequence's own, as one key list (the
+// merge's exact rows: decode_parts.cpp).
+MHA_MINSIZE void exact_prefixed_row(const PartsMerge& merge, int32_t b, int32_t i, int32_t h, const float* q,
+                                    double* scratch, float* out, float* lse) {
+  const KVCache& cache = *merge.cache;
+  const CacheAttendArgs& args = *merge.args;
+  const int32_t old_length = merge.first_positions[b];
   const KVCacheConfig& c = cache.config();
   const int32_t prefix_length = args.prefix->length(0);
   const PrefixedHead head{args.prefix, &cache, b, h / (args.num_heads / c.num_kv_heads), prefix_length};
-  ReferenceRow row;
-  row.q_row = q;
+  ReferenceRow row = call_reference_row(args, h, q, c.head_dim, c.value_dim());
   row.reader = KeyValueReader{&head, &prefixed_key, &prefixed_value};
-  row.head_dim = c.head_dim;
-  row.value_dim = c.value_dim();
-  row.scale = args.scale;
   row.visibility.kv_seq_len = prefix_length + cache.length(b);
   row.visibility.kv_length = row.visibility.kv_seq_len;
   row.visibility.query_offset = prefix_length + old_length;
-  row.visibility.causal = args.causal;
-  row.visibility.window_left = args.window_left;
-  row.visibility.window_right = args.window_right;
   row.query = i;
-  row.softcap = args.softcap;
-  row.alibi = args.alibi_slopes != nullptr;
-  row.alibi_slope = row.alibi ? args.alibi_slopes[h] : 0.0f;
-  row.empty_rows = args.empty_rows;
-  row.has_sink = args.sinks != nullptr;
-  row.sink = row.has_sink ? args.sinks[h] : 0.0f;
   reference_attention_row(row, scratch, out, nullptr, lse);
-}
-
-// out (holding the own pass) = the merge of both passes and the sink; lse likewise. In log2 units, with
-// the exp2 and log2 the decode merge uses (natural_lse).
-MHA_MINSIZE void merge_prefix_states(const KVCache& cache, const CacheAttendArgs& args, const PrefixStates& states,
-                                     TensorView<const float> staged_q, const int32_t* old_lengths, double* scratch) {
-  const KVCacheConfig& c = cache.config();
-  const int32_t dv = c.value_dim();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (int32_t b = 0; b < c.batch; ++b)
-    for (int32_t i = 0; i < new_token_count(args, b); ++i)
-      for (int32_t h = 0; h < args.num_heads; ++h) {
-        const int64_t state = (int64_t{b} * args.num_heads + h) * args.new_tokens + i;
-        const int64_t row = b * args.out.batch_stride + i * args.out.row_stride + int64_t{h} * dv;
-        float* dst = args.out.data + row;
-        const float* prefix_out = states.prefix_out + row;
-        const float prefix_m = states.prefix_lse[state] * kLog2ef, own_m = states.own_lse[state] * kLog2ef;
-        const float sink = args.sinks != nullptr ? args.sinks[h] * kLog2ef : kNegInf;
-        const float m = std::max({prefix_m, own_m, sink});
-        float* lse = args.lse != nullptr ? args.lse + state : nullptr;
-        const float* q = staged_q.data + b * staged_q.batch_stride + i * staged_q.row_stride + int64_t{h} * c.head_dim;
-        if (std::isnan(prefix_m) || std::isnan(own_m)) {  // std::max would skip a NaN
-          exact_prefixed_row(cache, args, q, b, i, h, old_lengths[b], scratch, dst, lse);
-          continue;
-        }
-        if (m == kNegInf) {  // no visible key and no sink: an empty row
-          std::fill_n(dst, dv, args.empty_rows == EmptyRows::kZero ? 0.0f : nan);
-          if (lse != nullptr) *lse = kNegInf;
-          continue;
-        }
-        const float prefix_weight = std::exp2(prefix_m - m), own_weight = std::exp2(own_m - m);
-        const float l = prefix_weight + own_weight + std::exp2(sink - m);
-        bool finite = std::isfinite(m) && l >= 1.0f && l <= std::numeric_limits<float>::max();
-        for (int32_t d = 0; d < dv; ++d) {
-          dst[d] = (prefix_out[d] * prefix_weight + dst[d] * own_weight) / l;
-          finite &= std::isfinite(dst[d]);
-        }
-        if (lse != nullptr) *lse = natural_lse(m, l);
-        if (!finite) exact_prefixed_row(cache, args, q, b, i, h, old_lengths[b], scratch, dst, lse);
-      }
 }
 
 }  // namespace
@@ -172,11 +100,10 @@ MHA_MINSIZE Status prefix_attend(KVCache& cache, const CacheAttendArgs& args, De
   const size_t q_floats = size_t(batch) * args.new_tokens * args.num_heads * c.head_dim;
   if (!scratch.staged_q.reserve(q_floats) || !scratch.prefix_states.reserve(size_t(out_floats + 2 * lse_floats)))
     return Status::kOutOfMemory;
-  const PrefixStates states{scratch.prefix_states.data(), scratch.prefix_states.data() + out_floats,
-                            scratch.prefix_states.data() + out_floats + lse_floats};
+  float* const states = scratch.prefix_states.data();
   const TensorView<const float> staged_q = stage_rotated_q(cache, shifted, scratch.first_positions.data(), scratch);
-  const CacheAttendArgs prefix_pass = part_args(args, staged_q, states.prefix_out, states.prefix_lse);
-  const CacheAttendArgs own_pass = part_args(args, staged_q, args.out.data, states.own_lse);
+  const CacheAttendArgs prefix_pass = part_args(args, staged_q, states, states + out_floats);
+  const CacheAttendArgs own_pass = part_args(args, staged_q, args.out.data, states + out_floats + lse_floats);
   Status reserved = reserve_decode(prefix, prefix_pass, prefix_first, prefix_lengths, scratch, pool, &shared);
   if (reserved == Status::kOk)
     reserved =
@@ -188,10 +115,16 @@ MHA_MINSIZE Status prefix_attend(KVCache& cache, const CacheAttendArgs& args, De
   const Status appended = cache.append(args.k, args.v, args.new_tokens, &shifted.rope, args.new_token_counts);
   if (appended != Status::kOk) return appended;
   run_decode(cache, own_pass, scratch.first_positions.data(), scratch, pool);
-  // The exact rows' doubles: the merge runs on this thread, after the passes, in worker 0's scratch
-  // (reserve_decode keeps Dv * 3 floats there, room for Dv doubles).
-  double* exact_scratch = reinterpret_cast<double*>(scratch.workers[0].data());
-  merge_prefix_states(cache, args, states, staged_q, scratch.first_positions.data(), exact_scratch);
+  PartsMerge merge;
+  merge.cache = &cache;
+  merge.args = &args;
+  merge.staged_q = staged_q;
+  merge.first_out = states;
+  merge.first_lse = states + out_floats;
+  merge.second_lse = states + out_floats + lse_floats;
+  merge.first_positions = scratch.first_positions.data();
+  merge.exact_row = &exact_prefixed_row;
+  merge_parts(merge, scratch);
   zero_padding_rows(cache, args);
   return Status::kOk;
 }

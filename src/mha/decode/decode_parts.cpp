@@ -1,0 +1,94 @@
+// A cache call computed in two parts over disjoint keys (a shared prefix and the sequences' own tokens,
+// decode_prefix.cpp; a ring's two runs of slots, decode_ring.cpp), each a pass of the decode driver that
+// gives attention states (docs/spec.md 5.3), and their merge by log-sum-exp with the sink.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mha/core/cold.hpp"
+#include "mha/core/numeric.hpp"
+#include "mha/decode/decode_job.hpp"
+
+namespace mha {
+namespace {
+
+constexpr float kLog2ef = static_cast<float>(kLog2e);
+
+}  // namespace
+
+MHA_MINSIZE CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<const float> staged_q, float* out,
+                                      float* lse) {
+  CacheAttendArgs part = args;
+  part.prefix = nullptr;
+  part.q = staged_q;
+  part.out = TensorView<float>{out, args.out.batch_stride, args.out.row_stride};
+  part.lse = lse;
+  part.sinks = nullptr;
+  part.empty_rows = EmptyRows::kZero;
+  part.rope = RotaryTables{};
+  return part;
+}
+
+MHA_MINSIZE ReferenceRow call_reference_row(const CacheAttendArgs& args, int32_t h, const float* q, int32_t head_dim,
+                                            int32_t value_dim) {
+  ReferenceRow row;
+  row.q_row = q;
+  row.head_dim = head_dim;
+  row.value_dim = value_dim;
+  row.scale = args.scale;
+  row.visibility.causal = args.causal;
+  row.visibility.window_left = args.window_left;
+  row.visibility.window_right = args.window_right;
+  row.softcap = args.softcap;
+  row.alibi = args.alibi_slopes != nullptr;
+  row.alibi_slope = row.alibi ? args.alibi_slopes[h] : 0.0f;
+  row.empty_rows = args.empty_rows;
+  row.has_sink = args.sinks != nullptr;
+  row.sink = row.has_sink ? args.sinks[h] : 0.0f;
+  return row;
+}
+
+// In log2 units, with the exp2 and log2 of the decode merge (natural_lse). A NaN lse (a part's NaN row) or
+// a result that is not finite goes to the exact row.
+MHA_MINSIZE void merge_parts(const PartsMerge& merge, DecodeScratch& scratch) {
+  const CacheAttendArgs& args = *merge.args;
+  const KVCacheConfig& c = merge.cache->config();
+  const int32_t dv = c.value_dim();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // reserve_decode keeps Dv * 3 floats in each worker's scratch: room for the exact row's Dv doubles.
+  double* exact_scratch = reinterpret_cast<double*>(scratch.workers[0].data());
+  const TensorView<const float>& q_all = merge.staged_q;
+  for (int32_t b = 0; b < c.batch; ++b)
+    for (int32_t i = 0; i < new_token_count(args, b); ++i)
+      for (int32_t h = 0; h < args.num_heads; ++h) {
+        const int64_t state = (int64_t{b} * args.num_heads + h) * args.new_tokens + i;
+        const int64_t row = b * args.out.batch_stride + i * args.out.row_stride + int64_t{h} * dv;
+        float* dst = args.out.data + row;
+        const float* first_out = merge.first_out + row;
+        const float first_m = merge.first_lse[state] * kLog2ef, second_m = merge.second_lse[state] * kLog2ef;
+        const float sink = args.sinks != nullptr ? args.sinks[h] * kLog2ef : kNegInf;
+        const float m = std::max({first_m, second_m, sink});
+        float* lse = args.lse != nullptr ? args.lse + state : nullptr;
+        const float* q = q_all.data + b * q_all.batch_stride + i * q_all.row_stride + int64_t{h} * c.head_dim;
+        if (std::isnan(first_m) || std::isnan(second_m)) {  // std::max would skip a NaN
+          merge.exact_row(merge, b, i, h, q, exact_scratch, dst, lse);
+          continue;
+        }
+        if (m == kNegInf) {  // no visible key and no sink: an empty row
+          std::fill_n(dst, dv, args.empty_rows == EmptyRows::kZero ? 0.0f : nan);
+          if (lse != nullptr) *lse = kNegInf;
+          continue;
+        }
+        const float first_weight = std::exp2(first_m - m), second_weight = std::exp2(second_m - m);
+        const float l = first_weight + second_weight + std::exp2(sink - m);
+        bool finite = std::isfinite(m) && l >= 1.0f && l <= std::numeric_limits<float>::max();
+        for (int32_t d = 0; d < dv; ++d) {
+          dst[d] = (first_out[d] * first_weight + dst[d] * second_weight) / l;
+          finite &= std::isfinite(dst[d]);
+        }
+        if (lse != nullptr) *lse = natural_lse(m, l);
+        if (!finite) merge.exact_row(merge, b, i, h, q, exact_scratch, dst, lse);
+      }
+}
+
+}  // namespace mha
