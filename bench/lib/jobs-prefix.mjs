@@ -1,7 +1,8 @@
-// The shared-prefix jobs (docs/spec.md 5.2), run by jobs-run.mjs: one decode step of 4 sequences that
+// The shared-prefix jobs (docs/spec.md 5.2, 5.4), run by jobs-run.mjs: one decode step of 4 sequences that
 // continue one long prompt, three ways: over a batch-1 prefix cache (`prefix`), as one sequence over the
-// same number of keys (what the prefix's single read costs), and as 4 sequences that each store the prompt.
-// Node only, 1 thread, the last-level cache evicted before every step.
+// same number of keys (what the prefix's single read costs), and as 4 sequences that each store the prompt;
+// and beam search's reorder of those 4 sequences against their step. Node only, 1 thread, the last-level
+// cache evicted before every run.
 //
 // Shapes: B sequences, Lp prefix tokens, each sequence's own tokens S_own (after the step), H query heads,
 // Hkv KV heads, Dh head size; T = Lp + S_own keys per sequence.
@@ -9,7 +10,7 @@ import { makeInputs } from '../../scripts/lib/prng.mjs';
 import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
 import { attentionRows, compareRows } from '../../scripts/lib/reference.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
-import { PREFIX_SHARED, PREFIX_ONE, PREFIX_COPIES } from './jobs.mjs';
+import { PREFIX_SHARED, PREFIX_ONE, PREFIX_COPIES, REORDER, REORDER_STEP } from './jobs.mjs';
 
 const distUrl = new URL('../../dist/index.js', import.meta.url).href;
 
@@ -65,14 +66,20 @@ function stepOf(cache, q, k, v, T, kvD, H, Dh, prefix) {
   };
 }
 
-export async function* prefixContestants(job, { seed, onPhase, disposers, evict }) {
-  const s = job.prefix;
-  const { B, Lp, own, H, Hkv, Dh, dtype } = s;
+/** A prefix job's inputs and answer (prefixInputs) and an instance of 1 thread, disposed with the job. */
+async function prefixSetup(job, { seed, onPhase, disposers }) {
   onPhase('inputs');
-  const { q, k, v, T, kvD, rows, want } = prefixInputs(s, seed);
+  const inputs = prefixInputs(job.prefix, seed);
   const { createMHA } = await import(distUrl);
   const mha = await createMHA({ threads: 1 });
   disposers.push(() => mha.dispose());
+  return { ...inputs, mha };
+}
+
+export async function* prefixContestants(job, context) {
+  const { B, Lp, own, H, Hkv, Dh, dtype } = job.prefix;
+  const { onPhase, evict } = context;
+  const { q, k, v, T, kvD, rows, want, mha } = await prefixSetup(job, context);
   const elementBytes = dtype === 'float16' ? 2 : 4;
   const row = (keysRead, queryKeys) => ({
     dtype,
@@ -128,6 +135,66 @@ export async function* prefixContestants(job, { seed, onPhase, disposers, evict 
           .slice(0, 3)
           .join(' | '),
       };
+    }
+  }
+}
+
+/**
+ * Beam search's reorder against the step it follows: the 4 sequences of a prefix job, one step over the
+ * prefix, and a reorder that moves every sequence (two swaps, through the cycle buffer) each run.
+ */
+export async function* reorderContestants(job, context) {
+  const { B, Lp, own, H, Hkv, Dh, dtype } = job.prefix;
+  const { onPhase, evict } = context;
+  const { q, k, v, T, kvD, rows, want, mha } = await prefixSetup(job, context);
+  const config = { numKvHeads: Hkv, headDim: Dh, dtype };
+  const prefix = mha.createKVCache({ ...config, batch: 1, capacity: Lp });
+  fill(prefix, k, v, T, kvD, 0, Lp, Hkv);
+  const cache = mha.createKVCache({ ...config, batch: B, capacity: own });
+  fill(cache, k, v, T, kvD, Lp, T - 1, Hkv, prefix);
+  const step = stepOf(cache, q, k, v, T, kvD, H, Dh, prefix);
+  const elementBytes = dtype === 'float16' ? 2 : 4;
+  const moved = B * (own - 1) * 2 * kvD * elementBytes; // every sequence's own tokens
+  const info = {
+    build: mha.info.build,
+    dtype,
+    sequences: B,
+    ownTokens: own - 1,
+    bytesHeld: prefix.bytes + cache.bytes,
+  };
+  const swaps = Array.from({ length: B }, (_, b) => b ^ 1);
+  for (const name of job.contestants) {
+    onPhase(`setup ${name}`);
+    if (name === REORDER_STEP) {
+      yield {
+        name,
+        info,
+        row: { dtype, threads: 1, bytes: 2 * kvD * (Lp + B * own) * elementBytes, flops: 4 * H * Dh * B * T },
+        before: evict,
+        run: step.run,
+        checkOutput: () => checkSummary(step.out, want, rows, H * Dh),
+      };
+    } else if (name === REORDER) {
+      let swapped = false;
+      yield {
+        name,
+        info,
+        row: { dtype, threads: 1, bytes: 2 * moved },
+        before: evict,
+        run() {
+          cache.reorder(swaps);
+          swapped = !swapped;
+        },
+        // Swapped back (an even number of runs) the step gives its answer again.
+        checkOutput: () => {
+          if (swapped) cache.reorder(swaps);
+          swapped = false;
+          step.run();
+          return checkSummary(step.out, want, rows, H * Dh);
+        },
+      };
+    } else {
+      throw new Error(`no such reorder contestant "${name}"`);
     }
   }
 }

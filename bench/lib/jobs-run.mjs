@@ -31,7 +31,9 @@ import {
 import { roundAsStored } from '../../scripts/lib/cache-rounding.mjs';
 import { IMPLS } from '../impls/index.mjs';
 import { raggedContestants, saveLoadContestants } from './jobs-serving.mjs';
-import { prefixContestants } from './jobs-prefix.mjs';
+import { prefixContestants, reorderContestants } from './jobs-prefix.mjs';
+import { ringContestants } from './jobs-ring.mjs';
+import { samplesContestants } from './jobs-samples.mjs';
 import { float16Bits, float16Value, roundToFloat16 } from '../../scripts/lib/float16.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 
@@ -74,6 +76,9 @@ export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () =>
     ragged: (j, context) => raggedContestants(j, { ...context, evict: evictor() }),
     saveload: saveLoadContestants,
     prefix: (j, context) => prefixContestants(j, { ...context, evict: evictor() }),
+    reorder: (j, context) => reorderContestants(j, { ...context, evict: evictor() }),
+    ring: (j, context) => ringContestants(j, { ...context, evict: evictor() }),
+    samples: samplesContestants,
   };
   const disposers = [];
   const failed = [];

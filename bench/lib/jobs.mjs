@@ -132,6 +132,21 @@ const prefixJob = (name, prefix, { copies, one }) => ({
     speed(PREFIX_SHARED, PREFIX_COPIES, `>= ${copies}x faster than 4 copies of the prefix`, { atLeast: copies }),
   ],
 });
+/** Beam search's reorder (docs/spec.md 5.4) against the step of the 4 sequences it reorders. */
+export const REORDER_STEP = 'step of 4 sequences over the prefix';
+export const REORDER = 'reorder of the 4 sequences (two swaps)';
+/** A sliding-window layer's ring cache (docs/spec.md 5.5) after 16 C tokens, against a plain cache of C. */
+export const RING_SHAPE = { C: 1024, seen: 16384, H: 32, Hkv: 8, Dh: 64 };
+export const RING_CACHE = 'ring of 1024 after 16384 tokens, window 1023';
+export const RING_PLAIN = 'plain cache of 1024 tokens, window 1023';
+/** tiny-llama's 4 samples of one prompt held once (models/lib/samples.mjs), against 4 separate sessions. */
+export const SAMPLES_SHAPE = {
+  samples: 4,
+  tokens: 32,
+  prompt: 'And God said, Let there be light: and there was light. ',
+};
+export const SAMPLES_SHARED = '4 samples over the prompt held once';
+export const SAMPLES_SEPARATE = '4 sessions, one after another';
 /** The longest-context job (issue #32): a Llama-3.2-1B-shaped cache, one KVCache per layer. */
 export const LLAMA_1B = { layers: 16, Hkv: 8, Dh: 64 };
 
@@ -237,6 +252,28 @@ export const JOBS = [
     { B: 4, Lp: 8192, own: 64, H: 16, Hkv: 16, Dh: 64, dtype: 'float16' },
     { copies: 2.5, one: 1.6 },
   ),
+  {
+    name: 'beam-reorder',
+    group: 'serving',
+    kind: 'reorder',
+    prefix: { B: 4, Lp: 8192, own: 64, H: 16, Hkv: 16, Dh: 64, dtype: 'float32' },
+    contestants: [REORDER_STEP, REORDER],
+    ratios: [speed(REORDER, REORDER_STEP, '<= 0.05x the time of the step', { speed: false, atMost: 0.05 })],
+  },
+  {
+    name: 'ring-1k',
+    group: 'serving',
+    kind: 'ring',
+    contestants: [RING_CACHE, RING_PLAIN],
+    ratios: [speed(RING_CACHE, RING_PLAIN, '<= 1.1x the time of the plain cache', { speed: false, atMost: 1.1 })],
+  },
+  {
+    name: 'samples-tiny-llama',
+    group: 'serving',
+    kind: 'samples',
+    contestants: [SAMPLES_SHARED, SAMPLES_SEPARATE],
+    ratios: [speed(SAMPLES_SHARED, SAMPLES_SEPARATE, '— (tokens/s of the batch against separate runs)')],
+  },
   prefixJob('prefix-gqa-4k', { B: 4, Lp: 4096, own: 64, H: 32, Hkv: 8, Dh: 128, dtype: 'float32' }, { copies: 1.8 }),
   {
     // A call takes about a second, so the budget alone gives the 5 rounds of the minimum, whose median

@@ -196,11 +196,13 @@ export function jobSections(run) {
 /** The shared-prefix jobs (docs/spec.md 5.2): each contestant's step, the bytes it reads and holds. */
 function prefixSection(jobs, c) {
   if (!jobs.length) return [];
-  const lines = ['## Shared prefix (4 sequences continuing one prompt, 1 thread)', ''];
+  const lines = ["## Serving: a shared prefix, beam search's reorder, a ring cache (1 thread)", ''];
   lines.push(
-    'One decode step of 4 sequences with 64 tokens of their own each: over a batch-1 prefix cache (`prefix`), as one sequence ' +
-      'of as many keys as one of them sees, and as 4 sequences that each store the prompt. The last-level cache is evicted before ' +
-      `each step. GB/s = K and V bytes the row must read / median time; the 1-thread read bandwidth of this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s.`,
+    'prefix-*: one decode step of 4 sequences with 64 tokens of their own each: over a batch-1 prefix cache (`prefix`), as one ' +
+      'sequence of as many keys as one of them sees, and as 4 sequences that each store the prompt. beam-reorder: the step of ' +
+      "prefix-mha-8k's 4 sequences and a reorder that moves all of them (bytes: read and written). ring-1k: a step of a ring of " +
+      '1024 tokens that has seen 16384, and of a plain cache of 1024. The last-level cache is evicted before every run. ' +
+      `GB/s = K and V bytes the row must read / median time; the 1-thread read bandwidth of this run: ${fmt(c?.bandwidth?.gbps, 1)} GB/s.`,
     '',
   );
   lines.push(
@@ -215,6 +217,27 @@ function prefixSection(jobs, c) {
           `${row.check?.ok ? 'pass' : 'FAIL'} ${row.check?.maxAbsErr?.toExponential(1) ?? ''} |`,
       );
     }
+  }
+  lines.push('');
+  return lines;
+}
+
+/** samples-tiny-llama: the model's tokens/s drawing 4 samples over the prompt held once, and separately. */
+function samplesSection(job) {
+  if (!job) return [];
+  const info = job.contestants[0]?.info ?? {};
+  const lines = [
+    `## tiny-llama: ${info.samples} samples of ${info.tokens} bytes after a ${info.promptTokens}-byte prompt (1 thread, the whole model)`,
+    '',
+    '| contestant | ms per batch (median) | range | tokens/s | check |',
+    '| --- | ---: | ---: | ---: | --- |',
+  ];
+  for (const row of job.contestants) {
+    const perSecond = (ms) => fmt((1000 * info.samples * info.tokens) / ms, 0);
+    lines.push(
+      `| ${row.name} | ${fmtMs(row.medianMs)} | ${fmtMs(row.minMs)}–${fmtMs(row.maxMs)} | ${perSecond(row.medianMs)} | ` +
+        `${row.check?.ok ? 'pass (the same bytes)' : 'FAIL'} |`,
+    );
   }
   lines.push('');
   return lines;
@@ -249,10 +272,11 @@ function servingSections(ok, c) {
   }
   lines.push(
     ...prefixSection(
-      ok.filter((j) => j.kind === 'prefix'),
+      ok.filter((j) => ['prefix', 'reorder', 'ring'].includes(j.kind)),
       c,
     ),
   );
+  lines.push(...samplesSection(ok.find((j) => j.kind === 'samples')));
   lines.push(...contextSection(ok.find((j) => j.kind === 'context')));
   const io = ok.find((j) => j.kind === 'saveload');
   if (io) {

@@ -1,8 +1,9 @@
 // A Llama-family runner: loads a Hugging Face Llama-convention checkpoint (config.json + model.safetensors
 // with F16, BF16 or F32 tensors; LlamaForCausalLM, and the Qwen2 / Mistral variants: q/k/v biases, an
 // untied lm_head, a sliding window) and runs the decoder in plain JS, with attention, rope and the K/V of
-// B sequences of different lengths in mha-wasm KV caches (docs/spec.md Part 3, 4.5, 4.6). Plain ESM
-// importing only models/lib, for Node, pages and Workers; the caller passes the mha-wasm instance in.
+// B sequences of different lengths in mha-wasm KV caches (docs/spec.md Part 3, 4.5, 4.6, Part 5). Plain ESM
+// importing only models/lib and this folder, for Node, pages and Workers; the caller passes the mha-wasm
+// instance in.
 //
 // Shapes, with the letters of docs/spec.md: B sequences, n new tokens of one call (the longest of the B;
 // R = the real rows of all B, without padding), T tokens held, D = hidden_size, H query heads, Hkv KV
@@ -11,8 +12,11 @@ import { parseSafetensors, takeTensor } from '../lib/safetensors.mjs';
 import { addInPlace, linear } from '../lib/dense.mjs';
 
 export { generate, generateBatch } from '../lib/generate.mjs';
+import { checkLoadedCache, checkState, loadCache } from './session-state.mjs';
 
 const WHO = 'llama';
+/** Most tokens a session with ring caches appends in one call (forwardBatch cuts longer lists). */
+const RING_CHUNK = 64;
 const ARCHITECTURES = ['LlamaForCausalLM', 'Qwen2ForCausalLM', 'MistralForCausalLM'];
 
 /** The config fields the runner uses, checked, with HF's defaults. */
@@ -163,6 +167,13 @@ function swiglu(gate, up) {
 }
 
 /** rows (R, width) -> (B, n, width) with zero padding, or back: the real rows of a ragged call. */
+function concat(a, b) {
+  const out = new Float32Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
 function scatterRows(rows, index, width, padded) {
   for (let r = 0; r < index.length; r++) padded.set(rows.subarray(r * width, (r + 1) * width), index[r] * width);
   return padded;
@@ -184,12 +195,14 @@ export class Llama {
   /**
    * B new sequences, their K/V in one mha-wasm KV cache per layer.
    * @param {{createKVCache: Function, ropeTables: Function}} mha an instance from createMHA()
-   * @param {{batch?: number, dtype?: 'float32' | 'float16', capacity?: number, prefix?: LlamaSession}} [options]
+   * @param {{batch?: number, dtype?: 'float32' | 'float16', capacity?: number, prefix?: LlamaSession, ring?: boolean}} [options]
    *   capacity: tokens per sequence, default max_position_embeddings; prefix: a session of one sequence of
    *   this model and instance whose tokens come before every sequence's own (docs/spec.md 5.2: its caches
-   *   are the layers' shared prefixes, read, never written; it must not change while this session runs)
+   *   are the layers' shared prefixes, read, never written; it must not change while this session runs);
+   *   ring: the sliding-window layers' caches are rings of their window plus RING_CHUNK tokens
+   *   (docs/spec.md 5.5), so that they stay that size however long the sequences run
    */
-  createSession(mha, { batch = 1, dtype = 'float32', capacity = this.dims.nCtx, prefix } = {}) {
+  createSession(mha, { batch = 1, dtype = 'float32', capacity = this.dims.nCtx, prefix, ring = false } = {}) {
     if (typeof mha?.createKVCache !== 'function' || typeof mha?.ropeTables !== 'function') {
       throw new TypeError(
         `Llama.createSession: mha: expected an mha-wasm instance with createKVCache and ropeTables, got ${mha?.info?.version ?? typeof mha}`,
@@ -201,7 +214,8 @@ export class Llama {
       throw new RangeError(`Llama.createSession: capacity: expected a positive integer, got ${capacity}`);
     if (prefix !== undefined && !(prefix instanceof LlamaSession && prefix.model === this && prefix.batch === 1))
       throw new TypeError('Llama.createSession: prefix: expected a session of batch 1 of this model');
-    return new LlamaSession(this, mha, { batch, dtype, capacity, prefix });
+    if (ring && prefix) throw new TypeError('Llama.createSession: ring: expected no prefix with ring caches');
+    return new LlamaSession(this, mha, { batch, dtype, capacity, prefix, ring });
   }
 
   /**
@@ -239,70 +253,11 @@ export class Llama {
   }
 }
 
-/** state of restoreSession, checked: B token lists of token ids and one Uint8Array per layer. */
-function checkState(fn, state, { L, V }) {
-  if (typeof state !== 'object' || state === null)
-    throw new TypeError(
-      `${fn}: state: expected what LlamaSession.saveState returned, got ${state === null ? 'null' : typeof state}`,
-    );
-  const { tokens, caches } = state;
-  if (!Array.isArray(tokens) || tokens.length < 1 || !tokens.every(Array.isArray)) {
-    throw new TypeError(
-      `${fn}: state.tokens: expected an array of B >= 1 token arrays, got ${Array.isArray(tokens) ? `an array of ${tokens.length} (${tokens.map((t) => (Array.isArray(t) ? 'array' : typeof t)).join(', ')})` : typeof tokens}`,
-    );
-  }
-  tokens.forEach((list, b) =>
-    list.forEach((t, i) => {
-      if (!Number.isInteger(t) || t < 0 || t >= V)
-        throw new RangeError(`${fn}: state.tokens[${b}][${i}]: expected an integer in [0, ${V}), got ${t}`);
-    }),
-  );
-  if (!Array.isArray(caches) || !caches.every((c) => c instanceof Uint8Array))
-    throw new TypeError(
-      `${fn}: state.caches: expected an array of Uint8Array (one cache.save() per layer), got ${Array.isArray(caches) ? caches.map((c) => c?.constructor?.name ?? typeof c).join(', ') : typeof caches}`,
-    );
-  if (caches.length !== L)
-    throw new RangeError(`${fn}: state.caches: expected ${L} (one per layer), got ${caches.length}`);
-  return { tokens: tokens.map((list) => list.slice()), caches };
-}
-
-/** mha.loadKVCache; a refusal (bytes that are no save, too small a capacity) rethrown with `what` in front. */
-function loadCache(what, mha, bytes, capacity) {
-  try {
-    return mha.loadKVCache(bytes, { capacity });
-  } catch (error) {
-    throw new error.constructor(`${what}: ${error.message}`);
-  }
-}
-
-/** A loaded cache against the model and the saved tokens: batch, lengths, dtype and K/V widths. */
-function checkLoadedCache(what, cache, tokens, { Hkv, Dh }, dtype) {
-  const lengths = [...cache.lengths];
-  if (lengths.length !== tokens.length)
-    throw new RangeError(
-      `${what}: expected a cache of batch ${tokens.length} (state.tokens' sequences), got batch ${lengths.length}`,
-    );
-  const expected = tokens.map((t) => t.length);
-  if (lengths.some((m, b) => m !== expected[b]))
-    throw new RangeError(`${what}: expected lengths [${expected}] (state.tokens'), got [${lengths}]`);
-  if (cache.dtype !== dtype) throw new RangeError(`${what}: expected dtype ${dtype} (layer 0's), got ${cache.dtype}`);
-  // The cache has no numKvHeads getter: one token read back tells its widths
-  const T = Math.min(...lengths);
-  if (T > 0) {
-    const { k, v } = cache.read({ start: 0, end: 1 });
-    const width = Hkv * Dh * tokens.length;
-    if (k.length !== width || v.length !== width)
-      throw new RangeError(
-        `${what}: expected K and V of ${Hkv} KV heads of ${Dh} (the model's), got ${k.length / tokens.length} and ${v.length / tokens.length} values per token`,
-      );
-  }
-}
-
 /** B sequences being run: their tokens, their K/V (in the caches) and the timings. */
 export class LlamaSession {
   /** caches: the loaded ones of restoreSession, else L new ones */
-  constructor(model, mha, { batch, dtype, capacity, caches, prefix }) {
-    const { L, Hkv, Dh, theta } = model.dims;
+  constructor(model, mha, { batch, dtype, capacity, caches, prefix, ring = false }) {
+    const { L, Hkv, Dh, theta, windows } = model.dims;
     this.model = model;
     this.batch = batch;
     this.contextLength = capacity;
@@ -310,8 +265,16 @@ export class LlamaSession {
     this.caches = caches ?? [];
     if (!caches) {
       try {
-        for (let i = 0; i < L; i++)
-          this.caches.push(mha.createKVCache({ batch, numKvHeads: Hkv, headDim: Dh, capacity, dtype }));
+        for (let i = 0; i < L; i++) {
+          // A window layer's ring: W + n <= capacity for the W = windows[i][0] keys before a query and the
+          // n <= RING_CHUNK tokens of one call (forwardBatch cuts longer ones).
+          const rings = ring && windows[i] !== undefined;
+          const held = rings ? windows[i][0] + RING_CHUNK : capacity;
+          this.caches.push(
+            mha.createKVCache({ batch, numKvHeads: Hkv, headDim: Dh, capacity: held, dtype, ring: rings }),
+          );
+        }
+        this.ringChunk = ring && windows.some((w) => w !== undefined) ? RING_CHUNK : 0;
       } catch (error) {
         this.free();
         throw error;
@@ -355,7 +318,22 @@ export class LlamaSession {
    * @param {{allLogits?: boolean}} [options]
    * @returns {(Float32Array | null)[]}
    */
-  forwardBatch(lists, { allLogits = false } = {}) {
+  forwardBatch(lists, options = {}) {
+    const n = Array.isArray(lists) ? Math.max(0, ...lists.map((list) => list?.length ?? 0)) : 0;
+    if (!this.ringChunk || n <= this.ringChunk) return this.#forward(lists, options);
+    // Ring caches take at most RING_CHUNK new tokens a call (W + n <= capacity): the lists in slices.
+    let results = lists.map(() => null);
+    for (let from = 0; from < n; from += this.ringChunk) {
+      const part = this.#forward(
+        lists.map((list) => Array.prototype.slice.call(list, from, from + this.ringChunk)),
+        options,
+      );
+      results = results.map((r, b) => (part[b] && r && options.allLogits ? concat(r, part[b]) : (part[b] ?? r)));
+    }
+    return results;
+  }
+
+  #forward(lists, { allLogits = false } = {}) {
     const { dims: c, weights: w } = this.model;
     const { V, D, I, H, Hkv, Dh, eps } = c;
     const B = this.batch,

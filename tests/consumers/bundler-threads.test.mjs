@@ -256,10 +256,16 @@ async function checkThreaded(name, app, singleBuild = 'relaxed-simd') {
   const { seen } = p;
   assert.equal(r.crossOriginIsolated, true, 'the page is not cross-origin isolated: COOP/COEP headers missing?');
   const [one, two] = r.results;
-  assert.deepEqual(one.info, { version: pkg.version, simd: true, threads: 1, build: singleBuild });
+  assert.deepEqual(one.info, {
+    version: pkg.version,
+    simd: true,
+    threads: 1,
+    build: singleBuild,
+    maxMemoryBytes: 2 ** 32 - 2 ** 16,
+  });
   assert.deepEqual(
     two.info,
-    { version: pkg.version, simd: true, threads: 2, build: 'relaxed-simd-threads' },
+    { version: pkg.version, simd: true, threads: 2, build: 'relaxed-simd-threads', maxMemoryBytes: 2 ** 32 - 2 ** 16 },
     `threads: 2 did not run the threaded build; warnings: ${JSON.stringify(seen.warnings)}`,
   );
   for (const x of r.results) assertGoldenOutput(x, golden);
@@ -300,7 +306,11 @@ async function checkFallback(name, app, singleBuild = 'relaxed-simd') {
   assert.equal(r.crossOriginIsolated, false);
   for (const [i, x] of r.results.entries()) {
     const build = i === 0 ? singleBuild : 'relaxed-simd';
-    assert.deepEqual(x.info, { version: pkg.version, simd: true, threads: 1, build }, x.options);
+    assert.deepEqual(
+      x.info,
+      { version: pkg.version, simd: true, threads: 1, build, maxMemoryBytes: 2 ** 32 - 2 ** 16 },
+      x.options,
+    );
     assertGoldenOutput(x, golden);
     if (build === singleBuild) assert.ok(x.causalBitIdentical, `${x.options} differs from the first instance`);
   }

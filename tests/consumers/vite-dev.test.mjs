@@ -205,8 +205,20 @@ async function openTestPage(baseUrl) {
 function assertThreaded(r, seen) {
   assert.equal(r.crossOriginIsolated, true, 'the page is not cross-origin isolated: COOP/COEP headers missing?');
   const [one, two] = r.results;
-  assert.deepEqual(one.info, { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd' });
-  assert.deepEqual(two.info, { version: pkg.version, simd: true, threads: 2, build: 'relaxed-simd-threads' });
+  assert.deepEqual(one.info, {
+    version: pkg.version,
+    simd: true,
+    threads: 1,
+    build: 'relaxed-simd',
+    maxMemoryBytes: 2 ** 32 - 2 ** 16,
+  });
+  assert.deepEqual(two.info, {
+    version: pkg.version,
+    simd: true,
+    threads: 2,
+    build: 'relaxed-simd-threads',
+    maxMemoryBytes: 2 ** 32 - 2 ** 16,
+  });
   for (const x of r.results) assertGoldenOutput(x, golden);
   assert.deepEqual(two.golden, one.golden, 'the golden example differs between 1 and 2 threads');
   assert.ok(two.causalBitIdentical, `2 threads differ from 1 thread on the causal problem (max ${two.causalMaxDiff})`);
@@ -242,7 +254,13 @@ test('vite dev server, documented config + COOP/COEP: the example page and creat
     const p = await openTestPage(dev.url);
     const r = await computeInPage(p.evaluate, [{}], golden).finally(() => p.close());
     assert.equal(r.crossOriginIsolated, true);
-    assert.deepEqual(r.results[0].info, { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd' });
+    assert.deepEqual(r.results[0].info, {
+      version: pkg.version,
+      simd: true,
+      threads: 1,
+      build: 'relaxed-simd',
+      maxMemoryBytes: 2 ** 32 - 2 ** 16,
+    });
     assertGoldenOutput(r.results[0], golden);
     // Excluded from pre-bundling: the package is served from its own folder, and so is mha.wasm.
     const base = new URL('/node_modules/mha-wasm/dist/', dev.url).href;
@@ -296,7 +314,11 @@ test('vite dev server without COOP/COEP: threads: 2 falls back to 1 thread (simd
     const r = await computeInPage(p.evaluate, [{}, { threads: 2 }, { threads: 2 }], golden).finally(() => p.close());
     assert.equal(r.crossOriginIsolated, false);
     for (const x of r.results) {
-      assert.deepEqual(x.info, { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd' }, x.options);
+      assert.deepEqual(
+        x.info,
+        { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd', maxMemoryBytes: 2 ** 32 - 2 ** 16 },
+        x.options,
+      );
       assertGoldenOutput(x, golden);
       assert.ok(x.causalBitIdentical, `${x.options} differs from the first instance`);
     }
@@ -355,7 +377,13 @@ test('vite dev server WITHOUT optimizeDeps.exclude: the pre-bundled package stil
       p.seen.requests.some((u) => u.startsWith(deps)),
       `mha-wasm was not served pre-bundled from ${deps}`,
     );
-    assert.deepEqual(r.results[0].info, { version: pkg.version, simd: true, threads: 1, build: 'relaxed-simd' });
+    assert.deepEqual(r.results[0].info, {
+      version: pkg.version,
+      simd: true,
+      threads: 1,
+      build: 'relaxed-simd',
+      maxMemoryBytes: 2 ** 32 - 2 ** 16,
+    });
     assertGoldenOutput(r.results[0], golden);
     assert.ok(
       p.seen.requests.includes(new URL('/node_modules/mha-wasm/dist/mha-relaxed.wasm', dev.url).href),
