@@ -169,7 +169,7 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
   // one-row decode kernel, its block scales folded into the dot products, 1.8 kB (59.1 kB), and the decode
   // paths as functions of their own in a table instead of one inlined switch, 1.0 kB (60.1 kB). One codec per
   // cache dtype (issue 39) and the validators and reads compiled for size (core/cold.hpp): -0.8 kB (59.3 kB).
-  // Serving (docs/spec.md Part 5): the heap to 4 GiB with its checked allocator and the cache's lse, 0.3 kB
+  // Serving (docs/spec.md Part 5; gzip -9 figures): the heap to 4 GiB with its checked allocator and the cache's lse, 0.3 kB
   // (59.6 kB); cache.reorder, 1.2 kB (60.7 kB); the shared prefix (its pass over shared keys, the merge of the
   // two states and its exact rows over both caches), 2.0 kB (62.7 kB); ring caches (their two runs of slots
   // merged as the prefix's states, the window rule, save format 3), 1.4 kB (64.1 kB); hence 66 kB. Each is also held to its SIMD128 twin: a relaxed module is that build with fused multiply-adds,
