@@ -108,33 +108,40 @@ inline float natural_lse(float m, float l) {
 
 // ---- a call in two parts over disjoint keys (decode_parts.cpp: a shared prefix, a ring's two runs of slots)
 
-// One pass's arguments: q as staged (rotated), no rope, no sink, empty rows 0 and lse -inf, so that the
-// merge adds the sink once and decides what an empty row is.
-CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<const float> staged_q, float* out, float* lse);
-
-// The two parts' states of a call's real rows: the first's out (B, n, H*Dv) and lse (B, H, n), the
-// second's out already in args->out and its lse. A row whose merge is not finite takes exact_row: the
-// reference over the call's whole key list (q as staged, rotated).
-struct PartsMerge {
-  const KVCache* cache = nullptr;
-  const CacheAttendArgs* args = nullptr;
+// A call in two parts: q staged once (rotated), the first part's out (B, n, H*Dv) and both parts' lse
+// (B, H, n) in scratch.prefix_states, and each pass's arguments: q as staged, no rope, no sink, empty rows
+// 0 and lse -inf (so that the merge adds the sink once and decides what an empty row is); the first pass
+// writes the scratch, the second args.out.
+struct CallParts {
   TensorView<const float> staged_q;
+  CacheAttendArgs first, second;
   const float* first_out = nullptr;
   const float* first_lse = nullptr;
   const float* second_lse = nullptr;
-  const int32_t* first_positions = nullptr;  // (B) the position of sequence b's query 0 (old length)
-  const void* context = nullptr;             // for exact_row
-  void (*exact_row)(const PartsMerge& merge, int32_t b, int32_t i, int32_t h, const float* q, double* scratch,
-                    float* out, float* lse) = nullptr;
 };
+// Reserves and fills the parts of a call whose sequence b's queries rotate (with `rope`) at
+// first_positions[b] + i; kOutOfMemory when the scratch cannot be had (nothing changed).
+Status stage_parts(const KVCache& cache, const CacheAttendArgs& args, const RotaryTables& rope,
+                   const int32_t* first_positions, DecodeScratch& scratch, CallParts& parts);
+
+// What a row whose merge is not finite needs for its exact path: the reference over the call's whole key
+// list (q as staged, rotated).
+struct PartsMerge {
+  const KVCache* cache = nullptr;
+  const CacheAttendArgs* args = nullptr;
+  const int32_t* first_positions = nullptr;  // (B) the position of sequence b's query 0 (old length)
+};
+using ExactPartsRow = void (*)(const PartsMerge& merge, int32_t b, int32_t i, int32_t h, const float* q,
+                               double* scratch, float* out, float* lse);
+
 // The reference's row of head h with the call's options (scale, causal, window, softcap, ALiBi, empty
 // rows, sink) and q as staged; the caller sets the reader, the visibility's lengths and offset, the query.
 ReferenceRow call_reference_row(const CacheAttendArgs& args, int32_t h, const float* q, int32_t head_dim,
                                 int32_t value_dim);
 
-// args->out and args->lse = the two parts and the sink summed by their log-sum-exp (docs/spec.md 5.3), on
-// this thread (exact rows in worker 0's scratch).
-void merge_parts(const PartsMerge& merge, DecodeScratch& scratch);
+// After both passes: args->out and args->lse = the two parts and the sink summed by their log-sum-exp
+// (docs/spec.md 5.3), on this thread (exact rows in worker 0's scratch), and the padding rows' zeros.
+void merge_parts(const PartsMerge& merge, const CallParts& parts, ExactPartsRow exact_row, DecodeScratch& scratch);
 
 // ---- plan (decode_plan.cpp)
 

@@ -16,8 +16,9 @@ constexpr float kLog2ef = static_cast<float>(kLog2e);
 
 }  // namespace
 
-MHA_MINSIZE CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<const float> staged_q, float* out,
-                                      float* lse) {
+namespace {
+
+CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<const float> staged_q, float* out, float* lse) {
   CacheAttendArgs part = args;
   part.prefix = nullptr;
   part.q = staged_q;
@@ -27,6 +28,28 @@ MHA_MINSIZE CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<co
   part.empty_rows = EmptyRows::kZero;
   part.rope = RotaryTables{};
   return part;
+}
+
+}  // namespace
+
+MHA_MINSIZE Status stage_parts(const KVCache& cache, const CacheAttendArgs& args, const RotaryTables& rope,
+                               const int32_t* first_positions, DecodeScratch& scratch, CallParts& parts) {
+  const KVCacheConfig& c = cache.config();
+  const int64_t out_floats = int64_t{c.batch} * args.new_tokens * args.num_heads * c.value_dim();
+  const int64_t lse_floats = int64_t{c.batch} * args.num_heads * args.new_tokens;
+  const size_t q_floats = size_t(c.batch) * args.new_tokens * args.num_heads * c.head_dim;
+  if (!scratch.staged_q.reserve(q_floats) || !scratch.prefix_states.reserve(size_t(out_floats + 2 * lse_floats)))
+    return Status::kOutOfMemory;
+  CacheAttendArgs staging = args;
+  staging.rope = rope;
+  parts.staged_q = stage_rotated_q(cache, staging, first_positions, scratch);
+  float* const states = scratch.prefix_states.data();
+  parts.first_out = states;
+  parts.first_lse = states + out_floats;
+  parts.second_lse = states + out_floats + lse_floats;
+  parts.first = part_args(args, parts.staged_q, states, states + out_floats);
+  parts.second = part_args(args, parts.staged_q, args.out.data, states + out_floats + lse_floats);
+  return Status::kOk;
 }
 
 MHA_MINSIZE ReferenceRow call_reference_row(const CacheAttendArgs& args, int32_t h, const float* q, int32_t head_dim,
@@ -50,28 +73,29 @@ MHA_MINSIZE ReferenceRow call_reference_row(const CacheAttendArgs& args, int32_t
 
 // In log2 units, with the exp2 and log2 of the decode merge (natural_lse). A NaN lse (a part's NaN row) or
 // a result that is not finite goes to the exact row.
-MHA_MINSIZE void merge_parts(const PartsMerge& merge, DecodeScratch& scratch) {
+MHA_MINSIZE void merge_parts(const PartsMerge& merge, const CallParts& parts, ExactPartsRow exact_row,
+                             DecodeScratch& scratch) {
   const CacheAttendArgs& args = *merge.args;
   const KVCacheConfig& c = merge.cache->config();
   const int32_t dv = c.value_dim();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   // reserve_decode keeps Dv * 3 floats in each worker's scratch: room for the exact row's Dv doubles.
   double* exact_scratch = reinterpret_cast<double*>(scratch.workers[0].data());
-  const TensorView<const float>& q_all = merge.staged_q;
+  const TensorView<const float>& q_all = parts.staged_q;
   for (int32_t b = 0; b < c.batch; ++b)
     for (int32_t i = 0; i < new_token_count(args, b); ++i)
       for (int32_t h = 0; h < args.num_heads; ++h) {
         const int64_t state = (int64_t{b} * args.num_heads + h) * args.new_tokens + i;
         const int64_t row = b * args.out.batch_stride + i * args.out.row_stride + int64_t{h} * dv;
         float* dst = args.out.data + row;
-        const float* first_out = merge.first_out + row;
-        const float first_m = merge.first_lse[state] * kLog2ef, second_m = merge.second_lse[state] * kLog2ef;
+        const float* first_out = parts.first_out + row;
+        const float first_m = parts.first_lse[state] * kLog2ef, second_m = parts.second_lse[state] * kLog2ef;
         const float sink = args.sinks != nullptr ? args.sinks[h] * kLog2ef : kNegInf;
         const float m = std::max({first_m, second_m, sink});
         float* lse = args.lse != nullptr ? args.lse + state : nullptr;
         const float* q = q_all.data + b * q_all.batch_stride + i * q_all.row_stride + int64_t{h} * c.head_dim;
         if (std::isnan(first_m) || std::isnan(second_m)) {  // std::max would skip a NaN
-          merge.exact_row(merge, b, i, h, q, exact_scratch, dst, lse);
+          exact_row(merge, b, i, h, q, exact_scratch, dst, lse);
           continue;
         }
         if (m == kNegInf) {  // no visible key and no sink: an empty row
@@ -87,8 +111,9 @@ MHA_MINSIZE void merge_parts(const PartsMerge& merge, DecodeScratch& scratch) {
           finite &= std::isfinite(dst[d]);
         }
         if (lse != nullptr) *lse = natural_lse(m, l);
-        if (!finite) merge.exact_row(merge, b, i, h, q, exact_scratch, dst, lse);
+        if (!finite) exact_row(merge, b, i, h, q, exact_scratch, dst, lse);
       }
+  zero_padding_rows(*merge.cache, args);
 }
 
 }  // namespace mha

@@ -95,15 +95,11 @@ MHA_MINSIZE Status prefix_attend(KVCache& cache, const CacheAttendArgs& args, De
     scratch.key_counts[size_t(b)] = cache.length(b) + new_token_count(args, b);
   }
   const SharedKeys shared{row_offsets, batch};
-  const int64_t out_floats = int64_t{batch} * args.new_tokens * args.num_heads * c.value_dim();
-  const int64_t lse_floats = int64_t{batch} * args.num_heads * args.new_tokens;
-  const size_t q_floats = size_t(batch) * args.new_tokens * args.num_heads * c.head_dim;
-  if (!scratch.staged_q.reserve(q_floats) || !scratch.prefix_states.reserve(size_t(out_floats + 2 * lse_floats)))
+  CallParts parts;
+  if (stage_parts(cache, args, shifted.rope, scratch.first_positions.data(), scratch, parts) != Status::kOk)
     return Status::kOutOfMemory;
-  float* const states = scratch.prefix_states.data();
-  const TensorView<const float> staged_q = stage_rotated_q(cache, shifted, scratch.first_positions.data(), scratch);
-  const CacheAttendArgs prefix_pass = part_args(args, staged_q, states, states + out_floats);
-  const CacheAttendArgs own_pass = part_args(args, staged_q, args.out.data, states + out_floats + lse_floats);
+  const CacheAttendArgs& prefix_pass = parts.first;
+  const CacheAttendArgs& own_pass = parts.second;
   Status reserved = reserve_decode(prefix, prefix_pass, prefix_first, prefix_lengths, scratch, pool, &shared);
   if (reserved == Status::kOk)
     reserved =
@@ -115,17 +111,7 @@ MHA_MINSIZE Status prefix_attend(KVCache& cache, const CacheAttendArgs& args, De
   const Status appended = cache.append(args.k, args.v, args.new_tokens, &shifted.rope, args.new_token_counts);
   if (appended != Status::kOk) return appended;
   run_decode(cache, own_pass, scratch.first_positions.data(), scratch, pool);
-  PartsMerge merge;
-  merge.cache = &cache;
-  merge.args = &args;
-  merge.staged_q = staged_q;
-  merge.first_out = states;
-  merge.first_lse = states + out_floats;
-  merge.second_lse = states + out_floats + lse_floats;
-  merge.first_positions = scratch.first_positions.data();
-  merge.exact_row = &exact_prefixed_row;
-  merge_parts(merge, scratch);
-  zero_padding_rows(cache, args);
+  merge_parts(PartsMerge{&cache, &args, scratch.first_positions.data()}, parts, &exact_prefixed_row, scratch);
   return Status::kOk;
 }
 

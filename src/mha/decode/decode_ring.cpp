@@ -79,15 +79,11 @@ MHA_MINSIZE Status ring_attend(KVCache& cache, const CacheAttendArgs& args, Deco
     older_keys[b] = end - kept < wrap ? capacity : 0;
     older_first[b] = old_length - (wrap - capacity);
   }
-  const int64_t out_floats = int64_t{batch} * args.new_tokens * args.num_heads * c.value_dim();
-  const int64_t lse_floats = int64_t{batch} * args.num_heads * args.new_tokens;
-  const size_t q_floats = size_t(batch) * args.new_tokens * args.num_heads * c.head_dim;
-  if (!scratch.staged_q.reserve(q_floats) || !scratch.prefix_states.reserve(size_t(out_floats + 2 * lse_floats)))
+  CallParts parts;
+  if (stage_parts(cache, args, args.rope, scratch.first_positions.data(), scratch, parts) != Status::kOk)
     return Status::kOutOfMemory;
-  float* const states = scratch.prefix_states.data();
-  const TensorView<const float> staged_q = stage_rotated_q(cache, args, scratch.first_positions.data(), scratch);
-  const CacheAttendArgs older = part_args(args, staged_q, states, states + out_floats);
-  const CacheAttendArgs newer = part_args(args, staged_q, args.out.data, states + out_floats + lse_floats);
+  const CacheAttendArgs& older = parts.first;
+  const CacheAttendArgs& newer = parts.second;
   Status reserved = reserve_decode(cache, older, older_first, older_keys, scratch, pool);
   if (reserved == Status::kOk) reserved = reserve_decode(cache, newer, newer_first, newer_keys, scratch, pool);
   if (reserved != Status::kOk) return reserved;
@@ -97,17 +93,7 @@ MHA_MINSIZE Status ring_attend(KVCache& cache, const CacheAttendArgs& args, Deco
   if (appended != Status::kOk) return appended;
   run_decode(cache, older, older_first, scratch, pool, older_keys);
   run_decode(cache, newer, newer_first, scratch, pool, newer_keys);
-  PartsMerge merge;
-  merge.cache = &cache;
-  merge.args = &args;
-  merge.staged_q = staged_q;
-  merge.first_out = states;
-  merge.first_lse = states + out_floats;
-  merge.second_lse = states + out_floats + lse_floats;
-  merge.first_positions = scratch.first_positions.data();
-  merge.exact_row = &exact_ring_row;
-  merge_parts(merge, scratch);
-  zero_padding_rows(cache, args);
+  merge_parts(PartsMerge{&cache, &args, scratch.first_positions.data()}, parts, &exact_ring_row, scratch);
   return Status::kOk;
 }
 
