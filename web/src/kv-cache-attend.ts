@@ -300,7 +300,8 @@ function checkRoom(
     const shown = lp > 0 ? `${lp} + ` : '';
     const why = () =>
       c.batch > 1
-        ? `the last new token's of sequence ${longest}, ${before}lengths[${longest}] + n - 1 = ${shown}${lengths[longest]} + ${count(longest)} - 1`
+        ? `the last new token's of sequence ${longest}, ${before}lengths[${longest}] + n - 1 = ` +
+          `${shown}${lengths[longest]} + ${count(longest)} - 1`
         : `the last new token's, ${before}length + n - 1 = ${shown}${lengths[0]} + ${n} - 1`;
     checkRopeRows(FN, a.rope, lp + ropeRows, why, 'nothing was stored');
   }
@@ -309,8 +310,8 @@ function checkRoom(
 
 /**
  * Stages the call's operands and options, writes the call struct, calls the core and adds the new tokens
- * to the sequences' lengths and stored counts (at most `held`: a ring's capacity). Returns the heap address of out's staging slot (or of the HeapTensor out) and out's byte
- * offset, read before the staging malloc.
+ * to the sequences' lengths and stored counts (at most `held`: a ring's capacity). Returns the heap address
+ * of out's staging slot (or of the HeapTensor out) and out's byte offset, read before the staging malloc.
  */
 function stageAndAttend(
   host: CacheCallHost,

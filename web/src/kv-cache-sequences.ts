@@ -28,7 +28,8 @@ export function checkRingWindow(
     if (lengths[b]! > stored[b]! && count(b) > 0 && w > stored[b]!) {
       throw new RangeError(
         `${fn}: window: W = ${w} would reach positions the ring overwrote: sequence ${b} holds only its last ` +
-          `stored[${b}] = ${stored[b]} tokens (positions from ${lengths[b]! - stored[b]!}), expected W <= ${stored[b]}; nothing was stored`,
+          `stored[${b}] = ${stored[b]} tokens (positions from ${lengths[b]! - stored[b]!}), ` +
+          `expected W <= ${stored[b]}; nothing was stored`,
       );
     }
   }

@@ -192,7 +192,8 @@ export class WasmKVCache implements KVCache {
         const which = this.#lengths.length > 1 ? ` of sequence ${b}` : '';
         throw new RangeError(
           `${fn}: n: expected at least ${first}${which}, the first position the ring still holds ` +
-            `(lengths[${b}] - stored[${b}] = ${this.#lengths[b]} - ${this.#stored[b]}), got ${wanted(b)}; nothing was removed`,
+            `(lengths[${b}] - stored[${b}] = ${this.#lengths[b]} - ${this.#stored[b]}), ` +
+            `got ${wanted(b)}; nothing was removed`,
         );
       }
     }
@@ -240,7 +241,8 @@ export class WasmKVCache implements KVCache {
     const low = first > 0 ? `max(lengths - stored) = ${first}` : '0';
     if (first > shortest) {
       throw new RangeError(
-        `${fn}: options: the ring's sequences hold no position in common (positions [${low}, min(lengths) = ${shortest}) are empty)`,
+        `${fn}: options: the ring's sequences hold no position in common ` +
+          `(positions [${low}, min(lengths) = ${shortest}) are empty)`,
       );
     }
     const bound = (name: string, value: unknown, fallback: number, from: number): number => {
