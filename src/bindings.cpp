@@ -200,7 +200,7 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_merge_heads(uintptr_t xh, uintptr_t x, int32_t 
 // registry; every export takes the id and reports an unknown or freed one as kCacheInvalid.
 
 // Bytes of K and V storage a cache of these dims needs (what mha_kv_cache_create allocates), or -1 for a
-// non-positive dim or an unknown dtype (0 = float32, 1 = float16, 2 = bfloat16, 3 = int8). value_dim: Dv, 0 = Dh. For
+// non-positive dim or an unknown dtype (the CacheDType numbers of cache_codecs.hpp). value_dim: Dv, 0 = Dh. For
 // the RangeError of a cache that cannot fit the heap (status kCacheTooLarge at create).
 EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t capacity,
                                                int32_t dtype, int32_t value_dim) {
@@ -209,12 +209,13 @@ EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_hea
 }
 
 // Creates an empty cache; writes its id (uint32, never 0) at `id_out`, or 0 on error. value_dim: Dv, 0 = Dh;
-// ring: nonzero for a ring cache (docs/spec.md 5.5).
+// ring: nonzero for a ring cache (docs/spec.md 5.5); integer: nonzero for integer arithmetic (4.10).
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_create(int32_t batch, int32_t num_kv_heads, int32_t head_dim,
                                                  int32_t capacity, int32_t dtype, int32_t value_dim, int32_t ring,
-                                                 uintptr_t id_out) {
+                                                 int32_t integer, uintptr_t id_out) {
   mha::KVCacheConfig config{batch, num_kv_heads, head_dim, capacity, static_cast<mha::CacheDType>(dtype), value_dim};
   config.ring = ring != 0;
+  config.integer = integer != 0;
   return static_cast<int32_t>(g_caches.create(config, at<uint32_t>(id_out)));
 }
 
@@ -273,9 +274,9 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_config(uint32_t id, uintptr_t config_o
   const mha::KVCache* cache = g_caches.find(id);
   if (cache == nullptr) return static_cast<int32_t>(mha::Status::kCacheInvalid);
   const mha::KVCacheConfig& c = cache->config();
-  const int32_t fields[] = {c.batch,       c.num_kv_heads, c.head_dim, c.capacity, static_cast<int32_t>(c.dtype),
-                            c.value_dim(), c.ring ? 1 : 0};
-  std::copy_n(fields, 7, at<int32_t>(config_out));
+  const int32_t fields[] = {c.batch,       c.num_kv_heads, c.head_dim,       c.capacity, static_cast<int32_t>(c.dtype),
+                            c.value_dim(), c.ring ? 1 : 0, c.integer ? 1 : 0};
+  std::copy_n(fields, 8, at<int32_t>(config_out));
   return static_cast<int32_t>(mha::Status::kOk);
 }
 
@@ -292,15 +293,20 @@ EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_save(uint32_t id, uintptr_t dst, int32
   return static_cast<int32_t>(mha::KVCacheStorage::save(*cache, at<uint8_t>(dst), size));
 }
 
-// A new cache of the `size` saved bytes at `src` (capacity 0: the saved one); its id at `id_out`, or 0 and
-// the reason in kvCacheLoadError(), led by the parameter at fault ("bytes: ..." or "capacity: ...").
-EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_load(uintptr_t src, int32_t size, int32_t capacity, uintptr_t id_out) {
+// A new cache of the `size` saved bytes at `src` (capacity 0: the saved one; integer: nonzero for integer
+// arithmetic); its id at `id_out`, or 0 and the reason in kvCacheLoadError(), led by the parameter at fault
+// ("bytes: ...", "capacity: ..." or "arithmetic: ...").
+EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_load(uintptr_t src, int32_t size, int32_t capacity, int32_t integer,
+                                               uintptr_t id_out) {
   *at<uint32_t>(id_out) = 0;
   std::unique_ptr<mha::KVCache> cache;
-  const mha::Status status = mha::KVCacheStorage::load(at<const uint8_t>(src), size, capacity, cache, &g_load_error);
+  const mha::Status status =
+      mha::KVCacheStorage::load(at<const uint8_t>(src), size, capacity, cache, &g_load_error, integer != 0);
   // The parameter at fault, as the RangeError names it: the bytes, unless they are a save and the requested
-  // capacity is what cannot be (below the longest sequence, or too large).
-  g_load_parameter = status == mha::Status::kCacheBadSave || capacity == 0 ? "bytes: " : "capacity: ";
+  // capacity or arithmetic is what cannot be (below the longest sequence, too large; a float dtype).
+  g_load_parameter = status == mha::Status::kCacheBadArithmetic              ? "arithmetic: "
+                     : status == mha::Status::kCacheBadSave || capacity == 0 ? "bytes: "
+                                                                             : "capacity: ";
   if (status != mha::Status::kOk) return static_cast<int32_t>(status);
   return static_cast<int32_t>(g_caches.adopt(std::move(cache), at<uint32_t>(id_out)));
 }

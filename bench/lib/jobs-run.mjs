@@ -24,6 +24,9 @@ import {
   MHA_F32_ROPE,
   MHA_BF16,
   MHA_INT8,
+  MHA_INT8_INTEGER,
+  MHA_INT4,
+  MHA_INT4_INTEGER,
   MHA_F16_SUBNORMAL,
   ORT_GQA,
   PLAIN_JS,
@@ -298,9 +301,9 @@ function toPastLayout(x, { B, T, Hkv, Dh }) {
  * A fixed-length step through the public API: a cache of capacity T filled once to T - 1, then each call
  * appends the new token (attend) and truncates back to T - 1, so every step attends over T keys.
  */
-function cacheStep(mha, s, inputs, dtype, rope) {
+function cacheStep(mha, s, inputs, dtype, rope, arithmetic) {
   const { B, T, H, Hkv, Dh } = s;
-  const cache = mha.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: T, dtype });
+  const cache = mha.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: T, dtype, arithmetic });
   // The fill's queries see only their own key (window [0, 0]): O(T) work instead of a causal prefill.
   // With rope the fill rotates (and stores) its keys at their positions, as a prefill would.
   cache.attend(inputs.kFill, inputs.kFill, inputs.vFill, { numHeads: Hkv, window: [0, 0], ...(rope ? { rope } : {}) });
@@ -328,6 +331,7 @@ async function* decodeContestants(job, { seed, onPhase, disposers }) {
     'float16',
     ...(job.contestants.includes(MHA_BF16) ? ['bfloat16'] : []),
     ...(job.contestants.includes(MHA_INT8) ? ['int8'] : []),
+    ...(job.contestants.includes(MHA_INT4) ? ['int4'] : []),
   ];
   const inputs = decodeInputs(s, seed, rope, dtypes);
   const subnormal = job.contestants.includes(MHA_F16_SUBNORMAL) ? subnormalInputs(s, inputs) : undefined;
@@ -360,22 +364,26 @@ async function* decodeContestants(job, { seed, onPhase, disposers }) {
     [MHA_F32_ROPE]: ['float32', 1, false, true],
     [MHA_BF16]: ['bfloat16', 1],
     [MHA_INT8]: ['int8', 1],
+    [MHA_INT8_INTEGER]: ['int8', 1, false, false, false, 'integer'],
+    [MHA_INT4]: ['int4', 1],
+    [MHA_INT4_INTEGER]: ['int4', 1, false, false, false, 'integer'],
     [MHA_F16_SUBNORMAL]: ['float16', 1, false, false, true],
   };
   for (const name of job.contestants) {
     onPhase(`setup ${name}`);
     try {
       if (mhaRows[name]) {
-        const [dtype, threads, threadsBuild, withRope, withSubnormals] = mhaRows[name];
+        const [dtype, threads, threadsBuild, withRope, withSubnormals, arithmetic] = mhaRows[name];
         const mha = await mhaOf(threads, threadsBuild);
         const data = withSubnormals ? subnormal : inputs;
-        const step = cacheStep(mha, s, data, dtype, withRope ? rope : undefined);
+        const step = cacheStep(mha, s, data, dtype, withRope ? rope : undefined, arithmetic);
         yield {
           name,
           info: {
             build: mha.info.build,
             threads,
             dtype,
+            ...(arithmetic ? { arithmetic } : {}),
             ...(withRope ? { rope: `rotaryDim ${s.Dh}` } : {}),
             ...(withSubnormals ? { data: '10% of k and v float16 subnormals' } : {}),
           },

@@ -18,11 +18,14 @@ export const DECODE_SHAPES = [
 ];
 
 /**
- * Bytes of one token's k and v of one KV head in a cache of `dtype` (docs/spec.md 4.8, Dv = Dh): float32
- * 8·Dh, float16 and bfloat16 4·Dh, int8 2·Dh + 8·ceil(Dh / 32) (its float32 scales per 32 values).
+ * Bytes of one token's k and v of one KV head in a cache of `dtype` (docs/spec.md 4.8, 4.9, Dv = Dh):
+ * float32 8·Dh, float16 and bfloat16 4·Dh, int8 2·Dh + 8·ceil(Dh / 32) (its float32 scales per 32 values),
+ * int4 Dh + 8·ceil(Dh / 32).
  */
 export const tokenHeadBytes = (dtype, Dh) =>
-  dtype === 'int8' ? 2 * Dh + 8 * Math.ceil(Dh / 32) : (dtype === 'float32' ? 8 : 4) * Dh;
+  dtype === 'int8' || dtype === 'int4'
+    ? (dtype === 'int8' ? 2 : 1) * Dh + 8 * Math.ceil(Dh / 32)
+    : (dtype === 'float32' ? 8 : 4) * Dh;
 /** K and V bytes one step reads: B·Hkv·T tokens of tokenHeadBytes. */
 export const decodeBytes = (s, dtype) => s.B * s.Hkv * s.T * tokenHeadBytes(dtype, s.Dh);
 /** FLOPs of one step: 4·B·H·T·Dh (q·k and p·v, 2 FLOPs per multiply-add each). */
@@ -52,6 +55,10 @@ export const MHA_F32_2T = 'mha-wasm f32 2 threads';
 export const MHA_F16_2T = 'mha-wasm f16 2 threads';
 export const MHA_BF16 = 'mha-wasm bf16';
 export const MHA_INT8 = 'mha-wasm int8';
+/** The int8 and int4 caches with integer arithmetic (docs/spec.md 4.10), and int4 with float arithmetic. */
+export const MHA_INT8_INTEGER = 'mha-wasm int8 integer';
+export const MHA_INT4 = 'mha-wasm int4';
+export const MHA_INT4_INTEGER = 'mha-wasm int4 integer';
 /** A float16 cache whose keys and values are 10% subnormal halves (|x| < 2^-14): the widening's denormal case. */
 export const MHA_F16_SUBNORMAL = 'mha-wasm f16, 10% subnormal halves';
 /** The threaded build (mha-threads.wasm) with one thread: 2 threads against it isolate the split of the keys. */
@@ -63,8 +70,16 @@ export const PLAIN_JS = 'plain JS (f32 cache)';
 
 /** Issue #32's targets per decode shape: each dtype's speed against float32, and 2 threads against 1. */
 const DTYPE_TARGETS = {
-  'decode-mha-8k': { [MHA_BF16]: 1.6, [MHA_F16]: 1.5, [MHA_F16_SUBNORMAL]: 1.4, [MHA_INT8]: 1.2, threads: 1.1 },
-  'decode-gqa-4k': { [MHA_BF16]: 1.3, [MHA_INT8]: 1.1, threads: 1.6 },
+  'decode-mha-8k': {
+    [MHA_BF16]: 1.6,
+    [MHA_F16]: 1.5,
+    [MHA_F16_SUBNORMAL]: 1.4,
+    [MHA_INT8]: 1.2,
+    [MHA_INT8_INTEGER]: 2.5,
+    [MHA_INT4_INTEGER]: 3,
+    threads: 1.1,
+  },
+  'decode-gqa-4k': { [MHA_BF16]: 1.3, [MHA_INT8]: 1.1, [MHA_INT8_INTEGER]: 1.6, [MHA_INT4_INTEGER]: 1.6, threads: 1.6 },
   'decode-mqa-8k': { threads: 1.5 },
 };
 /** Every mha-wasm row against onnxruntime-web's GroupQueryAttention step (issue #32). */
@@ -75,7 +90,8 @@ const target = (bound) => (bound === undefined ? ['—', {}] : [`>= ${bound}x`, 
 function decodeJob(s) {
   const rope = s.name === 'decode-gqa-4k';
   const goals = DTYPE_TARGETS[s.name] ?? {};
-  const dtypes = [MHA_F16, ...(s.dtypes ? [MHA_BF16, MHA_INT8] : []), ...(s.subnormal ? [MHA_F16_SUBNORMAL] : [])];
+  const compact = s.dtypes ? [MHA_BF16, MHA_INT8, MHA_INT8_INTEGER, MHA_INT4, MHA_INT4_INTEGER] : [];
+  const dtypes = [MHA_F16, ...compact, ...(s.subnormal ? [MHA_F16_SUBNORMAL] : [])];
   const threads = s.threads ? [MHA_F32_2T, MHA_F16_2T, MHA_F32_T1] : [];
   const contestants = [MHA_F32, ...dtypes, ...threads, ...(rope ? [MHA_F32_ROPE] : []), ORT_GQA, PLAIN_JS];
   const ratios = dtypes.map((name) => {

@@ -19,8 +19,9 @@ export function roundToBfloat16(x) {
  * (rows, heads·dim) float32 rows quantized as an int8 cache does (q8_0: blocks of 32 along each head's
  * dim, scale = amax / 127 in float32, q = x / scale rounded to nearest even, clamped to ±127) and read
  * back as float32 q·scale, into a new Float32Array. Finite inputs only (an int8 cache refuses others).
+ * maxQ 7: an int4 cache (docs/spec.md 4.9: scale = amax / 7, q clamped to ±7).
  */
-export function roundToInt8Rows(x, heads, dim) {
+export function roundToInt8Rows(x, heads, dim, maxQ = 127) {
   if (heads <= 0) throw new RangeError(`roundToInt8Rows: heads: expected a positive integer, got ${heads}`);
   const out = new Float32Array(x.length);
   for (let row = 0; row < x.length; row += dim) {
@@ -28,10 +29,10 @@ export function roundToInt8Rows(x, heads, dim) {
       const end = Math.min(dim, b0 + 32);
       let amax = 0;
       for (let i = row + b0; i < row + end; i++) amax = Math.max(amax, Math.abs(x[i]));
-      const scale = Math.fround(amax / 127);
+      const scale = Math.fround(amax / maxQ);
       for (let i = row + b0; i < row + end; i++) {
-        // | 0: q is an int8, which has no -0 (a small negative value reads back as +0).
-        const q = scale === 0 ? 0 : Math.max(-127, Math.min(127, roundHalfEven(Math.fround(x[i] / scale)))) | 0;
+        // | 0: q is an integer, which has no -0 (a small negative value reads back as +0).
+        const q = scale === 0 ? 0 : Math.max(-maxQ, Math.min(maxQ, roundHalfEven(Math.fround(x[i] / scale)))) | 0;
         out[i] = Math.fround(q * scale);
       }
     }
@@ -50,5 +51,8 @@ export function roundAsStored(x, dtype, heads, dim) {
   if (dtype === 'float16') return Float32Array.from(x, roundToFloat16);
   if (dtype === 'bfloat16') return Float32Array.from(x, roundToBfloat16);
   if (dtype === 'int8') return roundToInt8Rows(x, heads, dim);
-  throw new RangeError(`roundAsStored: dtype: expected 'float32', 'float16', 'bfloat16' or 'int8', got ${dtype}`);
+  if (dtype === 'int4') return roundToInt8Rows(x, heads, dim, 7);
+  throw new RangeError(
+    `roundAsStored: dtype: expected 'float32', 'float16', 'bfloat16', 'int8' or 'int4', got ${dtype}`,
+  );
 }

@@ -156,7 +156,7 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
     gzippedSize[f] = gzipped;
     console.log(`# ${f}: ${bytes.length} bytes, ${gzipped} gzipped`);
   }
-  // The size budget, each Relaxed SIMD module under 66 kB gzipped (zlib level 9). Issue #15 set 40 kB for
+  // The size budget, each Relaxed SIMD module under 72 kB gzipped (zlib level 9). Issue #15 set 40 kB for
   // the v0.2 options (the modules dropped musl's exp table, exceptions, std::thread's start-up, the float16
   // decode loaders' inf/NaN and unscaled variants, libc++'s mutex/condition_variable/chrono and tanhf, the
   // pthread runtime's stdout and emcc's unused proxying exports: 37.8 kB for mha-relaxed-threads.wasm);
@@ -172,10 +172,13 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
   // Serving (docs/spec.md Part 5; gzip -9 figures): the heap to 4 GiB with its checked allocator and the cache's lse, 0.3 kB
   // (59.6 kB); cache.reorder, 1.2 kB (60.7 kB); the shared prefix (its pass over shared keys, the merge of the
   // two states and its exact rows over both caches), 2.0 kB (62.7 kB); ring caches (their two runs of slots
-  // merged as the prefix's states, the window rule, save format 3), 1.4 kB (64.1 kB); hence 66 kB. Each is also held to its SIMD128 twin: a relaxed module is that build with fused multiply-adds,
+  // merged as the prefix's states, the window rule, save format 3), 1.4 kB (64.1 kB). Long contexts (docs/spec.md
+  // 4.9-4.10): the int4 cache (every codec switch, save format 4, its unpacking) 2.7 kB, integer arithmetic (its
+  // decode path in each SIMD variant) 3.7 kB (70.5 kB); hence 72 kB. Each is also held to its SIMD128 twin: a
+  // relaxed module is that build with fused multiply-adds,
   // at most 10% larger.
   for (const f of ['dist/mha-relaxed.wasm', 'dist/mha-relaxed-threads.wasm']) {
-    assert.ok(gzippedSize[f] < 66000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 66 kB`);
+    assert.ok(gzippedSize[f] < 72000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 72 kB`);
   }
   for (const [relaxed, twin] of [
     ['dist/mha-relaxed.wasm', 'dist/mha.wasm'],

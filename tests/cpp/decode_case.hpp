@@ -44,11 +44,16 @@ struct CacheCase {
   float softcap = 0.0f;
   std::vector<float> slopes;  // ALiBi, or empty
   bool empty_rows_zero = false;
+  bool integer = false;  // integer arithmetic (int8 and int4)
 
   int32_t total() const { return std::accumulate(steps.begin(), steps.end(), 0); }
   int32_t q_width() const { return heads * head_dim; }
   int32_t kv_width() const { return kv_heads * head_dim; }
-  mha::KVCacheConfig config() const { return {batch, kv_heads, head_dim, capacity > 0 ? capacity : total(), dtype}; }
+  mha::KVCacheConfig config() const {
+    mha::KVCacheConfig config{batch, kv_heads, head_dim, capacity > 0 ? capacity : total(), dtype};
+    config.integer = integer;
+    return config;
+  }
   mha::AttentionOptions options() const {
     mha::AttentionOptions o;
     o.causal = causal;
@@ -70,6 +75,7 @@ inline std::string describe(const CacheCase& c) {
          (c.dtype == CacheDType::kFloat16    ? " f16"
           : c.dtype == CacheDType::kBFloat16 ? " bf16"
           : c.dtype == CacheDType::kInt8     ? " int8"
+          : c.dtype == CacheDType::kInt4     ? " int4"
                                              : " f32") +
          " steps " + steps + (c.causal ? "causal" : "not causal") + " window " + std::to_string(c.window_left) + "," +
          std::to_string(c.window_right) + " softcap " + std::to_string(c.softcap) + (c.slopes.empty() ? "" : " alibi");
@@ -147,13 +153,12 @@ inline std::vector<float> reference_for(const CacheCase& c, const CacheData& dat
     if (c.dtype == CacheDType::kFloat16) return mha::f16::decode(mha::f16::encode(x));
     return c.dtype == CacheDType::kBFloat16 ? mha::bf16::decode(mha::bf16::encode(x)) : x;
   };
-  // int8 rounds each token's KV head row in blocks of 32 (cache_codecs.hpp).
+  // int8 and int4 round each token's KV head row in blocks of 32 (cache_codecs.hpp).
   std::vector<float> k_stored = data.k, v_stored = data.v;
-  if (c.dtype == CacheDType::kInt8) {
-    for (size_t at = 0; at < k_stored.size(); at += size_t(Dh)) {
-      mha::q8::round_row(k_stored.data() + at, k_stored.data() + at, Dh);
-      mha::q8::round_row(v_stored.data() + at, v_stored.data() + at, Dh);
-    }
+  if (c.dtype == CacheDType::kInt8 || c.dtype == CacheDType::kInt4) {
+    const int64_t heads = int64_t(k_stored.size()) / Dh;
+    mha::round_as_stored(c.dtype, k_stored.data(), k_stored.data(), heads, Dh);
+    mha::round_as_stored(c.dtype, v_stored.data(), v_stored.data(), heads, Dh);
   }
   for (size_t r = 0; r < rows; ++r) {
     for (int32_t h = 0; h < H; ++h) {

@@ -49,7 +49,8 @@ TEST_CASE("decode: every kernel equals the reference for MHA, GQA and MQA, every
   };
   uint32_t seed = 100;
   for (CacheCase c : shapes) {
-    for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8}) {
+    for (CacheDType dtype :
+         {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8, CacheDType::kInt4}) {
       c.dtype = dtype;
       require_kernels_match_reference(c, case_data(c, seed += 10));
     }
@@ -242,11 +243,16 @@ TEST_CASE("decode: a prefill into an empty cache takes the tiled kernel with GQA
 TEST_CASE("decode: bit-identical for 1, 2 and 3 threads, with the parallel split engaged", "[decode][parallel]") {
   const std::vector<CacheCase> shapes = {
       make_case(1, 16, 1, 64, {1500, 1, 1, 2}),  // MQA: the key blocks are the only parallelism
-      make_case(1, 8, 2, 64, {1200, 1, 3}, CacheDType::kFloat16), make_case(4, 16, 4, 32, {300, 1, 1}),
+      make_case(1, 8, 2, 64, {1200, 1, 3}, CacheDType::kFloat16),
+      make_case(4, 16, 4, 32, {300, 1, 1}),
       make_case(1, 8, 8, 64, {600, 1}),  // tiled prefill, then decode
+      make_case(1, 16, 1, 64, {1500, 1, 2}, CacheDType::kInt8),
+      make_case(2, 8, 2, 40, {700, 1, 3}, CacheDType::kInt4),
   };
   uint32_t seed = 700;
-  for (const CacheCase& c : shapes) {
+  for (CacheCase c : shapes) {
+    c.integer =
+        c.dtype == CacheDType::kInt8 || c.dtype == CacheDType::kInt4;  // integer arithmetic (decode_integer.hpp)
     INFO(describe(c));
     const CacheData data = case_data(c, seed += 10);
     std::vector<float> first;
@@ -258,7 +264,7 @@ TEST_CASE("decode: bit-identical for 1, 2 and 3 threads, with the parallel split
       const auto out = run_cache(c, data, run);
       if (first.empty()) {
         first = out;
-        require_close(reference_for(c, data), out);
+        require_close(reference_for(c, data), out, c.integer ? 1e-3f : mha_test::kTol);  // docs/spec.md 4.10
       } else {
         REQUIRE(bit_equal(first, out));
       }

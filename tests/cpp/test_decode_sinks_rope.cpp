@@ -146,7 +146,8 @@ std::vector<float> stateless(const SinksRopeCacheCase& c) {
 
 std::vector<SinksRopeCacheCase> sinks_rope_cases() {
   std::vector<SinksRopeCacheCase> cases;
-  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8}) {
+  for (CacheDType dtype :
+       {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8, CacheDType::kInt4}) {
     SinksRopeCacheCase c;
     c.dtype = dtype;
     c.steps = {20, 1, 3, 1};

@@ -1,5 +1,5 @@
-// The bfloat16 and int8 caches (docs/spec.md 4.8): their codecs against definitions by value, what append
-// stores and read returns, the bytes they take, and the refusal of inf and NaN by int8.
+// The bfloat16, int8 and int4 caches (docs/spec.md 4.8, 4.9): their codecs against definitions by value, what
+// append stores and read returns, the bytes they take, and the refusal of inf and NaN by int8 and int4.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -102,7 +102,7 @@ TEST_CASE("kv cache dtypes: int8 quantizes per block of 32 as q8_0 and reads bac
 
 TEST_CASE("kv cache dtypes: append stores and read returns the values of the codecs, K and V, every Dh and Dv",
           "[kv_cache]") {
-  for (CacheDType dtype : {CacheDType::kBFloat16, CacheDType::kInt8}) {
+  for (CacheDType dtype : {CacheDType::kBFloat16, CacheDType::kInt8, CacheDType::kInt4}) {
     for (int32_t head_dim : {1, 8, 31, 33, 64, 100}) {
       const int32_t value_dim = head_dim == 33 ? 40 : 0;
       const KVCacheConfig config{2, 3, head_dim, 70, dtype, value_dim};
@@ -140,11 +140,57 @@ TEST_CASE("kv cache dtypes: bytes per token and head as documented", "[kv_cache]
   CHECK(bytes(CacheDType::kInt8) == (2.0 * 64 + 8.0 * 2) * 4096 * 8);  // docs/spec.md 4.8: 2 Dh + 8 ceil(Dh / 32)
   const KVCacheConfig odd{2, 3, 40, 33, CacheDType::kInt8, 12};        // 2 panels, Dv8 16, NBk 2, NBv 1
   CHECK(mha::kv_cache_bytes(odd) == double(2 * 3 * (64 * 40 + 33 * 16 + 64 * 2 * 4 + 33 * 1 * 4)));
+  // docs/spec.md 4.9: Dh / 2 + 4 ceil(Dh / 32) each for k and v: 80 bytes per token and head at Dh 64, 6.4x
+  // fewer than float32's 512.
+  CHECK(bytes(CacheDType::kInt4) == 80.0 * 4096 * 8);
+  CHECK(bytes(CacheDType::kFloat32) / bytes(CacheDType::kInt4) == 6.4);
+  KVCacheConfig odd4 = odd;
+  odd4.dtype = CacheDType::kInt4;
+  CHECK(mha::kv_cache_bytes(odd4) == double(2 * 3 * (64 * 40 / 2 + 33 * 16 / 2 + 64 * 2 * 4 + 33 * 1 * 4)));
 }
 
-TEST_CASE("kv cache dtypes: int8 refuses inf and NaN in k or v, rotated keys included, and stores nothing",
+TEST_CASE("kv cache dtypes: int4 quantizes per block of 32 to [-7, 7], ties to even, and packs two per byte",
           "[kv_cache]") {
-  const KVCacheConfig config{2, 2, 8, 16, CacheDType::kInt8};
+  // One token of one head, Dh 37 (a block of 32 and one of 5): values chosen so that each q is known.
+  const KVCacheConfig config{1, 1, 37, 40, CacheDType::kInt4, 37};
+  auto cache = make_cache(config);
+  std::vector<float> k(37), v(37);
+  for (int i = 0; i < 37; ++i) k[size_t(i)] = float(i % 15 - 7) * 0.5f;  // block 0: amax 3.5, scale 0.5: q = i % 15 - 7
+  k[3] = 1.25f;                                                          // 2.5 * scale: a tie, to even: q = 2
+  k[4] = 1.75f;                                                          // 3.5 * scale: to even: q = 4
+  for (int i = 32; i < 37; ++i) k[size_t(i)] = 0.0f;                     // a short block of zeros: scale 0
+  for (int i = 0; i < 37; ++i) v[size_t(i)] = -k[size_t(i)] * 4.0f;
+  v[36] = 100.0f;  // block 1 of v: amax 100, every other value 0
+  REQUIRE(cache->append({k.data(), 37, 37}, {v.data(), 37, 37}, 1) == Status::kOk);
+  std::vector<float> k_read(37), v_read(37);
+  REQUIRE(cache->read(k_read.data(), v_read.data(), 0, 1) == Status::kOk);
+  for (int i = 0; i < 32; ++i) {
+    const float q = i == 3 ? 2.0f : i == 4 ? 4.0f : float(i % 15 - 7);
+    INFO("element " << i);
+    REQUIRE(k_read[size_t(i)] == q * 0.5f);
+    REQUIRE(v_read[size_t(i)] == -q * 2.0f);  // scale 2
+  }
+  for (int i = 32; i < 37; ++i) REQUIRE(k_read[size_t(i)] == 0.0f);
+  CHECK(v_read[36] == 100.0f);
+  CHECK(v_read[32] == 0.0f);
+  // The nibbles where codec_int4.hpp puts them: key 0 of panel row d at byte d * 16 (low nibble); value lanes
+  // 2i and 2i + 1 in byte i. Two's complement: q = -7 is 0x9.
+  const auto* panels = static_cast<const uint8_t*>(cache->head_block(0, 0, 1).key_panels);
+  const auto* rows = static_cast<const uint8_t*>(cache->head_block(0, 0, 1).value_rows);
+  CHECK((panels[0] & 0x0f) == 0x9);       // key 0, d 0: q -7
+  CHECK((panels[16 * 3] & 0x0f) == 0x2);  // d 3: q 2
+  CHECK(rows[0] == 0x67);                 // v lanes 0, 1: q 7 (low nibble), 6 (high)
+  // A key in column 17 of a panel: the high nibble of byte 1 of each panel row.
+  REQUIRE(cache->append({k.data(), 37, 37}, {v.data(), 37, 37}, 1) == Status::kOk);
+  for (int j = 2; j < 18; ++j) REQUIRE(cache->append({k.data(), 37, 37}, {v.data(), 37, 37}, 1) == Status::kOk);
+  CHECK((panels[1] >> 4) == 0x9);
+  CHECK(cache->key(0, 0, 17, 3) == 1.0f);
+}
+
+TEST_CASE("kv cache dtypes: int8 and int4 refuse inf and NaN in k or v, rotated keys included, and store nothing",
+          "[kv_cache]") {
+  const CacheDType dtype = GENERATE(CacheDType::kInt8, CacheDType::kInt4);
+  const KVCacheConfig config{2, 2, 8, 16, dtype};
   auto cache = make_cache(config);
   const int32_t n = 3, w = 16;
   auto k = mha_test::random_tensor(size_t(2) * n * w, 1), v = mha_test::random_tensor(size_t(2) * n * w, 2);

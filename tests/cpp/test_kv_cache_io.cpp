@@ -77,8 +77,8 @@ void append(KVCache& cache, int32_t n, uint64_t seed, const int32_t* counts = nu
     k[k.size() - 1] = std::numeric_limits<float>::quiet_NaN();
     v[v.size() / 2] = 1e6f;
   }
-  // An int8 cache refuses inf and NaN (docs/spec.md 4.8) and stores nothing.
-  const Status want = specials && c.dtype == CacheDType::kInt8 ? Status::kCacheNonFinite : Status::kOk;
+  // An int8 or int4 cache refuses inf and NaN (docs/spec.md 4.8) and stores nothing.
+  const Status want = specials && mha::cache_dtype_info(c.dtype).finite_only ? Status::kCacheNonFinite : Status::kOk;
   REQUIRE(cache.append({k.data(), int64_t{n} * kw, kw}, {v.data(), int64_t{n} * vw, vw}, n, nullptr, counts) == want);
 }
 
@@ -174,7 +174,7 @@ TEST_CASE("kv cache io: CRC-32 is IEEE 802.3's (zlib's), in any split and any si
 
 TEST_CASE("kv cache io: round trips keep every bit and every later attend's bits", "[kv_cache_io]") {
   const CacheDType dtype =
-      GENERATE(CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8);
+      GENERATE(CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8, CacheDType::kInt4);
   const int32_t value_dim =
       GENERATE(0, 5, 20, 40);  // 40: two int8 blocks  // Dv = Dh, smaller (not a multiple of 8), larger
   INFO("dtype " << int(dtype) << " value_dim " << value_dim);
@@ -306,19 +306,23 @@ TEST_CASE("kv cache io: each header field's own message", "[kv_cache_io]") {
   REQUIRE(refused(Bytes(bytes.begin(), bytes.begin() + 5), why) == Status::kCacheBadSave);
   REQUIRE(why == "5 bytes, shorter than the smallest saved KV cache (56 bytes)");
   REQUIRE(refused(with(8, 7), why) == Status::kCacheBadSave);
-  REQUIRE(why == "version 7, this build reads versions 1 to 3 (docs/cache-format.md)");
+  REQUIRE(why == "version 7, this build reads versions 1 to 4 (docs/cache-format.md)");
   REQUIRE(refused(with(8, 0), why) == Status::kCacheBadSave);
   REQUIRE(refused(with(16, 2), why) == Status::kCacheBadSave);
   REQUIRE(
       why ==
       "dtype 2 (bfloat16) in a version 1 save; save() writes float32 and float16 as version 1, bfloat16 and int8 as "
-      "version 2 (and ring caches of every dtype as version 3)");
+      "version 2, int4 as version 4 (and ring caches of the version 1 and 2 dtypes as version 3)");
+  REQUIRE(refused(with(16, 4), why) == Status::kCacheBadSave);
+  REQUIRE(why.find("dtype 4 (int4) in a version 1 save") == 0);
+  REQUIRE(refused(with(8, 4), why) == Status::kCacheBadSave);
+  REQUIRE(why.find("dtype 0 (float32) in a version 4 save") == 0);
   REQUIRE(refused(with(16, 3), why) == Status::kCacheBadSave);
   REQUIRE(why.find("dtype 3 (int8) in a version 1 save") == 0);
   REQUIRE(refused(with(8, 2), why) == Status::kCacheBadSave);
   REQUIRE(why.find("dtype 0 (float32) in a version 2 save") == 0);
   REQUIRE(refused(with(16, 9), why) == Status::kCacheBadSave);
-  REQUIRE(why == "dtype 9 is not a KV cache dtype (0 float32, 1 float16, 2 bfloat16, 3 int8)");
+  REQUIRE(why == "dtype 9 is not a KV cache dtype (0 float32, 1 float16, 2 bfloat16, 3 int8, 4 int4)");
   REQUIRE(refused(with(24, 0), why) == Status::kCacheBadSave);
   REQUIRE(why == "numKvHeads is 0 (bytes 24..27), expected a positive integer");
   REQUIRE(refused(with(36, 0x80000000u), why) == Status::kCacheBadSave);
@@ -388,6 +392,62 @@ TEST_CASE("kv cache io: int8 saves hold only what a quantization stores", "[kv_c
       std::memcpy(&scale, &bytes[k_scales_at + (j * 2 + d / 32) * 4], 4);
       REQUIRE(same_bits(copy->key(0, 0, j, d), float(int8_t(bytes[k_at + j * 40 + d])) * scale));
     }
+}
+
+TEST_CASE("kv cache io: int4 saves pack two values per byte and hold only what a quantization stores",
+          "[kv_cache_io]") {
+  // Dh 37 (blocks of 32 and 5: an odd row), Dv 8, a ring of 4 holding tokens 2..5 of 6, and a plain copy:
+  // k (4, 19 bytes), v (4, 4 bytes), k scales (4, 2), v scales (4, 1), version 4 either way.
+  for (const bool ring : {false, true}) {
+    KVCacheConfig config{1, 1, 37, ring ? 4 : 8, CacheDType::kInt4, 8};
+    config.ring = ring;
+    auto cache = make_cache(config);
+    append(*cache, 2, 41);
+    append(*cache, 4, 43);
+    if (!ring) REQUIRE(cache->truncate(4) == Status::kOk);
+    const Bytes bytes = save(*cache);
+    const size_t header = ring ? 56 : 52;
+    REQUIRE(bytes.size() == header + 4 * (19 + 4 + 4 * 2 + 4 * 1) + 4);
+    REQUIRE(bytes[8] == 4);
+    REQUIRE(bytes[40] == (ring ? 1 : 0));
+    const size_t k_at = header, v_at = k_at + 4 * 19, k_scales_at = v_at + 4 * 4, v_scales_at = k_scales_at + 4 * 2 * 4;
+    std::string why;
+    auto changed = [&](size_t at, uint32_t value, bool word) {
+      Bytes b = bytes;
+      if (word)
+        put_u32(b, at, value);
+      else
+        b[at] = uint8_t(value);
+      resign(b);
+      return b;
+    };
+    REQUIRE(refused(changed(k_scales_at + 4, 0xbf800000u, true), why) == Status::kCacheBadSave);  // -1
+    REQUIRE(
+        why.find("sequence 0, token 0, KV head 0: the k block 1 (scale 0xbf800000) is not what an int4 quantization") ==
+        0);
+    REQUIRE(refused(changed(v_scales_at + 8, 0x7f800000u, true), why) == Status::kCacheBadSave);  // inf
+    REQUIRE(why.find("sequence 0, token 2, KV head 0: the v block 0") == 0);
+    REQUIRE(refused(changed(v_at + 1, (bytes[v_at + 1] & 0x0f) | 0x80, false), why) == Status::kCacheBadSave);  // -8
+    REQUIRE(refused(changed(k_at + 2, 0x08, false), why) == Status::kCacheBadSave);  // -8 in a low nibble
+    REQUIRE(refused(changed(k_scales_at, 0, true), why) == Status::kCacheBadSave);   // scale 0, values not
+    REQUIRE(refused(changed(k_at + 18, bytes[k_at + 18] | 0x10, false), why) == Status::kCacheBadSave);
+    REQUIRE(why.find("an odd block's unused high nibble 0") != std::string::npos);
+    // Every value of the loaded cache is q * scale of the save (q: nibble d % 2 of byte d / 2), at its position.
+    auto copy = load(bytes);
+    REQUIRE(copy->config().ring == ring);
+    REQUIRE(copy->length(0) == (ring ? 6 : 4));
+    const int32_t first = ring ? 2 : 0;
+    for (int32_t t = 0; t < 4; ++t)
+      for (int32_t d = 0; d < 37; ++d) {
+        float scale;
+        std::memcpy(&scale, &bytes[k_scales_at + size_t(t * 2 + d / 32) * 4], 4);
+        const uint8_t byte = bytes[k_at + size_t(t) * 19 + size_t(d / 2)];
+        const int q = int8_t(uint8_t(d % 2 == 0 ? byte << 4 : byte)) >> 4;
+        REQUIRE(same_bits(copy->key(0, 0, copy->slot(first + t), d), float(q) * scale));
+        REQUIRE(same_bits(copy->key(0, 0, copy->slot(first + t), d), cache->key(0, 0, cache->slot(first + t), d)));
+      }
+    REQUIRE(save(*copy) == bytes);
+  }
 }
 
 TEST_CASE("kv cache io: the registry adopts a loaded cache under a new id", "[kv_cache_io]") {

@@ -50,7 +50,8 @@ struct PrefixCase {
 
 std::vector<PrefixCase> cases() {
   std::vector<PrefixCase> out;
-  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8}) {
+  for (CacheDType dtype :
+       {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8, CacheDType::kInt4}) {
     PrefixCase plain;
     plain.dtype = dtype;
     out.push_back(plain);

@@ -66,7 +66,8 @@ TEST_CASE("reorder: sequence b holds what indices[b] held, for every dtype and i
       {1, 2, 0, 0, 1, 2},  // a cycle that others also read
       {3, 0, 1, 2, 3, 4},  // a chain ending in a 4-cycle
   };
-  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8}) {
+  for (CacheDType dtype :
+       {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8, CacheDType::kInt4}) {
     for (const std::vector<int32_t>& indices : patterns) {
       INFO("dtype " << static_cast<int>(dtype) << " indices " << indices[0] << indices[1] << indices[2] << indices[3]
                     << indices[4] << indices[5]);

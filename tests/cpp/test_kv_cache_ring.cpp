@@ -51,7 +51,8 @@ struct RingCase {
 
 std::vector<RingCase> cases() {
   std::vector<RingCase> out;
-  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8}) {
+  for (CacheDType dtype :
+       {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8, CacheDType::kInt4}) {
     RingCase plain;
     plain.dtype = dtype;
     out.push_back(plain);
@@ -264,7 +265,8 @@ TEST_CASE("ring cache: the window rule and truncate refuse overwritten tokens, c
 
 TEST_CASE("ring cache: save and load keep the ring, its positions and stored counts; bad ring fields refused",
           "[kv_cache][ring]") {
-  for (CacheDType dtype : {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8}) {
+  for (CacheDType dtype :
+       {CacheDType::kFloat32, CacheDType::kFloat16, CacheDType::kBFloat16, CacheDType::kInt8, CacheDType::kInt4}) {
     INFO("dtype " << static_cast<int>(dtype));
     RingCase c;
     c.dtype = dtype;

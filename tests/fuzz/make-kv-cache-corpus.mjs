@@ -60,4 +60,11 @@ const ringSteps = (n) => Array.from({ length: n }, () => [3, undefined, { option
 seed('f32_b2_ring', { batch: 2, numKvHeads: 1, headDim: 4, capacity: 8, ring: true }, ringSteps(5), [14, 12]);
 seed('int8_b1_ring', { batch: 1, numKvHeads: 1, headDim: 40, capacity: 7, dtype: 'int8', ring: true }, ringSteps(4));
 seed('f16_b1_ring_empty', { batch: 1, numKvHeads: 2, headDim: 3, capacity: 5, dtype: 'float16', ring: true }, []);
+// Version 4 (int4): two values a byte, the scales as int8's; an odd head dim (a lone nibble per row), ragged,
+// and a ring.
+seed('int4_b2_ragged_odd', { batch: 2, numKvHeads: 2, headDim: 37, capacity: 36, dtype: 'int4', vHeadDim: 24 }, [
+  [20],
+  [13, [13, 5]],
+]);
+seed('int4_b1_ring', { batch: 1, numKvHeads: 1, headDim: 40, capacity: 7, dtype: 'int4', ring: true }, ringSteps(4));
 mha.dispose();

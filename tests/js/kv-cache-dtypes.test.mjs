@@ -1,9 +1,10 @@
-// Issue #32: the bfloat16 and int8 KV cache dtypes through the TS API (bytes, read, save/load, int8 refusal).
+// The bfloat16, int8 and int4 KV cache dtypes through the TS API (bytes, read, save/load, the refusal of
+// non-finite values by int8 and int4).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { createMHA } from '../../dist/index.js';
 
-const perTokenPerHead = { float32: 8 * 64, float16: 4 * 64, bfloat16: 4 * 64, int8: 2 * 64 + 8 * 2 };
+const perTokenPerHead = { float32: 8 * 64, float16: 4 * 64, bfloat16: 4 * 64, int8: 2 * 64 + 8 * 2, int4: 64 + 8 * 2 };
 
 test('cache.bytes and the heap in use match docs/spec.md 4.8 per dtype (B1, Hkv 8, Dh 64, capacity 4096)', async () => {
   const mha = await createMHA();
@@ -28,11 +29,11 @@ test('cache.bytes and the heap in use match docs/spec.md 4.8 per dtype (B1, Hkv 
   mha.dispose();
 });
 
-test('bfloat16 and int8: read gives Float32Array, save/load round-trips bytes, int8 refuses NaN and stays unchanged', async () => {
+test('bfloat16, int8 and int4: read gives Float32Array, save/load round-trips bytes, int8 and int4 refuse NaN and stay unchanged', async () => {
   const mha = await createMHA();
   const k = Float32Array.from({ length: 2 * 64 * 3 }, (_, i) => Math.sin(i));
   const q = Float32Array.from({ length: 4 * 64 * 3 }, (_, i) => Math.cos(i));
-  for (const dtype of ['bfloat16', 'int8']) {
+  for (const dtype of ['bfloat16', 'int8', 'int4']) {
     const cache = mha.createKVCache({ batch: 1, numKvHeads: 2, headDim: 64, capacity: 64, dtype });
     cache.attend(q, k, k, { numHeads: 4 });
     const r = cache.read();
@@ -44,7 +45,7 @@ test('bfloat16 and int8: read gives Float32Array, save/load round-trips bytes, i
     const q1 = q.subarray(0, 256),
       k1 = k.slice(0, 128);
     assert.deepEqual(loaded.attend(q1, k1, k1, { numHeads: 4 }), cache.attend(q1, k1, k1, { numHeads: 4 }));
-    if (dtype === 'int8') {
+    if (dtype === 'int8' || dtype === 'int4') {
       const before = cache.save(),
         heap = mha.memoryStats().heapBytesInUse;
       const bad = k1.slice();
@@ -60,8 +61,8 @@ test('bfloat16 and int8: read gives Float32Array, save/load round-trips bytes, i
     loaded.free();
   }
   assert.throws(
-    () => mha.createKVCache({ batch: 1, numKvHeads: 1, headDim: 8, capacity: 8, dtype: 'int4' }),
-    /createKVCache: dtype: expected 'float32', 'float16', 'bfloat16' or 'int8', got/,
+    () => mha.createKVCache({ batch: 1, numKvHeads: 1, headDim: 8, capacity: 8, dtype: 'int2' }),
+    /createKVCache: dtype: expected 'float32', 'float16', 'bfloat16', 'int8' or 'int4', got/,
   );
   mha.dispose();
 });

@@ -196,8 +196,8 @@ test('errors: each bad input gets a precise error and changes nothing', async ()
     expectError(create(undefined), TypeError, ['createKVCache: options', 'expected an options object']);
     expectError(create({ ...dims, batch: 0 }), RangeError, ['createKVCache: batch', 'positive integer', 'got 0']);
     expectError(create({ ...dims, headDim: '4' }), TypeError, ['createKVCache: headDim', 'positive integer', 'got']);
-    const dtypes = "'float32', 'float16', 'bfloat16' or 'int8'";
-    expectError(create({ ...dims, dtype: 'int4' }), RangeError, ['createKVCache: dtype', dtypes, 'int4']);
+    const dtypes = "'float32', 'float16', 'bfloat16', 'int8' or 'int4'";
+    expectError(create({ ...dims, dtype: 'int2' }), RangeError, ['createKVCache: dtype', dtypes, 'int2']);
     expectError(create({ ...dims, dtype: 16 }), TypeError, ['createKVCache: dtype', dtypes]);
     expectError(create({ ...dims, length: 3 }), TypeError, ['unknown option "length"']);
     const big = { batch: 4, numKvHeads: 8, headDim: 128, capacity: 1 << 18 };

@@ -3,7 +3,7 @@
 // tests/js/cache-dtypes.test.mjs fails when this file differs from what the table gives).
 
 /** The KV cache dtype names; index = the CacheDType number of the wasm exports and the saved format. */
-export const CACHE_DTYPE_NAMES = ['float32', 'float16', 'bfloat16', 'int8'] as const;
+export const CACHE_DTYPE_NAMES = ['float32', 'float16', 'bfloat16', 'int8', 'int4'] as const;
 
 /** The names as a message lists them. */
-export const CACHE_DTYPE_LIST = "'float32', 'float16', 'bfloat16' or 'int8'";
+export const CACHE_DTYPE_LIST = "'float32', 'float16', 'bfloat16', 'int8' or 'int4'";

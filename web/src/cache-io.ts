@@ -4,7 +4,9 @@
 // (src/mha/cache/kv_cache_io.hpp): nothing here reads a field of a save.
 import { cacheDTypeName } from './cache-dtype.js';
 import { describe } from './describe.js';
-import type { KVCacheDType, LoadKVCacheOptions } from './kv-cache-types.js';
+import { checkArithmetic } from './kv-cache-config.js';
+import type { CacheConfig } from './kv-cache-config.js';
+import type { LoadKVCacheOptions } from './kv-cache-types.js';
 import { roomLeft } from './heap.js';
 import type { MhaWasmModule } from './mha.js';
 import { copyIn } from './staging.js';
@@ -12,7 +14,7 @@ import type { StagingArena } from './staging.js';
 import { checkStatus, HEAP_STATUSES } from './status.js';
 import { checkDim, checkNotDetached, checkOptionsObject } from './validate.js';
 
-const LOAD_KEYS = ['capacity'] as const;
+const LOAD_KEYS = ['capacity', 'arithmetic'] as const;
 
 /**
  * A save or load that needs more staging than the arena held, and more than this, gives the block back
@@ -45,15 +47,7 @@ export function saveCache(wasm: MhaWasmModule, arena: StagingArena, id: number):
 /** A loaded cache: its id, dims and lengths. */
 export interface LoadedCache {
   id: number;
-  config: {
-    batch: number;
-    numKvHeads: number;
-    headDim: number;
-    capacity: number;
-    dtype: KVCacheDType;
-    valueDim: number;
-    ring: boolean;
-  };
+  config: CacheConfig;
   lengths: Int32Array;
   /** Tokens each sequence holds (a ring's may be fewer than its length). */
   stored: Int32Array;
@@ -83,9 +77,10 @@ export function loadCache(
   const o = options === undefined ? {} : checkOptionsObject(`${fn}: options`, options, LOAD_KEYS);
   // 0: the saved capacity.
   const capacity = o.capacity === undefined ? 0 : checkDim(`${fn}: capacity`, o.capacity);
+  const arithmetic = checkArithmetic(fn, o.arithmetic);
   // Read before the malloc, which may detach a view of this heap (see copyIn).
   const [length, byteOffset] = [bytes.length, bytes.byteOffset];
-  // [id: 16 bytes][config: 7 int32, 32 bytes][the bytes, then as many again; after the load, the lengths
+  // [id: 16 bytes][config: 8 int32, 32 bytes][the bytes, then as many again; after the load, the lengths
   // and stored counts (2B int32: a save holds at least 4 bytes a sequence, so 8B < 2 * its size)]
   const before = arena.room;
   const staged = 48 + 2 * length;
@@ -93,16 +88,18 @@ export function loadCache(
   try {
     const [idAt, configAt, bytesAt] = [base, base + 16, base + 48];
     copyIn(wasm.HEAPU8, bytes, byteOffset, 0, length, bytesAt);
-    const status = wasm._mha_kv_cache_load(bytesAt, length, capacity, idAt);
+    const status = wasm._mha_kv_cache_load(bytesAt, length, capacity, arithmetic === 'integer' ? 1 : 0, idAt);
     if (status !== 0) {
       const why = wasm.kvCacheLoadError() || `bytes: ${wasm.statusMessage(status)}`;
+      // An arithmetic the save's dtype does not take: a TypeError, as createKVCache's.
+      if (why.startsWith('arithmetic:')) throw new TypeError(`${fn}: ${why}`);
       throw new RangeError(`${fn}: ${why}${HEAP_STATUSES.includes(status) ? `; ${roomLeft(wasm)}` : ''}`);
     }
     const id = wasm.HEAP32[idAt >>> 2]! >>> 0; // a uint32 id
     checkStatus(wasm, fn, wasm._mha_kv_cache_config(id, configAt));
-    const [batch, numKvHeads, headDim, cacheCapacity, dtype, valueDim, ring] = wasm.HEAP32.subarray(
+    const [batch, numKvHeads, headDim, cacheCapacity, dtype, valueDim, ring, integer] = wasm.HEAP32.subarray(
       configAt >>> 2,
-      (configAt >>> 2) + 7,
+      (configAt >>> 2) + 8,
     );
     checkStatus(wasm, fn, wasm._mha_kv_cache_lengths(id, bytesAt));
     const lengths = wasm.HEAP32.slice(bytesAt >>> 2, (bytesAt >>> 2) + batch!);
@@ -117,6 +114,7 @@ export function loadCache(
         dtype: cacheDTypeName(dtype!),
         valueDim: valueDim!,
         ring: ring === 1,
+        arithmetic: integer === 1 ? 'integer' : 'float',
       },
       lengths,
       stored,

@@ -28,6 +28,7 @@ export type { MergeAttentionOptions } from './merge-attention.js';
 export type {
   AttentionState,
   KVCache,
+  KVCacheArithmetic,
   KVCacheAttendOptions,
   KVCacheContents,
   KVCacheDType,

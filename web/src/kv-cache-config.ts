@@ -3,13 +3,22 @@
 import type { CacheCallLayout } from './call-abi.js';
 import { CACHE_DTYPE_NAME_LIST, CACHE_DTYPES, cacheDTypeCode } from './cache-dtype.js';
 import { describe } from './describe.js';
-import type { KVCacheDType, KVCacheOptions } from './kv-cache-types.js';
+import type { KVCacheArithmetic, KVCacheDType, KVCacheOptions } from './kv-cache-types.js';
 import type { MhaWasmModule } from './mha.js';
 import { doesNotFit } from './heap.js';
 import type { StagingArena } from './staging.js';
 import { checkDim, checkOptionsObject } from './validate.js';
 
-export const KV_CACHE_KEYS = ['batch', 'numKvHeads', 'headDim', 'capacity', 'dtype', 'vHeadDim', 'ring'] as const;
+export const KV_CACHE_KEYS = [
+  'batch',
+  'numKvHeads',
+  'headDim',
+  'capacity',
+  'dtype',
+  'vHeadDim',
+  'ring',
+  'arithmetic',
+] as const;
 
 /**
  * What creating and attending a cache need of its instance: the module, the staging arena and the cache
@@ -31,6 +40,30 @@ export interface CacheConfig {
   valueDim: number;
   /** A ring cache (docs/spec.md 5.5): each sequence keeps its last `capacity` tokens. */
   ring: boolean;
+  /** Integer arithmetic (docs/spec.md 4.10), or 'float'. */
+  arithmetic: KVCacheArithmetic;
+}
+
+/** The dtypes that take integer arithmetic (docs/spec.md 4.10). */
+const INTEGER_DTYPES: readonly KVCacheDType[] = ['int8', 'int4'];
+
+/**
+ * The arithmetic option of createKVCache (with the cache's dtype) or loadKVCache (dtype undefined: the core
+ * checks the save's): undefined is 'float'; another string a RangeError, another type a TypeError; set for a
+ * dtype that has no integer arithmetic, a TypeError.
+ */
+export function checkArithmetic(fn: string, value: unknown, dtype?: KVCacheDType): KVCacheArithmetic {
+  if (value === undefined) return 'float';
+  if (value !== 'float' && value !== 'integer') {
+    const message = `${fn}: arithmetic: expected 'float' or 'integer', got ${describe(value)}`;
+    throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
+  }
+  if (dtype !== undefined && !INTEGER_DTYPES.includes(dtype)) {
+    throw new TypeError(
+      `${fn}: arithmetic: applies to 'int8' and 'int4' caches only, got ${describe(value)} for a '${dtype}' cache`,
+    );
+  }
+  return value;
 }
 
 function checkDType(fn: string, value: unknown): KVCacheDType {
@@ -52,10 +85,12 @@ export function checkCacheOptions(wasm: MhaWasmModule, options: KVCacheOptions):
     dtype: checkDType(fn, o.dtype),
     valueDim: 0,
     ring: false,
+    arithmetic: 'float',
   };
   if (o.ring !== undefined && typeof o.ring !== 'boolean')
     throw new TypeError(`${fn}: ring: expected true or false, got ${describe(o.ring)}`);
   config.ring = o.ring === true;
+  config.arithmetic = checkArithmetic(fn, o.arithmetic, config.dtype);
   config.valueDim = o.vHeadDim === undefined ? config.headDim : checkDim(`${fn}: vHeadDim`, o.vHeadDim);
   const bytes = cacheBytes(wasm, config);
   if (!(bytes < wasm.maxMemoryBytes())) throw tooLarge(wasm, config, bytes);
@@ -93,6 +128,7 @@ export function createCache(host: CacheCallHost, config: CacheConfig): number {
     cacheDTypeCode(c.dtype),
     valueDimOf(c),
     c.ring ? 1 : 0,
+    c.arithmetic === 'integer' ? 1 : 0,
     idAt,
   );
   // The dims passed the checks above, so what the core can still refuse is the memory (the heap cannot grow

@@ -6,11 +6,21 @@
 import type { Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 
 /**
- * How a {@link KVCache} stores keys and values (docs/spec.md 4.8): float32; IEEE binary16 (rounded to
- * nearest even, overflow to ±Infinity); bfloat16; or int8 with one float32 scale per 32 tokens of a head
- * (an int8 cache refuses a non-finite k or v row with a RangeError, storing nothing).
+ * How a {@link KVCache} stores keys and values (docs/spec.md 4.8, 4.9): float32; IEEE binary16 (rounded to
+ * nearest even, overflow to ±Infinity); bfloat16; int8 (q in [−127, 127]) or int4 (q in [−7, 7], two per
+ * byte), each with one float32 scale per block of 32 values along a token's head row (an int8 or int4 cache
+ * refuses a non-finite k or v row with a RangeError, storing nothing).
  */
-export type KVCacheDType = 'float32' | 'float16' | 'bfloat16' | 'int8';
+export type KVCacheDType = 'float32' | 'float16' | 'bfloat16' | 'int8' | 'int4';
+
+/**
+ * How attend computes over an int8 or int4 cache (docs/spec.md 4.10): 'float' (the default), float32
+ * attention over the values as read back, exactly as for the other dtypes; or 'integer', the same attention
+ * with exact integer dot products over the stored integers (q and the softmax weights brought to 16-bit
+ * integers), within |out - exact| <= 1e-3·max|v| + 1e-6 and |lse - exact| <= 1e-3 of the float64 attention over
+ * the read-back values, and bit-identical in every build, engine and thread count.
+ */
+export type KVCacheArithmetic = 'float' | 'integer';
 
 /** Options of {@link MHA.createKVCache} (docs/spec.md Part 3). */
 export interface KVCacheOptions {
@@ -38,6 +48,11 @@ export interface KVCacheOptions {
    * held. Not combined with `prefix`. Default false.
    */
   ring?: boolean;
+  /**
+   * int8 and int4 caches only ({@link KVCacheArithmetic}): 'float' (default) or 'integer'. Set for another
+   * dtype: a TypeError.
+   */
+  arithmetic?: KVCacheArithmetic;
 }
 
 /** Options of {@link KVCache.attend}: the options of docs/spec.md Part 2 that apply to a cache. */
@@ -132,7 +147,7 @@ export interface KVCacheReadOptions {
 /**
  * What {@link KVCache.read} returns: k (batch, end - start, numKvHeads * headDim) and v (batch, end -
  * start, numKvHeads * vHeadDim), ONNX's present_key / present_value in the (B, T, H*D) layout. Keys as
- * stored: rotated when `rope` was used. float32, bfloat16 and int8 caches give Float32Arrays (the
+ * stored: rotated when `rope` was used. float32, bfloat16, int8 and int4 caches give Float32Arrays (the
  * stored values, decoded exactly), float16 caches the binary16 bits as Uint16Arrays.
  */
 export interface KVCacheContents<T extends Float32Array | Uint16Array = Float32Array | Uint16Array> {
@@ -144,6 +159,11 @@ export interface KVCacheContents<T extends Float32Array | Uint16Array = Float32A
 export interface LoadKVCacheOptions {
   /** Tokens per sequence the new cache can hold: at least the longest saved sequence; default the saved cache's capacity. */
   capacity?: number;
+  /**
+   * The loaded cache's {@link KVCacheArithmetic} (a save does not hold one): 'integer' needs an int8 or int4
+   * save (else a TypeError); default 'float'.
+   */
+  arithmetic?: KVCacheArithmetic;
 }
 
 /**
@@ -165,12 +185,14 @@ export interface KVCache {
   readonly stored: Int32Array;
   /** Whether the cache is a ring ({@link KVCacheOptions.ring}). */
   readonly ring: boolean;
+  /** How attend computes ({@link KVCacheOptions.arithmetic}): 'float' unless created or loaded as 'integer'. */
+  readonly arithmetic: KVCacheArithmetic;
   readonly capacity: number;
   readonly dtype: KVCacheDType;
   /**
    * The bytes of wasm memory the cache's storage holds, exactly what the core allocates for its options
-   * (per token per KV head: float32 8·Dh, float16 and bfloat16 4·Dh, int8 2·Dh + 8·ceil(Dh/32), scales
-   * included; docs/spec.md 4.8).
+   * (per token per KV head with Dv = Dh: float32 8·Dh, float16 and bfloat16 4·Dh, int8 2·Dh + 8·ceil(Dh/32),
+   * int4 Dh + 8·ceil(Dh/32), scales included; docs/spec.md 4.8, 4.9).
    */
   readonly bytes: number;
   /**
@@ -231,7 +253,7 @@ export interface KVCache {
   reorder(indices: Int32Array | readonly number[]): void;
   /**
    * Copies tokens [start, end) of every sequence out (docs/spec.md 4.7), float16 caches give the stored
-   * binary16 bits; float32, bfloat16 and int8 caches float32 (the stored values, decoded exactly).
+   * binary16 bits; float32, bfloat16, int8 and int4 caches float32 (the stored values, decoded exactly).
    * @throws RangeError unless 0 <= start <= end <= min(lengths)
    */
   read(options?: KVCacheReadOptions): KVCacheContents;

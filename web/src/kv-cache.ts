@@ -11,6 +11,7 @@ import type { CacheCallHost, CacheConfig } from './kv-cache-config.js';
 import type {
   AttentionState,
   KVCache,
+  KVCacheArithmetic,
   KVCacheAttendOptions,
   KVCacheContents,
   KVCacheDType,
@@ -71,6 +72,9 @@ export class WasmKVCache implements KVCache {
   get ring(): boolean {
     return this.#config.ring;
   }
+  get arithmetic(): KVCacheArithmetic {
+    return this.#config.arithmetic;
+  }
 
   /** The cache's dims (for save and tests). */
   get config(): Readonly<CacheConfig> {
@@ -91,7 +95,7 @@ export class WasmKVCache implements KVCache {
     return this.#config.dtype;
   }
 
-  /** The bytes of wasm memory the storage holds: what the core allocates for this config (int8 scales included). */
+  /** The bytes of wasm memory the storage holds: what the core allocates for this config (int8 and int4 scales included). */
   get bytes(): number {
     return this.#bytes;
   }

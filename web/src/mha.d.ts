@@ -37,6 +37,7 @@ export interface MhaWasmModule {
     dtype: number,
     valueDim: number,
     ring: number,
+    integer: number,
     idOut: number,
   ): number;
   _mha_kv_cache_set_next_id(id: number): void;
@@ -51,11 +52,11 @@ export interface MhaWasmModule {
   _mha_kv_cache_attend(call: number): number;
   // Saving and loading (docs/cache-format.md): the save's byte count (-1: no such cache), the save written at
   // `dst` (exactly that many bytes), a load of `size` bytes at `src` (capacity 0 = the saved one; the id at
-  // `idOut`, kvCacheLoadError() says why on failure), and a cache's dims as 6 int32 at `configOut`: batch,
-  // numKvHeads, headDim, capacity, dtype, Dv.
+  // `idOut`, kvCacheLoadError() says why on failure; integer: 1 for integer arithmetic), and a cache's dims
+  // as 8 int32 at `configOut`: batch, numKvHeads, headDim, capacity, dtype, Dv, ring, integer.
   _mha_kv_cache_saved_bytes(id: number): number;
   _mha_kv_cache_save(id: number, dst: number, size: number): number;
-  _mha_kv_cache_load(src: number, size: number, capacity: number, idOut: number): number;
+  _mha_kv_cache_load(src: number, size: number, capacity: number, integer: number, idOut: number): number;
   _mha_kv_cache_config(id: number, configOut: number): number;
   // Starts the thread pool (threaded build; returns the threads it got, 1 elsewhere or for threads <= 1).
   _mha_set_threads(threads: number): number;

@@ -10,6 +10,7 @@
 #include "mha/cache/codec_bfloat16.hpp"
 #include "mha/cache/codec_float16.hpp"
 #include "mha/cache/codec_float32.hpp"
+#include "mha/cache/codec_int4.hpp"
 #include "mha/cache/codec_int8.hpp"
 
 // X(number, enumerator, "name", Codec, save version): number is the ABI's and the save format's
@@ -19,7 +20,8 @@
   X(0, kFloat32, "float32", Float32Codec, 1)    \
   X(1, kFloat16, "float16", Float16Codec, 1)    \
   X(2, kBFloat16, "bfloat16", BFloat16Codec, 2) \
-  X(3, kInt8, "int8", Int8Codec, 2)
+  X(3, kInt8, "int8", Int8Codec, 2)             \
+  X(4, kInt4, "int4", Int4Codec, 4)
 
 namespace mha {
 
@@ -53,7 +55,7 @@ constexpr bool cache_dtype_valid(CacheDType dtype) {
 // What the table says of a dtype, as data (messages, save / load).
 struct CacheDTypeInfo {
   const char* name;
-  int32_t element_bytes;  // one stored element (the scales aside)
+  int32_t element_bits;   // one stored value (the scales aside): 4 for int4's two per byte
   bool scaled;            // a float32 scale per kScaleBlock elements of a token's key and value
   bool tracks_specials;   // KVCache::special_from is kept
   bool reads_stored;      // read_stored gives the stored elements
@@ -64,7 +66,7 @@ struct CacheDTypeInfo {
 constexpr CacheDTypeInfo kCacheDTypes[] = {
 #define MHA_CACHE_DTYPE_INFO(number, id, name, Codec, version) \
   {name,                                                       \
-   int32_t{sizeof(Codec::Element)},                            \
+   Codec::kElementBits,                                        \
    Codec::kScaled,                                             \
    Codec::kTracksSpecials,                                     \
    Codec::kReadsStored,                                        \
@@ -77,8 +79,15 @@ constexpr CacheDTypeInfo kCacheDTypes[] = {
 // The dtype's row of the table; a valid dtype (cache_dtype_valid).
 constexpr const CacheDTypeInfo& cache_dtype_info(CacheDType dtype) { return kCacheDTypes[static_cast<int32_t>(dtype)]; }
 
-// Bytes of one stored element (the scales aside).
-constexpr int32_t cache_element_bytes(CacheDType dtype) { return cache_dtype_info(dtype).element_bytes; }
+// Bytes of `count` stored values (the scales aside); count is even for int4 (every panel row and value
+// row starts on a byte).
+constexpr int64_t cache_elements_bytes(CacheDType dtype, int64_t count) {
+  return count * cache_dtype_info(dtype).element_bits / 8;
+}
+// Bytes of a row of `dim` values as saved (docs/cache-format.md): int4 rounds up to a byte.
+constexpr int64_t cache_saved_row_bytes(CacheDType dtype, int64_t dim) {
+  return (dim * cache_dtype_info(dtype).element_bits + 7) / 8;
+}
 
 // Element d of key / value j of one KV head as stored, read back as float32 (its panels or rows, and its
 // scales: null for unscaled dtypes). The one element read of the cache (KVCache::key) and the scalar decode

@@ -25,13 +25,15 @@ inline float decode(uint16_t b) { return f16::bits_float(uint32_t{b} << 16); }
 
 struct BFloat16Codec {
   using Element = uint16_t;
+  static constexpr int32_t kElementBits = 8 * sizeof(Element);
   static constexpr bool kScaled = false;
   static constexpr bool kTracksSpecials = false;
   static constexpr bool kReadsStored = false;
   static constexpr bool kFiniteOnly = false;
   static constexpr bool kPanelRows8 = false;
 
-  static bool encode_key(const float* k, int32_t dh, uint16_t* column, float*) {
+  static bool encode_key(const float* k, int32_t dh, uint16_t* panel, int32_t key, float*) {
+    uint16_t* const column = panel + key;
     for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = bf16::encode(k[d]);
     return false;
   }

@@ -17,6 +17,7 @@ void round_to_f16(const float* x, float* y, int64_t count);
 
 struct Float16Codec {
   using Element = uint16_t;
+  static constexpr int32_t kElementBits = 8 * sizeof(Element);
   static constexpr bool kScaled = false;
   static constexpr bool kTracksSpecials = true;
   static constexpr bool kReadsStored = true;
@@ -44,7 +45,8 @@ struct Float16Codec {
   }
 #endif
 
-  static bool encode_key(const float* k, int32_t dh, uint16_t* column, float*) {
+  static bool encode_key(const float* k, int32_t dh, uint16_t* panel, int32_t key, float*) {
+    uint16_t* const column = panel + key;
     bool specials = false;
     for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = encode_element(k[d], specials);
     return specials;

@@ -1,6 +1,7 @@
 // The float32 KV cache codec: elements stored as given (inf and NaN too), no scales. The codec interface
 // every codec_*.hpp follows (cache_codecs.hpp lists them):
-//   Element                 the stored element type (its size: the bytes of one element)
+//   Element                 the stored element type (a pointer to it addresses the storage)
+//   kElementBits            bits of one stored value: 8 * sizeof(Element), or 4 for int4's two per byte
 //   kScaled                 a float32 scale per block of kScaleBlock elements (cache_layout.hpp) or none
 //   kTracksSpecials         inf/NaN elements are tracked (KVCache::special_from) for the SIMD kernels
 //   kReadsStored            read_stored (and so the TS layer's read) gives the elements as stored (float16
@@ -8,8 +9,9 @@
 //   kFiniteOnly             the cache refuses a row holding inf or NaN before storing it (check_storable)
 //   kPanelRows8             encode8 (SIMD builds) and encode_element exist: 8 tokens' keys are stored a
 //                           panel row piece at a time (KVCache::store_keys8)
-//   encode_key(k, Dh, column, scales)      one token's key into its panel column (stride P) and, scaled,
-//                                          its NBk scales (stride P); true when it stored an inf/NaN
+//   encode_key(k, Dh, panel, key, scales)  one token's key into column `key` of its panel (the panel's
+//                                          row 0) and, scaled, its NBk scales (stride P); true when it
+//                                          stored an inf/NaN
 //   encode_value(v, Dv, row, scales)       one token's value into its row and its NBv scales
 //   key(panels, scales, j, d, Dh)          element d of key j as stored, read back as float32
 //   value(rows, scales, j, d, Dv8, Dv)     element d of value j
@@ -28,6 +30,7 @@ namespace mha {
 
 struct Float32Codec {
   using Element = float;
+  static constexpr int32_t kElementBits = 8 * sizeof(Element);
   static constexpr bool kScaled = false;
   static constexpr bool kTracksSpecials = false;
   static constexpr bool kReadsStored = false;
@@ -38,7 +41,8 @@ struct Float32Codec {
   static constexpr bool kPanelRows8 = false;
 #endif
 
-  static bool encode_key(const float* k, int32_t dh, float* column, float*) {
+  static bool encode_key(const float* k, int32_t dh, float* panel, int32_t key, float*) {
+    float* const column = panel + key;
     for (int32_t d = 0; d < dh; ++d) column[d * kKeysPerPanel] = k[d];
     return false;
   }

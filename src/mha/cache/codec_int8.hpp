@@ -60,6 +60,7 @@ inline void round_row(const float* x, float* y, int32_t n) {
 
 struct Int8Codec {
   using Element = int8_t;
+  static constexpr int32_t kElementBits = 8 * sizeof(Element);
   static constexpr bool kScaled = true;
   static constexpr bool kTracksSpecials = false;
   static constexpr bool kReadsStored = false;
@@ -68,7 +69,8 @@ struct Int8Codec {
   static constexpr int32_t kMaxQ = q8::kMaxQ;
 
   // scales: key j's NBk scales, P apart (key_scale_offset(j, 0, Dh) of its head).
-  static bool encode_key(const float* k, int32_t dh, int8_t* column, float* scales) {
+  static bool encode_key(const float* k, int32_t dh, int8_t* panel, int32_t key, float* scales) {
+    int8_t* const column = panel + key;
     q8::quantize_row(k, dh, column, kKeysPerPanel, scales, kKeysPerPanel);
     return false;
   }

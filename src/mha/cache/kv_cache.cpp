@@ -61,7 +61,7 @@ double kv_cache_bytes(const KVCacheConfig& c) {
       !cache_dtype_valid(c.dtype)) {
     return -1.0;
   }
-  const double element = cache_element_bytes(c.dtype);
+  const double element = cache_dtype_info(c.dtype).element_bits / 8.0;
   return key_bytes(c, element) + value_bytes(c, element) + key_scale_bytes(c) + value_scale_bytes(c);
 }
 
@@ -69,6 +69,7 @@ MHA_MINSIZE Status validate_cache_config(const KVCacheConfig& c) {
   if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0) return Status::kNonPositiveDim;
   if (c.v_head_dim < 0) return Status::kBadVHeadDim;
   if (!cache_dtype_valid(c.dtype)) return Status::kCacheBadDType;
+  if (c.integer && c.dtype != CacheDType::kInt8 && c.dtype != CacheDType::kInt4) return Status::kCacheBadArithmetic;
   if (kv_cache_bytes(c) >= double(kMaxCacheBytes)) return Status::kCacheTooLarge;
   return Status::kOk;
 }
@@ -105,7 +106,7 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
   if (status != Status::kOk) return status;
   std::unique_ptr<KVCache> fresh(new (std::nothrow) KVCache(config));
   if (!fresh) return Status::kOutOfMemory;
-  const double element = cache_element_bytes(config.dtype);
+  const double element = cache_dtype_info(config.dtype).element_bits / 8.0;
   fresh->keys_ = allocate_zeroed(static_cast<size_t>(key_bytes(config, element)));
   fresh->values_ = allocate_zeroed(static_cast<size_t>(value_bytes(config, element)));
   if (cache_dtype_info(config.dtype).scaled) {
@@ -130,14 +131,17 @@ Status KVCache::create(const KVCacheConfig& config, std::unique_ptr<KVCache>& ca
 }
 
 // Key j of a head sits in panel j / P at column j % P (key_panel_offset); a value row is Dv8 elements.
-template <typename E>
-E* KVCache::key_column(int32_t b, int32_t g, int32_t position) {
-  return static_cast<E*>(keys_) + head_index(b, g) * panels_ * panel_elements() +
-         key_panel_offset(position, 0, config_.head_dim);
+// Offsets count values, C::kElementBits each.
+template <typename C>
+typename C::Element* KVCache::key_panel(int32_t b, int32_t g, int32_t position) {
+  const int64_t values = head_index(b, g) * panels_ * panel_elements() +
+                         key_panel_offset(position / kKeysPerPanel * kKeysPerPanel, 0, config_.head_dim);
+  return reinterpret_cast<typename C::Element*>(static_cast<char*>(keys_) + values * C::kElementBits / 8);
 }
-template <typename E>
-E* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
-  return static_cast<E*>(values_) + (head_index(b, g) * config_.capacity + position) * value_row_elements();
+template <typename C>
+typename C::Element* KVCache::value_row(int32_t b, int32_t g, int32_t position) {
+  const int64_t values = (head_index(b, g) * config_.capacity + position) * value_row_elements();
+  return reinterpret_cast<typename C::Element*>(static_cast<char*>(values_) + values * C::kElementBits / 8);
 }
 
 float* KVCache::key_scale_row(int32_t b, int32_t g, int32_t position) {
@@ -150,7 +154,7 @@ float* KVCache::value_scale_row(int32_t b, int32_t g, int32_t position) {
 bool KVCache::store_key(const float* k, int32_t b, int32_t g, int32_t position) {
   return visit_codec(config_.dtype, [&](auto codec) {
     using C = decltype(codec);
-    return C::encode_key(k, config_.head_dim, key_column<typename C::Element>(b, g, position),
+    return C::encode_key(k, config_.head_dim, key_panel<C>(b, g, position), position % kKeysPerPanel,
                          C::kScaled ? key_scale_row(b, g, position) : nullptr);
   });
 }
@@ -205,8 +209,8 @@ bool KVCache::store_keys8(const float* k, int64_t row_stride, int32_t b, int32_t
   return visit_codec(config_.dtype, [&](auto codec) {
     using C = decltype(codec);
     if constexpr (C::kPanelRows8) {
-      return store_keys8_with(panel_row_writer<C>(), k, row_stride, key_column<typename C::Element>(b, g, position),
-                              config_.head_dim);
+      return store_keys8_with(panel_row_writer<C>(), k, row_stride,
+                              key_panel<C>(b, g, position) + position % kKeysPerPanel, config_.head_dim);
     } else {
       return false;
     }
@@ -218,7 +222,7 @@ bool KVCache::store_value(const float* v, int32_t b, int32_t g, int32_t position
   return visit_codec(config_.dtype, [&](auto codec) {
     using C = decltype(codec);
     // Dv elements; lanes [Dv, Dv8) stay zero
-    return C::encode_value(v, config_.value_dim(), value_row<typename C::Element>(b, g, position),
+    return C::encode_value(v, config_.value_dim(), value_row<C>(b, g, position),
                            C::kScaled ? value_scale_row(b, g, position) : nullptr);
   });
 }
@@ -356,13 +360,12 @@ float KVCache::value(int32_t b, int32_t g, int32_t j, int32_t d) const {
 CacheHeadBlock KVCache::head_block(int32_t b, int32_t g, int32_t key_end) const {
   CacheHeadBlock head;
   // The element type only sets the offsets' unit: the kernels cast by dtype.
-  const int64_t element = cache_element_bytes(config_.dtype);
-  head.key_panels = static_cast<const char*>(keys_) + head_index(b, g) * panels_ * panel_elements() * element;
-  head.value_rows =
-      static_cast<const char*>(values_) + head_index(b, g) * config_.capacity * value_row_elements() * element;
+  head.key_panels = key_panels<char>(b, g);
+  head.value_rows = value_rows<char>(b, g);
   head.key_scales = key_scales(b, g);
   head.value_scales = value_scales(b, g);
   head.dtype = config_.dtype;
+  head.integer = config_.integer;
   head.specials = cache_dtype_info(config_.dtype).tracks_specials && special_from_[b] < key_end;
   return head;
 }

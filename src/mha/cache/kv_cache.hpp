@@ -58,6 +58,9 @@ struct KVCacheConfig {
   // A ring (docs/spec.md 5.5): each sequence keeps its last `capacity` tokens, position p in slot
   // p % capacity, and appending past the capacity overwrites the oldest.
   bool ring = false;
+  // Integer arithmetic (docs/spec.md 4.10; int8 and int4 only): attends take exact integer dot products over
+  // the stored integers (decode_integer.hpp), bit-identical in every kernel variant.
+  bool integer = false;
 
   int32_t value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }  // Dv
 };
@@ -72,7 +75,8 @@ constexpr int32_t kNoSpecialValues = INT32_MAX;
 // a dim is not positive or the dtype is unknown. Exact for every int32 dims (at most about 2^95 bytes, as a double).
 double kv_cache_bytes(const KVCacheConfig& config);
 
-// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadDType (dtype), kCacheTooLarge (kMaxCacheBytes or more: the
+// kNonPositiveDim, kBadVHeadDim (value_dim < 0), kCacheBadDType (dtype), kCacheBadArithmetic (integer
+// arithmetic on a dtype other than int8 and int4), kCacheTooLarge (kMaxCacheBytes or more: the
 // heap also holds everything else), or kOk.
 Status validate_cache_config(const KVCacheConfig& config);
 
@@ -91,6 +95,7 @@ struct CacheHeadBlock {
   const float* key_scales = nullptr;
   const float* value_scales = nullptr;
   CacheDType dtype = CacheDType::kFloat32;
+  bool integer = false;   // the cache's integer arithmetic (KVCacheConfig::integer)
   bool specials = false;  // float16: the keys before key_end may hold inf/NaN halves (the SIMD
                           // kernel then hands the block to the scalar one)
 };
@@ -155,15 +160,19 @@ class KVCache {
   Status reorder(const int32_t* indices);
 
   // Storage of KV head g of batch item b, for the kernels and save: the codec's Element (float for
-  // kFloat32, uint16_t for kFloat16 and kBFloat16, int8_t for kInt8), and a scaled cache's scales (layout
-  // above; nullptr for other dtypes).
+  // kFloat32, uint16_t for kFloat16 and kBFloat16, int8_t for kInt8, uint8_t (two values) for kInt4), and a scaled
+  // cache's scales (layout above; nullptr for other dtypes).
   template <typename E>
   const E* key_panels(int32_t b, int32_t g) const {
-    return static_cast<const E*>(keys_) + head_index(b, g) * panels_ * panel_elements();
+    return reinterpret_cast<const E*>(
+        static_cast<const char*>(keys_) +
+        cache_elements_bytes(config_.dtype, head_index(b, g) * panels_ * panel_elements()));
   }
   template <typename E>
   const E* value_rows(int32_t b, int32_t g) const {
-    return static_cast<const E*>(values_) + head_index(b, g) * config_.capacity * value_row_elements();
+    return reinterpret_cast<const E*>(
+        static_cast<const char*>(values_) +
+        cache_elements_bytes(config_.dtype, head_index(b, g) * config_.capacity * value_row_elements()));
   }
   const float* key_scales(int32_t b, int32_t g) const {
     return key_scales_ == nullptr ? nullptr
@@ -221,10 +230,10 @@ class KVCache {
  private:
   explicit KVCache(const KVCacheConfig& config);
   int64_t head_index(int32_t b, int32_t g) const { return int64_t{b} * config_.num_kv_heads + g; }
-  template <typename E>
-  E* key_column(int32_t b, int32_t g, int32_t position);
-  template <typename E>
-  E* value_row(int32_t b, int32_t g, int32_t position);
+  template <typename C>                                                    // C: the dtype's codec
+  typename C::Element* key_panel(int32_t b, int32_t g, int32_t position);  // the panel holding `position`'s key
+  template <typename C>
+  typename C::Element* value_row(int32_t b, int32_t g, int32_t position);
   // The stores of append through the dtype's codec (cache_codecs.hpp): the tokens of every sequence, one
   // token's key or value of head g (Dh floats), 8 tokens' keys (Codec::kPanelRows8, SIMD builds); true when
   // an inf/NaN half was stored. One loop for every dtype, the dtype dispatched per store.

@@ -2,6 +2,7 @@
 // the header's fields, the parts of one sequence's tokens, and the writer of load's messages (Why).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -40,7 +41,9 @@ inline uint32_t format_version(CacheDType dtype) { return cache_dtype_info(dtype
 // Version 3: a ring cache (flags bit 0), its B stored counts after the lengths, any dtype.
 constexpr uint32_t kRingVersion = 3;
 constexpr uint32_t kRingFlag = 1;
-inline uint32_t format_version(const KVCacheConfig& c) { return c.ring ? kRingVersion : format_version(c.dtype); }
+inline uint32_t format_version(const KVCacheConfig& c) {
+  return c.ring ? std::max(kRingVersion, format_version(c.dtype)) : format_version(c.dtype);
+}
 // The header's bytes: the fixed fields, the lengths and a ring's stored counts.
 inline int64_t header_bytes(int32_t batch, bool ring) { return kLengthsAt + int64_t{batch} * (ring ? 8 : 4); }
 
@@ -97,29 +100,31 @@ struct Why {
 };
 
 inline const char* dtype_name(CacheDType dtype) { return cache_dtype_info(dtype).name; }
-inline int64_t element_size(CacheDType dtype) { return cache_element_bytes(dtype); }
+// Bytes of one KV head's row of `dim` values in a save: dim elements, int4's rounded up to a byte.
+inline int64_t head_row_bytes(CacheDType dtype, int32_t dim) { return cache_saved_row_bytes(dtype, dim); }
 
-// Bytes of one token's k and v over all KV heads: Hkv * (Dh + Dv) elements (scaled dtypes: and their
+// Bytes of one token's k and v over all KV heads: Hkv rows of Dh and of Dv elements (scaled dtypes: and their
 // float32 scales, Hkv * (NBk + NBv)), up to 2^69 for int32 dims: a double, exact below 2^53 (and for a
 // cache that exists, below 2^31).
 inline double token_bytes(const KVCacheConfig& c) {
   const double scales =
       cache_dtype_info(c.dtype).scaled ? 4.0 * (scale_blocks(c.head_dim) + scale_blocks(c.value_dim())) : 0.0;
   return double(c.num_kv_heads) *
-         ((double(c.head_dim) + double(c.value_dim())) * double(element_size(c.dtype)) + scales);
+         (double(head_row_bytes(c.dtype, c.head_dim)) + double(head_row_bytes(c.dtype, c.value_dim())) + scales);
 }
 
-// One sequence's part of a save: k (L, Hkv*Dh) and v (L, Hkv*Dv) elements, then for int8 (scaled) the scales,
+// One sequence's part of a save: k (L, Hkv*Dh) and v (L, Hkv*Dv) elements (int4: each head's row of Dh or Dv
+// values in ceil(Dh / 2) or ceil(Dv / 2) bytes), then for int8 and int4 (scaled) the scales,
 // k's (L, Hkv*NBk) and v's (L, Hkv*NBv) float32 (docs/cache-format.md). Byte offsets from its start.
 struct SequenceParts {
   int64_t k_row, v_row, k_scale_row, v_scale_row;  // bytes per token
   int64_t v_at, k_scales_at, v_scales_at, end;
 };
 inline SequenceParts sequence_parts(const KVCacheConfig& c, int32_t length) {
-  const int64_t e = element_size(c.dtype), hkv = c.num_kv_heads;
+  const int64_t hkv = c.num_kv_heads;
   const bool scaled = cache_dtype_info(c.dtype).scaled;
   SequenceParts p;
-  p.k_row = hkv * c.head_dim * e, p.v_row = hkv * c.value_dim() * e;
+  p.k_row = hkv * head_row_bytes(c.dtype, c.head_dim), p.v_row = hkv * head_row_bytes(c.dtype, c.value_dim());
   p.k_scale_row = scaled ? hkv * scale_blocks(c.head_dim) * 4 : 0,
   p.v_scale_row = scaled ? hkv * scale_blocks(c.value_dim()) * 4 : 0;
   p.v_at = length * p.k_row;

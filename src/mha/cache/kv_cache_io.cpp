@@ -134,17 +134,50 @@ const uint8_t* head_value_bytes(const KVCache& cache, int64_t e, int32_t b, int3
   }
 }
 
+// int4 (codec_int4.hpp): a saved head row packs its values in pairs, low nibble first, as a stored value
+// row does (so a value row is saved as its first ceil(Dv / 2) bytes), while a key panel row holds 32 keys'
+// nibbles: keys go nibble by nibble. `out`: from the cache into the save, else back.
+void int4_head(const SavedRun& run, const uint8_t* panels, const uint8_t* rows, const KVCacheConfig& c, int64_t dv8,
+               uint8_t* k_save, uint8_t* v_save, const SequenceParts& part, bool out) {
+  const int32_t dh = c.head_dim;
+  const int64_t v_bytes = head_row_bytes(c.dtype, c.value_dim());
+  for (int32_t t = 0; t < run.count; ++t) {
+    const int32_t slot = run.slot(t);
+    uint8_t* k_row = k_save + t * part.k_row;
+    if (out && dh % 2 != 0) k_row[dh / 2] = 0;  // an odd Dh's unused nibble (the save's bytes are the caller's)
+    for (int32_t d = 0; d < dh; ++d) {
+      const q4::NibbleAt at = q4::key_nibble(slot, d, dh);
+      uint8_t* in_panel = const_cast<uint8_t*>(panels) + at.byte;
+      if (out) {
+        q4::set_nibble(k_row[d / 2], d % 2 != 0, q4::nibble(*in_panel, at.high));
+      } else {
+        q4::set_nibble(*in_panel, at.high, q4::nibble(k_row[d / 2], d % 2 != 0));
+      }
+    }
+    uint8_t* in_rows = const_cast<uint8_t*>(rows) + slot * dv8 / 2;
+    uint8_t* in_save = v_save + t * part.v_row;
+    std::memcpy(out ? in_save : in_rows, out ? in_rows : in_save, size_t(v_bytes));
+  }
+}
+
 // The tokens of every sequence, per sequence: k, v, and the scales of a scaled dtype (SequenceParts).
 void write_tokens(const KVCache& cache, uint8_t* at) {
   const KVCacheConfig& c = cache.config();
   const bool scaled = cache_dtype_info(c.dtype).scaled;
-  const int64_t e = cache_element_bytes(c.dtype), dh = c.head_dim, dv = c.value_dim();
+  const int64_t e = cache_dtype_info(c.dtype).element_bits / 8, dh = c.head_dim, dv = c.value_dim();
   for (int32_t b = 0; b < c.batch; ++b) {
     const SavedRun run{cache.stored(b), cache.length(b) - cache.stored(b), c.capacity, c.ring};
     const SequenceParts part = sequence_parts(c, run.count);
     uint8_t* k_out = at;
     uint8_t* v_out = at + part.v_at;
     for (int32_t g = 0; g < c.num_kv_heads; ++g) {
+      if (e == 0) {  // int4
+        int4_head(run, cache.key_panels<uint8_t>(b, g), cache.value_rows<uint8_t>(b, g), c, cache.value_row_elements(),
+                  k_out + g * head_row_bytes(c.dtype, c.head_dim), v_out + g * head_row_bytes(c.dtype, c.value_dim()),
+                  part, true);
+        write_scales(cache, b, g, run, part, at);
+        continue;
+      }
       if (c.ring) {
         ring_keys(run, static_cast<const uint8_t*>(cache.head_block(b, g, 0).key_panels), k_out + g * dh * e,
                   c.head_dim, part.k_row, e, true);
@@ -205,15 +238,20 @@ void fill(KVCache& cache, const SavedCacheHeader& h, const uint8_t* bytes) {
     const uint8_t* v_in = at + part.v_at;
     for (int32_t g = 0; g < c.num_kv_heads; ++g) {
       E* panels = cache.writable_key_panels<E>(b, g);
-      if (c.ring) {
+      E* rows = cache.writable_value_rows<E>(b, g);  // lanes [Dv, Dv8) stay zero
+      if constexpr (Codec::kElementBits == 4) {
+        int4_head(run, panels, rows, c, dv8, const_cast<uint8_t*>(k_in + g * head_row_bytes(c.dtype, c.head_dim)),
+                  const_cast<uint8_t*>(v_in + g * head_row_bytes(c.dtype, c.value_dim())), part, false);
+      } else if (c.ring) {
         ring_keys(run, reinterpret_cast<uint8_t*>(panels), const_cast<uint8_t*>(k_in + g * dh * e), c.head_dim,
                   part.k_row, e, false);
       } else {
         keys_in(panels, run.count, c.head_dim, part.k_row, k_in + g * dh * e);
       }
-      E* rows = cache.writable_value_rows<E>(b, g);  // lanes [Dv, Dv8) stay zero
-      for (int32_t j = 0; j < run.count; ++j)
-        std::memcpy(rows + run.slot(j) * dv8, v_in + j * part.v_row + g * dv * e, size_t(dv * e));
+      if constexpr (Codec::kElementBits != 4) {
+        for (int32_t j = 0; j < run.count; ++j)
+          std::memcpy(rows + run.slot(j) * dv8, v_in + j * part.v_row + g * dv * e, size_t(dv * e));
+      }
       if (!Codec::kScaled) continue;
       float* key_scales = cache.writable_key_scales(b, g);
       float* value_scales = cache.writable_value_scales(b, g);
@@ -240,11 +278,17 @@ void fill(KVCache& cache, const SavedCacheHeader& h, const uint8_t* bytes) {
 }  // namespace
 
 Status KVCacheStorage::load(const uint8_t* bytes, int64_t size, int32_t capacity, std::unique_ptr<KVCache>& out,
-                            LoadMessage* why) {
+                            LoadMessage* why, bool integer) {
   out.reset();
   SavedCacheHeader header;
   Status status = check(bytes, size, capacity, header, why);
   if (status != Status::kOk) return status;
+  header.config.integer = integer;
+  if (validate_cache_config(header.config) == Status::kCacheBadArithmetic) {
+    Why{why} << "'integer' needs an int8 or int4 cache, and the save holds a " << dtype_name(header.config.dtype)
+             << " cache";
+    return Status::kCacheBadArithmetic;
+  }
   std::unique_ptr<KVCache> cache;
   status = KVCache::create(header.config, cache);
   if (status != Status::kOk) {

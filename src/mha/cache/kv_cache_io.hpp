@@ -17,11 +17,11 @@
 namespace mha {
 
 // The versions this build reads (docs/cache-format.md, "Versions"): 1 holds float32 and float16 caches,
-// 2 adds bfloat16 and int8, 3 ring caches (their stored counts after the lengths). A save is written in the
-// oldest version that holds it, so that float32 and float16 saves stay readable by builds that know only
-// version 1.
+// 2 adds bfloat16 and int8, 3 ring caches (their stored counts after the lengths), 4 int4 (ring or not). A
+// save is written in the oldest version that holds it, so that float32 and float16 saves stay readable by
+// builds that know only version 1.
 constexpr uint32_t kCacheFormatFirstVersion = 1;
-constexpr uint32_t kCacheFormatVersion = 3;
+constexpr uint32_t kCacheFormatVersion = 4;
 
 // CRC-32 of IEEE 802.3 (zlib's crc32, reflected polynomial 0xEDB88320) of `size` bytes, continuing from
 // `crc` (0 to start): crc32("123456789") = 0xCBF43926.
@@ -71,10 +71,12 @@ class KVCacheStorage {
   //   kCacheBadLength  capacity (given) below the longest saved sequence
   //   kCacheTooLarge   the cache would not fit the 4 GiB heap (kMaxCacheBytes)
   static Status check(const uint8_t* bytes, int64_t size, int32_t capacity, SavedCacheHeader& header, LoadMessage* why);
-  // check(), then a new cache holding the saved tokens (and kOutOfMemory when the heap cannot hold it).
-  // `out` is null unless kOk. A float16 cache's special_from is recomputed from its halves.
+  // check(), then a new cache holding the saved tokens (and kOutOfMemory when the heap cannot hold it), of
+  // integer arithmetic when `integer` (kCacheBadArithmetic unless the save is int8 or int4: arithmetic is the
+  // loader's choice, not the save's). `out` is null unless kOk. A float16 cache's special_from is
+  // recomputed from its halves.
   static Status load(const uint8_t* bytes, int64_t size, int32_t capacity, std::unique_ptr<KVCache>& out,
-                     LoadMessage* why);
+                     LoadMessage* why, bool integer = false);
 };
 
 }  // namespace mha

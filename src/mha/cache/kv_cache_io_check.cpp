@@ -13,8 +13,9 @@ using namespace saved_format;  // kv_cache_format.hpp
 
 namespace {
 
-// The scaled part of a save holds what an encode stores (Codec::stored_block_valid; int8: scales finite and
-// not negative (their sign bit clear), values in [-127, 127], and only zeros in a block whose scale is 0).
+// The scaled part of a save holds what an encode stores (Codec::stored_block_valid; int8 and int4: scales
+// finite and not negative (their sign bit clear), values in [-127, 127] or [-7, 7], only zeros in a block whose
+// scale is 0, and int4's unused nibble of an odd row 0).
 template <typename Codec>
 MHA_MINSIZE bool scaled_values_valid(const KVCacheConfig& c, const SavedCacheHeader& h, const uint8_t* bytes,
                                      Why& say) {
@@ -30,12 +31,14 @@ MHA_MINSIZE bool scaled_values_valid(const KVCacheConfig& c, const SavedCacheHea
         for (int32_t nb = 0; nb < nb_count; ++nb) {
           const uint32_t scale = read_u32(scales + (row * nb_count + nb) * 4);
           const int32_t first = nb * kScaleBlock, last = std::min(dim, first + kScaleBlock);
-          const auto* q = reinterpret_cast<const typename Codec::Element*>(values + row * dim + first);
+          const auto* q = reinterpret_cast<const typename Codec::Element*>(values + row * head_row_bytes(c.dtype, dim) +
+                                                                           cache_elements_bytes(c.dtype, first));
           if (Codec::stored_block_valid(q, last - first, scale)) continue;
           say << "sequence " << b << ", token " << row / c.num_kv_heads << ", KV head " << row % c.num_kv_heads
               << ": the " << (side == 0 ? "k" : "v") << " block " << nb << " (scale ";
           say.hex(scale) << ") is not what an " << dtype_name(c.dtype) << " quantization stores (a finite scale >= 0, "
-                         << "values in [-" << Codec::kMaxQ << ", " << Codec::kMaxQ << "], all 0 when the scale is 0)";
+                         << "values in [-" << Codec::kMaxQ << ", " << Codec::kMaxQ << "], all 0 when the scale is 0"
+                         << (Codec::kElementBits == 4 ? ", an odd block's unused high nibble 0)" : ")");
           return false;
         }
       }
@@ -98,16 +101,19 @@ MHA_MINSIZE Status check_dtype(uint32_t dtype, uint32_t version, Why& say) {
     say << ")";
     return Status::kCacheBadSave;
   }
-  // Version 3 holds a ring of any dtype (its flag is checked with the other fields).
-  if (version != kRingVersion && format_version(static_cast<CacheDType>(dtype)) != version) {
+  // Version 3 holds a ring of a dtype of versions 1 and 2 (its flag is checked with the other fields); a
+  // dtype of version 4 (int4) is saved as version 4, ring or not.
+  const uint32_t holds = format_version(static_cast<CacheDType>(dtype));
+  if (holds != version && !(version == kRingVersion && holds < kRingVersion)) {
     say << "dtype " << dtype << " (" << dtype_name(static_cast<CacheDType>(dtype)) << ") in a version " << version
         << " save; save() writes ";
-    for (uint32_t v = kCacheFormatFirstVersion; v < kRingVersion; ++v) {
+    for (uint32_t v = kCacheFormatFirstVersion; v <= kCacheFormatVersion; ++v) {
+      if (v == kRingVersion) continue;
       say << (v == kCacheFormatFirstVersion ? "" : ", ");
       say_dtype_names(say, [v](const CacheDTypeInfo& info) { return info.save_version == v; });
       say << " as version " << v;
     }
-    say << " (and ring caches of every dtype as version " << kRingVersion << ")";
+    say << " (and ring caches of the version 1 and 2 dtypes as version " << kRingVersion << ")";
     return Status::kCacheBadSave;
   }
   return Status::kOk;
@@ -133,9 +139,10 @@ MHA_MINSIZE Status check_fields(const uint8_t* bytes, int64_t size, uint32_t ver
       return Status::kCacheBadSave;
     }
   }
-  // Flags: the ring bit, exactly in version 3 saves.
+  // Flags: the ring bit, exactly in version 3 saves, and either way in version 4.
   const uint32_t flags = read_u32(bytes + kFlagsAt), reserved = read_u32(bytes + kReservedAt);
-  const uint32_t expected_flags = version == kRingVersion ? kRingFlag : 0;
+  const uint32_t expected_flags =
+      version == kRingVersion || (version > kRingVersion && flags == kRingFlag) ? kRingFlag : 0;
   if (flags != expected_flags || reserved != 0) {
     say << "bytes 40..47 (flags, reserved) are ";
     say.hex(flags) << ", ";

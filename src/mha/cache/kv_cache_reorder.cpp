@@ -31,11 +31,11 @@ struct TokenBytes {
 };
 
 TokenBytes token_bytes(const KVCacheConfig& c, int32_t length) {
-  const int64_t element = cache_element_bytes(c.dtype);
   const int64_t panels = (int64_t{length} + kKeysPerPanel - 1) / kKeysPerPanel;
   const bool scaled = cache_dtype_info(c.dtype).scaled;
   const int64_t value_row = round_up(c.value_dim(), 8);
-  return TokenBytes{panels * c.head_dim * kKeysPerPanel * element, int64_t{length} * value_row * element,
+  return TokenBytes{cache_elements_bytes(c.dtype, panels * c.head_dim * kKeysPerPanel),
+                    cache_elements_bytes(c.dtype, int64_t{length} * value_row),
                     scaled ? panels * scale_blocks(c.head_dim) * kKeysPerPanel * 4 : 0,
                     scaled ? int64_t{length} * scale_blocks(c.value_dim()) * 4 : 0};
 }
@@ -108,10 +108,9 @@ int32_t chain_length(const int32_t* indices, const ReorderPlan& plan, int32_t ba
 }  // namespace
 
 CacheSequenceSpan KVCache::sequence_span(int32_t b) const {
-  const int64_t element = cache_element_bytes(config_.dtype);
   CacheSequenceSpan span;
-  span.key_head = panels_ * panel_elements() * element;
-  span.value_head = int64_t{config_.capacity} * value_row_elements() * element;
+  span.key_head = cache_elements_bytes(config_.dtype, panels_ * panel_elements());
+  span.value_head = cache_elements_bytes(config_.dtype, int64_t{config_.capacity} * value_row_elements());
   span.keys = static_cast<char*>(keys_) + head_index(b, 0) * span.key_head;
   span.values = static_cast<char*>(values_) + head_index(b, 0) * span.value_head;
   if (key_scales_ != nullptr) {

@@ -39,10 +39,11 @@ const char* status_name(Status status) {
     case Status::kBadStage: return "bad score stage";
     case Status::kCacheBadNewTokens: return "new_tokens entry outside [0, n]";
     case Status::kCacheBadSave: return "not a saved KV cache";
-    case Status::kCacheNonFinite: return "non-finite value for an int8 KV cache";
+    case Status::kCacheNonFinite: return "non-finite value for an int8 or int4 KV cache";
     case Status::kCacheBadIndices: return "reorder index outside [0, batch)";
     case Status::kCacheBadPrefix: return "prefix cache does not match";
     case Status::kCacheRingWindow: return "ring cache attend without a window within its stored tokens";
+    case Status::kCacheBadArithmetic: return "integer arithmetic on a cache that is not int8 or int4";
   }
   return "unknown status";
 }
@@ -83,8 +84,8 @@ const char* status_message(Status status) {
     case Status::kCacheBadNewTokens: return "every newTokens entry must be an integer in [0, n] (n = the rows of q)";
     case Status::kCacheBadSave: return "the bytes are not a KV cache that save() wrote";
     case Status::kCacheNonFinite:
-      return "k or v holds an infinite or NaN value (keys after the rotation), which an int8 cache cannot quantize "
-             "(docs/spec.md 4.8); nothing was written";
+      return "k or v holds an infinite or NaN value (keys after the rotation), which an int8 or int4 cache cannot "
+             "quantize (docs/spec.md 4.8); nothing was written";
     case Status::kCacheBadIndices: return "every reorder index must be an integer in [0, batch); nothing moved";
     case Status::kCacheBadPrefix:
       return "a prefix must be another cache with batch 1 and the same numKvHeads, headDim, vHeadDim and dtype; "
@@ -92,6 +93,7 @@ const char* status_message(Status status) {
     case Status::kCacheRingWindow:
       return "a ring cache needs a window whose left extent plus the new tokens is at most its capacity, and that "
              "reaches no token it overwrote (docs/spec.md 5.5); nothing was stored";
+    case Status::kCacheBadArithmetic: return "integer arithmetic needs an 'int8' or 'int4' cache (docs/spec.md 4.10)";
   }
   return nullptr;
 }

@@ -43,7 +43,9 @@ constexpr int32_t kTiledPrefillMinTokens = 16;
 // tiled-kernel variant that packs from K^T panels. The choice is per sequence, on its own length and
 // rows, so that each sequence of a batch takes the path (and gives the bits) it would alone.
 bool tiled_sequence(const KVCache& cache, const CacheAttendArgs& args, int32_t b) {
-  return args.path == CachePath::kAuto && cache.length(b) == 0 && new_token_count(args, b) >= kTiledPrefillMinTokens;
+  // Integer arithmetic (decode_integer.hpp) is the same in every variant only through the decode kernel.
+  return args.path == CachePath::kAuto && !cache.config().integer && cache.length(b) == 0 &&
+         new_token_count(args, b) >= kTiledPrefillMinTokens;
 }
 
 // kRopePosition unless the rope tables hold every position of the call: the old lengths' least up to the

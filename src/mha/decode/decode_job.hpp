@@ -97,13 +97,15 @@ constexpr float kLn2f = static_cast<float>(1.0 / kLog2e);
 // A row's lse from its max m (log2 units of the scaled scores, as the sink) and its sum l: m ln 2 + ln l, in
 // float32 with the logarithm the build's tiled kernel already links (the scalar kernel's logf, the SIMD
 // kernel's log2f): another would bring musl's into the module (double log2: +3 kB gzipped, logf beside
-// log2f: +0.6 kB). The two differ in the last bits only, as the builds' kernels do.
-inline float natural_lse(float m, float l) {
+// log2f: +0.6 kB). The two differ in the last bits only, as the builds' kernels do. A cache of integer
+// arithmetic (`same_in_every_build`, docs/spec.md 4.10) takes log2f in every build: its results must not
+// depend on the build.
+inline float natural_lse(float m, float l, bool same_in_every_build) {
 #if defined(MHA_KERNEL_SCALAR)
-  return m * kLn2f + std::log(l);
-#else
-  return (m + std::log2(l)) * kLn2f;
+  if (!same_in_every_build) return m * kLn2f + std::log(l);
 #endif
+  (void)same_in_every_build;
+  return (m + std::log2(l)) * kLn2f;
 }
 
 // ---- a call in two parts over disjoint keys (decode_parts.cpp: a shared prefix, a ring's two runs of slots)

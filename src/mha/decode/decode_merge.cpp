@@ -96,7 +96,7 @@ void merge_row_block(void* ctx, int64_t index, int worker) {
       continue;
     }
     std::copy(merged, merged + dv, dst);
-    if (lse != nullptr) *lse = natural_lse(m_sub, l);
+    if (lse != nullptr) *lse = natural_lse(m_sub, l, job.cache->config().integer);
   }
 }
 

@@ -110,7 +110,7 @@ MHA_MINSIZE void merge_parts(const PartsMerge& merge, const CallParts& parts, Ex
           dst[d] = (first_out[d] * first_weight + dst[d] * second_weight) / l;
           finite &= std::isfinite(dst[d]);
         }
-        if (lse != nullptr) *lse = natural_lse(m, l);
+        if (lse != nullptr) *lse = natural_lse(m, l, c.integer);
         if (!finite) exact_row(merge, b, i, h, q, exact_scratch, dst, lse);
       }
   zero_padding_rows(*merge.cache, args);

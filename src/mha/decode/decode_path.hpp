@@ -20,6 +20,8 @@ enum class DecodeLoader : int32_t {
   kBFloat16Pairs,  // bfloat16 as even/odd elements (a mask or a shift per 4), for the one-row step
   kInt8,           // int8 K panels and V tiles widened with their scales into L1 as float32 (run_int8)
   kInt8Row,        // int8 for the one-row step: each block's scale folded into the dot products and weights
+  kInt4,           // int4 panels and tiles unpacked to int8, then widened as kInt8's (run_int8 on them)
+  kInteger,        // integer arithmetic on int8 or int4 (decode_integer.hpp): exact int32 dot products
   kScalarKernel,   // not the SIMD kernel: the block goes to the scalar decode kernel (cold cases)
 };
 

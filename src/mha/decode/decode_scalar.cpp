@@ -10,6 +10,10 @@
 #include "mha/core/numeric.hpp"
 #include "mha/decode/decode.hpp"
 #include "mha/decode/decode_kernel.hpp"
+#if defined(MHA_KERNEL_SCALAR)
+#define MHA_INTEGER_SIMD 0
+#include "mha/decode/decode_integer.hpp"
+#endif
 
 namespace mha {
 namespace scalar {
@@ -25,9 +29,25 @@ inline float stored_value(const DecodeBlock& blk, int32_t j, int32_t d) {
   return read_value(blk.dtype, blk.value_rows, blk.value_scales, j, d, blk.dv8, blk.value_dim);
 }
 
+// Integer arithmetic (decode_integer.hpp) only where this kernel is a variant of its own (the baseline
+// build, the test cores: MHA_KERNEL_SCALAR). A SIMD module carries this kernel for its cold float16 blocks
+// alone and runs integer blocks itself (decode_simd128.cpp's choose_decode_path), so it needs no second
+// copy of that path (+3 kB gzipped).
+#if defined(MHA_KERNEL_SCALAR)
+size_t scratch_floats(int32_t head_dim, int32_t value_dim) {
+  return std::max(static_cast<size_t>(kDecodeMaxKeysPerBlock), integer_decode::layout(head_dim, value_dim).total);
+}
+#else
 size_t scratch_floats(int32_t, int32_t) { return static_cast<size_t>(kDecodeMaxKeysPerBlock); }
+#endif
 
 void run(const DecodeBlock& blk, float* scratch) {
+#if defined(MHA_KERNEL_SCALAR)
+  if (blk.integer) {
+    integer_decode::run(blk, scratch);
+    return;
+  }
+#endif
   float* p = scratch;  // scores, then weights, of keys [key_begin, key_end) for one row
   for (int32_t r = 0; r < blk.rows; ++r) {
     const float* q = blk.q_rows[r];

@@ -26,6 +26,8 @@
 #include "mha/decode/decode_path.hpp"
 #include "mha/decode/decode_simd128_micro.hpp"
 #include "mha/decode/decode_simd128_int8.hpp"
+#define MHA_INTEGER_SIMD 1
+#include "mha/decode/decode_integer.hpp"
 #include "mha/core/f16.hpp"
 #include "mha/core/numeric.hpp"
 #include "mha/simd/simd_exp.hpp"
@@ -264,8 +266,9 @@ void run_phases(const DecodeBlock& blk, float* scratch, const DecodePath& path) 
   }
 }
 
-// int8, 2 or more rows (DecodeLoader::kInt8): each K panel and V tile widened with its scales into L1,
-// then the float32 micro-kernels.
+// int8, 2 or more rows (DecodeLoader::kInt8), and int4 at any rows (kInt4): each K panel and V tile widened
+// with its scales into L1 (int4: unpacked to int8 first, into the integer path's tiles, which share no
+// scratch with this layout's), then the float32 micro-kernels.
 void run_int8(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   const Layout lay = make_layout(blk.head_dim, blk.value_dim);
   const int32_t dh = blk.head_dim, dv8 = blk.dv8;
@@ -277,11 +280,20 @@ void run_int8(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   float* v_stage = scratch + lay.v_stage;
   pack_q(blk, 1.0f, scratch + lay.q);
   const int32_t panels = (blk.key_end - base + kKeysPerPanel - 1) / kKeysPerPanel;
+  const bool int4 = blk.dtype == CacheDType::kInt4;
+  const integer_decode::Layout tiles = integer_decode::layout(dh, blk.value_dim);
+  auto* k_tile = reinterpret_cast<int8_t*>(scratch + lay.total + tiles.k_tile);
+  auto* v_tile = reinterpret_cast<int8_t*>(scratch + lay.total + tiles.v_tile);
   const auto* keys = static_cast<const int8_t*>(blk.key_panels);
   for (int32_t pi = 0; pi < panels; ++pi) {
     const int32_t panel = base / kKeysPerPanel + pi;
-    widen_int8_panel(keys + key_panel_offset(panel * kKeysPerPanel, 0, dh),
-                     blk.key_scales + int64_t{panel} * nbk * kKeysPerPanel, dh, k_stage);
+    const int8_t* panel8 = keys + key_panel_offset(panel * kKeysPerPanel, 0, dh);
+    if (int4) {
+      integer_decode::unpack_int4_panel(static_cast<const uint8_t*>(blk.key_panels) + int64_t{panel} * dh * 16, dh,
+                                        k_tile);
+      panel8 = k_tile;
+    }
+    widen_int8_panel(panel8, blk.key_scales + int64_t{panel} * nbk * kKeysPerPanel, dh, k_stage);
     qk_chunks(blk, scratch + lay.q, k_stage, s + pi * kKeysPerPanel, widened);
   }
   block_softmax(blk, base, 1.0f, s);
@@ -289,7 +301,13 @@ void run_int8(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   const auto* values = static_cast<const int8_t*>(blk.value_rows);
   for (int32_t t0 = blk.key_begin; t0 < blk.key_end;) {
     const int32_t t1 = std::min(blk.key_end, (t0 / kKeysPerPanel + 1) * kKeysPerPanel);
-    widen_int8_rows(values + int64_t{t0} * dv8, blk.value_scales + int64_t{t0} * nbv, t1 - t0, dv8, nbv, v_stage);
+    const int8_t* rows = values + int64_t{t0} * dv8;
+    if (int4) {
+      integer_decode::unpack_int4_rows(static_cast<const uint8_t*>(blk.value_rows) + int64_t{t0} * (dv8 / 2), t1 - t0,
+                                       dv8, v_tile);
+      rows = v_tile;
+    }
+    widen_int8_rows(rows, blk.value_scales + int64_t{t0} * nbv, t1 - t0, dv8, nbv, v_stage);
     pv_chunks(blk, s + (t0 - base), v_stage, t1 - t0, widened);
     t0 = t1;
   }
@@ -341,7 +359,12 @@ void run_int8_row(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   }
 }
 
-size_t scratch_floats(int32_t head_dim, int32_t value_dim) { return make_layout(head_dim, value_dim).total; }
+// The float layout, then the integer path's (whose int4 tiles run_int8 also uses).
+size_t scratch_floats(int32_t head_dim, int32_t value_dim) {
+  return make_layout(head_dim, value_dim).total + integer_decode::layout(head_dim, value_dim).total;
+}
+
+void run_integer(const DecodeBlock& blk, float* scratch, const DecodePath&) { integer_decode::run(blk, scratch); }
 
 void run_scalar_kernel(const DecodeBlock& blk, float* scratch, const DecodePath&) {
   scalar::kDecodeKernel.run(blk, scratch);
@@ -360,6 +383,8 @@ constexpr PathRunner kPathRunners[] = {
     run_phases<BF16PairLoader, BF16PairLoader>,                  // kBFloat16Pairs
     run_int8,                                                    // kInt8
     run_int8_row,                                                // kInt8Row
+    run_int8,                                                    // kInt4
+    run_integer,                                                 // kInteger
     run_scalar_kernel,                                           // kScalarKernel
 };
 static_assert(std::size(kPathRunners) == static_cast<size_t>(DecodeLoader::kScalarKernel) + 1, "one runner per loader");
@@ -384,7 +409,9 @@ void run(const DecodeBlock& blk, float* scratch) {
 // bfloat16 is exact in registers (a mask or a shift per 4 values), so it takes the float16 paths without
 // a fold or a cold case. int8: one row folds each block's scale into the dot products and the weights,
 // reading the int8 values widened in registers (run_int8_row); 2 or more rows widen each panel and tile
-// with its scales into L1 once (run_int8), since every 4-row chunk reads it again.
+// with its scales into L1 once (run_int8), since every 4-row chunk reads it again. int4 takes run_int8 at
+// every row count, its nibbles unpacked to int8 first. A cache of integer arithmetic takes run_integer
+// (decode_integer.hpp), whatever its rows: its bits must not depend on the path.
 // Two cold float16 cases go to the scalar kernel, so that every SIMD module carries only the loaders above
 // (issue #15's package size): blocks over inf/NaN halves (a float16 cache holds them only after a
 // non-finite k/v or one past 65504), and q that cannot take the 2^112 (some |q| > kMaxFoldableQ, or not
@@ -392,6 +419,10 @@ void run(const DecodeBlock& blk, float* scratch) {
 // scratch for both kernels.
 DecodePath choose_decode_path(const DecodeBlock& blk) {
   DecodePath path;
+  if (blk.integer) {
+    path.loader = DecodeLoader::kInteger;
+    return path;
+  }
   if (blk.dtype == CacheDType::kFloat32) {
     path.loader = DecodeLoader::kFloat32;
     path.touch_block = blk.rows > 2;
@@ -408,6 +439,11 @@ DecodePath choose_decode_path(const DecodeBlock& blk) {
     const bool row = blk.rows == 1 && q_foldable(blk);  // the one-row fold's bound on q (run_int8_row)
     path.loader = row ? DecodeLoader::kInt8Row : DecodeLoader::kInt8;
     path.stage_k = path.stage_v = !row;
+    return path;
+  }
+  if (blk.dtype == CacheDType::kInt4) {
+    path.loader = DecodeLoader::kInt4;
+    path.stage_k = path.stage_v = true;
     return path;
   }
   if (blk.specials || !q_foldable(blk)) {

@@ -106,6 +106,57 @@ inline VecU16 narrow_u16(VecI a, VecI b) {
 #endif
 }
 
+// int4 nibbles (codec_int4.hpp) as int8 lanes: each byte's low nibble (i8x16.shl, then i8x16.shr_s) and
+// high nibble (i8x16.shr_s), sign-extended. SSE has no byte shifts, so this is wasm's alone: natively a
+// plain loop with the same bits.
+inline VecI8 low_nibbles(VecI8 x) {
+#if defined(__wasm_simd128__)
+  return from_v128<VecI8>(wasm_i8x16_shr(wasm_i8x16_shl(to_v128(x), 4), 4));
+#else
+  alignas(16) int8_t lanes[16];
+  x.store_aligned(lanes);
+  for (int8_t& b : lanes) b = static_cast<int8_t>(static_cast<int8_t>(static_cast<uint8_t>(b) << 4) >> 4);
+  return VecI8::load_aligned(lanes);
+#endif
+}
+inline VecI8 high_nibbles(VecI8 x) {
+#if defined(__wasm_simd128__)
+  return from_v128<VecI8>(wasm_i8x16_shr(to_v128(x), 4));
+#else
+  alignas(16) int8_t lanes[16];
+  x.store_aligned(lanes);
+  for (int8_t& b : lanes) b = static_cast<int8_t>(b >> 4);
+  return VecI8::load_aligned(lanes);
+#endif
+}
+
+// Bytes 0..7 (low) or 8..15 (high) of x sign-extended to 16-bit lanes (i16x8.extend_low/high_i8x16_s).
+inline VecI16 extend_i8(VecI8 x, bool high) {
+#if defined(__wasm_simd128__)
+  return from_v128<VecI16>(high ? wasm_i16x8_extend_high_i8x16(to_v128(x)) : wasm_i16x8_extend_low_i8x16(to_v128(x)));
+#else
+  alignas(16) int8_t bytes[16];
+  x.store_aligned(bytes);
+  alignas(16) int16_t lanes[8];
+  for (int i = 0; i < 8; ++i) lanes[i] = bytes[i + (high ? 8 : 0)];
+  return VecI16::load_aligned(lanes);
+#endif
+}
+
+// The exact sums of adjacent products: lane i = a[2i] * b[2i] + a[2i+1] * b[2i+1] (i32x4.dot_i16x8_s).
+inline VecI dot_i16(VecI16 a, VecI16 b) {
+#if defined(__wasm_simd128__)
+  return from_v128<VecI>(wasm_i32x4_dot_i16x8(to_v128(a), to_v128(b)));
+#else
+  alignas(16) int16_t x[8], y[8];
+  a.store_aligned(x);
+  b.store_aligned(y);
+  alignas(16) int32_t lanes[4];
+  for (int i = 0; i < 4; ++i) lanes[i] = int32_t{x[2 * i]} * y[2 * i] + int32_t{x[2 * i + 1]} * y[2 * i + 1];
+  return VecI::load_aligned(lanes);
+#endif
+}
+
 }  // namespace MHA_SIMD_VARIANT
 }  // namespace simd
 }  // namespace mha
