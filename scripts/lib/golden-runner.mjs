@@ -3,14 +3,17 @@
 // JavaScriptCore shell (tests/jsc/ reads them with jsc's readFile). The caller brings the instance and a
 // `read(fileName)` for the set's folder; this module decides what to run from cases.json alone (the shape,
 // the options, which files a case has) and returns JSON-safe summaries, which the Node side asserts.
-// It needs nothing but the ECMAScript built-ins, so it runs in a page and in a bare shell alike.
+// It needs nothing but the ECMAScript built-ins, so it runs in a page and in a bare shell alike. The v4
+// cases (prefix, reorder, ring, int4, merge) run through golden-serving.mjs.
+import { runMergeCase, runServingCase } from './golden-serving.mjs';
 
 /**
  * The sets the browser and jsc suites run: v1, v2 (the options of docs/spec.md Part 2, and its `cache`
- * cases: Part 3's KV cache, one attend per step) and v3 (Part 4: vHeadDim, float16 tensors, stages, sinks,
- * rope, and caches with them).
+ * cases: Part 3's KV cache, one attend per step), v3 (Part 4: vHeadDim, float16 tensors, stages, sinks,
+ * rope, and caches with them) and v4 (Part 5: shared prefixes, merged attention states, reorder, ring
+ * caches; and the int4 cache, whose cases run where the build has that dtype).
  */
-export const GOLDEN_SETS = Object.freeze(['v1', 'v2', 'v3']);
+export const GOLDEN_SETS = Object.freeze(['v1', 'v2', 'v3', 'v4']);
 
 /** Cases a build cannot run yet, skipped by name (runGoldenCase says why); none today. */
 export const SKIPPED_CASES = Object.freeze({});
@@ -89,7 +92,7 @@ export const fetchReader = (set) => async (file) => {
  * Reads file `role` of case `c` as the typed array its name implies: `.f16` Uint16Array (binary16 bits),
  * `.u8` and the mask Uint8Array, all others float32.
  */
-async function readRole(read, c, role) {
+export async function readRole(read, c, role) {
   const file = c.files[role];
   const bytes = await read(file);
   const buffer =
@@ -243,14 +246,14 @@ export function checkLse(lse, lse64) {
   return { ok: problem === undefined, problem, ratio: worst.ratio, tolerance: worst.tolerance, maxError: worst.error };
 }
 
-const sameBits = (a, b) =>
+export const sameBits = (a, b) =>
   a.length === b.length &&
   new Uint32Array(a.buffer, a.byteOffset, a.length).every(
     (x, i) => x === new Uint32Array(b.buffer, b.byteOffset, b.length)[i],
   );
 
 /** cases.json writes an unbounded window side as the string "Infinity"; rope's cos and sin are file roles (`rope`: the tables read). */
-function callOptions(c, rope) {
+export function callOptions(c, rope) {
   const options = { ...(c.options ?? {}) };
   if (options.window) options.window = options.window.map((x) => (x === 'Infinity' ? Infinity : x));
   if (options.rope)
@@ -283,6 +286,8 @@ export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
       problem: check.problem,
     });
   if (Object.hasOwn(SKIPPED_CASES, c.name)) return { name: c.name, skipped: SKIPPED_CASES[c.name], checks };
+  if (c.kind === 'serving') return runServingCase(mha, c, read, onOutput);
+  if (c.kind === 'merge') return runMergeCase(mha, c, read, onOutput);
   const has = (role) => Object.hasOwn(c.files, role);
   const [q, k, v] = await Promise.all(['q', 'k', 'v'].map((role) => readRole(read, c, role)));
   const rope = c.options?.rope
