@@ -92,7 +92,7 @@ export const fetchReader = (set) => async (file) => {
  * Reads file `role` of case `c` as the typed array its name implies: `.f16` Uint16Array (binary16 bits),
  * `.u8` and the mask Uint8Array, all others float32.
  */
-export async function readRole(read, c, role) {
+async function readRole(read, c, role) {
   const file = c.files[role];
   const bytes = await read(file);
   const buffer =
@@ -246,14 +246,14 @@ export function checkLse(lse, lse64) {
   return { ok: problem === undefined, problem, ratio: worst.ratio, tolerance: worst.tolerance, maxError: worst.error };
 }
 
-export const sameBits = (a, b) =>
+const sameBits = (a, b) =>
   a.length === b.length &&
   new Uint32Array(a.buffer, a.byteOffset, a.length).every(
     (x, i) => x === new Uint32Array(b.buffer, b.byteOffset, b.length)[i],
   );
 
 /** cases.json writes an unbounded window side as the string "Infinity"; rope's cos and sin are file roles (`rope`: the tables read). */
-export function callOptions(c, rope) {
+function callOptions(c, rope) {
   const options = { ...(c.options ?? {}) };
   if (options.window) options.window = options.window.map((x) => (x === 'Infinity' ? Infinity : x));
   if (options.rope)
@@ -286,8 +286,9 @@ export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
       problem: check.problem,
     });
   if (Object.hasOwn(SKIPPED_CASES, c.name)) return { name: c.name, skipped: SKIPPED_CASES[c.name], checks };
-  if (c.kind === 'serving') return runServingCase(mha, c, read, onOutput);
-  if (c.kind === 'merge') return runMergeCase(mha, c, read, onOutput);
+  const rules = { callOptions, checkLse, checkOut, readRole, sameBits, sliceRows };
+  if (c.kind === 'serving') return runServingCase(mha, c, read, onOutput, rules);
+  if (c.kind === 'merge') return runMergeCase(mha, c, read, onOutput, rules);
   const has = (role) => Object.hasOwn(c.files, role);
   const [q, k, v] = await Promise.all(['q', 'k', 'v'].map((role) => readRole(read, c, role)));
   const rope = c.options?.rope

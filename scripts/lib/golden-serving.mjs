@@ -1,7 +1,7 @@
 // The v4 golden cases (tests/golden/v4, format in its README) in any JavaScript engine, for
 // golden-runner.mjs's runGoldenCase: a KV cache step by step over a shared prefix, with a reorder or as a
-// ring (kind 'serving'), and attention states merged (kind 'merge'). Pure ECMAScript like the runner.
-import { callOptions, checkLse, checkOut, readRole, sameBits, sliceRows } from './golden-runner.mjs';
+// ring (kind 'serving'), and attention states merged (kind 'merge'). Pure ECMAScript like the runner. The
+// runner passes its file reader and accuracy rules in (`rules`): importing them would make an import cycle.
 
 /**
  * Whether `mha` has the KV cache dtype `dtype`, by creating (and freeing) the smallest such cache: an unknown
@@ -19,7 +19,7 @@ export function hasCacheDType(mha, dtype) {
 }
 
 /** The attend options of a serving case (lse: true, so each step also gives its log-sum-exp). */
-function attendOptions(c, rope) {
+function attendOptions(c, rope, callOptions) {
   const options = { numHeads: c.numHeads, lse: true };
   const given = callOptions(c, rope);
   for (const key of ['window', 'softcap', 'alibiSlopes', 'sinks', 'rope'])
@@ -44,7 +44,8 @@ function placeLse(stacked, step, batchHeads, rows, t, n) {
  * and lse of every step (stacked) against out64 and lse64, the prefix's out against prefixOut64, lengths
  * and stored after each step, and the values read back against kread/vread (bit for bit).
  */
-export async function runServingCase(mha, c, read, onOutput) {
+export async function runServingCase(mha, c, read, onOutput, rules) {
+  const { callOptions, checkLse, checkOut, readRole, sameBits, sliceRows } = rules;
   const checks = [];
   const record = (what, check) => checks.push({ what, pass: check.ok, ...check });
   if (!hasCacheDType(mha, c.cache.dtype))
@@ -55,7 +56,7 @@ export async function runServingCase(mha, c, read, onOutput) {
   const Dv = c.options.vHeadDim ?? Dh;
   const [q, k, v, out64, out32, lse64] = await Promise.all(['q', 'k', 'v', 'out64', 'out32', 'lse64'].map(f));
   const rope = c.options.rope ? { cos: await f(c.options.rope.cos), sin: await f(c.options.rope.sin) } : undefined;
-  const options = attendOptions(c, rope);
+  const options = attendOptions(c, rope, callOptions);
   const config = { batch: B, numKvHeads: Hkv, headDim: Dh, capacity: c.cache.capacity, dtype: c.cache.dtype };
   if (c.options.vHeadDim !== undefined) config.vHeadDim = Dv;
   const cache = mha.createKVCache(c.cache.ring ? { ...config, ring: true } : config);
@@ -134,7 +135,8 @@ export async function runServingCase(mha, c, read, onOutput) {
  * states multiHeadAttention gives for each part's mask; both against out64 and lse64 (a row empty in every
  * part: out 0 and lse −Infinity exactly, which checkOut and checkLse require).
  */
-export async function runMergeCase(mha, c, read, onOutput) {
+export async function runMergeCase(mha, c, read, onOutput, rules) {
+  const { callOptions, checkLse, checkOut, readRole } = rules;
   const checks = [];
   const record = (what, check) => checks.push({ what, pass: check.ok, ...check });
   const f = (role) => readRole(read, c, role);
