@@ -1,4 +1,4 @@
-// A digest of every golden case's outputs (tests/golden v1-v3, through scripts/lib/golden-runner.mjs) on each
+// A digest of every golden case's outputs (tests/golden v1-v4, through scripts/lib/golden-runner.mjs) on each
 // build of a built package, for checking that a change leaves the bits alone: run it before and after, diff.
 //
 //   node --experimental-wasm-relaxed-simd scripts/golden-digest.mjs [dist folder] > digest.txt

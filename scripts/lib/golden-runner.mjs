@@ -3,14 +3,17 @@
 // JavaScriptCore shell (tests/jsc/ reads them with jsc's readFile). The caller brings the instance and a
 // `read(fileName)` for the set's folder; this module decides what to run from cases.json alone (the shape,
 // the options, which files a case has) and returns JSON-safe summaries, which the Node side asserts.
-// It needs nothing but the ECMAScript built-ins, so it runs in a page and in a bare shell alike.
+// It needs nothing but the ECMAScript built-ins, so it runs in a page and in a bare shell alike. The v4
+// cases (prefix, reorder, ring, int4, merge) run through golden-serving.mjs.
+import { runMergeCase, runServingCase } from './golden-serving.mjs';
 
 /**
  * The sets the browser and jsc suites run: v1, v2 (the options of docs/spec.md Part 2, and its `cache`
- * cases: Part 3's KV cache, one attend per step) and v3 (Part 4: vHeadDim, float16 tensors, stages, sinks,
- * rope, and caches with them).
+ * cases: Part 3's KV cache, one attend per step), v3 (Part 4: vHeadDim, float16 tensors, stages, sinks,
+ * rope, and caches with them) and v4 (Part 5: shared prefixes, merged attention states, reorder, ring
+ * caches; and the int4 cache, whose cases run where the build has that dtype).
  */
-export const GOLDEN_SETS = Object.freeze(['v1', 'v2', 'v3']);
+export const GOLDEN_SETS = Object.freeze(['v1', 'v2', 'v3', 'v4']);
 
 /** Cases a build cannot run yet, skipped by name (runGoldenCase says why); none today. */
 export const SKIPPED_CASES = Object.freeze({});
@@ -283,6 +286,9 @@ export async function runGoldenCase(mha, c, read, onOutput = () => {}) {
       problem: check.problem,
     });
   if (Object.hasOwn(SKIPPED_CASES, c.name)) return { name: c.name, skipped: SKIPPED_CASES[c.name], checks };
+  const rules = { callOptions, checkLse, checkOut, readRole, sameBits, sliceRows };
+  if (c.kind === 'serving') return runServingCase(mha, c, read, onOutput, rules);
+  if (c.kind === 'merge') return runMergeCase(mha, c, read, onOutput, rules);
   const has = (role) => Object.hasOwn(c.files, role);
   const [q, k, v] = await Promise.all(['q', 'k', 'v'].map((role) => readRole(read, c, role)));
   const rope = c.options?.rope

@@ -12,6 +12,7 @@ export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)
 export const goldenDir = process.env.MHA_GOLDEN_DIR ?? path.join(repoRoot, 'tests/golden/v1');
 export const goldenV2Dir = path.join(repoRoot, 'tests/golden/v2');
 export const goldenV3Dir = path.join(repoRoot, 'tests/golden/v3');
+export const goldenV4Dir = path.join(repoRoot, 'tests/golden/v4');
 
 /** The cases of a golden set (`cases.json`); readGolden finds each case's files in its set's folder. */
 export function loadGoldenCases(dir = goldenDir) {

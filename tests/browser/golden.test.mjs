@@ -1,7 +1,8 @@
 // The PyTorch golden sets in the page, on every engine of scripts/lib/engines.mjs, with createMHA's
 // choice of build (relaxed-simd where the engine has Relaxed SIMD), plain SIMD128 (`simd: 'fixed'`) and
 // the baseline forced by `simd: false`. The page runs scripts/lib/golden-runner.mjs over the files it
-// fetches from the test server; the sets are GOLDEN_SETS (v1, v2 with its KV-cache cases, v3). Where the
+// fetches from the test server; the sets are GOLDEN_SETS (v1, v2 with its KV-cache cases, v3, and v4: shared
+// prefixes, merged states, reorder, ring caches, and the int4 cache where the build has it). Where the
 // engine has threads, the KV-cache cases also run on 1, 2 and 3 threads with the same bits.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,14 +1,14 @@
 #!/usr/bin/python3
-"""PyTorch generator of the golden vectors in tests/golden/v1, v2 and v3.
+"""PyTorch generator of the golden vectors in tests/golden/v1, v2, v3 and v4 (v4: generate_v4.py).
 
 Run from anywhere, with Debian's PyTorch (python3-torch, 1.13 on CPU):
 
-    /usr/bin/python3 tests/golden/generate.py --set v1|v2|v3 [--out DIR] [--check]
+    /usr/bin/python3 tests/golden/generate.py --set v1|v2|v3|v4 [--out DIR] [--check]
 
 It writes the set's files (raw little-endian arrays, no header) and its cases.json into DIR (default: the
 set's folder next to this script). v1 and v2 are generated from the case descriptions of their shipped
-cases.json (seed, shapes, inputScale, options, maskKind, ...); v3's cases are defined below and its
-cases.json is written from them. --check runs the oracle self-checks only.
+cases.json (seed, shapes, inputScale, options, maskKind, ...); v3's cases are defined below, v4's in
+generate_v4.py, and their cases.json is written from them. --check runs the oracle self-checks only.
 
 The oracle is the float64 evaluation of docs/spec.md, written with torch ops step by step; the same code
 run in float32 gives out32. Semantics of the v3 options, in this file's own words:
@@ -848,12 +848,14 @@ def self_checks():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--set', choices=['v1', 'v2', 'v3'])
+    ap.add_argument('--set', choices=['v1', 'v2', 'v3', 'v4'])
     ap.add_argument('--out')
     ap.add_argument('--check', action='store_true', help='run the oracle self-checks only')
     a = ap.parse_args()
     if a.check or a.set is None:
         self_checks()
+        import generate_v4
+        generate_v4.self_checks_v4()
         if a.set is None:
             return
     src = os.path.join(HERE, a.set)
@@ -863,9 +865,13 @@ def main():
         cases = gen_v1(outdir, src)
     elif a.set == 'v2':
         cases = gen_v2(outdir, src)
-    else:
+    elif a.set == 'v3':
         self_checks()
         cases = gen_v3(outdir)
+    else:
+        import generate_v4  # imports this file as a module: v4 is the v3 oracle applied step by step
+        self_checks()
+        cases = generate_v4.gen_v4(outdir)
     with open(os.path.join(outdir, 'cases.json'), 'w') as f:
         json.dump(cases, f, indent=2)
         if a.set != 'v2':  # the shipped v2 file has no final newline
