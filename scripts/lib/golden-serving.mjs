@@ -3,21 +3,6 @@
 // ring (kind 'serving'), and attention states merged (kind 'merge'). Pure ECMAScript like the runner. The
 // runner passes its file reader and accuracy rules in (`rules`): importing them would make an import cycle.
 
-/**
- * Whether `mha` has the KV cache dtype `dtype`, by creating (and freeing) the smallest such cache: an unknown
- * dtype is an error naming `dtype` that creates nothing (the package exports no list of its dtypes). The one
- * gate of the int4 cases, which run once 'int4' exists.
- */
-export function hasCacheDType(mha, dtype) {
-  try {
-    mha.createKVCache({ batch: 1, numKvHeads: 1, headDim: 1, capacity: 1, dtype }).free();
-    return true;
-  } catch (error) {
-    if (/\bdtype: expected\b/.test(error?.message)) return false;
-    throw error;
-  }
-}
-
 /** The attend options of a serving case (lse: true, so each step also gives its log-sum-exp). */
 function attendOptions(c, rope, callOptions) {
   const options = { numHeads: c.numHeads, lse: true };
@@ -48,8 +33,6 @@ export async function runServingCase(mha, c, read, onOutput, rules) {
   const { callOptions, checkLse, checkOut, readRole, sameBits, sliceRows } = rules;
   const checks = [];
   const record = (what, check) => checks.push({ what, pass: check.ok, ...check });
-  if (!hasCacheDType(mha, c.cache.dtype))
-    return { name: c.name, skipped: `no '${c.cache.dtype}' KV cache in this build`, checks };
   const f = (role) => readRole(read, c, role);
   const { batch: B, seqLen: S, numHeads: H, headDim: Dh } = c;
   const Hkv = c.options.numKvHeads ?? H;

@@ -3,9 +3,6 @@
 // decode kernel variant, the exact rows and the automatic path, out and lse of every step, lengths,
 // stored and the values read back; the 'merge' cases' partial states from every kernel variant, merged
 // in float64 as mha.mergeAttention does, against the full call.
-//
-// The int4 cases run only when MHA_GOLDEN_INT4 is defined (the 4-bit cache is being added; build with
-// -DMHA_GOLDEN_INT4, e.g. CXXFLAGS or target_compile_definitions, once the dtype table has 'int4').
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -32,11 +29,8 @@ using mha_test::Json;
 
 namespace {
 
-// The dtype of a case by its name in the dtype table; false for 'int4' unless MHA_GOLDEN_INT4 is defined.
+// The dtype of a case by its name in the dtype table.
 bool runs_dtype(const std::string& name, CacheDType& dtype) {
-#if !defined(MHA_GOLDEN_INT4)
-  if (name == "int4") return false;
-#endif
 #define MHA_GOLDEN_DTYPE(number, id, text, Codec, version) \
   if (name == text) {                                      \
     dtype = CacheDType::id;                                \
@@ -216,16 +210,13 @@ void check_serving(const Serving& s, const Outputs& r, double& worst_out, double
 
 TEST_CASE("golden v4: prefix, reorder, ring and int4 caches match PyTorch in every decode kernel and path",
           "[golden][serving]") {
-  int ran = 0, skipped = 0;
+  int ran = 0;
   double worst_out = 0.0, worst_lse = 0.0;
   for (const GoldenCase& c : mha_test::load_golden_set("v4")) {
     if (c.kind != "serving") continue;
     INFO("golden case " << c.name << ": " << c.entry.at("description").string);
-    CacheDType dtype;
-    if (!runs_dtype(c.entry.at("cache").at("dtype").string, dtype)) {
-      ++skipped;
-      continue;
-    }
+    CacheDType dtype = CacheDType::kFloat32;
+    REQUIRE(runs_dtype(c.entry.at("cache").at("dtype").string, dtype));
     const Serving s(c, dtype);
     for (const mha::DecodeKernel* kernel : mha::decode_kernel_variants()) {
       INFO("decode kernel " << mha::decode_kernel_name(*kernel));
@@ -236,10 +227,8 @@ TEST_CASE("golden v4: prefix, reorder, ring and int4 caches match PyTorch in eve
     check_serving(s, run(s, nullptr, mha::CachePath::kAuto), worst_out, worst_lse);
     ++ran;
   }
-  WARN("v4 serving cases: " << ran << " run, " << skipped << " int4 cases skipped (MHA_GOLDEN_INT4 undefined); "
-                            << "worst out error / tolerance " << worst_out << ", lse " << worst_lse);
-  REQUIRE(ran + skipped == 14);
-  REQUIRE(ran >= 9);
+  WARN("v4 serving cases: " << ran << " run; worst out error / tolerance " << worst_out << ", lse " << worst_lse);
+  REQUIRE(ran == 14);
 }
 
 TEST_CASE("golden v4: partial states from every kernel variant merge into the full call",

@@ -97,6 +97,7 @@ struct Runner {
   mha::ParallelAttention* parallel;
   mha::DecodeScratch scratch;
   mha::Workspace tiled;
+  int64_t out_batch_pad = 0;  // floats between one sequence's rows of out and the next's (a strided out)
 
   Status attend(mha::KVCache& cache, const mha::KVCache* prefix, const Inputs& in, int32_t n, const int32_t* counts,
                 std::vector<float>& out, std::vector<float>& lse) {
@@ -108,7 +109,7 @@ struct Runner {
     args.q = {in.q.data(), int64_t{n} * qw, qw};
     args.k = {in.k.data(), int64_t{n} * kw, kw};
     args.v = {in.v.data(), int64_t{n} * vw, vw};
-    args.out = {out.data(), int64_t{n} * ow, ow};
+    args.out = {out.data(), int64_t{n} * ow + out_batch_pad, ow};
     args.lse = lse.data();
     args.options() = c.options();
     args.num_heads = c.heads;
@@ -143,7 +144,7 @@ std::vector<float> check_against_copies(const PrefixCase& c, const mha::DecodeKe
                                         int threads) {
   std::unique_ptr<mha::ParallelAttention> parallel;
   if (threads > 1) parallel = std::make_unique<mha::ParallelAttention>(threads);
-  Runner shared{c, kernel, path, parallel.get(), {}, {}};
+  Runner shared{c, kernel, path, parallel.get(), {}, {}, 13};  // its out strided: the parts' staging is dense
   Runner copied{c, kernel, path, nullptr, {}, {}};
   std::unique_ptr<mha::KVCache> prefix = make_cache(c, 1, 64);
   std::unique_ptr<mha::KVCache> own = make_cache(c, kBatch, 128);
@@ -159,9 +160,13 @@ std::vector<float> check_against_copies(const PrefixCase& c, const mha::DecodeKe
     const Inputs in{mha_test::random_tensor(size_t(kBatch) * n * qw, seed += 3),
                     mha_test::random_tensor(size_t(kBatch) * n * kw, seed + 1),
                     mha_test::random_tensor(size_t(kBatch) * n * vw, seed + 2)};
-    std::vector<float> out(size_t(kBatch) * n * ow, 777.0f), expected(out.size(), 777.0f);
+    std::vector<float> strided(size_t(kBatch) * (int64_t{n} * ow + shared.out_batch_pad), 777.0f);
+    std::vector<float> out(size_t(kBatch) * n * ow), expected(out.size(), 777.0f);
     std::vector<float> lse(size_t(kBatch) * c.heads * n, 777.0f), expected_lse(lse.size(), 777.0f);
-    REQUIRE(shared.attend(*own, prefix.get(), in, n, counts.data(), out, lse) == Status::kOk);
+    REQUIRE(shared.attend(*own, prefix.get(), in, n, counts.data(), strided, lse) == Status::kOk);
+    for (int32_t b = 0; b < kBatch; ++b)
+      std::copy_n(strided.begin() + b * (int64_t{n} * ow + shared.out_batch_pad), int64_t{n} * ow,
+                  out.begin() + int64_t{b} * n * ow);
     REQUIRE(copied.attend(*copies, nullptr, in, n, counts.data(), expected, expected_lse) == Status::kOk);
     REQUIRE(prefix->length(0) == c.prefix_length);
     for (int32_t b = 0; b < kBatch; ++b) REQUIRE(own->length(b) + c.prefix_length == copies->length(b));

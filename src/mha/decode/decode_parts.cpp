@@ -18,11 +18,12 @@ constexpr float kLog2ef = static_cast<float>(kLog2e);
 
 namespace {
 
-CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<const float> staged_q, float* out, float* lse) {
+CacheAttendArgs part_args(const CacheAttendArgs& args, TensorView<const float> staged_q, TensorView<float> out,
+                          float* lse) {
   CacheAttendArgs part = args;
   part.prefix = nullptr;
   part.q = staged_q;
-  part.out = TensorView<float>{out, args.out.batch_stride, args.out.row_stride};
+  part.out = out;
   part.lse = lse;
   part.sinks = nullptr;
   part.empty_rows = EmptyRows::kZero;
@@ -47,8 +48,11 @@ MHA_MINSIZE Status stage_parts(const KVCache& cache, const CacheAttendArgs& args
   parts.first_out = states;
   parts.first_lse = states + out_floats;
   parts.second_lse = states + out_floats + lse_floats;
-  parts.first = part_args(args, parts.staged_q, states, states + out_floats);
-  parts.second = part_args(args, parts.staged_q, args.out.data, states + out_floats + lse_floats);
+  // The first part's out is dense (B, n, H*Dv) in the staging, whatever the strides of the caller's out.
+  const int64_t out_row = int64_t{args.num_heads} * c.value_dim();
+  parts.first = part_args(args, parts.staged_q, TensorView<float>{states, args.new_tokens * out_row, out_row},
+                          states + out_floats);
+  parts.second = part_args(args, parts.staged_q, args.out, states + out_floats + lse_floats);
   return Status::kOk;
 }
 
@@ -86,9 +90,9 @@ MHA_MINSIZE void merge_parts(const PartsMerge& merge, const CallParts& parts, Ex
     for (int32_t i = 0; i < new_token_count(args, b); ++i)
       for (int32_t h = 0; h < args.num_heads; ++h) {
         const int64_t state = (int64_t{b} * args.num_heads + h) * args.new_tokens + i;
-        const int64_t row = b * args.out.batch_stride + i * args.out.row_stride + int64_t{h} * dv;
-        float* dst = args.out.data + row;
-        const float* first_out = parts.first_out + row;
+        float* dst = args.out.data + b * args.out.batch_stride + i * args.out.row_stride + int64_t{h} * dv;
+        const float* first_out =
+            parts.first_out + (int64_t{b} * args.new_tokens + i) * args.num_heads * dv + int64_t{h} * dv;
         const float first_m = parts.first_lse[state] * kLog2ef, second_m = parts.second_lse[state] * kLog2ef;
         const float sink = args.sinks != nullptr ? args.sinks[h] * kLog2ef : kNegInf;
         const float m = std::max({first_m, second_m, sink});
