@@ -209,7 +209,7 @@ EMSCRIPTEN_KEEPALIVE double mha_kv_cache_bytes(int32_t batch, int32_t num_kv_hea
 }
 
 // Creates an empty cache; writes its id (uint32, never 0) at `id_out`, or 0 on error. value_dim: Dv, 0 = Dh;
-// ring: nonzero for a ring cache (docs/spec.md 5.5); integer: nonzero for integer arithmetic (4.10).
+// ring: nonzero for a ring cache (docs/spec.md 5.5); integer: nonzero for integer arithmetic (5.1).
 EMSCRIPTEN_KEEPALIVE int32_t mha_kv_cache_create(int32_t batch, int32_t num_kv_heads, int32_t head_dim,
                                                  int32_t capacity, int32_t dtype, int32_t value_dim, int32_t ring,
                                                  int32_t integer, uintptr_t id_out) {

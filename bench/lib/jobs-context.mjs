@@ -66,7 +66,7 @@ function longestCapacity(mha, dtype) {
 export async function contextRows({ onPhase }) {
   const { createMHA } = await import(distUrl);
   const rows = [];
-  for (const dtype of ['float32', 'float16', 'bfloat16', 'int8']) {
+  for (const dtype of ['float32', 'float16', 'bfloat16', 'int8', 'int4']) {
     onPhase(`context ${dtype}`);
     const mha = await createMHA({ threads: 1 });
     try {

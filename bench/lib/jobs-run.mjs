@@ -57,19 +57,13 @@ function checkSummary(got, want, rows, D) {
  */
 export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () => {} }) {
   const job = jobByName(name);
-  if (job.kind === 'context') {
-    // not timed: a search over the capacity (jobs-context.mjs)
-    const { contextRows } = await import('./jobs-context.mjs');
-    return {
-      job: name,
-      kind: job.kind,
-      group: job.group,
-      status: 'ok',
-      failed: [],
-      ratios: [],
-      contestants: [],
-      rows: await contextRows({ onPhase }),
-    };
+  if (job.kind === 'context' || job.kind === 'bits') {
+    // not timed: a search over the capacity (jobs-context.mjs), or a model's bits per byte (jobs-bits.mjs)
+    const rows =
+      job.kind === 'context'
+        ? await (await import('./jobs-context.mjs')).contextRows({ onPhase })
+        : await (await import('./jobs-bits.mjs')).bitsRows({ onPhase });
+    return { job: name, kind: job.kind, group: job.group, status: 'ok', failed: [], ratios: [], contestants: [], rows };
   }
   const setups = {
     stateless: statelessContestants,

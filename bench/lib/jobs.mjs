@@ -18,7 +18,7 @@ export const DECODE_SHAPES = [
 ];
 
 /**
- * Bytes of one token's k and v of one KV head in a cache of `dtype` (docs/spec.md 4.8, 4.9, Dv = Dh):
+ * Bytes of one token's k and v of one KV head in a cache of `dtype` (docs/spec.md 4.8, 5.1, Dv = Dh):
  * float32 8·Dh, float16 and bfloat16 4·Dh, int8 2·Dh + 8·ceil(Dh / 32) (its float32 scales per 32 values),
  * int4 Dh + 8·ceil(Dh / 32).
  */
@@ -55,7 +55,7 @@ export const MHA_F32_2T = 'mha-wasm f32 2 threads';
 export const MHA_F16_2T = 'mha-wasm f16 2 threads';
 export const MHA_BF16 = 'mha-wasm bf16';
 export const MHA_INT8 = 'mha-wasm int8';
-/** The int8 and int4 caches with integer arithmetic (docs/spec.md 4.10), and int4 with float arithmetic. */
+/** The int8 and int4 caches with integer arithmetic (docs/spec.md 5.1), and int4 with float arithmetic. */
 export const MHA_INT8_INTEGER = 'mha-wasm int8 integer';
 export const MHA_INT4 = 'mha-wasm int4';
 export const MHA_INT4_INTEGER = 'mha-wasm int4 integer';
@@ -257,6 +257,8 @@ export const JOBS = [
     ],
   },
   { name: 'context-llama-1b', group: 'decode', kind: 'context', contestants: [], ratios: [] },
+  // models/tiny-llama's validation bits per byte per cache dtype and arithmetic (bench/lib/jobs-bits.mjs).
+  { name: 'bits-tiny-llama', group: 'decode', kind: 'bits', contestants: [], ratios: [] },
   // decode-mha-8k's and decode-gqa-4k's heads (bench/lib/jobs-prefix.mjs).
   prefixJob(
     'prefix-mha-8k',

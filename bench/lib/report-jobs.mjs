@@ -278,6 +278,7 @@ function servingSections(ok, c) {
   );
   lines.push(...samplesSection(ok.find((j) => j.kind === 'samples')));
   lines.push(...contextSection(ok.find((j) => j.kind === 'context')));
+  lines.push(...bitsSection(ok.find((j) => j.kind === 'bits')));
   const io = ok.find((j) => j.kind === 'saveload');
   if (io) {
     const info = io.contestants.find((r) => r.info?.savedBytes)?.info ?? {};
@@ -302,6 +303,28 @@ function servingSections(ok, c) {
     }
     lines.push('');
   }
+  return lines;
+}
+
+/** Issue 40: models/tiny-llama's validation bits per byte per cache dtype and arithmetic (jobs-bits.mjs). */
+function bitsSection(job) {
+  if (!job?.rows) return [];
+  const lines = [
+    "## models/tiny-llama's validation bits per byte, per KV cache dtype and arithmetic",
+    '',
+    `The first ${job.rows[0]?.bytes ?? '?'} bytes of the model's held-out split (models/tiny-llama/val-sample.txt), in ` +
+      'windows of 256 bytes each from an empty cache, as tools/train.py scores validation. Not timed.',
+    '',
+    '| dtype | arithmetic | bits per byte | over float32 | target |',
+    '| --- | --- | ---: | ---: | --- |',
+  ];
+  for (const r of job.rows) {
+    const target = r.target === undefined ? '—' : `<= +${(100 * r.target).toFixed(1)}% ${r.pass ? '✔' : '✘'}`;
+    lines.push(
+      `| ${r.dtype} | ${r.arithmetic} | ${r.bitsPerByte.toFixed(4)} | ${r.increase >= 0 ? '+' : ''}${(100 * r.increase).toFixed(3)}% | ${target} |`,
+    );
+  }
+  lines.push('');
   return lines;
 }
 

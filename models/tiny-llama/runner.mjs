@@ -195,14 +195,17 @@ export class Llama {
   /**
    * B new sequences, their K/V in one mha-wasm KV cache per layer.
    * @param {{createKVCache: Function, ropeTables: Function}} mha an instance from createMHA()
-   * @param {{batch?: number, dtype?: 'float32' | 'float16', capacity?: number, prefix?: LlamaSession, ring?: boolean}} [options]
+   * @param {{batch?: number, dtype?: string, arithmetic?: 'float' | 'integer', capacity?: number, prefix?: LlamaSession, ring?: boolean}} [options]
    *   capacity: tokens per sequence, default max_position_embeddings; prefix: a session of one sequence of
    *   this model and instance whose tokens come before every sequence's own (docs/spec.md 5.2: its caches
    *   are the layers' shared prefixes, read, never written; it must not change while this session runs);
    *   ring: the sliding-window layers' caches are rings of their window plus RING_CHUNK tokens
    *   (docs/spec.md 5.5), so that they stay that size however long the sequences run
    */
-  createSession(mha, { batch = 1, dtype = 'float32', capacity = this.dims.nCtx, prefix, ring = false } = {}) {
+  createSession(
+    mha,
+    { batch = 1, dtype = 'float32', arithmetic, capacity = this.dims.nCtx, prefix, ring = false } = {},
+  ) {
     if (typeof mha?.createKVCache !== 'function' || typeof mha?.ropeTables !== 'function') {
       throw new TypeError(
         `Llama.createSession: mha: expected an mha-wasm instance with createKVCache and ropeTables, got ${mha?.info?.version ?? typeof mha}`,
@@ -215,7 +218,7 @@ export class Llama {
     if (prefix !== undefined && !(prefix instanceof LlamaSession && prefix.model === this && prefix.batch === 1))
       throw new TypeError('Llama.createSession: prefix: expected a session of batch 1 of this model');
     if (ring && prefix) throw new TypeError('Llama.createSession: ring: expected no prefix with ring caches');
-    return new LlamaSession(this, mha, { batch, dtype, capacity, prefix, ring });
+    return new LlamaSession(this, mha, { batch, dtype, arithmetic, capacity, prefix, ring });
   }
 
   /**
@@ -256,7 +259,7 @@ export class Llama {
 /** B sequences being run: their tokens, their K/V (in the caches) and the timings. */
 export class LlamaSession {
   /** caches: the loaded ones of restoreSession, else L new ones */
-  constructor(model, mha, { batch, dtype, capacity, caches, prefix, ring = false }) {
+  constructor(model, mha, { batch, dtype, arithmetic, capacity, caches, prefix, ring = false }) {
     const { L, Hkv, Dh, theta, windows } = model.dims;
     this.model = model;
     this.batch = batch;
@@ -271,7 +274,7 @@ export class LlamaSession {
           const rings = ring && windows[i] !== undefined;
           const held = rings ? windows[i][0] + RING_CHUNK : capacity;
           this.caches.push(
-            mha.createKVCache({ batch, numKvHeads: Hkv, headDim: Dh, capacity: held, dtype, ring: rings }),
+            mha.createKVCache({ batch, numKvHeads: Hkv, headDim: Dh, capacity: held, dtype, arithmetic, ring: rings }),
           );
         }
         this.ringChunk = ring && windows.some((w) => w !== undefined) ? RING_CHUNK : 0;

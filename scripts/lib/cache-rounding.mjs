@@ -19,7 +19,7 @@ export function roundToBfloat16(x) {
  * (rows, heads·dim) float32 rows quantized as an int8 cache does (q8_0: blocks of 32 along each head's
  * dim, scale = amax / 127 in float32, q = x / scale rounded to nearest even, clamped to ±127) and read
  * back as float32 q·scale, into a new Float32Array. Finite inputs only (an int8 cache refuses others).
- * maxQ 7: an int4 cache (docs/spec.md 4.9: scale = amax / 7, q clamped to ±7).
+ * maxQ 7: an int4 cache (docs/spec.md 5.1: scale = amax / 7, q clamped to ±7).
  */
 export function roundToInt8Rows(x, heads, dim, maxQ = 127) {
   if (heads <= 0) throw new RangeError(`roundToInt8Rows: heads: expected a positive integer, got ${heads}`);

@@ -173,7 +173,7 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
   // (59.6 kB); cache.reorder, 1.2 kB (60.7 kB); the shared prefix (its pass over shared keys, the merge of the
   // two states and its exact rows over both caches), 2.0 kB (62.7 kB); ring caches (their two runs of slots
   // merged as the prefix's states, the window rule, save format 3), 1.4 kB (64.1 kB). Long contexts (docs/spec.md
-  // 4.9-4.10): the int4 cache (every codec switch, save format 4, its unpacking) 2.7 kB, integer arithmetic (its
+  // 5.1): the int4 cache (every codec switch, save format 4, its unpacking) 2.7 kB, integer arithmetic (its
   // decode path in each SIMD variant) 3.7 kB (70.5 kB); hence 72 kB. Each is also held to its SIMD128 twin: a
   // relaxed module is that build with fused multiply-adds,
   // at most 10% larger.

@@ -264,7 +264,7 @@ TEST_CASE("decode: bit-identical for 1, 2 and 3 threads, with the parallel split
       const auto out = run_cache(c, data, run);
       if (first.empty()) {
         first = out;
-        require_close(reference_for(c, data), out, c.integer ? 1e-3f : mha_test::kTol);  // docs/spec.md 4.10
+        require_close(reference_for(c, data), out, c.integer ? 1e-3f : mha_test::kTol);  // docs/spec.md 5.1
       } else {
         REQUIRE(bit_equal(first, out));
       }

@@ -1,4 +1,4 @@
-// Integer arithmetic on int8 and int4 caches (docs/spec.md 4.10): within the stated bound of float64
+// Integer arithmetic on int8 and int4 caches (docs/spec.md 5.1): within the stated bound of float64
 // attention over the read-back values, and the same bits in every kernel variant of the build (the wasm
 // relaxed suite holds relaxed, simd128 and scalar), every thread count and every split into steps' path.
 #include <catch2/catch.hpp>
@@ -25,7 +25,7 @@ std::vector<float> read_back(const CacheCase& c, std::vector<float> x) {
   return x;
 }
 
-// docs/spec.md 4.10's bound: |out - ref| <= 1e-3 max |v read back| + 1e-6 per element, |lse - ref| <= 1e-3
+// docs/spec.md 5.1's bound: |out - ref| <= 1e-3 max |v read back| + 1e-6 per element, |lse - ref| <= 1e-3
 // (ref: the reference, float64 inside, over the read-back values). Returns the worst out error as a
 // fraction of its bound, for the summary.
 double require_within_bound(const CacheCase& c, const CacheData& data, const std::vector<float>& out,
@@ -141,7 +141,7 @@ TEST_CASE("decode integer: adversarial blocks: zeros, one huge value beside tiny
         }
       }
       // q: one large element in some rows (the q rounding's error grows with
-      // amax |q| * sum |k|, docs/spec.md 4.10), and a row of zeros.
+      // amax |q| * sum |k|, docs/spec.md 5.1), and a row of zeros.
       for (size_t i = 0; i < data.q.size(); i += size_t(c.q_width()) * 2) data.q[i] = 4.0f;
       std::fill(data.q.begin(), data.q.begin() + c.q_width(), 0.0f);
       require_integer_case(c, data);

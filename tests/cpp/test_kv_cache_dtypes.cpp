@@ -1,4 +1,4 @@
-// The bfloat16, int8 and int4 caches (docs/spec.md 4.8, 4.9): their codecs against definitions by value, what
+// The bfloat16, int8 and int4 caches (docs/spec.md 4.8, 5.1): their codecs against definitions by value, what
 // append stores and read returns, the bytes they take, and the refusal of inf and NaN by int8 and int4.
 #include <catch2/catch.hpp>
 
@@ -140,7 +140,7 @@ TEST_CASE("kv cache dtypes: bytes per token and head as documented", "[kv_cache]
   CHECK(bytes(CacheDType::kInt8) == (2.0 * 64 + 8.0 * 2) * 4096 * 8);  // docs/spec.md 4.8: 2 Dh + 8 ceil(Dh / 32)
   const KVCacheConfig odd{2, 3, 40, 33, CacheDType::kInt8, 12};        // 2 panels, Dv8 16, NBk 2, NBv 1
   CHECK(mha::kv_cache_bytes(odd) == double(2 * 3 * (64 * 40 + 33 * 16 + 64 * 2 * 4 + 33 * 1 * 4)));
-  // docs/spec.md 4.9: Dh / 2 + 4 ceil(Dh / 32) each for k and v: 80 bytes per token and head at Dh 64, 6.4x
+  // docs/spec.md 5.1: Dh / 2 + 4 ceil(Dh / 32) each for k and v: 80 bytes per token and head at Dh 64, 6.4x
   // fewer than float32's 512.
   CHECK(bytes(CacheDType::kInt4) == 80.0 * 4096 * 8);
   CHECK(bytes(CacheDType::kFloat32) / bytes(CacheDType::kInt4) == 6.4);

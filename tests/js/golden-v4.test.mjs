@@ -2,7 +2,7 @@
 // (scripts/lib/golden-runner.mjs -> golden-serving.mjs, which the pages and jsc also run) on the simd,
 // baseline and threaded builds, with the accuracy rule of docs/spec.md: a shared prefix (cache.attend's
 // `prefix`, its lse), mergeAttention over partial states, cache.reorder and ring caches, and the int4 cache
-// (docs/spec.md 4.9).
+// (docs/spec.md 5.1).
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

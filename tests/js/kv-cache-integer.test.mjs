@@ -1,4 +1,4 @@
-// Integer arithmetic on int8 and int4 caches (docs/spec.md 4.10) through the API: within the stated bound of
+// Integer arithmetic on int8 and int4 caches (docs/spec.md 5.1) through the API: within the stated bound of
 // the float arithmetic (itself the float32 attention over the read-back values, within 1e-5), the same bits
 // in every build (simd, baseline, threads, and the relaxed builds in a child Node with Relaxed SIMD) and
 // thread count; a saved cache loads as either arithmetic; bad arithmetic options are precise errors that

@@ -40,11 +40,11 @@ export interface CacheConfig {
   valueDim: number;
   /** A ring cache (docs/spec.md 5.5): each sequence keeps its last `capacity` tokens. */
   ring: boolean;
-  /** Integer arithmetic (docs/spec.md 4.10), or 'float'. */
+  /** Integer arithmetic (docs/spec.md 5.1), or 'float'. */
   arithmetic: KVCacheArithmetic;
 }
 
-/** The dtypes that take integer arithmetic (docs/spec.md 4.10). */
+/** The dtypes that take integer arithmetic (docs/spec.md 5.1). */
 const INTEGER_DTYPES: readonly KVCacheDType[] = ['int8', 'int4'];
 
 /**

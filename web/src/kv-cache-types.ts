@@ -6,7 +6,7 @@
 import type { Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, TensorOut } from './tensor-types.js';
 
 /**
- * How a {@link KVCache} stores keys and values (docs/spec.md 4.8, 4.9): float32; IEEE binary16 (rounded to
+ * How a {@link KVCache} stores keys and values (docs/spec.md 4.8, 5.1): float32; IEEE binary16 (rounded to
  * nearest even, overflow to ±Infinity); bfloat16; int8 (q in [−127, 127]) or int4 (q in [−7, 7], two per
  * byte), each with one float32 scale per block of 32 values along a token's head row (an int8 or int4 cache
  * refuses a non-finite k or v row with a RangeError, storing nothing).
@@ -14,7 +14,7 @@ import type { Float16Tensor, HeapTensor, RopeOptions, TensorDType, TensorIn, Ten
 export type KVCacheDType = 'float32' | 'float16' | 'bfloat16' | 'int8' | 'int4';
 
 /**
- * How attend computes over an int8 or int4 cache (docs/spec.md 4.10): 'float' (the default), float32
+ * How attend computes over an int8 or int4 cache (docs/spec.md 5.1): 'float' (the default), float32
  * attention over the values as read back, exactly as for the other dtypes; or 'integer', the same attention
  * with exact integer dot products over the stored integers (q and the softmax weights brought to 16-bit
  * integers), within |out - exact| <= 1e-3·max|v| + 1e-6 and |lse - exact| <= 1e-3 of the float64 attention over
@@ -192,7 +192,7 @@ export interface KVCache {
   /**
    * The bytes of wasm memory the cache's storage holds, exactly what the core allocates for its options
    * (per token per KV head with Dv = Dh: float32 8·Dh, float16 and bfloat16 4·Dh, int8 2·Dh + 8·ceil(Dh/32),
-   * int4 Dh + 8·ceil(Dh/32), scales included; docs/spec.md 4.8, 4.9).
+   * int4 Dh + 8·ceil(Dh/32), scales included; docs/spec.md 4.8, 5.1).
    */
   readonly bytes: number;
   /**

@@ -1,4 +1,4 @@
-// The int4 KV cache codec (docs/spec.md 4.9, ggml's q4_0 without its offset; interface: codec_float32.hpp):
+// The int4 KV cache codec (docs/spec.md 5.1, ggml's q4_0 without its offset; interface: codec_float32.hpp):
 // blocks of kScaleBlock values along the head dim of one token's KV head row, as for int8, with
 // scale = float32(amax) / 7 (0 when amax is 0) and q = x / scale rounded to nearest even, clamped to [-7, 7]
 // (0 when the scale is 0). Read back as float32 q * scale. Finite values only (kFiniteOnly), as int8.

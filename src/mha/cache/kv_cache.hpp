@@ -58,7 +58,7 @@ struct KVCacheConfig {
   // A ring (docs/spec.md 5.5): each sequence keeps its last `capacity` tokens, position p in slot
   // p % capacity, and appending past the capacity overwrites the oldest.
   bool ring = false;
-  // Integer arithmetic (docs/spec.md 4.10; int8 and int4 only): attends take exact integer dot products over
+  // Integer arithmetic (docs/spec.md 5.1; int8 and int4 only): attends take exact integer dot products over
   // the stored integers (decode_integer.hpp), bit-identical in every kernel variant.
   bool integer = false;
 

@@ -93,7 +93,7 @@ const char* status_message(Status status) {
     case Status::kCacheRingWindow:
       return "a ring cache needs a window whose left extent plus the new tokens is at most its capacity, and that "
              "reaches no token it overwrote (docs/spec.md 5.5); nothing was stored";
-    case Status::kCacheBadArithmetic: return "integer arithmetic needs an 'int8' or 'int4' cache (docs/spec.md 4.10)";
+    case Status::kCacheBadArithmetic: return "integer arithmetic needs an 'int8' or 'int4' cache (docs/spec.md 5.1)";
   }
   return nullptr;
 }

@@ -53,7 +53,7 @@ enum class Status : int32_t {
   kCacheBadIndices = 30,  // reorder: an index outside [0, B)
   kCacheBadPrefix = 31,   // a prefix of another batch than 1, other dims or dtype, or the cache itself
   kCacheRingWindow = 32,  // a ring attend without a window that keeps every query on stored tokens
-  // Long contexts (docs/spec.md 4.10).
+  // Long contexts (docs/spec.md 5.1).
   kCacheBadArithmetic = 33,  // integer arithmetic asked of a cache that is not int8 or int4
 };
 constexpr Status kLastStatus = Status::kCacheBadArithmetic;  // every number in [0, kLastStatus] is a Status

@@ -1,4 +1,4 @@
-// Integer arithmetic on int8 and int4 caches (docs/spec.md 4.10, `arithmetic: 'integer'`): one work item of
+// Integer arithmetic on int8 and int4 caches (docs/spec.md 5.1, `arithmetic: 'integer'`): one work item of
 // decode_kernel.hpp with the dot products taken exactly in int32 over the stored integers. Included by
 // decode_simd128.cpp (MHA_INTEGER_SIMD 1: the SIMD128 and relaxed variants) and decode_scalar.cpp
 // (MHA_INTEGER_SIMD 0), into the variant's namespace.
@@ -14,7 +14,7 @@
 //      key order;
 //   3. per chunk of 32 keys (a panel) and value block nb: w_j = p_j * v_scale, ws = wmax / 32767,
 //      wi_j = nearbyint(w_j * (32767 / wmax)) (int16), o += float(sum_j wi_j * v_q) * ws.
-// The error against float64 attention over the read-back values (docs/spec.md 4.10's bound) comes from the
+// The error against float64 attention over the read-back values (docs/spec.md 5.1's bound) comes from the
 // two 16-bit roundings: at most 2^-16 of the largest |q| of a block per dot-product term, and of the largest
 // weight of a chunk per value term, whose sum over chunks is at most l.
 #pragma once

@@ -98,7 +98,7 @@ constexpr float kLn2f = static_cast<float>(1.0 / kLog2e);
 // float32 with the logarithm the build's tiled kernel already links (the scalar kernel's logf, the SIMD
 // kernel's log2f): another would bring musl's into the module (double log2: +3 kB gzipped, logf beside
 // log2f: +0.6 kB). The two differ in the last bits only, as the builds' kernels do. A cache of integer
-// arithmetic (`same_in_every_build`, docs/spec.md 4.10) takes log2f in every build: its results must not
+// arithmetic (`same_in_every_build`, docs/spec.md 5.1) takes log2f in every build: its results must not
 // depend on the build.
 inline float natural_lse(float m, float l, bool same_in_every_build) {
 #if defined(MHA_KERNEL_SCALAR)
