@@ -149,7 +149,8 @@ function update() {
   $('cache-error-note').textContent =
     `${current.label}: the map is each (query step, key) weight’s largest error over the ${SHAPE.H} heads, white 0 to ` +
     `darkest ${fmtDiff(current.error.weights)} (this dtype’s own scale; grey: a future key). Weights: ` +
-    'mha.attentionWeights over the keys as the cache holds them (cache.read()); output: what attend returned.';
+    'mha.attentionWeights over the keys as the cache holds them (cache.read()); output: what attend returned.' +
+    (current.arithmetic ? ' Integer arithmetic also rounds the queries, which only the output’s error includes.' : '');
   $('cache-compare').replaceChildren(
     el('caption', {}, 'Every dtype on the same sequence'),
     el(
@@ -185,7 +186,7 @@ function update() {
       id: 'ring-held',
     }),
     dd('bytes, ring vs every token', `${fmtBytes(ring.ringBytes)} vs ${fmtBytes(ring.fullBytes)}`),
-    dd('output vs a full cache with the same window, max |Δ|', fmtDiff(ring.difference), {
+    dd('output vs a full cache with the same window, max |Δ| (float32 rounding)', fmtDiff(ring.difference), {
       id: 'ring-difference',
       'data-value': String(ring.difference),
     }),
@@ -203,7 +204,7 @@ function update() {
       id: 'prefix-copies-bytes',
       'data-value': String(prefix.copiesBytes),
     }),
-    dd('outputs, shared vs copies, max |Δ|', fmtDiff(prefix.difference), {
+    dd('outputs, shared vs copies, max |Δ| (float32 rounding)', fmtDiff(prefix.difference), {
       id: 'prefix-difference',
       'data-value': String(prefix.difference),
     }),

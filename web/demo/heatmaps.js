@@ -401,7 +401,10 @@ export function renderHeatmaps(state) {
       (sinkMass
         ? 'The column apart at the right: the mass the sink takes from each row (rows sum to 1 with it). '
         : '') +
-      (group > 1 ? `Heads framed in one color share one KV head (${H / group} KV heads). ` : '') +
+      (group > 1
+        ? `Heads framed in one color share one KV head (${H / group} KV heads); here a KV head is the keys of the ` +
+          'first head of its group, so the other heads lose the keys their recipe was built for. '
+        : '') +
       'Hover a cell, or focus a map and use the arrow keys.',
   );
 }
