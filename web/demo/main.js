@@ -106,7 +106,9 @@ function update({ keepItem = true, rerun = false } = {}) {
 
   $('mask-help').textContent = {
     none: 'Every query sees every key.',
-    causal: 'Query i sees keys 0..i only (the causal flag).',
+    causal: modern.queryOffset
+      ? `Query i sees keys 0..i + ${modern.queryOffset} only (the causal flag, counted from the query offset).`
+      : 'Query i sees keys 0..i only (the causal flag).',
     padding: `Item b sees only its first ${maskInfo.lengths?.join(' / ')} keys: a (B, S, T) mask, nonzero = attend.`,
     random: 'About 35% of (query, key) pairs hidden, and one query row per item fully hidden: its output is NaN.',
   }[cfg.mask];
