@@ -289,6 +289,13 @@ export class LlamaSession {
     /** @type {number[][]} the tokens of each sequence */
     this.tokens = Array.from({ length: batch }, () => []);
     this.timing = { forwardMs: 0, attentionMs: 0, tokens: 0 };
+    /**
+     * Set it to see each layer's projections before they attend (the demo draws its heads from the queries
+     * and the keys the caches hold): called as onProjections(layer, q, k), the call's real rows, q (R, H·Dh)
+     * and k (R, Hkv·Dh), not yet rotated.
+     * @type {((layer: number, q: Float32Array, k: Float32Array) => void) | null}
+     */
+    this.onProjections = null;
   }
 
   /** Tokens held per sequence. */
@@ -386,6 +393,7 @@ export class LlamaSession {
       const q = linear(normed, R, lw.q.weight, lw.q.bias, D, qWidth);
       const k = linear(normed, R, lw.k.weight, lw.k.bias, D, kvWidth);
       const v = linear(normed, R, lw.v.weight, lw.v.bias, D, kvWidth);
+      this.onProjections?.(layer, q, k);
       const attentionBegan = performance.now();
       const window = c.windows[layer];
       const prefix = this.prefix?.caches[layer];

@@ -95,7 +95,7 @@ async function saveReloadContinue(page, { model, cache, N, M }) {
   };
 }
 
-test('tiny-llama: the picker loads it without the heads view; N greedy, Save, reload, Continue M == N + M (page and Node), no prefill after the reload; then tiny-gpt the same, with its head rows', async (t) => {
+test('tiny-llama: the picker loads it with its heads view (no labels); N greedy, Save, reload, Continue M == N + M (page and Node), no prefill after the reload; then tiny-gpt the same, with its head rows', async (t) => {
   const context = await harness.browser.newContext({ viewport: { width: 1280, height: 900 } });
   t.after(() => context.close());
   const page = await context.newPage();
@@ -112,12 +112,17 @@ test('tiny-llama: the picker loads it without the heads view; N greedy, Save, re
   const prompt = await page.inputValue('#real-prompt');
   const mha = await createMHA();
 
-  // tiny-llama: no heads.json, no weights view, its own description
+  // tiny-llama: no heads.json (no labels, no recomputing them), its own description, its head rows
   const N = 40,
     M = 30;
   const llama = await saveReloadContinue(page, { model: 'tiny-llama', cache: 'float16', N, M });
-  assert.equal(await page.isVisible('.real-grid'), false);
-  assert.equal(await page.isVisible('#real-legend'), false);
+  assert.ok(await page.isVisible('#real-heads-grid'));
+  assert.ok(await page.isVisible('#real-legend'));
+  assert.equal(await page.isVisible('#real-verify'), false);
+  const llamaRows = await canvasStats(page, '#real-heads canvas.head-row');
+  assert.equal(llamaRows.length, 32);
+  for (const [i, r] of llamaRows.entries())
+    assert.ok(r.nonWhite > r.total / 2 && r.colors >= 3, `tiny-llama head row ${i} is blank after the continue`);
   assert.ok(await page.isVisible('#real-about-tiny-llama'));
   assert.equal(await page.isVisible('#real-about-tiny-gpt'), false);
   assert.match(await page.textContent('#real-status'), /^tiny-llama loaded in \d+ ms/);
@@ -152,7 +157,8 @@ test('tiny-llama: the picker loads it without the heads view; N greedy, Save, re
   assert.equal(gpt.whole, gptExpected);
   assert.equal(gpt.continued, gptExpected);
   assert.equal(gpt.dataset.prefillTokens, '0');
-  assert.ok(await page.isVisible('.real-grid'));
+  assert.ok(await page.isVisible('#real-heads-grid'));
+  assert.ok(await page.isVisible('#real-verify'));
   const rows = await canvasStats(page, '#real-heads canvas.head-row');
   assert.equal(rows.length, 32);
   for (const [i, r] of rows.entries())

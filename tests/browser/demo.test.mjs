@@ -343,7 +343,7 @@ describe('demo page', () => {
 
     const reached = new Set();
     await page.focus('body');
-    for (let i = 0; i < 40; i++) {
+    for (let i = 0; i < 90; i++) {
       await page.keyboard.press('Tab');
       const id = await page.evaluate(
         () =>
@@ -352,7 +352,10 @@ describe('demo page', () => {
       );
       if (id) reached.add(id);
     }
-    for (const id of ['sentence', 'dModel', 'numHeads', 'mask', 'item', 'token', 'head-0', 'rerun', 'copy']) {
+    const ids = ['sentence', 'dModel', 'numHeads', 'mask', 'numKvHeads', 'queryOffset', 'windowLeft', 'windowRight'];
+    ids.push('sinks', 'softcap', 'alibi', 'rope', 'ropeTheta', 'item', 'token', 'head-0', 'stageHead', 'rerun', 'copy');
+    ids.push('cache-dtype', 'cache-tokens', 'ring-window', 'prefix-samples');
+    for (const id of ids) {
       assert.ok(reached.has(id), `Tab never reached #${id} (reached ${[...reached].join(', ')})`);
     }
 
@@ -453,12 +456,25 @@ describe('demo page on the other engines', () => {
 
         const renders = await page.evaluate(() => Number(document.body.dataset.renders));
         await page.evaluate(() => {
+          document.getElementById('sinks').value = '1'; // the options panel: read by the same update
           const heads = document.getElementById('numHeads');
           heads.value = '8';
           heads.dispatchEvent(new Event('input', { bubbles: true }));
         });
         await page.waitFor((n) => Number(document.body.dataset.renders) > n, renders, { timeout: 10_000 });
         assert.equal((await heatmapStats(page)).length, 8);
+        assert.match(await page.evaluate(() => document.getElementById('heat-sub').textContent), /mass the sink takes/);
+        // The cache view: its numbers against the float64 reference, in range
+        await page.waitFor(() => document.getElementById('cache-view').dataset.state === 'ready');
+        const cacheErrors = await page.evaluate(() =>
+          ['cache-weights-error', 'cache-out-error', 'ring-difference', 'prefix-difference'].map((id) =>
+            Number(document.getElementById(id).dataset.value),
+          ),
+        );
+        assert.ok(
+          cacheErrors.every((e) => Number.isFinite(e) && e < 0.1),
+          `cache view errors ${cacheErrors}`,
+        );
         // The real-model view loads tiny-gpt in its Worker here too (tests/browser/tiny-gpt.test.mjs: Chromium)
         await page.waitFor(() => document.getElementById('real-model').dataset.state === 'ready', undefined, {
           timeout: 60_000,

@@ -2,8 +2,12 @@
 // so a reader can paste them into an app, and the Copy button.
 import { $ } from './dom.js';
 
-/** The code of the current settings; `info` is mha.info of the page's instance (null before it loads). */
-export function renderCode(cfg, maskInfo, info) {
+/**
+ * The code of the current settings; `info` is mha.info of the page's instance (null before it loads),
+ * `optionLines` the options panel's lines of an options object (modern-options.js codeLines), `kvWidth` the
+ * row width of k and v (numKvHeads · headDim).
+ */
+export function renderCode(cfg, maskInfo, info, { optionLines = [], kvWidth = cfg.dModel } = {}) {
   const { batch: B, seqLen: S, dModel: D, numHeads: H, headDim: Dh } = cfg;
   const n = B * S * D;
   const lines = [
@@ -18,8 +22,10 @@ export function renderCode(cfg, maskInfo, info) {
     `// q, k, v: Float32Array (batch, seqLen, dModel) = (${B}, ${S}, ${D}), row-major: ${n} floats each`,
     `const n = ${B} * ${S} * ${D};`,
     'const q = Float32Array.from({ length: n }, () => Math.random() * 2 - 1); // your projected queries',
-    'const k = Float32Array.from({ length: n }, () => Math.random() * 2 - 1);',
-    'const v = Float32Array.from({ length: n }, () => Math.random() * 2 - 1);',
+    ...['k', 'v'].map(
+      (name) =>
+        `const ${name} = Float32Array.from({ length: ${kvWidth === D ? 'n' : `${B} * ${S} * ${kvWidth}`} }, () => Math.random() * 2 - 1);`,
+    ),
   ];
   const extra = [];
   if (cfg.mask === 'causal') extra.push('  causal: true, // query i sees keys 0..i');
@@ -44,6 +50,20 @@ export function renderCode(cfg, maskInfo, info) {
     extra.push('  mask,');
   }
   const dims = `batch: ${B}, seqLen: ${S}, dModel: ${D}, numHeads: ${H}`;
+  if (optionLines.length) {
+    // One options object for both calls: the panel's options hold code that would not fit on one line.
+    lines.push(
+      '',
+      "// the options panel's settings; the maps draw one batch item of these weights",
+      `const options = { ${[dims, ...extra.map((e) => e.trim().replace(/,.*$/, ''))].join(', ')},`,
+      ...optionLines,
+      '};',
+      'const out = mha.multiHeadAttention(q, k, v, options);',
+      'const weights = mha.attentionWeights(q, k, options); // what the maps draw',
+    );
+    $('code').textContent = lines.join('\n');
+    return;
+  }
   lines.push(
     '',
     'const out = mha.multiHeadAttention(q, k, v, {',

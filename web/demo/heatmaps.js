@@ -1,6 +1,7 @@
 // The synthetic view's heatmaps: one canvas per head of mha.attentionWeights for the batch item picked,
 // sized to the container's width (heatLayout), with a legend, a tooltip under the pointer and a keyboard
-// cursor, so every cell can be read without a mouse.
+// cursor, so every cell can be read without a mouse. The options panel adds a sink column (the mass the sink
+// takes per row), the window's band and the grouping of query heads that share a KV head.
 import { $, el } from './dom.js';
 import { MASKED_FILL, MASKED_HATCH, NAN_FILL, RAMP, headColor, rampColor } from './colors.js';
 import { fmtWeight } from './format.js';
@@ -8,6 +9,8 @@ import { RECIPES } from './model.js';
 
 // What the maps on the page show: the tooltip and the keyboard cursor read their cells from here.
 const heat = { data: null };
+const SINK_GAP = 6;
+const BAND_COLOR = '#f97316';
 
 function drawHatch(ctx, x, y, w, h) {
   ctx.fillStyle = MASKED_FILL;
@@ -32,7 +35,7 @@ function drawHatch(ctx, x, y, w, h) {
  * Sizes the heatmap grid to the container: picks the column count (the fewest columns that still
  * need no more rows than the most that fit), then the largest cell that fills a column.
  */
-function heatLayout(S, T, H, rowLabels, colLabels, containerWidth) {
+function heatLayout(S, T, H, rowLabels, colLabels, containerWidth, sinkColumn) {
   const gap = 14;
   const frame = 18; // figure padding + border
   const probe = document.createElement('canvas').getContext('2d');
@@ -49,7 +52,10 @@ function heatLayout(S, T, H, rowLabels, colLabels, containerWidth) {
   while (cols > 1 && Math.ceil(H / (cols - 1)) === rows) cols--;
   const figureWidth = (containerWidth - (cols - 1) * gap) / cols;
 
-  const fit = (left, right) => Math.floor((figureWidth - frame - left - right) / T);
+  // The sink column is one more cell, set off by a gap of SINK_GAP.
+  const cells = T + (sinkColumn ? 1 : 0);
+  const gapFor = sinkColumn ? SINK_GAP : 0;
+  const fit = (left, right) => Math.floor((figureWidth - frame - left - right - gapFor) / cells);
   let cell = Math.min(22, fit(rowW, rise), Math.floor(420 / S));
   let labelled = cell >= 9;
   if (!labelled) cell = Math.min(22, fit(22, 4), Math.floor(420 / S));
@@ -65,7 +71,8 @@ function heatLayout(S, T, H, rowLabels, colLabels, containerWidth) {
     font: fontFor(cell),
     left,
     top,
-    width: left + T * cell + right,
+    width: left + T * cell + (sinkColumn ? SINK_GAP + cell : 0) + right,
+    sinkX: left + T * cell + SINK_GAP,
     height: top + S * cell + 4,
   };
 }
@@ -106,6 +113,8 @@ function drawHeatmap(canvas, h, highlight) {
   ctx.strokeStyle = '#cbd5e1';
   ctx.lineWidth = 1;
   ctx.strokeRect(L.left - 0.5, L.top - 0.5, T * L.cell + 1, S * L.cell + 1);
+  if (d.sinkMass) drawSinkColumn(ctx, h, L, S);
+  if (d.window) drawWindowBand(ctx, L, S, T, d.window);
 
   // axis labels
   ctx.fillStyle = '#334155';
@@ -138,8 +147,47 @@ function drawHeatmap(canvas, h, highlight) {
   if (highlight) {
     ctx.strokeStyle = '#f97316';
     ctx.lineWidth = 2;
-    ctx.strokeRect(L.left + highlight.j * L.cell + 1, L.top + highlight.i * L.cell + 1, L.cell - 2, L.cell - 2);
+    const x = highlight.j === T ? L.sinkX : L.left + highlight.j * L.cell;
+    ctx.strokeRect(x + 1, L.top + highlight.i * L.cell + 1, L.cell - 2, L.cell - 2);
   }
+}
+
+function drawSinkColumn(ctx, h, L, S) {
+  const d = heat.data;
+  for (let i = 0; i < S; i++) {
+    const mass = d.sinkMass[h * S + i];
+    ctx.fillStyle = Number.isNaN(mass) ? NAN_FILL : rampColor(mass / d.maxW);
+    ctx.fillRect(L.sinkX, L.top + i * L.cell, L.cell, L.cell);
+  }
+  ctx.strokeStyle = '#cbd5e1';
+  ctx.strokeRect(L.sinkX - 0.5, L.top - 0.5, L.cell + 1, S * L.cell + 1);
+  ctx.save();
+  ctx.fillStyle = '#7c2d12';
+  ctx.font = '9px system-ui, sans-serif';
+  ctx.textAlign = 'left';
+  ctx.translate(L.sinkX + L.cell / 2 + 3, L.top - 4);
+  ctx.rotate(-Math.PI / 4);
+  ctx.fillText('sink', 0, 0);
+  ctx.restore();
+}
+
+/** The window's band: on each row, a line at the first and past the last key the window lets through. */
+function drawWindowBand(ctx, L, S, T, { bounds: [left, right], offset }) {
+  ctx.strokeStyle = BAND_COLOR;
+  ctx.lineWidth = 2;
+  ctx.beginPath();
+  for (let i = 0; i < S; i++) {
+    const p = offset + i;
+    const y = L.top + i * L.cell;
+    for (const edge of [p - left, p + right + 1]) {
+      if (edge <= 0 || edge >= T) continue;
+      const x = L.left + edge * L.cell;
+      ctx.moveTo(x, y);
+      ctx.lineTo(x, y + L.cell);
+    }
+  }
+  ctx.stroke();
+  ctx.lineWidth = 1;
 }
 
 function renderLegend(maxW, clipped) {
@@ -168,6 +216,8 @@ function renderLegend(maxW, clipped) {
 function tooltipText(h, i, j) {
   const d = heat.data;
   const q = `query ${i} “${d.rowLabels[i]}”`;
+  if (j === d.T)
+    return { head: `Head ${h}`, q, k: 'the sink', value: `sink takes ${fmtWeight(d.sinkMass[h * d.S + i])}` };
   const k = `key ${j} “${d.colLabels[j]}”`;
   let value;
   if (d.nanRow[i]) value = 'every key is masked: this row is NaN';
@@ -205,9 +255,11 @@ function cellAt(canvas, clientX, clientY) {
   const rect = canvas.getBoundingClientRect();
   const x = ((clientX - rect.left) * L.width) / rect.width;
   const y = ((clientY - rect.top) * L.height) / rect.height;
-  const j = Math.floor((x - L.left) / L.cell);
   const i = Math.floor((y - L.top) / L.cell);
-  if (i < 0 || j < 0 || i >= heat.data.S || j >= heat.data.T) return null;
+  if (i < 0 || i >= heat.data.S) return null;
+  if (heat.data.sinkMass && x >= L.sinkX && x < L.sinkX + L.cell) return { i, j: heat.data.T };
+  const j = Math.floor((x - L.left) / L.cell);
+  if (j < 0 || j >= heat.data.T) return null;
   return { i, j };
 }
 
@@ -232,7 +284,7 @@ function attachHeatmapEvents(canvas, h) {
     cursor = cursor ?? { i: 0, j: 0 };
     cursor = {
       i: Math.min(S - 1, Math.max(0, cursor.i + moves[ev.key][0])),
-      j: Math.min(T - 1, Math.max(0, cursor.j + moves[ev.key][1])),
+      j: Math.min(heat.data.sinkMass ? T : T - 1, Math.max(0, cursor.j + moves[ev.key][1])),
     };
     drawHeatmap(canvas, h, cursor);
     const rect = canvas.getBoundingClientRect();
@@ -241,7 +293,7 @@ function attachHeatmapEvents(canvas, h) {
       h,
       cursor.i,
       cursor.j,
-      rect.left + (L.left + (cursor.j + 1) * L.cell) * sx,
+      rect.left + (cursor.j === T ? L.sinkX + L.cell : L.left + (cursor.j + 1) * L.cell) * sx,
       rect.top + (L.top + (cursor.i + 1) * L.cell) * sx,
     );
   });
@@ -267,10 +319,25 @@ export function renderHeatmaps(state) {
   if (!(maxW > 0)) maxW = 1;
   const clipped = trueMax > maxW * 1.0001;
   const nanRow = Array.from({ length: S }, (_, i) => Number.isNaN(weights[i * T]));
+  const sinkMass = state.sinks ? rowDeficits(weights, H * S, T) : null;
   const width = $('heatmaps').clientWidth;
-  const layout = heatLayout(S, T, H, rowLabels, rowLabels, width || 300);
+  const layout = heatLayout(S, T, H, rowLabels, rowLabels, width || 300, sinkMass !== null);
   heat.renderedWidth = width;
-  heat.data = { S, T, H, weights, maxW, nanRow, visible: visibleItem, rowLabels, colLabels: rowLabels, layout };
+  heat.data = {
+    S,
+    T,
+    H,
+    weights,
+    maxW,
+    nanRow,
+    sinkMass,
+    window: state.window,
+    visible: visibleItem,
+    rowLabels,
+    colLabels: rowLabels,
+    layout,
+  };
+  const group = H / (state.numKvHeads ?? H);
 
   const dpr = window.devicePixelRatio || 1;
   const figures = [];
@@ -280,7 +347,7 @@ export function renderHeatmaps(state) {
       height: Math.round(layout.height * dpr),
       tabIndex: 0,
       role: 'img',
-      'aria-label': `Head ${h}: attention weights, ${S} queries (rows) by ${T} keys (columns). Focus and use the arrow keys to read cells.`,
+      'aria-label': `Head ${h}: attention weights, ${S} queries (rows) by ${T} keys (columns)${sinkMass ? ' and the sink' : ''}. Focus and use the arrow keys to read cells.`,
       'data-head': String(h),
       // plot geometry in CSS pixels, for tests and tools
       'data-left': String(layout.left),
@@ -292,10 +359,15 @@ export function renderHeatmaps(state) {
     drawHeatmap(canvas, h, null);
     attachHeatmapEvents(canvas, h);
     const recipe = cfg.source === 'sentence' ? RECIPES[h % RECIPES.length].label : null;
+    const kvHead = Math.floor(h / group);
     figures.push(
       el(
         'figure',
-        { class: 'head' },
+        {
+          class: group > 1 ? 'head grouped' : 'head',
+          'data-kv-head': String(kvHead),
+          style: group > 1 ? `border-color:${headColor(kvHead * group)}` : '',
+        },
         el(
           'figcaption',
           {},
@@ -303,6 +375,13 @@ export function renderHeatmaps(state) {
           el('strong', {}, `Head ${h}`),
           el('span', { class: 'cols' }, ` cols ${h * cfg.headDim}–${(h + 1) * cfg.headDim - 1}`),
           recipe ? el('span', { class: 'recipe' }, recipe) : null,
+          group > 1
+            ? el(
+                'span',
+                { class: 'kv-tag', style: `background:${headColor(kvHead * group, 92)}` },
+                `KV head ${kvHead}: heads ${kvHead * group}–${(kvHead + 1) * group - 1} share its keys`,
+              )
+            : null,
         ),
         canvas,
       ),
@@ -318,8 +397,27 @@ export function renderHeatmaps(state) {
     el('code', {}, 'mha.attentionWeights'),
     `. Shared color scale, 0 to ${maxW.toFixed(3)}${clipped ? ' (larger weights saturate)' : ''}. ` +
       (nan ? `${nan} fully masked row${nan > 1 ? 's' : ''}: NaN, as in PyTorch. ` : '') +
+      (state.window ? 'Orange lines: the edges of the window. ' : '') +
+      (sinkMass
+        ? 'The column apart at the right: the mass the sink takes from each row (rows sum to 1 with it). '
+        : '') +
+      (group > 1
+        ? `Heads framed in one color share one KV head (${H / group} KV heads); here a KV head is the keys of the ` +
+          'first head of its group, so the other heads lose the keys their recipe was built for. '
+        : '') +
       'Hover a cell, or focus a map and use the arrow keys.',
   );
+}
+
+/** 1 − Σ_j w[r, j] of each of `rows` rows of T weights: the mass the sink took (NaN for a NaN row). */
+function rowDeficits(weights, rows, T) {
+  const out = new Float64Array(rows);
+  for (let r = 0; r < rows; r++) {
+    let sum = 0;
+    for (let j = 0; j < T; j++) sum += weights[r * T + j];
+    out[r] = Number.isNaN(sum) ? NaN : Math.max(0, 1 - sum);
+  }
+  return out;
 }
 
 /** Keeps the maps fitted to their container; `currentRender()` is the state last drawn (null before any). */

@@ -11,6 +11,18 @@ import { redrawHeatmapsOnResize, renderHeatmaps } from './heatmaps.js';
 import { renderSplitMerge } from './split-merge.js';
 import { copyCode, renderCode } from './code-panel.js';
 import { startJob } from './checks-and-timing.js';
+import {
+  TYPED_FIELDS,
+  codeLines,
+  describeModern,
+  kvHeadsOf,
+  libraryOptions,
+  modernControls,
+  readModernOptions,
+  syncKvHeads,
+  visibleWith,
+} from './modern-options.js';
+import { renderRopeChart, renderStages, syncStageHeads } from './stage-view.js';
 
 let mha = null;
 const state = { info: null };
@@ -20,9 +32,12 @@ let renderCount = 0; // body[data-renders]: lets tests wait for the render that 
 
 function update({ keepItem = true, rerun = false } = {}) {
   syncSourceControls();
-  const { errors, cfg } = readSettings();
-  showErrors(errors ?? []);
-  if (!cfg) return;
+  const { errors: settingErrors, cfg } = readSettings();
+  const errors = settingErrors ?? [];
+  if (cfg) syncKvHeads(cfg.numHeads);
+  const modern = readModernOptions(cfg?.numHeads ?? 1, errors);
+  showErrors(errors);
+  if (!cfg || errors.length) return;
   if (cfg.source === 'sentence') {
     controls.batch.value = String(cfg.batch);
     controls.seqLen.value = String(cfg.seqLen);
@@ -63,17 +78,19 @@ function update({ keepItem = true, rerun = false } = {}) {
   const token = Number(controls.token.value);
 
   const maskItem = maskInfo.options.mask ? batchItem(maskInfo.options.mask, item, S, S) : undefined;
+  const causal = cfg.mask === 'causal';
   const itemOpts = {
     batch: 1,
     seqLen: S,
     dModel: D,
     numHeads: H,
-    causal: cfg.mask === 'causal',
+    causal,
     ...(maskItem ? { mask: maskItem } : {}),
+    ...libraryOptions(modern, { seqLen: S, numHeads: H, headDim: cfg.headDim }, mha),
   };
   const qb = batchItem(data.q, item, S, D);
-  const kb = batchItem(data.k, item, S, D);
-  const vb = batchItem(data.v, item, S, D);
+  const kb = kvHeadsOf(batchItem(data.k, item, S, D), S, D, H, modern.numKvHeads);
+  const vb = kvHeadsOf(batchItem(data.v, item, S, D), S, D, H, modern.numKvHeads);
   let weights;
   let outb;
   let qh;
@@ -89,14 +106,17 @@ function update({ keepItem = true, rerun = false } = {}) {
 
   $('mask-help').textContent = {
     none: 'Every query sees every key.',
-    causal: 'Query i sees keys 0..i only (the causal flag).',
+    causal: modern.queryOffset
+      ? `Query i sees keys 0..i + ${modern.queryOffset} only (the causal flag, counted from the query offset).`
+      : 'Query i sees keys 0..i only (the causal flag).',
     padding: `Item b sees only its first ${maskInfo.lengths?.join(' / ')} keys: a (B, S, T) mask, nonzero = attend.`,
     random: 'About 35% of (query, key) pairs hidden, and one query row per item fully hidden: its output is NaN.',
   }[cfg.mask];
   const mode = cfg.source === 'sentence' ? 'sentences' : `seeded random data (seed ${cfg.seed})`;
   const padNote = maskInfo.lengths ? `; valid lengths ${maskInfo.lengths.join(', ')}` : '';
   $('derived').textContent =
-    `(B, S, D) = ${tuple([B, S, D])}, ${H} heads of Dh = ${cfg.headDim}; ${mode}; mask: ${MASKS[cfg.mask]}${padNote}.`;
+    `(B, S, D) = ${tuple([B, S, D])}, ${H} heads of Dh = ${cfg.headDim}; ${mode}; mask: ${MASKS[cfg.mask]}${padNote}.` +
+    describeModern(modern, H);
 
   const st = {
     cfg,
@@ -107,12 +127,33 @@ function update({ keepItem = true, rerun = false } = {}) {
     item,
     token,
     rowLabels: tokens[item],
-    visibleItem: (i, j) => maskInfo.visible(item, i, j),
+    visibleItem: visibleWith(modern, causal, (i, j) => causal || maskInfo.visible(item, i, j)),
+    window: modern.window ? { bounds: modern.window, offset: modern.queryOffset } : null,
+    sinks: itemOpts.sinks !== undefined,
+    numKvHeads: modern.numKvHeads,
   };
   lastRender = st;
   renderHeatmaps(st);
+  syncStageHeads(H);
+  const stageHead = Number($('stageHead').value);
+  renderStages(mha, { q: qb, k: kb, options: itemOpts, token, head: stageHead, labels: tokens[item] });
+  const group = H / modern.numKvHeads;
+  const kvHead = Math.floor(stageHead / group);
+  const keyRow = kb.subarray(
+    (token * modern.numKvHeads + kvHead) * cfg.headDim,
+    (token * modern.numKvHeads + kvHead + 1) * cfg.headDim,
+  );
+  renderRopeChart(mha, {
+    x: keyRow,
+    theta: modern.chartTheta,
+    enabled: modern.ropeTheta !== null,
+    word: tokens[item][token],
+  });
   renderSplitMerge(st);
-  renderCode(cfg, maskInfo, state.info);
+  renderCode(cfg, maskInfo, state.info, {
+    optionLines: codeLines(modern, { seqLen: S, numHeads: H, headDim: cfg.headDim }),
+    kvWidth: modern.numKvHeads * cfg.headDim,
+  });
   document.body.dataset.renders = String(++renderCount);
   document.body.dataset.ready = 'true';
 
@@ -166,6 +207,9 @@ async function main() {
   controls.mask.addEventListener('change', () => update());
   controls.item.addEventListener('change', () => update());
   controls.token.addEventListener('change', () => update());
+  for (const name of TYPED_FIELDS) modernControls[name].addEventListener('input', () => scheduleUpdate());
+  for (const name of ['numKvHeads', 'alibi', 'rope']) modernControls[name].addEventListener('change', () => update());
+  $('stageHead').addEventListener('change', () => update());
   $('rerun').addEventListener('click', () => update({ rerun: true }));
   $('copy').addEventListener('click', copyCode);
   $('preset-large').addEventListener('click', () => {

@@ -3,7 +3,7 @@
 // prompt, batched into one animation frame. Plain DOM + canvas over model-state.js.
 //
 // Shapes: L layers, H heads, S prompt bytes, T keys held (the context so far).
-import { RAMP, rampColor } from './colors.js';
+import { RAMP, headColor, rampColor } from './colors.js';
 import { $, headInfo, section, state, ui } from './model-state.js';
 import { liveScore } from './model-scores.js';
 
@@ -25,7 +25,8 @@ export function clearSpeed() {
 }
 
 export function buildHeadRows() {
-  const { layers: L, heads: H } = state.dims;
+  const { layers: L, heads: H, kvHeads } = state.dims;
+  const headsPerKv = H / kvHeads; // a KV head's query heads are drawn with one color
   ui.heads.replaceChildren();
   for (let layer = 0; layer < L; layer++) {
     const group = document.createElement('div');
@@ -36,15 +37,18 @@ export function buildHeadRows() {
     for (let head = 0; head < H; head++) {
       const row = document.createElement('div');
       row.className = 'real-head';
+      const kvHead = Math.floor(head / headsPerKv);
+      row.dataset.kvHead = String(kvHead);
+      row.style.borderLeftColor = headColor(kvHead * 3);
       const button = document.createElement('button');
       button.type = 'button';
       button.className = 'head-btn';
       Object.assign(button.dataset, { layer, head });
       const labels = headInfo(layer, head)?.labels ?? [];
-      button.innerHTML = `<span class="head-name">L${layer} H${head}</span>${labels.map((l) => `<span class="badge">${l}</span>`).join('')}<span class="head-score"></span>`;
+      button.innerHTML = `<span class="head-name">L${layer} H${head}</span><span class="kv-name">KV ${kvHead}</span>${labels.map((l) => `<span class="badge">${l}</span>`).join('')}<span class="head-score"></span>`;
       button.setAttribute(
         'aria-label',
-        `layer ${layer} head ${head}${labels.length ? ` (${labels.join(', ')} head)` : ''}: show its pattern over the prompt`,
+        `layer ${layer} head ${head}, KV head ${kvHead}${labels.length ? ` (${labels.join(', ')} head)` : ''}: show its pattern over the prompt`,
       );
       button.addEventListener('click', () => {
         state.selected = { layer, head };
@@ -192,11 +196,19 @@ function drawDetail() {
   }
   const info = headInfo(layer, head);
   const kvHead = Math.floor(head / (H / state.dims.kvHeads));
-  ui.detailTitle.textContent = `Layer ${layer}, head ${head} (KV head ${kvHead})${info.labels.length ? `: ${info.labels.join(', ')} head` : ''}`;
+  ui.detailTitle.textContent = `Layer ${layer}, head ${head} (KV head ${kvHead})${info?.labels.length ? `: ${info.labels.join(', ')} head` : ''}`;
   canvas.setAttribute(
     'aria-label',
     `attention pattern of layer ${layer} head ${head} over the ${S}-byte prompt; rows are queries, columns are keys, each row scaled to its maximum`,
   );
+  const live =
+    `Mean attention to the previous byte: ${fmtScore(liveScore('previousToken', layer, head))} over this text; ` +
+    `induction (attention to the byte after the last earlier occurrence of the current byte): ${fmtScore(liveScore('induction', layer, head))}.`;
+  if (!info) {
+    // tiny-llama: no training run labelled its heads
+    ui.detailNote.textContent = live;
+    return;
+  }
   const i = layer * H + head;
   const recomputed = (name) =>
     state.reference[name] ? `${fmtScore(state.reference[name][i])} recomputed here` : 'not recomputed here yet';

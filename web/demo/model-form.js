@@ -6,6 +6,28 @@ import { sendContinue, sendGenerate, sendReference, sendSave, startWorker, whenL
 import { resetScores } from './model-scores.js';
 import { saver, section, state, ui } from './model-state.js';
 
+/** The sampling controls, validated: { run: {greedy, temperature, topK, seed} } or { problem }. */
+function readSampling() {
+  const greedy = ui.sampling.value === 'greedy';
+  const temperature = Number(ui.temperature.value);
+  const topK = Number(ui.topK.value);
+  const seed = Number(ui.seed.value);
+  if (!greedy) {
+    if (!(temperature >= 0.05 && temperature <= 2))
+      return { problem: `Temperature: expected a number from 0.05 to 2, got “${ui.temperature.value}”.` };
+    if (!Number.isInteger(topK) || topK < 1 || topK > 256)
+      return { problem: `Top-k: expected a whole number from 1 to 256, got “${ui.topK.value}”.` };
+    if (!Number.isInteger(seed) || seed < 0 || seed > 4294967295)
+      return { problem: `Seed: expected a whole number from 0 to 4294967295, got “${ui.seed.value}”.` };
+  }
+  return { run: { greedy, temperature, topK, seed } };
+}
+
+/** The numbers matter only when sampling: greyed out for greedy. */
+function syncSampling() {
+  for (const input of [ui.temperature, ui.topK, ui.seed]) input.disabled = ui.sampling.value === 'greedy';
+}
+
 /** Generate (the prompt and "Bytes to generate" validated first), or Stop a running generation. */
 function start() {
   if (state.running) {
@@ -18,7 +40,8 @@ function start() {
   const bytes = [...new TextEncoder().encode(ui.prompt.value)];
   const nCtx = state.dims.context;
   const count = Number(ui.count.value);
-  let problem = '';
+  const sampling = readSampling();
+  let problem = sampling.problem ?? '';
   if (bytes.length < 1) problem = 'Type a prompt of at least one character.';
   else if (bytes.length > 200) problem = `The prompt is ${bytes.length} bytes; at most 200 fit with room to generate.`;
   else if (!Number.isInteger(count) || count < 1 || bytes.length + count > nCtx)
@@ -28,7 +51,7 @@ function start() {
     section.dataset.state = 'invalid';
     return;
   }
-  const run = { dtype: ui.cache.value, greedy: ui.sampling.value === 'greedy', temperature: 0.8, topK: 40, seed: 1 };
+  const run = { dtype: ui.cache.value, ...sampling.run };
   begin({ tokens: [...bytes], promptLength: bytes.length, run, restored: null });
   sendGenerate(bytes, count, run);
 }
@@ -77,6 +100,10 @@ function continueSaved() {
   // the saved settings, so that the bytes are the ones an uninterrupted generation gives
   ui.cache.value = record.dtype;
   ui.sampling.value = record.sampling.greedy ? 'greedy' : 'sample';
+  ui.temperature.value = String(record.sampling.temperature);
+  ui.topK.value = String(record.sampling.topK);
+  ui.seed.value = String(record.sampling.seed);
+  syncSampling();
   const run = { dtype: record.dtype, ...record.sampling };
   begin({
     tokens: [...record.tokens, record.pending],
@@ -127,6 +154,8 @@ export function wireControls() {
     }
   });
   ui.verify.addEventListener('click', verify);
+  ui.sampling.addEventListener('change', syncSampling);
+  syncSampling();
   ui.picker.addEventListener('change', pickModel);
   ui.save.addEventListener('click', () => {
     if (state.running || section.dataset.state !== 'done') return;

@@ -92,7 +92,7 @@ function loaded(data) {
         : `, ${(data.weightsTransferBytes / 1e6).toFixed(1)} MB of weights downloaded`;
   ui.status.textContent = `${data.model} loaded in ${Math.round(data.loadMs)} ms${transfer}: ${L} layers, ${H} query heads sharing ${Hkv} KV heads, d_model ${D}, context ${context} bytes; mha-wasm ${data.info.version} (${data.info.build}).`;
   section.dataset.transferBytes = String(data.weightsTransferBytes);
-  if (data.heads) buildHeadRows();
+  buildHeadRows();
   section.dataset.state = 'ready';
   ui.run.disabled = false;
   onLoaded();

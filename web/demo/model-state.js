@@ -13,6 +13,9 @@ export const ui = {
   count: $('real-count'),
   cache: $('real-cache'),
   sampling: $('real-sampling'),
+  temperature: $('real-temperature'),
+  topK: $('real-topk'),
+  seed: $('real-seed'),
   run: $('real-run'),
   status: $('real-status'),
   promptText: $('real-text-prompt'),
@@ -55,5 +58,5 @@ export const state = {
   restored: null,
 };
 
-/** heads.json's entry of (layer, head): its labels and PyTorch's scores. */
-export const headInfo = (layer, head) => state.heads.heads.find((e) => e.layer === layer && e.head === head);
+/** heads.json's entry of (layer, head): its labels and PyTorch's scores (undefined without heads.json). */
+export const headInfo = (layer, head) => state.heads?.heads.find((e) => e.layer === layer && e.head === head);

@@ -110,16 +110,15 @@ export function readSettings() {
 
 export function showErrors(errors) {
   const box = $('errors');
-  for (const name of ['sentence', 'seed', 'batch', 'seqLen', 'dModel', 'numHeads']) {
-    controls[name].removeAttribute('aria-invalid');
-  }
+  for (const node of $('controls').querySelectorAll('[aria-invalid]')) node.removeAttribute('aria-invalid');
   box.replaceChildren();
   if (!errors.length) {
     box.hidden = true;
     document.body.classList.remove('stale');
     return;
   }
-  for (const e of errors) controls[e.field]?.setAttribute('aria-invalid', 'true');
+  // The options panel's fields are named by their ids (modern-options.js).
+  for (const e of errors) (controls[e.field] ?? (e.field && $(e.field)))?.setAttribute('aria-invalid', 'true');
   box.append(el('strong', {}, 'Not computed: '), ...errors.map((e) => el('p', {}, e.text)));
   box.hidden = false;
   document.body.classList.add('stale');
