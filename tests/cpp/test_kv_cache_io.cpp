@@ -58,6 +58,16 @@ Status refused(const Bytes& bytes, std::string& why, int32_t capacity = 0) {
 void put_u32(Bytes& bytes, size_t at, uint32_t x) { std::memcpy(bytes.data() + at, &x, 4); }
 // Recomputes the checksum after a test changed a field, so the field's own check is what refuses it.
 void resign(Bytes& bytes) { put_u32(bytes, bytes.size() - 4, mha::crc32(bytes.data(), int64_t(bytes.size()) - 4)); }
+// A copy of `bytes` with the u32 (word) or the byte at `at` set to `value`, its checksum recomputed.
+Bytes changed_at(const Bytes& bytes, size_t at, uint32_t value, bool word) {
+  Bytes b = bytes;
+  if (word)
+    put_u32(b, at, value);
+  else
+    b[at] = uint8_t(value);
+  resign(b);
+  return b;
+}
 
 std::unique_ptr<KVCache> make_cache(const KVCacheConfig& config) {
   std::unique_ptr<KVCache> cache;
@@ -366,15 +376,7 @@ TEST_CASE("kv cache io: int8 saves hold only what a quantization stores", "[kv_c
   REQUIRE(bytes[8] == 2);  // version 2
   const size_t k_at = 52, v_at = k_at + 3 * 40, k_scales_at = v_at + 3 * 8, v_scales_at = k_scales_at + 3 * 2 * 4;
   std::string why;
-  auto changed = [&](size_t at, uint32_t value, bool word) {
-    Bytes b = bytes;
-    if (word)
-      put_u32(b, at, value);
-    else
-      b[at] = uint8_t(value);
-    resign(b);
-    return b;
-  };
+  auto changed = [&](size_t at, uint32_t value, bool word) { return changed_at(bytes, at, value, word); };
   REQUIRE(refused(changed(k_scales_at + 4, 0xbf800000u, true), why) == Status::kCacheBadSave);  // -1
   REQUIRE(
       why.find("sequence 0, token 0, KV head 0: the k block 1 (scale 0xbf800000) is not what an int8 quantization") ==
@@ -412,15 +414,7 @@ TEST_CASE("kv cache io: int4 saves pack two values per byte and hold only what a
     REQUIRE(bytes[40] == (ring ? 1 : 0));
     const size_t k_at = header, v_at = k_at + 4 * 19, k_scales_at = v_at + 4 * 4, v_scales_at = k_scales_at + 4 * 2 * 4;
     std::string why;
-    auto changed = [&](size_t at, uint32_t value, bool word) {
-      Bytes b = bytes;
-      if (word)
-        put_u32(b, at, value);
-      else
-        b[at] = uint8_t(value);
-      resign(b);
-      return b;
-    };
+    auto changed = [&](size_t at, uint32_t value, bool word) { return changed_at(bytes, at, value, word); };
     REQUIRE(refused(changed(k_scales_at + 4, 0xbf800000u, true), why) == Status::kCacheBadSave);  // -1
     REQUIRE(
         why.find("sequence 0, token 0, KV head 0: the k block 1 (scale 0xbf800000) is not what an int4 quantization") ==

@@ -1,19 +1,11 @@
 // The cache view's pictures: the map of the weights' error, the ring's held tokens over the decode steps and
 // the bars of the bytes a shared prefix saves. Each canvas is sized to its container, in CSS pixels × dpr.
-import { el } from './dom.js';
+import { el, prepareCanvas } from './dom.js';
 import { MASKED_FILL, rampColor } from './colors.js';
 
-/** A canvas of `width` × `height` CSS pixels, cleared to white; returns its 2D context. */
+/** A canvas of `width` × `height` CSS pixels, cleared to white, in the pictures' font; returns its 2D context. */
 function prepare(canvas, width, height) {
-  const dpr = window.devicePixelRatio || 1;
-  canvas.width = Math.round(width * dpr);
-  canvas.height = Math.round(height * dpr);
-  canvas.style.width = `${width}px`;
-  canvas.style.height = `${height}px`;
-  const ctx = canvas.getContext('2d');
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.fillStyle = '#fff';
-  ctx.fillRect(0, 0, width, height);
+  const ctx = prepareCanvas(canvas, width, height);
   ctx.font = '10px system-ui, sans-serif';
   return ctx;
 }

@@ -1,7 +1,7 @@
 // The stage view: the traced token's row in one head after each step of the score pipeline (mha.attentionWeights
 // with `stage`), and the RoPE chart: the score of two equal tokens as their distance grows. Both come from the
 // library's own calls, so they show what the kernel computes rather than a re-derivation.
-import { $, el } from './dom.js';
+import { $, el, prepareCanvas } from './dom.js';
 import { rampColor } from './colors.js';
 
 const STAGES = [
@@ -120,15 +120,7 @@ export function renderRopeChart(mha, { x, theta, enabled, word }) {
     `pairs of entries turn at different speeds. ${enabled ? 'RoPE is on in the maps.' : 'RoPE is off in the maps (tick it above).'}`;
   const width = Math.max(240, canvas.parentElement.clientWidth - 4);
   const height = 170;
-  const dpr = window.devicePixelRatio || 1;
-  canvas.width = Math.round(width * dpr);
-  canvas.height = Math.round(height * dpr);
-  canvas.style.width = `${width}px`;
-  canvas.style.height = `${height}px`;
-  const ctx = canvas.getContext('2d');
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.fillStyle = '#fff';
-  ctx.fillRect(0, 0, width, height);
+  const ctx = prepareCanvas(canvas, width, height);
   const pad = { left: 44, right: 10, top: 10, bottom: 28 };
   const lo = Math.min(0, plain, ...byDistance);
   const hi = Math.max(plain, ...byDistance);
