@@ -8,6 +8,7 @@
 //   node bench/kernel/decode-dtypes.mjs [--shapes decode-mha-8k,decode-gqa-4k] [--dtypes float32,float16]
 //     [--data normal,subnormal] [--rounds 7] [--steps 5] [--dist dir ...] [--relaxed] [--json]
 //
+// A dtype written 'int8:integer' or 'int4:integer' asks for integer arithmetic (docs/spec.md 5.1).
 // --data subnormal: 10 % of k and v elements replaced by values whose halves are subnormal (|x| < 2^-14),
 // drawn uniformly in magnitude over [2^-24, 2^-14), random sign. Several --dist (built dist/ folders, e.g.
 // a copy of another commit's) run side by side as extra rows (A/B of kernels on the same data).
@@ -72,10 +73,19 @@ function makeData(s, kind, seed) {
 }
 
 // A fixed-length step: a cache of capacity T filled to T - 1, then attend one token and truncate back.
-function cacheStep(mha, s, d, dtype) {
+// dtypeSpec: a cache dtype, or 'int8:integer' / 'int4:integer' for integer arithmetic (docs/spec.md 5.1).
+function cacheStep(mha, s, d, dtypeSpec) {
   const { B, T, H, Hkv, Dh } = s;
   const kvD = Hkv * Dh;
-  const cache = mha.createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: T, dtype });
+  const [dtype, arithmetic] = dtypeSpec.split(':');
+  const cache = mha.createKVCache({
+    batch: B,
+    numKvHeads: Hkv,
+    headDim: Dh,
+    capacity: T,
+    dtype,
+    ...(arithmetic ? { arithmetic } : {}),
+  });
   const rows = (x, from, count) => {
     const out = new Float32Array(B * count * kvD);
     for (let b = 0; b < B; b++)
@@ -168,7 +178,7 @@ async function main() {
   );
   for (const o of out) {
     console.log(
-      `${o.shape.padEnd(14)} ${o.data.padEnd(9)} ${o.dtype.padEnd(8)} b${args.dist.indexOf(o.dist)} ${o.build.padEnd(12)} ` +
+      `${o.shape.padEnd(14)} ${o.data.padEnd(9)} ${o.dtype.padEnd(12)} b${args.dist.indexOf(o.dist)} ${o.build.padEnd(12)} ` +
         `${o.median.toFixed(3)} [${o.min.toFixed(3)} - ${o.max.toFixed(3)}]  x${o.vsF32 ?? '-'} vs f32`,
     );
   }

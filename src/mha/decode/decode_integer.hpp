@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "mha/cache/cache_codecs.hpp"
 #include "mha/core/numeric.hpp"
@@ -36,6 +37,7 @@
 #else
 #define MHA_INTEGER_VARIANT scalar
 #endif
+#include "mha/decode/decode_integer_dots.hpp"
 
 namespace mha {
 namespace MHA_INTEGER_VARIANT {
@@ -45,24 +47,30 @@ namespace integer_decode {
 constexpr float kInt16Range = 32767.0f;
 
 struct Layout {
-  size_t qi = 0, qs = 0, s = 0, sums = 0, k_tile = 0, v_tile = 0, zero_row = 0, wi = 0, osum = 0, total = 0;
+  size_t qi = 0, qs = 0, q_bias = 0, s = 0, sums = 0, k_tile = 0, v_tile = 0, zero_row = 0, wi = 0, osum = 0,
+         v_scales = 0;
+  size_t total = 0;
 };
-// Scratch (floats, 64-byte aligned parts): qi (rows, Dh2) int16, qs (rows, NBk), s (rows, 512) scores then
-// weights, sums (NBk, 32) int32 of one panel and row, k_tile (Dh, 32) int8 (an int4 panel unpacked),
-// v_tile (32, Dv8) int8 (int4 rows unpacked), zero_row (Dv8 + 16) int8, wi (32) int16, osum (32) int32.
+// Scratch (floats, 64-byte aligned parts): qi (rows, Dh2) int16, qs (rows, NBk), q_bias (rows, NBk) int32
+// (decode_integer_dots.hpp's int4 bias), s (rows, 512) scores then
+// weights, sums (2, NBk, 32) int32 of one panel and two rows, k_tile (Dh, 32) int8 (an int4 panel unpacked),
+// v_tile (32, Dv8) int8 (int4 rows unpacked), zero_row (Dv8 + 16) int8, wi (2, 32) int16, osum (2, 32) int32,
+// v_scales (NBv, 64) one chunk's value scales by block (32 keys and the over-read of a row's 32-key loads).
 inline Layout layout(int32_t dh, int32_t dv) {
   const size_t dh2 = size_t(round_up(dh, 2)), dv8 = size_t(round_up(dv, 8)), nbk = size_t(scale_blocks(dh));
   Layout l;
   ScratchCursor c;
   l.qi = c.take(kDecodeMaxRowsPerItem * dh2 / 2);
   l.qs = c.take(kDecodeMaxRowsPerItem * nbk);
+  l.q_bias = c.take(kDecodeMaxRowsPerItem * nbk);
   l.s = c.take(size_t(kDecodeMaxRowsPerItem) * kDecodeMaxKeysPerBlock);
-  l.sums = c.take(nbk * kKeysPerPanel);
+  l.sums = c.take(kMaxDotRows * nbk * kKeysPerPanel);
   l.k_tile = c.take(dh2 * kKeysPerPanel / 4);
   l.v_tile = c.take((kKeysPerPanel * dv8 + 16) / 4);
   l.zero_row = c.take((dv8 + 16) / 4);
-  l.wi = c.take(kKeysPerPanel / 2);
-  l.osum = c.take(kKeysPerPanel);
+  l.wi = c.take(kMaxDotRows * kKeysPerPanel / 2);
+  l.osum = c.take(kMaxDotRows * kKeysPerPanel);
+  l.v_scales = c.take(size_t(scale_blocks(dv)) * 2 * kKeysPerPanel);
   l.total = c.at;
   return l;
 }
@@ -126,126 +134,80 @@ inline void quantize16(const float* x, int32_t n, int16_t* q, float* scale) {
   }
 }
 
-// ---- The integer dot products (exact; SIMD or plain loops).
+// ---- Row statistics and chunk weights: SIMD where the result cannot depend on it.
 
-// sums[nb * 32 + c] = sum over d of block nb of qi[d] * panel[d][c] (panel: (Dh, 32) int8, 16-byte aligned).
-inline void panel_dots(const int16_t* qi, const int8_t* panel, int32_t dh, int32_t* sums) {
+// The largest of row[first..last] with NaN skipped (a NaN score never wins), -inf for none, and -0 as +0:
+// a maximum taken in any order is then the same float.
+inline float row_max(const float* row, int32_t first, int32_t last) {
+  float m = kNegInf;
+  int32_t j = first;
 #if MHA_INTEGER_SIMD
-  using simd::VecI;
-  using simd::VecI8;
-  const VecI8 zero(int8_t{0});
-  for (int32_t d0 = 0; d0 < dh; d0 += kScaleBlock) {
-    const int32_t d1 = std::min(dh, d0 + kScaleBlock);
-    VecI acc[8];
-    for (VecI& a : acc) a = VecI(0);
-    for (int32_t d = d0; d < d1; d += 2) {  // head dims d, d + 1 side by side: one dot per 4 keys
-      const int8_t* row = panel + int64_t{d} * kKeysPerPanel;
-      const bool pair = d + 1 < dh;
-      uint32_t qpair;
-      const int16_t two[2] = {qi[d], pair ? qi[d + 1] : int16_t{0}};
-      std::memcpy(&qpair, two, 4);
-      const auto w = xsimd::bitwise_cast<simd::VecI16>(VecI(static_cast<int32_t>(qpair)));
-      for (int half = 0; half < 2; ++half) {
-        const VecI8 a = VecI8::load_aligned(row + 16 * half);
-        const VecI8 b = pair ? VecI8::load_aligned(row + kKeysPerPanel + 16 * half) : zero;
-        const VecI8 lo = xsimd::zip_lo(a, b), hi = xsimd::zip_hi(a, b);
-        VecI* at = acc + 4 * half;
-        at[0] += simd::dot_i16(simd::extend_i8(lo, false), w);
-        at[1] += simd::dot_i16(simd::extend_i8(lo, true), w);
-        at[2] += simd::dot_i16(simd::extend_i8(hi, false), w);
-        at[3] += simd::dot_i16(simd::extend_i8(hi, true), w);
-      }
-    }
-    for (int i = 0; i < 8; ++i) acc[i].store_aligned(sums + (d0 / kScaleBlock) * kKeysPerPanel + 4 * i);
-  }
-#else
-  for (int32_t d0 = 0; d0 < dh; d0 += kScaleBlock) {
-    int32_t* out = sums + (d0 / kScaleBlock) * kKeysPerPanel;
-    for (int32_t c = 0; c < kKeysPerPanel; ++c) out[c] = 0;
-    for (int32_t d = d0; d < std::min(dh, d0 + kScaleBlock); ++d)
-      for (int32_t c = 0; c < kKeysPerPanel; ++c) out[c] += int32_t{qi[d]} * panel[int64_t{d} * kKeysPerPanel + c];
-  }
+  simd::VecF acc(kNegInf);
+  for (; j + 3 <= last; j += 4) acc = simd::pseudo_max(acc, simd::VecF::load_unaligned(row + j));
+  alignas(16) float lanes[4];
+  acc.store_aligned(lanes);
+  for (const float x : lanes) m = x > m ? x : m;
 #endif
+  for (; j <= last; ++j) m = row[j] > m ? row[j] : m;
+  return m + 0.0f;
 }
 
-// osum[i] = sum over the nk rows of wi[j] * rows[j][c0 + i], i < lanes (8, 16, 24 or 32, c0 + lanes <= Dv8);
-// rows j at rows + j * stride (int8); zero: a row of Dv8 + 16 zeros, the partner of an odd last row.
-inline void value_dots(const int16_t* wi, const int8_t* rows, int64_t stride, int32_t nk, int32_t c0, int32_t lanes,
-                       const int8_t* zero, int32_t* osum) {
+// l: row[first..last] in 4 interleaved parts (key j to part (j - first) mod 4, each summed in key order),
+// then (p0 + p1) + (p2 + p3); that order is part of the definition, and SIMD lanes are the parts.
+inline float row_sum(const float* row, int32_t first, int32_t last) {
+  alignas(16) float parts[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int32_t j = first;
 #if MHA_INTEGER_SIMD
-  using simd::VecI;
-  using simd::VecI8;
-  VecI acc[8];
-  for (VecI& a : acc) a = VecI(0);
-  for (int32_t j = 0; j < nk; j += 2) {
-    const int8_t* ra = rows + j * stride + c0;
-    const int8_t* rb = j + 1 < nk ? rows + (j + 1) * stride + c0 : zero;
-    uint32_t wpair;
-    const int16_t two[2] = {wi[j], j + 1 < nk ? wi[j + 1] : int16_t{0}};
-    std::memcpy(&wpair, two, 4);
-    const auto w = xsimd::bitwise_cast<simd::VecI16>(VecI(static_cast<int32_t>(wpair)));
-    for (int32_t g = 0; g * 16 < lanes; ++g) {
-      const bool eight = lanes - g * 16 == 8;
-      const VecI8 a = eight ? simd::load64_zero(ra + 16 * g) : VecI8::load_unaligned(ra + 16 * g);
-      const VecI8 b = eight ? simd::load64_zero(rb + 16 * g) : VecI8::load_unaligned(rb + 16 * g);
-      const VecI8 lo = xsimd::zip_lo(a, b), hi = xsimd::zip_hi(a, b);
-      VecI* at = acc + 4 * g;
-      at[0] += simd::dot_i16(simd::extend_i8(lo, false), w);
-      at[1] += simd::dot_i16(simd::extend_i8(lo, true), w);
-      if (eight) continue;
-      at[2] += simd::dot_i16(simd::extend_i8(hi, false), w);
-      at[3] += simd::dot_i16(simd::extend_i8(hi, true), w);
-    }
-  }
-  for (int32_t i = 0; 4 * i < lanes; ++i) acc[i].store_aligned(osum + 4 * i);
-#else
-  (void)zero;
-  for (int32_t i = 0; i < lanes; ++i) osum[i] = 0;
-  for (int32_t j = 0; j < nk; ++j)
-    for (int32_t i = 0; i < lanes; ++i) osum[i] += int32_t{wi[j]} * rows[j * stride + c0 + i];
+  simd::VecF acc(0.0f);
+  for (; j + 3 <= last; j += 4) acc += simd::VecF::load_unaligned(row + j);
+  acc.store_aligned(parts);
 #endif
+  for (; j <= last; ++j) parts[(j - first) & 3] += row[j];
+  return (parts[0] + parts[1]) + (parts[2] + parts[3]);
 }
 
-// ---- int4 (codec_int4.hpp) unpacked to int8 for the loops above.
-
-// A K panel: row d's 16 bytes hold keys 0..15 (low nibbles) and 16..31 (high), in order.
-inline void unpack_int4_panel(const uint8_t* panel, int32_t dh, int8_t* tile) {
-  for (int32_t d = 0; d < dh; ++d) {
+// One chunk's weights for one value block: w_j = p[j] * vs[j] (j < nk <= 32), wmax = their largest (NaN
+// skipped; weights are >= 0: validated scales are), wi_j = nearbyint(w_j * (32767 / wmax)) as int16 (NaN as
+// 0). Returns wmax / 32767, or 0 when every weight is 0 (or below 2^-113): nothing to add. The SIMD variant
+// reads p and vs up to index 31 whatever nk is (scratch both; the lanes past nk are masked to 0).
+inline float chunk_weights(const float* p, const float* vs, int32_t nk, int16_t* wi) {
 #if MHA_INTEGER_SIMD
-    const auto x = simd::VecI8::load_aligned(reinterpret_cast<const int8_t*>(panel) + 16 * d);
-    simd::low_nibbles(x).store_aligned(tile + kKeysPerPanel * d);
-    simd::high_nibbles(x).store_aligned(tile + kKeysPerPanel * d + 16);
-#else
-    for (int32_t c = 0; c < 16; ++c) {
-      tile[kKeysPerPanel * d + c] = static_cast<int8_t>(q4::nibble(panel[16 * d + c], false));
-      tile[kKeysPerPanel * d + 16 + c] = static_cast<int8_t>(q4::nibble(panel[16 * d + c], true));
-    }
-#endif
+  using simd::VecF;
+  alignas(16) static constexpr float kLane[4] = {0.0f, 1.0f, 2.0f, 3.0f};
+  const VecF lane = VecF::load_aligned(kLane), count(static_cast<float>(nk));
+  VecF w[kKeysPerPanel / 4];
+  VecF wmax_lanes(0.0f);
+  for (int32_t i = 0; i < kKeysPerPanel / 4; ++i) {
+    const VecF x = VecF::load_unaligned(p + 4 * i) * VecF::load_unaligned(vs + 4 * i);
+    w[i] = xsimd::select(lane + VecF(static_cast<float>(4 * i)) < count, x, VecF(0.0f));
+    wmax_lanes = simd::pseudo_max(wmax_lanes, w[i]);
   }
-}
-
-// nk value rows (Dv8 / 2 bytes each, lanes 2i and 2i + 1 in byte i) to (nk, Dv8) int8; tile has 16 bytes
-// of slack after its last row.
-inline void unpack_int4_rows(const uint8_t* rows, int32_t nk, int32_t dv8, int8_t* tile) {
+  alignas(16) float lanes[4];
+  wmax_lanes.store_aligned(lanes);
+  float wmax = 0.0f;
+  for (const float x : lanes) wmax = x > wmax ? x : wmax;
+#else
+  float w[kKeysPerPanel];
+  float wmax = 0.0f;
   for (int32_t j = 0; j < nk; ++j) {
-    const uint8_t* row = rows + int64_t{j} * (dv8 / 2);
-    int8_t* out = tile + int64_t{j} * dv8;
-#if MHA_INTEGER_SIMD
-    int32_t c = 0;
-    for (; c + 16 <= dv8; c += 16) {
-      const simd::VecI8 x = simd::load64_zero(reinterpret_cast<const int8_t*>(row) + c / 2);
-      xsimd::zip_lo(simd::low_nibbles(x), simd::high_nibbles(x)).store_unaligned(out + c);
-    }
-    if (c < dv8) {  // the last 8 lanes: 4 bytes, never read past the row
-      alignas(16) int8_t bytes[16] = {};
-      std::memcpy(bytes, row + c / 2, 4);
-      const auto x = simd::VecI8::load_aligned(bytes);
-      xsimd::zip_lo(simd::low_nibbles(x), simd::high_nibbles(x)).store_unaligned(out + c);
-    }
-#else
-    for (int32_t c = 0; c < dv8; ++c) out[c] = static_cast<int8_t>(q4::nibble(row[c / 2], c % 2 != 0));
-#endif
+    w[j] = p[j] * vs[j];
+    wmax = w[j] > wmax ? w[j] : wmax;
   }
+#endif
+  const float inv = kInt16Range / wmax;
+  if (!(inv <= 3.4028235e38f)) return 0.0f;
+#if MHA_INTEGER_SIMD
+  const VecF inv_lanes(inv);
+  for (int32_t i = 0; i < kKeysPerPanel / 8; ++i)
+    simd::round_i16(w[2 * i] * inv_lanes, w[2 * i + 1] * inv_lanes).store_aligned(wi + 8 * i);
+#else
+  // |w * inv| <= 32767 (a NaN weight, from a NaN score, makes l NaN: the row is NaN whatever wi is).
+  for (int32_t j = 0; j < nk; ++j) {
+    const float y = std::nearbyint(w[j] * inv);
+    wi[j] = static_cast<int16_t>(y == y ? y : 0.0f);
+  }
+#endif
+  return wmax / kInt16Range;
 }
 
 // ---- The work item.
@@ -258,6 +220,7 @@ inline void run(const DecodeBlock& blk, float* scratch) {
   const int32_t base = blk.key_begin / kKeysPerPanel * kKeysPerPanel;
   auto* qi = reinterpret_cast<int16_t*>(scratch + lay.qi);
   float* qs = scratch + lay.qs;
+  auto* q_bias = reinterpret_cast<int32_t*>(scratch + lay.q_bias);
   float* s = scratch + lay.s;
   auto* sums = reinterpret_cast<int32_t*>(scratch + lay.sums);
   auto* k_tile = reinterpret_cast<int8_t*>(scratch + lay.k_tile);
@@ -265,6 +228,7 @@ inline void run(const DecodeBlock& blk, float* scratch) {
   auto* zero = reinterpret_cast<int8_t*>(scratch + lay.zero_row);
   auto* wi = reinterpret_cast<int16_t*>(scratch + lay.wi);
   auto* osum = reinterpret_cast<int32_t*>(scratch + lay.osum);
+  float* v_scales = scratch + lay.v_scales;
   std::fill(zero, zero + dv8 + 16, int8_t{0});
 
   // 1. q to int16 per block.
@@ -273,16 +237,22 @@ inline void run(const DecodeBlock& blk, float* scratch) {
     for (int32_t nb = 0; nb < nbk; ++nb) {
       const int32_t d0 = nb * kScaleBlock, n = std::min(kScaleBlock, dh - d0);
       quantize16(blk.q_rows[r] + d0, n, row + d0, qs + r * nbk + nb);
+      int32_t sum = 0;
+      for (int32_t d = d0; d < d0 + n; ++d) sum += row[d];
+      q_bias[r * nbk + nb] = 8 * sum;
     }
     if (dh2 != dh) row[dh] = 0;
   }
 
-  // 2. Scores, panel by panel: each panel (unpacked once for int4) serves every row from L1.
+  // 2. Scores, panel by panel: each panel (int4: as stored, or unpacked once) serves every row from L1.
   const int32_t panels = (blk.key_end - base + kKeysPerPanel - 1) / kKeysPerPanel;
+  const bool packed_int4 = int4 && kPackedInt4;
   for (int32_t pi = 0; pi < panels; ++pi) {
     const int32_t panel = base / kKeysPerPanel + pi;
     const int8_t* keys;
-    if (int4) {
+    if (packed_int4) {
+      keys = static_cast<const int8_t*>(blk.key_panels) + int64_t{panel} * dh * (kKeysPerPanel / 2);
+    } else if (int4) {
       unpack_int4_panel(static_cast<const uint8_t*>(blk.key_panels) + int64_t{panel} * dh * (kKeysPerPanel / 2), dh,
                         k_tile);
       keys = k_tile;
@@ -290,16 +260,23 @@ inline void run(const DecodeBlock& blk, float* scratch) {
       keys = static_cast<const int8_t*>(blk.key_panels) + int64_t{panel} * dh * kKeysPerPanel;
     }
     const float* key_scales = blk.key_scales + int64_t{panel} * nbk * kKeysPerPanel;  // (NBk, 32)
-    for (int32_t r = 0; r < blk.rows; ++r) {
-      panel_dots(qi + int64_t{r} * dh2, keys, dh, sums);
-      float* out = s + int64_t{r} * kDecodeMaxKeysPerBlock + pi * kKeysPerPanel;
-      for (int32_t c = 0; c < kKeysPerPanel; ++c) out[c] = 0.0f;
-      for (int32_t nb = 0; nb < nbk; ++nb) {
-        const float q_scale = qs[r * nbk + nb];
-        for (int32_t c = 0; c < kKeysPerPanel; ++c) {
-          const float scale = q_scale * key_scales[nb * kKeysPerPanel + c];
-          const float term = static_cast<float>(sums[nb * kKeysPerPanel + c]) * scale;
-          out[c] = out[c] + term;
+    for (int32_t r0 = 0; r0 < blk.rows; r0 += kMaxDotRows) {
+      const int32_t n_rows = std::min(kMaxDotRows, blk.rows - r0);
+      const int16_t* q_rows[kMaxDotRows] = {qi + int64_t{r0} * dh2, qi + int64_t{r0 + n_rows - 1} * dh2};
+      const int32_t* biases[kMaxDotRows] = {q_bias + r0 * nbk, q_bias + (r0 + n_rows - 1) * nbk};
+      int32_t* row_sums[kMaxDotRows] = {sums, sums + nbk * kKeysPerPanel};
+      panel_dots(q_rows, n_rows, keys, packed_int4, biases, dh, row_sums);
+      for (int32_t r = r0; r < r0 + n_rows; ++r) {
+        const int32_t* dots = row_sums[r - r0];
+        float* out = s + int64_t{r} * kDecodeMaxKeysPerBlock + pi * kKeysPerPanel;
+        for (int32_t c = 0; c < kKeysPerPanel; ++c) out[c] = 0.0f;
+        for (int32_t nb = 0; nb < nbk; ++nb) {
+          const float q_scale = qs[r * nbk + nb];
+          for (int32_t c = 0; c < kKeysPerPanel; ++c) {
+            const float scale = q_scale * key_scales[nb * kKeysPerPanel + c];
+            const float term = static_cast<float>(dots[nb * kKeysPerPanel + c]) * scale;
+            out[c] = out[c] + term;
+          }
         }
       }
     }
@@ -327,57 +304,67 @@ inline void run(const DecodeBlock& blk, float* scratch) {
         row[j] = row[j] - bias;
       }
     }
-    float m = kNegInf;
-    for (int32_t j = first; j <= last; ++j) m = row[j] > m ? row[j] : m;
+    const float m = row_max(row, first, last);
     const float m_sub = m == kNegInf ? 0.0f : m;
     for (int32_t j = first; j <= last; ++j) row[j] = exp2_exact(row[j] - m_sub);
-    float parts[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int32_t j = first; j <= last; ++j) parts[(j - first) & 3] += row[j];
-    const float l = (parts[0] + parts[1]) + (parts[2] + parts[3]);
     blk.m[r] = m;
-    blk.l[r] = l;
+    blk.l[r] = row_sum(row, first, last);
     std::fill(blk.o + int64_t{r} * dv8, blk.o + int64_t{r + 1} * dv8, 0.0f);
   }
 
   // 4. o = p V per chunk of one panel's keys and value block: the weights to int16 per chunk and block.
   for (int32_t t0 = blk.key_begin; t0 < blk.key_end;) {
     const int32_t t1 = std::min(blk.key_end, (t0 / kKeysPerPanel + 1) * kKeysPerPanel);
-    const int8_t* values;
-    if (int4) {
+    const int8_t* values;  // the chunk's first row
+    int64_t row_bytes = dv8;
+    if (packed_int4) {
+      values = static_cast<const int8_t*>(blk.value_rows) + int64_t{t0} * (dv8 / 2);
+      row_bytes = dv8 / 2;
+    } else if (int4) {
       unpack_int4_rows(static_cast<const uint8_t*>(blk.value_rows) + int64_t{t0} * (dv8 / 2), t1 - t0, dv8, v_tile);
       values = v_tile;
     } else {
       values = static_cast<const int8_t*>(blk.value_rows) + int64_t{t0} * dv8;
     }
+    // The chunk's value scales by block, (NBv, 64): contiguous for chunk_weights, shared by the rows.
     const float* value_scales = blk.value_scales + int64_t{t0} * nbv;  // (keys, NBv)
-    for (int32_t r = 0; r < blk.rows; ++r) {
-      const float* p = s + int64_t{r} * kDecodeMaxKeysPerBlock - base;
-      const int32_t first = std::max(blk.visible[r].first, t0), last = std::min(blk.visible[r].last, t1 - 1);
-      if (first > last) continue;
-      float* o = blk.o + int64_t{r} * dv8;
+    for (int32_t j = 0; j < t1 - t0; ++j)
+      for (int32_t nb = 0; nb < nbv; ++nb) v_scales[nb * 2 * kKeysPerPanel + j] = value_scales[j * nbv + nb];
+    for (int32_t r0 = 0; r0 < blk.rows;) {
+      // Rows r0 and r0 + 1 share the dot loops when they see the same keys of this chunk (GQA decode).
+      const auto seen = [&](int32_t r) {
+        return std::make_pair(std::max(blk.visible[r].first, t0), std::min(blk.visible[r].last, t1 - 1));
+      };
+      const auto [first, last] = seen(r0);
+      const int32_t n_rows = r0 + 1 < blk.rows && seen(r0 + 1) == seen(r0) ? 2 : 1;
       const int32_t nk = last - first + 1;
-      const float* pk = p + first;
-      for (int32_t nb = 0; nb < nbv; ++nb) {
-        const float* vs = value_scales + int64_t{first - t0} * nbv + nb;
-        float w[kKeysPerPanel];
-        for (int32_t j = 0; j < nk; ++j) w[j] = pk[j] * vs[int64_t{j} * nbv];
-        float wmax = 0.0f;
-        for (int32_t j = 0; j < nk; ++j) wmax = w[j] > wmax ? w[j] : wmax;
-        const float inv = kInt16Range / wmax;
-        if (!(inv <= 3.4028235e38f)) continue;  // every weight 0 (or below 2^-113): nothing to add
-        const float w_scale = wmax / kInt16Range;
-        // |w * inv| <= 32767 (a NaN weight, from a NaN score, makes l NaN: the row is NaN whatever wi is).
-        for (int32_t j = 0; j < nk; ++j) {
-          const float y = std::nearbyint(w[j] * inv);
-          wi[j] = static_cast<int16_t>(y == y ? y : 0.0f);
+      for (int32_t nb = 0; nk > 0 && nb < nbv; ++nb) {
+        int16_t* w_rows[kMaxDotRows];
+        int32_t* o_sums[kMaxDotRows];
+        float w_scales[kMaxDotRows], *o_rows[kMaxDotRows];
+        int32_t n_dot = 0;
+        for (int32_t r = r0; r < r0 + n_rows; ++r) {
+          const float* p = s + int64_t{r} * kDecodeMaxKeysPerBlock - base + first;
+          w_rows[n_dot] = wi + n_dot * kKeysPerPanel;
+          const float w_scale = chunk_weights(p, v_scales + nb * 2 * kKeysPerPanel + (first - t0), nk, w_rows[n_dot]);
+          if (w_scale == 0.0f) continue;  // every weight 0 (or below 2^-113): nothing to add
+          w_scales[n_dot] = w_scale;
+          o_rows[n_dot] = blk.o + int64_t{r} * dv8;
+          o_sums[n_dot] = osum + n_dot * kKeysPerPanel;
+          ++n_dot;
         }
+        if (n_dot == 0) continue;
         const int32_t c0 = nb * kScaleBlock, lanes = std::min(kScaleBlock, dv8 - c0);
-        value_dots(wi, values + int64_t{first - t0} * dv8, dv8, nk, c0, lanes, zero, osum);
-        for (int32_t i = 0; i < lanes; ++i) {
-          const float term = static_cast<float>(osum[i]) * w_scale;
-          o[c0 + i] = o[c0 + i] + term;
+        value_dots(w_rows, n_dot, values + (first - t0) * row_bytes, row_bytes, packed_int4, nk, c0, lanes, zero,
+                   o_sums);
+        for (int32_t k = 0; k < n_dot; ++k) {
+          for (int32_t i = 0; i < lanes; ++i) {
+            const float term = static_cast<float>(o_sums[k][i]) * w_scales[k];
+            o_rows[k][c0 + i] = o_rows[k][c0 + i] + term;
+          }
         }
       }
+      r0 += n_rows;
     }
     t0 = t1;
   }

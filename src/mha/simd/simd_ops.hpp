@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -106,26 +107,51 @@ inline VecU16 narrow_u16(VecI a, VecI b) {
 #endif
 }
 
-// int4 nibbles (codec_int4.hpp) as int8 lanes: each byte's low nibble (i8x16.shl, then i8x16.shr_s) and
-// high nibble (i8x16.shr_s), sign-extended. SSE has no byte shifts, so this is wasm's alone: natively a
-// plain loop with the same bits.
-inline VecI8 low_nibbles(VecI8 x) {
+// int4 nibbles (codec_int4.hpp: two's complement) as int8 lanes: each byte's low nibble, or its high one
+// brought down by a 16-bit shift, sign-extended (low, high: n in [-8, 7], as ((n & 15) ^ 8) - 8), or as n + 8
+// in [0, 15] (low_u, high_u of offset(x), which is x with both nibbles' top bits flipped). Byte and 16-bit
+// operations only: x86 has no byte shifts, and V8 spends 5 to 7 instructions on each i8x16 shift. Make one
+// before a loop: its constants stay in registers.
+struct Nibbles {
+  VecI8 mask, bias, flip;
+  Nibbles() : mask(int8_t{0x0F}), bias(int8_t{0x08}), flip(static_cast<int8_t>(0x88)) {
+    pin_in_register(mask);
+    pin_in_register(bias);
+    pin_in_register(flip);
+  }
+  VecI8 offset(VecI8 x) const { return x ^ flip; }
+  VecI8 low_u(VecI8 x) const { return x & mask; }
+  VecI8 high_u(VecI8 x) const {
 #if defined(__wasm_simd128__)
-  return from_v128<VecI8>(wasm_i8x16_shr(wasm_i8x16_shl(to_v128(x), 4), 4));
+    return from_v128<VecI8>(wasm_u16x8_shr(to_v128(x), 4)) & mask;
 #else
-  alignas(16) int8_t lanes[16];
-  x.store_aligned(lanes);
-  for (int8_t& b : lanes) b = static_cast<int8_t>(static_cast<int8_t>(static_cast<uint8_t>(b) << 4) >> 4);
-  return VecI8::load_aligned(lanes);
+    return xsimd::bitwise_cast<VecI8>(xsimd::bitwise_cast<VecU16>(x) >> 4) & mask;
+#endif
+  }
+  VecI8 low(VecI8 x) const { return (low_u(x) ^ bias) - bias; }
+  VecI8 high(VecI8 x) const { return (high_u(x) ^ bias) - bias; }
+};
+
+// Bytes 0..7 (low) or 8..15 (high) of x zero-extended to 16-bit lanes (i16x8.extend_low/high_i8x16_u).
+inline VecI16 extend_u8(VecI8 x, bool high) {
+#if defined(__wasm_simd128__)
+  return from_v128<VecI16>(high ? wasm_u16x8_extend_high_u8x16(to_v128(x)) : wasm_u16x8_extend_low_u8x16(to_v128(x)));
+#else
+  alignas(16) uint8_t bytes[16];
+  x.store_aligned(reinterpret_cast<int8_t*>(bytes));
+  alignas(16) int16_t lanes[8];
+  for (int i = 0; i < 8; ++i) lanes[i] = bytes[i + (high ? 8 : 0)];
+  return VecI16::load_aligned(lanes);
 #endif
 }
-inline VecI8 high_nibbles(VecI8 x) {
+
+// The 4 bytes at p (any alignment) in lanes 0..3, zeros in lanes 4..15 (v128.load32_zero).
+inline VecI8 load32_zero(const int8_t* p) {
 #if defined(__wasm_simd128__)
-  return from_v128<VecI8>(wasm_i8x16_shr(to_v128(x), 4));
+  return from_v128<VecI8>(wasm_v128_load32_zero(p));
 #else
-  alignas(16) int8_t lanes[16];
-  x.store_aligned(lanes);
-  for (int8_t& b : lanes) b = static_cast<int8_t>(b >> 4);
+  alignas(16) int8_t lanes[16] = {};
+  std::memcpy(lanes, p, 4);
   return VecI8::load_aligned(lanes);
 #endif
 }
@@ -154,6 +180,38 @@ inline VecI dot_i16(VecI16 a, VecI16 b) {
   alignas(16) int32_t lanes[4];
   for (int i = 0; i < 4; ++i) lanes[i] = int32_t{x[2 * i]} * y[2 * i] + int32_t{x[2 * i + 1]} * y[2 * i + 1];
   return VecI::load_aligned(lanes);
+#endif
+}
+
+// p[0], p[1] repeated in every pair of 16-bit lanes (v128.load32_splat: one instruction, where building
+// the pair from two scalars costs V8 six).
+inline VecI16 splat_pair_i16(const int16_t* p) {
+#if defined(__wasm_simd128__)
+  return from_v128<VecI16>(wasm_v128_load32_splat(p));
+#else
+  int32_t pair;
+  std::memcpy(&pair, p, 4);
+  return xsimd::bitwise_cast<VecI16>(VecI(pair));
+#endif
+}
+
+// nearbyint(a) then nearbyint(b) (ties to even) as 8 int16 lanes, NaN as 0, the rest clamped to
+// [-32768, 32767] (f32x4.nearest, i32x4.trunc_sat_f32x4_s, i16x8.narrow_i32x4_s).
+inline VecI16 round_i16(VecF a, VecF b) {
+#if defined(__wasm_simd128__)
+  const v128_t ia = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(to_v128(a)));
+  const v128_t ib = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(to_v128(b)));
+  return from_v128<VecI16>(wasm_i16x8_narrow_i32x4(ia, ib));
+#else
+  alignas(16) float x[8];
+  a.store_aligned(x);
+  b.store_aligned(x + 4);
+  alignas(16) int16_t lanes[8];
+  for (int i = 0; i < 8; ++i) {
+    const float y = std::nearbyint(x[i]);
+    lanes[i] = y != y ? int16_t{0} : static_cast<int16_t>(std::min(32767.0f, std::max(-32768.0f, y)));
+  }
+  return VecI16::load_aligned(lanes);
 #endif
 }
 
