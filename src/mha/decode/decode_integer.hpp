@@ -166,6 +166,43 @@ inline float row_sum(const float* row, int32_t first, int32_t last) {
   return (parts[0] + parts[1]) + (parts[2] + parts[3]);
 }
 
+// vt[nb * 64 + j] = vs[j * nbv + nb] for j < nk: one chunk's value scales by block. The SIMD variant
+// transposes 4 keys at a time where nbv is 1, 2 or 4 (Dv <= 128) with zips, whose copies are exact.
+inline void transpose_scales(const float* vs, int32_t nk, int32_t nbv, float* vt) {
+  constexpr int32_t kStride = 2 * kKeysPerPanel;
+  int32_t j = 0;
+#if MHA_INTEGER_SIMD
+  using simd::VecF;
+  if (nbv == 1) {
+    for (; j + 4 <= nk; j += 4) VecF::load_unaligned(vs + j).store_unaligned(vt + j);
+  } else if (nbv == 2) {
+    for (; j + 4 <= nk; j += 4) {
+      const VecF a = VecF::load_unaligned(vs + 2 * j), b = VecF::load_unaligned(vs + 2 * j + 4);
+      const VecF lo = xsimd::zip_lo(a, b), hi = xsimd::zip_hi(a, b);
+      xsimd::zip_lo(lo, hi).store_unaligned(vt + j);
+      xsimd::zip_hi(lo, hi).store_unaligned(vt + kStride + j);
+    }
+  } else if (nbv == 4) {
+    using Pairs = xsimd::batch<double>;  // two floats a lane: 64-bit zips move them together
+    for (; j + 4 <= nk; j += 4) {
+      const float* k = vs + 4 * j;
+      const VecF r0 = VecF::load_unaligned(k), r1 = VecF::load_unaligned(k + 4);
+      const VecF r2 = VecF::load_unaligned(k + 8), r3 = VecF::load_unaligned(k + 12);
+      const auto t0 = xsimd::bitwise_cast<Pairs>(xsimd::zip_lo(r0, r1));  // b0 of keys 0, 1; b1 of 0, 1
+      const auto t1 = xsimd::bitwise_cast<Pairs>(xsimd::zip_lo(r2, r3));
+      const auto t2 = xsimd::bitwise_cast<Pairs>(xsimd::zip_hi(r0, r1));  // b2 and b3
+      const auto t3 = xsimd::bitwise_cast<Pairs>(xsimd::zip_hi(r2, r3));
+      xsimd::bitwise_cast<VecF>(xsimd::zip_lo(t0, t1)).store_unaligned(vt + j);
+      xsimd::bitwise_cast<VecF>(xsimd::zip_hi(t0, t1)).store_unaligned(vt + kStride + j);
+      xsimd::bitwise_cast<VecF>(xsimd::zip_lo(t2, t3)).store_unaligned(vt + 2 * kStride + j);
+      xsimd::bitwise_cast<VecF>(xsimd::zip_hi(t2, t3)).store_unaligned(vt + 3 * kStride + j);
+    }
+  }
+#endif
+  for (; j < nk; ++j)
+    for (int32_t nb = 0; nb < nbv; ++nb) vt[nb * kStride + j] = vs[j * nbv + nb];
+}
+
 // One chunk's weights for one value block: w_j = p[j] * vs[j] (j < nk <= 32), wmax = their largest (NaN
 // skipped; weights are >= 0: validated scales are), wi_j = nearbyint(w_j * (32767 / wmax)) as int16 (NaN as
 // 0). Returns wmax / 32767, or 0 when every weight is 0 (or below 2^-113): nothing to add. The SIMD variant
@@ -328,8 +365,7 @@ inline void run(const DecodeBlock& blk, float* scratch) {
     }
     // The chunk's value scales by block, (NBv, 64): contiguous for chunk_weights, shared by the rows.
     const float* value_scales = blk.value_scales + int64_t{t0} * nbv;  // (keys, NBv)
-    for (int32_t j = 0; j < t1 - t0; ++j)
-      for (int32_t nb = 0; nb < nbv; ++nb) v_scales[nb * 2 * kKeysPerPanel + j] = value_scales[j * nbv + nb];
+    transpose_scales(value_scales, t1 - t0, nbv, v_scales);
     for (int32_t r0 = 0; r0 < blk.rows;) {
       // Rows r0 and r0 + 1 share the dot loops when they see the same keys of this chunk (GQA decode).
       const auto seen = [&](int32_t r) {
