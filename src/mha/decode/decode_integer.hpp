@@ -48,14 +48,15 @@ constexpr float kInt16Range = 32767.0f;
 
 struct Layout {
   size_t qi = 0, qs = 0, q_bias = 0, s = 0, sums = 0, k_tile = 0, v_tile = 0, zero_row = 0, wi = 0, osum = 0,
-         v_scales = 0;
+         v_scales = 0, touched = 0;
   size_t total = 0;
 };
 // Scratch (floats, 64-byte aligned parts): qi (rows, Dh2) int16, qs (rows, NBk), q_bias (rows, NBk) int32
 // (decode_integer_dots.hpp's int4 bias), s (rows, 512) scores then
 // weights, sums (2, NBk, 32) int32 of one panel and two rows, k_tile (Dh, 32) int8 (an int4 panel unpacked),
 // v_tile (32, Dv8) int8 (int4 rows unpacked), zero_row (Dv8 + 16) int8, wi (2, 32) int16, osum (2, 32) int32,
-// v_scales (NBv, 64) one chunk's value scales by block (32 keys and the over-read of a row's 32-key loads).
+// v_scales (NBv, 64) one chunk's value scales by block (32 keys and the over-read of a row's 32-key loads),
+// touched: one int32 that keeps the K pass's touches (Touch).
 inline Layout layout(int32_t dh, int32_t dv) {
   const size_t dh2 = size_t(round_up(dh, 2)), dv8 = size_t(round_up(dv, 8)), nbk = size_t(scale_blocks(dh));
   Layout l;
@@ -71,6 +72,7 @@ inline Layout layout(int32_t dh, int32_t dv) {
   l.wi = c.take(kMaxDotRows * kKeysPerPanel / 2);
   l.osum = c.take(kMaxDotRows * kKeysPerPanel);
   l.v_scales = c.take(size_t(scale_blocks(dv)) * 2 * kKeysPerPanel);
+  l.touched = c.take(1);
   l.total = c.at;
   return l;
 }
@@ -284,8 +286,14 @@ inline void run(const DecodeBlock& blk, float* scratch) {
   // 2. Scores, panel by panel: each panel (int4: as stored, or unpacked once) serves every row from L1.
   const int32_t panels = (blk.key_end - base + kKeysPerPanel - 1) / kKeysPerPanel;
   const bool packed_int4 = int4 && kPackedInt4;
+  const int64_t value_row_bytes = int4 ? dv8 / 2 : dv8;
+  const auto* value_bytes = static_cast<const char*>(blk.value_rows);
+  Touch touch, no_touch;  // the first row pair's K pass touches the V rows of its panel's keys
+  touch.last = value_bytes + (blk.key_end * value_row_bytes - 4) / 64 * 64;
+  no_touch.next = no_touch.last = touch.last;
   for (int32_t pi = 0; pi < panels; ++pi) {
     const int32_t panel = base / kKeysPerPanel + pi;
+    touch.next = value_bytes + int64_t{std::max(blk.key_begin, panel * kKeysPerPanel)} * value_row_bytes / 64 * 64;
     const int8_t* keys;
     if (packed_int4) {
       keys = static_cast<const int8_t*>(blk.key_panels) + int64_t{panel} * dh * (kKeysPerPanel / 2);
@@ -302,7 +310,7 @@ inline void run(const DecodeBlock& blk, float* scratch) {
       const int16_t* q_rows[kMaxDotRows] = {qi + int64_t{r0} * dh2, qi + int64_t{r0 + n_rows - 1} * dh2};
       const int32_t* biases[kMaxDotRows] = {q_bias + r0 * nbk, q_bias + (r0 + n_rows - 1) * nbk};
       int32_t* row_sums[kMaxDotRows] = {sums, sums + nbk * kKeysPerPanel};
-      panel_dots(q_rows, n_rows, keys, packed_int4, biases, dh, row_sums);
+      panel_dots(q_rows, n_rows, keys, packed_int4, biases, dh, row_sums, r0 == 0 ? touch : no_touch);
       for (int32_t r = r0; r < r0 + n_rows; ++r) {
         const int32_t* dots = row_sums[r - r0];
         float* out = s + int64_t{r} * kDecodeMaxKeysPerBlock + pi * kKeysPerPanel;
@@ -404,6 +412,7 @@ inline void run(const DecodeBlock& blk, float* scratch) {
     }
     t0 = t1;
   }
+  *reinterpret_cast<int32_t*>(scratch + lay.touched) = touch.touched + no_touch.touched;  // keeps the loads
 }
 
 }  // namespace integer_decode

@@ -34,6 +34,19 @@ constexpr int32_t kMaxDotRows = 2;  // query rows per dot loop (below)
 // nibbles a 16-bit shift) and zero-extended; sum(x * (n + 8)) - 8 * sum(x) is the exact sum(x * n). That
 // costs about what int8's loads cost, where unpacking to int8 first cost 1.4x the int8 step. The plain
 // loops read them unpacked.
+// Lines touched during a K pass (wasm has no prefetch): one 64-byte line of the V rows the panel's keys
+// will need, per pair of head dims, so that they stream in under the dot products (as the float paths'
+// qk_row_touching does); clamped to the last line. `touched` keeps the loads.
+struct Touch {
+  const char* next = nullptr;
+  const char* last = nullptr;
+  int32_t touched = 0;
+  void line() {
+    touched |= *reinterpret_cast<const int32_t*>(std::min(next, last));
+    next += 64;
+  }
+};
+
 #if MHA_INTEGER_SIMD
 constexpr bool kPackedInt4 = true;
 
@@ -66,7 +79,7 @@ inline int32_t sum_i16x32(const int16_t* x) {
 // high), 16-byte aligned. q_bias[r]: 8 * sum of qi[r] per block (int4 only).
 template <int kRows, bool kInt4>
 inline void panel_dots_rows(const int16_t* const* qi, const int8_t* panel, int32_t dh, const int32_t* const* q_bias,
-                            int32_t* const* sums) {
+                            int32_t* const* sums, Touch& touch) {
   using simd::VecI;
   using simd::VecI8;
   constexpr int32_t kHalves = kRows == 1 ? 2 : 1;            // 16-key halves per pass
@@ -80,6 +93,7 @@ inline void panel_dots_rows(const int16_t* const* qi, const int8_t* panel, int32
       for (auto& row : acc)
         for (VecI& a : row) a = VecI(0);
       const auto step = [&](const int8_t* row_a, const int8_t* row_b, int32_t d) {
+        touch.line();
         simd::VecI16 w[kRows];
         for (int r = 0; r < kRows; ++r) w[r] = simd::splat_pair_i16(qi[r] + d);
         for (int32_t h = 0; h < kHalves; ++h) {
@@ -186,17 +200,17 @@ constexpr bool kPackedInt4 = false;
 // (16-byte aligned): (Dh, 32) int8, or int4 as stored where int4 (kPackedInt4 only; q_bias[r]: 8 times the
 // sum of qi[r] per block). qi rows are padded with a 0 to even length.
 inline void panel_dots(const int16_t* const* qi, int32_t n_rows, const int8_t* panel, bool int4,
-                       const int32_t* const* q_bias, int32_t dh, int32_t* const* sums) {
+                       const int32_t* const* q_bias, int32_t dh, int32_t* const* sums, Touch& touch) {
 #if MHA_INTEGER_SIMD
   if (n_rows == 2) {
-    int4 ? panel_dots_rows<2, true>(qi, panel, dh, q_bias, sums)
-         : panel_dots_rows<2, false>(qi, panel, dh, q_bias, sums);
+    int4 ? panel_dots_rows<2, true>(qi, panel, dh, q_bias, sums, touch)
+         : panel_dots_rows<2, false>(qi, panel, dh, q_bias, sums, touch);
   } else {
-    int4 ? panel_dots_rows<1, true>(qi, panel, dh, q_bias, sums)
-         : panel_dots_rows<1, false>(qi, panel, dh, q_bias, sums);
+    int4 ? panel_dots_rows<1, true>(qi, panel, dh, q_bias, sums, touch)
+         : panel_dots_rows<1, false>(qi, panel, dh, q_bias, sums, touch);
   }
 #else
-  (void)int4, (void)q_bias;
+  (void)int4, (void)q_bias, (void)touch;
   for (int32_t r = 0; r < n_rows; ++r) {
     for (int32_t d0 = 0; d0 < dh; d0 += kScaleBlock) {
       int32_t* out = sums[r] + (d0 / kScaleBlock) * kKeysPerPanel;
