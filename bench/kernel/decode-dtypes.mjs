@@ -6,8 +6,10 @@
 // the same shape and data (ratio of the medians).
 //
 //   node bench/kernel/decode-dtypes.mjs [--shapes decode-mha-8k,decode-gqa-4k] [--dtypes float32,float16]
-//     [--data normal,subnormal] [--rounds 7] [--steps 5] [--dist dir ...] [--relaxed] [--json]
+//     [--data normal,subnormal] [--rounds 7] [--steps 5] [--dist dir ...] [--relaxed] [--warm] [--json]
 //
+// --warm: every row also runs without the eviction (its K and V then come from the last-level cache when
+// they fit): the step's time when memory costs nothing, its compute ceiling, in the same run.
 // A dtype written 'int8:integer' or 'int4:integer' asks for integer arithmetic (docs/spec.md 5.1).
 // --data subnormal: 10 % of k and v elements replaced by values whose halves are subnormal (|x| < 2^-14),
 // drawn uniformly in magnitude over [2^-24, 2^-14), random sign. Several --dist (built dist/ folders, e.g.
@@ -35,6 +37,7 @@ function parseArgs(argv) {
     steps: 5,
     dist: [],
     relaxed: false,
+    warm: false,
     json: false,
   };
   for (let i = 0; i < argv.length; i++) {
@@ -47,6 +50,7 @@ function parseArgs(argv) {
     else if (k === '--steps') a.steps = Number(next());
     else if (k === '--dist') a.dist.push(next());
     else if (k === '--relaxed') a.relaxed = true;
+    else if (k === '--warm') a.warm = true;
     else if (k === '--json') a.json = true;
     else throw new Error(`unknown argument ${k}`);
   }
@@ -129,7 +133,9 @@ async function main() {
       const d = makeData(s, kind, 1234);
       for (const [bi, b] of builds.entries()) {
         for (const dtype of args.dtypes) {
-          rows.push({ shape, kind, dtype, build: bi, step: cacheStep(b.mha, s, d, dtype), ms: [] });
+          for (const warm of args.warm ? [false, true] : [false]) {
+            rows.push({ shape, kind, dtype, warm, build: bi, step: cacheStep(b.mha, s, d, dtype), ms: [] });
+          }
         }
       }
     }
@@ -143,7 +149,7 @@ async function main() {
     for (const r of order) {
       const times = [];
       for (let i = 0; i < args.steps; i++) {
-        evict();
+        if (!r.warm) evict();
         const t0 = performance.now();
         r.step();
         times.push(performance.now() - t0);
@@ -152,21 +158,28 @@ async function main() {
     }
   }
   const load = loadAverage();
-  const out = rows.map((r) => {
-    const base = rows.find(
-      (x) => x.shape === r.shape && x.kind === r.kind && x.build === r.build && x.dtype === 'float32',
+  const f32 = (r, warm) =>
+    rows.find(
+      (x) =>
+        x.shape === r.shape && x.kind === r.kind && x.build === r.build && x.dtype === 'float32' && x.warm === warm,
     );
+  const out = rows.map((r) => {
+    const base = f32(r, r.warm),
+      evicted = f32(r, false);
     const m = median(r.ms);
     return {
       shape: r.shape,
       data: r.kind,
       dtype: r.dtype,
+      cache: r.warm ? 'warm' : 'evicted',
       build: builds[r.build].mha.info.build,
       dist: builds[r.build].dir,
       median: +m.toFixed(3),
       min: +Math.min(...r.ms).toFixed(3),
       max: +Math.max(...r.ms).toFixed(3),
       vsF32: base ? +(median(base.ms) / m).toFixed(3) : null,
+      // A warm row's speed over the evicted float32 step: the most an evicted step of this dtype can reach.
+      ceilingVsF32: r.warm && evicted ? +(median(evicted.ms) / m).toFixed(3) : null,
     };
   });
   if (args.json) {
@@ -178,8 +191,9 @@ async function main() {
   );
   for (const o of out) {
     console.log(
-      `${o.shape.padEnd(14)} ${o.data.padEnd(9)} ${o.dtype.padEnd(12)} b${args.dist.indexOf(o.dist)} ${o.build.padEnd(12)} ` +
-        `${o.median.toFixed(3)} [${o.min.toFixed(3)} - ${o.max.toFixed(3)}]  x${o.vsF32 ?? '-'} vs f32`,
+      `${o.shape.padEnd(14)} ${o.data.padEnd(9)} ${o.dtype.padEnd(12)} ${o.cache.padEnd(7)} b${args.dist.indexOf(o.dist)} ${o.build.padEnd(12)} ` +
+        `${o.median.toFixed(3)} [${o.min.toFixed(3)} - ${o.max.toFixed(3)}]  x${o.vsF32 ?? '-'} vs f32` +
+        (o.ceilingVsF32 ? ` (x${o.ceilingVsF32} vs evicted f32)` : ''),
     );
   }
 }
