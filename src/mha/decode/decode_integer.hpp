@@ -412,7 +412,7 @@ inline void run(const DecodeBlock& blk, float* scratch) {
     }
     t0 = t1;
   }
-  *reinterpret_cast<int32_t*>(scratch + lay.touched) = touch.touched + no_touch.touched;  // keeps the loads
+  *reinterpret_cast<int32_t*>(scratch + lay.touched) = touch.touched | no_touch.touched;  // keeps the loads
 }
 
 }  // namespace integer_decode
