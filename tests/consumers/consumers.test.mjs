@@ -156,7 +156,7 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
     gzippedSize[f] = gzipped;
     console.log(`# ${f}: ${bytes.length} bytes, ${gzipped} gzipped`);
   }
-  // The size budget, each Relaxed SIMD module under 72 kB gzipped (zlib level 9). Issue #15 set 40 kB for
+  // The size budget, each Relaxed SIMD module under 74 kB gzipped (zlib level 9). Issue #15 set 40 kB for
   // the v0.2 options (the modules dropped musl's exp table, exceptions, std::thread's start-up, the float16
   // decode loaders' inf/NaN and unscaled variants, libc++'s mutex/condition_variable/chrono and tanhf, the
   // pthread runtime's stdout and emcc's unused proxying exports: 37.8 kB for mha-relaxed-threads.wasm);
@@ -174,11 +174,13 @@ test('the tarball holds exactly the files that ship, with sizes reported', () =>
   // two states and its exact rows over both caches), 2.0 kB (62.7 kB); ring caches (their two runs of slots
   // merged as the prefix's states, the window rule, save format 3), 1.4 kB (64.1 kB). Long contexts (docs/spec.md
   // 5.1): the int4 cache (every codec switch, save format 4, its unpacking) 2.7 kB, integer arithmetic (its
-  // decode path in each SIMD variant) 3.7 kB (70.5 kB); hence 72 kB. Each is also held to its SIMD128 twin: a
+  // decode path in each SIMD variant) 3.7 kB (70.5 kB); hence 72 kB. The integer loops reworked for 1.5-2.4x
+  // their speed (one loop per row count and int4 or int8, two GQA rows sharing each widened row, int4 read as
+  // stored) 2.5 kB (73.0 kB); hence 74 kB. Each is also held to its SIMD128 twin: a
   // relaxed module is that build with fused multiply-adds,
   // at most 10% larger.
   for (const f of ['dist/mha-relaxed.wasm', 'dist/mha-relaxed-threads.wasm']) {
-    assert.ok(gzippedSize[f] < 72000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 72 kB`);
+    assert.ok(gzippedSize[f] < 74000, `${f}: ${gzippedSize[f]} bytes gzipped, budget 74 kB`);
   }
   for (const [relaxed, twin] of [
     ['dist/mha-relaxed.wasm', 'dist/mha.wasm'],

@@ -229,26 +229,23 @@ inline void panel_dots(const int16_t* const* qi, int32_t n_rows, const int8_t* p
 inline void value_dots(const int16_t* const* wi, int32_t n_rows, const int8_t* rows, int64_t row_bytes, bool int4,
                        int32_t nk, int32_t c0, int32_t lanes, const int8_t* zero, int32_t* const* osum) {
 #if MHA_INTEGER_SIMD
-  const auto lanes_of = [&](auto rows_tag, auto int4_tag) {
-    constexpr int kRows = decltype(rows_tag)::value;
+  // A whole block, one or two rows; a shorter last block (Dv not a multiple of 32) in groups of 8 lanes,
+  // row by row: rare shapes, and each instance of these loops costs the modules about 0.3 kB.
+  const auto block = [&](auto int4_tag) {
     constexpr bool kInt4 = decltype(int4_tag)::value;
     if (lanes == kScaleBlock) {
-      value_dots_rows<kScaleBlock, kRows, kInt4>(wi, rows, row_bytes, nk, c0, zero, osum);
-    } else if (lanes > 16) {
-      value_dots_rows<24, kRows, kInt4>(wi, rows, row_bytes, nk, c0, zero, osum);
-    } else if (lanes > 8) {
-      value_dots_rows<16, kRows, kInt4>(wi, rows, row_bytes, nk, c0, zero, osum);
-    } else {
-      value_dots_rows<8, kRows, kInt4>(wi, rows, row_bytes, nk, c0, zero, osum);
+      n_rows == 2 ? value_dots_rows<kScaleBlock, 2, kInt4>(wi, rows, row_bytes, nk, c0, zero, osum)
+                  : value_dots_rows<kScaleBlock, 1, kInt4>(wi, rows, row_bytes, nk, c0, zero, osum);
+      return;
+    }
+    for (int32_t r = 0; r < n_rows; ++r) {
+      for (int32_t g = 0; g < lanes; g += 8) {
+        int32_t* out = osum[r] + g;
+        value_dots_rows<8, 1, kInt4>(wi + r, rows, row_bytes, nk, c0 + g, zero, &out);
+      }
     }
   };
-  using One = std::integral_constant<int, 1>;
-  using Two = std::integral_constant<int, 2>;
-  if (int4) {
-    n_rows == 2 ? lanes_of(Two(), std::true_type()) : lanes_of(One(), std::true_type());
-  } else {
-    n_rows == 2 ? lanes_of(Two(), std::false_type()) : lanes_of(One(), std::false_type());
-  }
+  int4 ? block(std::true_type()) : block(std::false_type());
 #else
   (void)zero, (void)int4;
   for (int32_t r = 0; r < n_rows; ++r) {
