@@ -52,8 +52,8 @@ struct Layout {
   size_t total = 0;
 };
 // Scratch (floats, 64-byte aligned parts): qi (rows, Dh2) int16, qs (rows, NBk), q_bias (rows, NBk) int32
-// (decode_integer_dots.hpp's int4 bias), s (rows, 512) scores then
-// weights, sums (2, NBk, 32) int32 of one panel and two rows, k_tile (Dh, 32) int8 (an int4 panel unpacked),
+// (decode_integer_dots.hpp's int4 bias), s (rows, 512) scores then weights, sums (2, NBk, 32) int32 of one
+// panel and two rows, k_tile (Dh, 32) int8 (an int4 panel unpacked),
 // v_tile (32, Dv8) int8 (int4 rows unpacked), zero_row (Dv8 + 16) int8, wi (2, 32) int16, osum (2, 32) int32,
 // v_scales (NBv, 64) one chunk's value scales by block (32 keys and the over-read of a row's 32-key loads),
 // touched: one int32 that keeps the K pass's touches (Touch).
@@ -276,9 +276,11 @@ inline void run(const DecodeBlock& blk, float* scratch) {
     for (int32_t nb = 0; nb < nbk; ++nb) {
       const int32_t d0 = nb * kScaleBlock, n = std::min(kScaleBlock, dh - d0);
       quantize16(blk.q_rows[r] + d0, n, row + d0, qs + r * nbk + nb);
-      int32_t sum = 0;
-      for (int32_t d = d0; d < d0 + n; ++d) sum += row[d];
-      q_bias[r * nbk + nb] = 8 * sum;
+      if (int4 && kPackedInt4) {  // decode_integer_dots.hpp's bias of stored nibbles
+        int32_t sum = 0;
+        for (int32_t d = d0; d < d0 + n; ++d) sum += row[d];
+        q_bias[r * nbk + nb] = 8 * sum;
+      }
     }
     if (dh2 != dh) row[dh] = 0;
   }
@@ -286,6 +288,8 @@ inline void run(const DecodeBlock& blk, float* scratch) {
   // 2. Scores, panel by panel: each panel (int4: as stored, or unpacked once) serves every row from L1.
   const int32_t panels = (blk.key_end - base + kKeysPerPanel - 1) / kKeysPerPanel;
   const bool packed_int4 = int4 && kPackedInt4;
+  // Stored bytes of one K panel and one V row (int4: two values a byte).
+  const int64_t key_panel_bytes = int64_t{dh} * (int4 ? kKeysPerPanel / 2 : kKeysPerPanel);
   const int64_t value_row_bytes = int4 ? dv8 / 2 : dv8;
   const auto* value_bytes = static_cast<const char*>(blk.value_rows);
   Touch touch, no_touch;  // the first row pair's K pass touches the V rows of its panel's keys
@@ -294,15 +298,10 @@ inline void run(const DecodeBlock& blk, float* scratch) {
   for (int32_t pi = 0; pi < panels; ++pi) {
     const int32_t panel = base / kKeysPerPanel + pi;
     touch.next = value_bytes + int64_t{std::max(blk.key_begin, panel * kKeysPerPanel)} * value_row_bytes / 64 * 64;
-    const int8_t* keys;
-    if (packed_int4) {
-      keys = static_cast<const int8_t*>(blk.key_panels) + int64_t{panel} * dh * (kKeysPerPanel / 2);
-    } else if (int4) {
-      unpack_int4_panel(static_cast<const uint8_t*>(blk.key_panels) + int64_t{panel} * dh * (kKeysPerPanel / 2), dh,
-                        k_tile);
+    const int8_t* keys = static_cast<const int8_t*>(blk.key_panels) + panel * key_panel_bytes;
+    if (int4 && !packed_int4) {
+      unpack_int4_panel(reinterpret_cast<const uint8_t*>(keys), dh, k_tile);
       keys = k_tile;
-    } else {
-      keys = static_cast<const int8_t*>(blk.key_panels) + int64_t{panel} * dh * kKeysPerPanel;
     }
     const float* key_scales = blk.key_scales + int64_t{panel} * nbk * kKeysPerPanel;  // (NBk, 32)
     for (int32_t r0 = 0; r0 < blk.rows; r0 += kMaxDotRows) {
@@ -360,16 +359,13 @@ inline void run(const DecodeBlock& blk, float* scratch) {
   // 4. o = p V per chunk of one panel's keys and value block: the weights to int16 per chunk and block.
   for (int32_t t0 = blk.key_begin; t0 < blk.key_end;) {
     const int32_t t1 = std::min(blk.key_end, (t0 / kKeysPerPanel + 1) * kKeysPerPanel);
-    const int8_t* values;  // the chunk's first row
-    int64_t row_bytes = dv8;
-    if (packed_int4) {
-      values = static_cast<const int8_t*>(blk.value_rows) + int64_t{t0} * (dv8 / 2);
-      row_bytes = dv8 / 2;
-    } else if (int4) {
-      unpack_int4_rows(static_cast<const uint8_t*>(blk.value_rows) + int64_t{t0} * (dv8 / 2), t1 - t0, dv8, v_tile);
+    // The chunk's first value row, as stored or unpacked.
+    const int8_t* values = static_cast<const int8_t*>(blk.value_rows) + t0 * value_row_bytes;
+    int64_t row_bytes = value_row_bytes;
+    if (int4 && !packed_int4) {
+      unpack_int4_rows(reinterpret_cast<const uint8_t*>(values), t1 - t0, dv8, v_tile);
       values = v_tile;
-    } else {
-      values = static_cast<const int8_t*>(blk.value_rows) + int64_t{t0} * dv8;
+      row_bytes = dv8;
     }
     // The chunk's value scales by block, (NBv, 64): contiguous for chunk_weights, shared by the rows.
     const float* value_scales = blk.value_scales + int64_t{t0} * nbv;  // (keys, NBv)

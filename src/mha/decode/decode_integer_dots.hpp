@@ -34,6 +34,7 @@ constexpr int32_t kMaxDotRows = 2;  // query rows per dot loop (below)
 // nibbles a 16-bit shift) and zero-extended; sum(x * (n + 8)) - 8 * sum(x) is the exact sum(x * n). That
 // costs about what int8's loads cost, where unpacking to int8 first cost 1.4x the int8 step. The plain
 // loops read them unpacked.
+
 // Lines touched during a K pass (wasm has no prefetch): one 64-byte line of the V rows the panel's keys
 // will need, per pair of head dims, so that they stream in under the dot products (as the float paths'
 // qk_row_touching does); clamped to the last line. `touched` keeps the loads.
@@ -121,8 +122,9 @@ inline void panel_dots_rows(const int16_t* const* qi, const int8_t* panel, int32
   }
 }
 
-// kLanes (8, 16, 24 or 32) lanes from c0 of nk value rows: int8, or int4 (lanes 2i and 2i + 1 in byte i:
-// a byte pair's low nibbles are even lanes, its high ones odd lanes, put back in order at the end).
+// kLanes (32, or 8 for each group of a shorter last block: value_dots) lanes from c0 of nk value rows:
+// int8, or int4 (lanes 2i and 2i + 1 in byte i: a byte pair's low nibbles are even lanes, its high ones
+// odd lanes, put back in order at the end).
 template <int32_t kLanes, int kRows, bool kInt4>
 inline void value_dots_rows(const int16_t* const* wi, const int8_t* rows, int64_t row_bytes, int32_t nk, int32_t c0,
                             const int8_t* zero, int32_t* const* osum) {
