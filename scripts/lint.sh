@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `npm run lint`: fails when a C++ source (clang-format, .clang-format) or a TypeScript/JavaScript source
 # (prettier, .prettierrc.json) is not formatted, and names the files (`npm run format` rewrites them), or
-# when src/ uses an SSE intrinsic.
+# when src/ uses an SSE intrinsic, or when a line of src/ or web/src runs past 120 columns.
 # Part of the quick tier (scripts/test.sh --quick) and so of npm test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +29,14 @@ fi
 # the operation; SSE intrinsics would hide, behind Emscripten's emulation, which WebAssembly runs.
 if git grep -n --untracked -e '_mm_' -e '__m128' -- src >&2; then
   echo "lint: SSE intrinsics in src/ (above): write xsimd, or wasm_simd128.h through a wrapper in src/mha/simd/simd_ops.hpp" >&2
+  status=1
+fi
+# The formatters cannot break a long string or comment, so the runtime sources are held to their 120 columns
+# here (the 500-line rule counts lines; a 200-column line would hide two).
+if long=$(sources 'src/*' 'web/src/*' | xargs awk 'length($0) > 120 { print FILENAME ":" FNR ": " length($0) " columns" }') &&
+  [[ -n $long ]]; then
+  echo "lint: lines over 120 columns in src/ or web/src (split the string or wrap the comment):" >&2
+  echo "$long" | sed 's/^/  /' >&2
   status=1
 fi
 if [[ $mode == fix ]]; then

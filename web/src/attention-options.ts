@@ -88,7 +88,8 @@ function checkKvLengths(fn: string, value: unknown, d: Dims): Int32Array | undef
 /** [bias_batch, bias_heads] of the ABI: the first two dims of biasShape (default [B, H, S, T]). */
 function checkBiasShape(fn: string, value: unknown, d: Dims): [number, number] {
   if (value === undefined) return [d.batch, d.numHeads];
-  const expected = `[1 or batch (${d.batch}), 1 or numHeads (${d.numHeads}), seqLen (${d.seqLen}), kvSeqLen (${d.kvSeqLen})]`;
+  const lengths = `seqLen (${d.seqLen}), kvSeqLen (${d.kvSeqLen})`;
+  const expected = `[1 or batch (${d.batch}), 1 or numHeads (${d.numHeads}), ${lengths}]`;
   if (!Array.isArray(value)) throw new TypeError(`${fn}: biasShape: expected ${expected}, got ${describe(value)}`);
   const dims = Array.from({ length: value.length }, (_, i): unknown => value[i]);
   if (dims.some((dim) => typeof dim !== 'number'))
@@ -171,7 +172,8 @@ function checkBiasOption<Bias>(
   const [biasBatch, biasHeads] = checkBiasShape(fn, biasShapeIn, d);
   const length = biasBatch * biasHeads * d.seqLen * d.kvSeqLen;
   const formula = () =>
-    `biasShape [${biasBatch}, ${biasHeads}, ${d.seqLen}, ${d.kvSeqLen}] = ${biasBatch}*${biasHeads}*${d.seqLen}*${d.kvSeqLen}`;
+    `biasShape [${biasBatch}, ${biasHeads}, ${d.seqLen}, ${d.kvSeqLen}] = ` +
+    `${biasBatch}*${biasHeads}*${d.seqLen}*${d.kvSeqLen}`;
   if (length >= MAX_ELEMENTS) {
     throw new RangeError(
       `${fn}: shape too large for a bias: ${formula()} = ${length} elements, expected fewer than 2^31`,

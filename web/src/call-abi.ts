@@ -33,7 +33,8 @@ function readLayout<L extends { readonly bytes: number }>(
   if (unknown.length > 0 || missing.length > 0) {
     return (
       `its ${what} has the fields ${names.join(', ')}` +
-      `${missing.length > 0 ? `, without ${missing.join(', ')}` : ''}${unknown.length > 0 ? `, with ${unknown.join(', ')}` : ''}`
+      `${missing.length > 0 ? `, without ${missing.join(', ')}` : ''}` +
+      `${unknown.length > 0 ? `, with ${unknown.join(', ')}` : ''}`
     );
   }
   if (layout.bytes !== written.length * 4)

@@ -56,7 +56,8 @@ export class MallocedTensor implements HeapTensor {
     tensor.#checkLive(name);
     if (tensor.#wasm !== wasm) {
       throw new TypeError(
-        `${name}: the HeapTensor belongs to another mha-wasm instance (each has its own wasm memory); allocate it with this instance's allocate()`,
+        `${name}: the HeapTensor belongs to another mha-wasm instance (each has its own wasm memory); allocate it ` +
+          `with this instance's allocate()`,
       );
     }
     if (tensor.#length !== expected) {
@@ -101,7 +102,8 @@ export class MallocedTensor implements HeapTensor {
     }
     if (source.length > this.#length - offset) {
       throw new RangeError(
-        `${fn}: source: expected at most ${this.#length - offset} elements (length ${this.#length} - offset ${offset}), got length ${source.length}`,
+        `${fn}: source: expected at most ${this.#length - offset} elements (length ${this.#length} - offset ` +
+          `${offset}), got length ${source.length}`,
       );
     }
     this.#currentView().set(source, offset);
@@ -167,7 +169,8 @@ export function checkHalf(
   formula: () => string,
   option = 'dtype',
 ): Uint16Array {
-  const what = `Uint16Array (binary16 bits) or Float16Array of length ${expected} (${formula()}) for ${option} 'float16'`;
+  const arrays = 'Uint16Array (binary16 bits) or Float16Array';
+  const what = `${arrays} of length ${expected} (${formula()}) for ${option} 'float16'`;
   if (MallocedTensor.is(value)) {
     throw new TypeError(
       `${name}: expected ${what}, got a HeapTensor (heap tensors hold float32: use ${option} 'float32' with them)`,

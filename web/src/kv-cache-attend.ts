@@ -185,7 +185,8 @@ function checkAttendOut(wasm: MhaWasmModule, c: CacheConfig, t: AttendTensors, o
   ] as const) {
     if (typeof outIn === 'number' && outIn === input) {
       throw new TypeError(
-        `${FN}: out: expected a HeapTensor other than ${name} (the kernel reads ${name} while it writes out), got ${name} itself`,
+        `${FN}: out: expected a HeapTensor other than ${name} (the kernel reads ${name} while it writes out), got ` +
+          `${name} itself`,
       );
     }
   }

@@ -108,7 +108,8 @@ function tooLarge(wasm: MhaWasmModule, c: CacheConfig, bytes: number, why = ''):
   const dims =
     c.valueDim === c.headDim
       ? `batch*numKvHeads*capacity*headDim = ${c.batch}*${c.numKvHeads}*${c.capacity}*${c.headDim}`
-      : `batch*numKvHeads*capacity*(headDim + vHeadDim) = ${c.batch}*${c.numKvHeads}*${c.capacity}*(${c.headDim} + ${c.valueDim})`;
+      : `batch*numKvHeads*capacity*(headDim + vHeadDim) = ${c.batch}*${c.numKvHeads}*${c.capacity}*(${c.headDim} + ` +
+        `${c.valueDim})`;
   return new RangeError(
     `createKVCache: capacity: a ${c.dtype} cache of ${dims} for its keys and values ${doesNotFit(wasm, bytes)}${why}`,
   );

@@ -61,7 +61,9 @@ export interface KVCacheAttendOptions {
   numHeads: number;
   /** Default **true**: query i of sequence b, at position lengths[b] + i, sees keys at positions <= its own. */
   causal?: boolean;
-  /** [left, right]: a query at position p sees keys in [p - left, p + right]; each a non-negative integer or Infinity. */
+  /**
+   * [left, right]: a query at position p sees keys in [p - left, p + right]; each a non-negative integer or Infinity.
+   */
   window?: [number, number];
   /** c > 0: each score s becomes c * tanh(s / c). */
   softcap?: number;
@@ -157,7 +159,10 @@ export interface KVCacheContents<T extends Float32Array | Uint16Array = Float32A
 
 /** Options of {@link MHA.loadKVCache}. */
 export interface LoadKVCacheOptions {
-  /** Tokens per sequence the new cache can hold: at least the longest saved sequence; default the saved cache's capacity. */
+  /**
+   * Tokens per sequence the new cache can hold: at least the longest saved sequence; default the saved cache's
+   * capacity.
+   */
   capacity?: number;
   /**
    * The loaded cache's {@link KVCacheArithmetic} (a save does not hold one): 'integer' needs an int8 or int4

@@ -95,7 +95,10 @@ export class WasmKVCache implements KVCache {
     return this.#config.dtype;
   }
 
-  /** The bytes of wasm memory the storage holds: what the core allocates for this config (int8 and int4 scales included). */
+  /**
+   * The bytes of wasm memory the storage holds: what the core allocates for this config (int8 and int4 scales
+   * included).
+   */
   get bytes(): number {
     return this.#bytes;
   }

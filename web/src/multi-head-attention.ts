@@ -41,7 +41,9 @@ interface StagedCall {
   lseIn: Operand | undefined;
   mask: Uint8Array | undefined;
   biasIn: Operand | undefined;
-  /** The array the result goes to (undefined for a HeapTensor out, written in place); a Uint16Array for dtype 'float16'. */
+  /**
+   * The array the result goes to (undefined for a HeapTensor out, written in place); a Uint16Array for dtype 'float16'.
+   */
   target: Float32Array | Uint16Array | undefined;
   qOffset: number;
   kOffset: number;

@@ -28,7 +28,8 @@ export function checkNumberList<A extends Int32Array | Float32Array>(
     if (!ArrayBuffer.isView(value)) {
       const article = /^[AEIOU]/.test(Typed.name) ? 'an' : 'a';
       throw new TypeError(
-        `${name}: expected ${article} ${Typed.name}, got an object that only inherits from ${Typed.name} (e.g. a Proxy)`,
+        `${name}: expected ${article} ${Typed.name}, got an object that only inherits from ${Typed.name} ` +
+          '(e.g. a Proxy)',
       );
     }
     checkNotDetached(name, value);

@@ -93,9 +93,8 @@ export function checkSoftcap(fn: string, value: unknown): number {
     throw new TypeError(`${fn}: softcap: expected a finite number > 0, got ${describe(value)}`);
   const cap = Math.fround(value);
   if (!(Number.isFinite(cap) && cap > 0)) {
-    throw new RangeError(
-      `${fn}: softcap: expected a finite number > 0${Number.isFinite(value) && value > 0 ? ' in float32 range' : ''}, got ${value}`,
-    );
+    const range = Number.isFinite(value) && value > 0 ? ' in float32 range' : '';
+    throw new RangeError(`${fn}: softcap: expected a finite number > 0${range}, got ${value}`);
   }
   return cap;
 }

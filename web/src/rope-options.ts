@@ -33,7 +33,8 @@ export function checkRope(fn: string, value: unknown, headDim: number): Rope | u
   }
   if (!Number.isInteger(rotaryDim) || rotaryDim < 2 || rotaryDim > headDim || rotaryDim % 2 !== 0) {
     throw new RangeError(
-      `${name}: rotaryDim: expected ${expectedDim}, got ${rotaryDim}${dimIn === undefined ? ' (the default, headDim)' : ''}`,
+      `${name}: rotaryDim: expected ${expectedDim}, got ` +
+        `${rotaryDim}${dimIn === undefined ? ' (the default, headDim)' : ''}`,
     );
   }
   if (interleavedIn !== undefined && typeof interleavedIn !== 'boolean') {
@@ -56,7 +57,8 @@ export function checkRope(fn: string, value: unknown, headDim: number): Rope | u
     checkNotDetached(`${name}: ${key}`, table);
     if (table.length === 0 || table.length % half !== 0) {
       throw new RangeError(
-        `${name}: ${key}: expected a length that is a positive multiple of rotaryDim / 2 = ${half}, got length ${table.length}`,
+        `${name}: ${key}: expected a length that is a positive multiple of rotaryDim / 2 = ${half}, got length ` +
+          `${table.length}`,
       );
     }
     tables.push(table);

@@ -40,7 +40,9 @@ export interface RopeOptions {
   cos: Float32Array;
   /** sin, the same shape as cos. */
   sin: Float32Array;
-  /** Entries of each head vector that rotate: an even integer in [2, headDim]; default headDim. Entries past it stay. */
+  /**
+   * Entries of each head vector that rotate: an even integer in [2, headDim]; default headDim. Entries past it stay.
+   */
   rotaryDim?: number;
   /**
    * `false` (default): pairs (x[r], x[r + rotaryDim / 2]) rotate (Llama, GPT-NeoX, Hugging Face
@@ -81,6 +83,8 @@ export interface HeapTensor {
    * @throws TypeError once the tensor is freed
    */
   toArray(): Float32Array;
-  /** Returns the memory to the instance's heap. Calling it again does nothing; any other use then throws a TypeError. */
+  /**
+   * Returns the memory to the instance's heap. Calling it again does nothing; any other use then throws a TypeError.
+   */
   free(): void;
 }

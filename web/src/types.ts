@@ -33,8 +33,8 @@ export interface CreateOptions {
    * the page (`document.baseURI`), or in Node a `file:` URL or a file path. The file must be a `.wasm`
    * of this same release: `mha.wasm` (`mha-wasm/mha.wasm` in the package), `mha-baseline.wasm`,
    * `mha-threads.wasm`, `mha-relaxed.wasm` or `mha-relaxed-threads.wasm`; the file decides the build. A
-   * relaxed file on an engine without Relaxed SIMD is an Error that says so. Default: the selected build's file next to this
-   * script, e.g. `new URL('./mha.wasm', import.meta.url)`, which bundlers rewrite.
+   * relaxed file on an engine without Relaxed SIMD is an Error that says so. Default: the selected build's
+   * file next to this script, e.g. `new URL('./mha.wasm', import.meta.url)`, which bundlers rewrite.
    */
   wasmUrl?: string | URL;
   /** The bytes of one of those `.wasm` files, when you load them yourself. Exclusive with `wasmUrl`. */
@@ -298,8 +298,8 @@ export interface MHA {
    * @param options - batch, numKvHeads, headDim, capacity, dtype (default 'float32') and vHeadDim (default headDim)
    * @returns an empty {@link KVCache}
    * @throws TypeError / RangeError for a bad option; RangeError, with the bytes it would need, when
-   *   capacity x dims do not fit the 4 GiB wasm heap (and what it can still have); RangeError naming the core's refusal for a vHeadDim
-   *   other than headDim while this build's kernels do not compute it
+   *   capacity x dims do not fit the 4 GiB wasm heap (and what it can still have); RangeError naming the
+   *   core's refusal for a vHeadDim other than headDim while this build's kernels do not compute it
    * @example
    * ```ts
    * const cache = mha.createKVCache({ batch: 1, numKvHeads: 8, headDim: 128, capacity: 4096, dtype: 'float16' });
@@ -389,10 +389,10 @@ export interface MHA {
   memoryStats(): { wasmMemoryBytes: number; heapBytesInUse: number };
   /**
    * Frees this instance's staging buffers and scratch memory, frees every {@link HeapTensor} it
-   * allocated (using one afterwards throws a TypeError) and every {@link KVCache} (a TypeError afterwards), and ends its worker pool (threaded build:
-   * the workers are terminated, so Node can exit). The instance stays usable: later calls allocate
-   * again and run on the calling thread. The WebAssembly.Memory itself cannot shrink; drop the
-   * instance to release it.
+   * allocated (using one afterwards throws a TypeError) and every {@link KVCache} (a TypeError
+   * afterwards), and ends its worker pool (threaded build: the workers are terminated, so Node can exit).
+   * The instance stays usable: later calls allocate again and run on the calling thread. The
+   * WebAssembly.Memory itself cannot shrink; drop the instance to release it.
    */
   dispose(): void;
 }

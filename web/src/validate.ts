@@ -84,7 +84,8 @@ function isDetached(view: ArrayBufferView): boolean {
 export function checkNotDetached(name: string, value: ArrayBufferView): void {
   if (isDetached(value)) {
     throw new TypeError(
-      `${name}: the ${value.constructor.name}'s ArrayBuffer is detached (transferred or released); pass an array whose buffer is live`,
+      `${name}: the ${value.constructor.name}'s ArrayBuffer is detached (transferred or released); pass an array ` +
+        `whose buffer is live`,
     );
   }
 }
@@ -103,7 +104,8 @@ export function checkFloat32(
 ): Float32Array {
   if (!(value instanceof Float32Array)) {
     throw new TypeError(
-      `${name}: expected Float32Array of length ${expected} (${formula()})${alternative}, got ${describe(value)}${hint}`,
+      `${name}: expected Float32Array of length ${expected} (${formula()})${alternative}, got ` +
+        `${describe(value)}${hint}`,
     );
   }
   if (!ArrayBuffer.isView(value)) {
@@ -131,7 +133,10 @@ export interface Dims {
   numKvHeads: number;
   headDim: number;
   kvDModel: number;
-  /** The vHeadDim option as given (0: not given), Dv (= headDim unless given), and the widths Hkv·Dv of v and H·Dv of out. */
+  /**
+   * The vHeadDim option as given (0: not given), Dv (= headDim unless given), and the widths Hkv·Dv of v and H·Dv of
+   * out.
+   */
   vHeadDim: number;
   valueDim: number;
   vDModel: number;
@@ -150,7 +155,8 @@ export function checkDims(fn: string, o: Record<string, unknown>, withKv: boolea
   const kvSeqLen = withKv && o.kvSeqLen !== undefined ? checkDim(`${fn}: kvSeqLen`, o.kvSeqLen) : seqLen;
   if (dModel % numHeads !== 0) {
     throw new RangeError(
-      `${fn}: dModel: expected a multiple of numHeads (${numHeads}), got ${dModel} (${dModel} % ${numHeads} = ${dModel % numHeads})`,
+      `${fn}: dModel: expected a multiple of numHeads (${numHeads}), got ${dModel} (${dModel} % ${numHeads} = ` +
+        `${dModel % numHeads})`,
     );
   }
   const numKvHeads = withKv && o.numKvHeads !== undefined ? checkDim(`${fn}: numKvHeads`, o.numKvHeads) : numHeads;

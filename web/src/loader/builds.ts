@@ -95,7 +95,8 @@ export function threadsUnavailable(): string | undefined {
   if (!isNode() && g.crossOriginIsolated === false) {
     return (
       'the page is not cross-origin isolated (crossOriginIsolated is false): serve it with the headers ' +
-      'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp (missing COOP/COEP headers)'
+      'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp (missing COOP/COEP ' +
+      'headers)'
     );
   }
   if (typeof g.SharedArrayBuffer !== 'function') return 'SharedArrayBuffer is not available in this environment';
@@ -111,7 +112,9 @@ const FEATURES: Readonly<Record<Feature, () => string | undefined>> = {
   threads: threadsUnavailable,
 };
 
-/** The custom section that names the engine features a module needs beyond SIMD128 (src/mha/kernels/kernel_relaxed.cpp). */
+/**
+ * The custom section that names the engine features a module needs beyond SIMD128 (src/mha/kernels/kernel_relaxed.cpp).
+ */
 const FEATURES_SECTION = 'mha_wasm_features';
 
 /** Reads an unsigned LEB128 at `at`; undefined past the end. */

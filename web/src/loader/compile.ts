@@ -15,7 +15,8 @@ async function compileModule(source: WasmSource): Promise<WebAssembly.Module> {
   const missing = declaredFeatureMissing(declaredFeatures(bytes));
   if (missing !== undefined) {
     throw new Error(
-      `mha-wasm: ${source.label} is a Relaxed SIMD build (mha-relaxed.wasm or mha-relaxed-threads.wasm) and ${missing} ` +
+      `mha-wasm: ${source.label} is a Relaxed SIMD build (mha-relaxed.wasm or mha-relaxed-threads.wasm) ` +
+        `and ${missing} ` +
         '(Chrome 114+, Firefox 145+; Node needs --experimental-wasm-relaxed-simd): load mha.wasm or mha-threads.wasm ' +
         'instead, or leave out wasmUrl/wasmBinary and createMHA picks the best build this engine runs',
     );

@@ -111,7 +111,8 @@ export async function instantiate(
           moduleOptions.PThread?.terminateAllThreads();
           reject(
             new ThreadsStartFailure(
-              `the threaded build's ${Math.max(1, workers)} worker(s) did not start within ${THREADS_START_TIMEOUT_MS / 1000} s`,
+              `the threaded build's ${Math.max(1, workers)} worker(s) did not start within ` +
+                `${THREADS_START_TIMEOUT_MS / 1000} s`,
             ),
           );
         }, THREADS_START_TIMEOUT_MS)

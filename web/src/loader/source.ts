@@ -86,7 +86,8 @@ export async function readWasmBytes(source: WasmSource): Promise<{ bytes: Uint8A
   }
   if (!response.ok) {
     throw new Error(
-      `mha-wasm: fetching ${source.label} failed: HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ''}; ` +
+      `mha-wasm: fetching ${source.label} failed: HTTP ` +
+        `${response.status}${response.statusText ? ` ${response.statusText}` : ''}; ` +
         `${EXPECTED} there (host it, or pass createMHA({ wasmUrl }) / ({ wasmBinary }))`,
     );
   }
@@ -118,7 +119,8 @@ export function checkMagic(label: string, bytes: Uint8Array, contentType: string
   const what =
     bytes.length === 0
       ? 'an empty file'
-      : `${bytes.length} bytes starting ${head}${looksHtml ? ', an HTML page (a dev server or CDN fallback page instead of the file?)' : ''}`;
+      : `${bytes.length} bytes starting ` +
+        `${head}${looksHtml ? ', an HTML page (a dev server or CDN fallback page instead of the file?)' : ''}`;
   throw new Error(
     `mha-wasm: ${label} is not a WebAssembly file: ${EXPECTED} (magic bytes 00 61 73 6d), got ${what}` +
       `${contentType ? ` served as ${contentType}` : ''}`,
