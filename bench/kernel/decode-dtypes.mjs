@@ -191,7 +191,8 @@ async function main() {
   );
   for (const o of out) {
     console.log(
-      `${o.shape.padEnd(14)} ${o.data.padEnd(9)} ${o.dtype.padEnd(12)} ${o.cache.padEnd(7)} b${args.dist.indexOf(o.dist)} ${o.build.padEnd(12)} ` +
+      `${o.shape.padEnd(14)} ${o.data.padEnd(9)} ${o.dtype.padEnd(12)} ${o.cache.padEnd(7)} ` +
+        `b${args.dist.indexOf(o.dist)} ${o.build.padEnd(12)} ` +
         `${o.median.toFixed(3)} [${o.min.toFixed(3)} - ${o.max.toFixed(3)}]  x${o.vsF32 ?? '-'} vs f32` +
         (o.ceilingVsF32 ? ` (x${o.ceilingVsF32} vs evicted f32)` : ''),
     );
