@@ -14,7 +14,8 @@
 // and the median and quartiles over the rounds of each round's ratio (of the two rows' medians in it).
 // With --decode, the shapes are decode shapes (bench/lib/jobs.mjs, e.g. decode-gqa-4k) and each row is one
 // decode step through a float32 cache of each build (cache.attend of one token, then truncate), the
-// last-level cache evicted by a 64 MiB read before every step as in the Node decode jobs.
+// last-level cache evicted by a 64 MiB read before every step as in the Node decode jobs. `--dtype int8:integer`
+// (any cache dtype, `:integer` for integer arithmetic) makes the caches of that dtype instead of float32.
 // With --heap it also measures the two ceilings of bench/lib/ceiling.mjs (mul+add and relaxed_madd) in the
 // page, once per round, so that the builds' ratio can be read against the CPU's own FMA speed-up.
 import { option, withBenchPage } from './bench-page.mjs';
@@ -27,6 +28,7 @@ const withOrt = args.includes('--ort');
 const withHeap = args.includes('--heap');
 const withOut = args.includes('--out');
 const withDecode = args.includes('--decode');
+const [cacheDtype, arithmetic] = option(args, '--dtype', 'float32').split(':');
 
 const engine = option(args, '--engine', 'chromium');
 await withBenchPage(
@@ -37,7 +39,7 @@ await withBenchPage(
       for (const name of shapes) models[name] = Array.from(standardOpsModel(shapeByName(name), false));
     }
     const result = await page.evaluate(
-      async ({ shapes, rounds, models, withHeap, withOut, withDecode }) => {
+      async ({ shapes, rounds, models, withHeap, withOut, withDecode, cacheDtype, arithmetic }) => {
         const { createMHA } = await import('/dist/index.js');
         const { shapeByName, flopsOf } = await import('/bench/lib/shapes.mjs');
         const { makeInputs } = await import('/scripts/lib/prng.mjs');
@@ -96,7 +98,14 @@ await withBenchPage(
               vNew = rows(v, T - 1, 1);
             const q1 = q.subarray(0, B * shape.D);
             for (const build of ['relaxed', 'fixed']) {
-              const cache = impls[build].createKVCache({ batch: B, numKvHeads: Hkv, headDim: Dh, capacity: T });
+              const cache = impls[build].createKVCache({
+                batch: B,
+                numKvHeads: Hkv,
+                headDim: Dh,
+                capacity: T,
+                dtype: cacheDtype,
+                ...(arithmetic ? { arithmetic } : {}),
+              });
               cache.attend(kFill, kFill, vFill, { numHeads: Hkv, window: [0, 0] });
               const stepOut = new Float32Array(B * shape.D);
               runners[build] = async () => {
@@ -192,9 +201,10 @@ await withBenchPage(
         }
         return out;
       },
-      { shapes, rounds, models, withHeap, withOut, withDecode },
+      { shapes, rounds, models, withHeap, withOut, withDecode, cacheDtype, arithmetic },
     );
-    console.log(JSON.stringify({ browser: browserName, rounds, ...result }));
+    const cache = withDecode ? { cache: `${cacheDtype}${arithmetic ? `:${arithmetic}` : ''}` } : {};
+    console.log(JSON.stringify({ browser: browserName, rounds, ...cache, ...result }));
     const perRoundText = (r, pair) => {
       const x = r.perRound[pair];
       return x ? `; per round ${x.median.toFixed(3)}x [${x.q1.toFixed(3)}, ${x.q3.toFixed(3)}]` : '';

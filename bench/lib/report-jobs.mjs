@@ -329,7 +329,7 @@ function bitsSection(job) {
 }
 
 /** Issue #32: the longest context of a Llama-3.2-1B-shaped cache per dtype (jobs-context.mjs). */
-function contextSection(job) {
+export function contextSection(job) {
   if (!job?.rows) return [];
   const { layers, Hkv, Dh } = LLAMA_1B;
   const lines = [
