@@ -31,10 +31,10 @@ namespace {
 
 // The dtype of a case by its name in the dtype table.
 bool runs_dtype(const std::string& name, CacheDType& dtype) {
-#define MHA_GOLDEN_DTYPE(number, id, text, Codec, version) \
-  if (name == text) {                                      \
-    dtype = CacheDType::id;                                \
-    return true;                                           \
+#define MHA_GOLDEN_DTYPE(number, id, text, Codec, version, integer) \
+  if (name == text) {                                               \
+    dtype = CacheDType::id;                                         \
+    return true;                                                    \
   }
   MHA_CACHE_DTYPES(MHA_GOLDEN_DTYPE)
 #undef MHA_GOLDEN_DTYPE

@@ -25,10 +25,39 @@ test(`${OUTPUT} is what scripts/gen-cache-dtypes.mjs makes of ${HEADER}`, () => 
 test('the generator refuses a table it cannot read', () => {
   const table = (...lines) => `#define MHA_CACHE_DTYPES(X) \\\n${lines.join(' \\\n')}\n`;
   assert.throws(() => parseDTypes(''), /no #define/);
-  assert.throws(() => parseDTypes(table('  X(0, kA, "a", ACodec)')), /expected X\(number/);
-  assert.throws(() => parseDTypes(table('  X(1, kA, "a", ACodec, 1)')), /number 1, expected 0/);
-  assert.throws(() => parseDTypes(table('  X(0, kA, "a", ACodec, 1)', '  X(1, kB, "a", BCodec, 1)')), /distinct/);
+  assert.throws(() => parseDTypes(table('  X(0, kA, "a", ACodec, 1)')), /expected X\(number/);
+  assert.throws(() => parseDTypes(table('  X(0, kA, "a", ACodec, 1, 2)')), /expected X\(number/);
+  assert.throws(() => parseDTypes(table('  X(1, kA, "a", ACodec, 1, 0)')), /number 1, expected 0/);
+  assert.throws(() => parseDTypes(table('  X(0, kA, "a", ACodec, 1, 0)', '  X(1, kB, "a", BCodec, 1, 1)')), /distinct/);
   assert.equal(nameList(['a', 'b', 'c']), "'a', 'b' or 'c'");
+  assert.equal(nameList(['a', 'b'], 'and'), "'a' and 'b'");
+});
+
+test('the public lists are the table: kvCacheDTypes in number order, integerArithmeticDTypes its integer rows', async () => {
+  const { kvCacheDTypes, integerArithmeticDTypes, createMHA } = await import('../../dist/index.js');
+  assert.deepEqual(
+    [...kvCacheDTypes],
+    rows.map((r) => r.name),
+  );
+  assert.deepEqual(
+    [...integerArithmeticDTypes],
+    rows.filter((r) => r.integer).map((r) => r.name),
+  );
+  assert.ok(Object.isFrozen(kvCacheDTypes) && Object.isFrozen(integerArithmeticDTypes));
+  // The core agrees (a load leaves the dtype check to it): exactly these dtypes take integer arithmetic.
+  const mha = await createMHA({ threads: 1 });
+  try {
+    for (const dtype of kvCacheDTypes) {
+      const cache = mha.createKVCache({ batch: 1, numKvHeads: 1, headDim: 32, capacity: 8, dtype });
+      const saved = cache.save();
+      cache.free();
+      const load = () => mha.loadKVCache(saved, { arithmetic: 'integer' });
+      if (integerArithmeticDTypes.includes(dtype)) load().free();
+      else assert.throws(load, { name: 'TypeError', message: /loadKVCache: arithmetic/ }, dtype);
+    }
+  } finally {
+    mha.dispose();
+  }
 });
 
 test('the TS layer names the table dtypes by their numbers', () => {

@@ -214,10 +214,10 @@ function update() {
 
 async function main() {
   mha = await createMHA();
-  const dtypes = cacheDTypes(mha);
+  const dtypes = cacheDTypes();
   variants = dtypes.flatMap((dtype) => {
     const plain = { dtype, label: dtype };
-    return hasIntegerArithmetic(mha, dtype)
+    return hasIntegerArithmetic(dtype)
       ? [plain, { dtype, arithmetic: 'integer', label: `${dtype}, integer arithmetic` }]
       : [plain];
   });

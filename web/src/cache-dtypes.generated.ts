@@ -7,3 +7,9 @@ export const CACHE_DTYPE_NAMES = ['float32', 'float16', 'bfloat16', 'int8', 'int
 
 /** The names as a message lists them. */
 export const CACHE_DTYPE_LIST = "'float32', 'float16', 'bfloat16', 'int8' or 'int4'";
+
+/** The dtypes that take integer arithmetic (docs/spec.md 5.1), in the same order. */
+export const INTEGER_DTYPE_NAMES = ['int8', 'int4'] as const;
+
+/** Those names as a message lists them: 'applies to ... caches only'. */
+export const INTEGER_DTYPE_LIST = "'int8' and 'int4'";

@@ -47,4 +47,5 @@ export type {
 } from './tensor-types.js';
 export type { RopeTables, RopeTablesOptions } from './rope.js';
 export { createMHA, version } from './create.js';
+export { integerArithmeticDTypes, kvCacheDTypes } from './cache-dtype.js';
 export { ropeTables } from './rope.js';

@@ -1,7 +1,13 @@
 // createKVCache's options (docs/spec.md Part 3, 4.8): their checks, the bytes the core allocates for them,
 // and the C++ cache made of a checked config. kv-cache.ts wraps the id in a WasmKVCache.
 import type { CacheCallLayout } from './call-abi.js';
-import { CACHE_DTYPE_NAME_LIST, CACHE_DTYPES, cacheDTypeCode } from './cache-dtype.js';
+import {
+  CACHE_DTYPE_NAME_LIST,
+  CACHE_DTYPES,
+  cacheDTypeCode,
+  INTEGER_DTYPE_NAME_LIST,
+  integerArithmeticDTypes,
+} from './cache-dtype.js';
 import { describe } from './describe.js';
 import type { KVCacheArithmetic, KVCacheDType, KVCacheOptions } from './kv-cache-types.js';
 import type { MhaWasmModule } from './mha.js';
@@ -44,9 +50,6 @@ export interface CacheConfig {
   arithmetic: KVCacheArithmetic;
 }
 
-/** The dtypes that take integer arithmetic (docs/spec.md 5.1). */
-const INTEGER_DTYPES: readonly KVCacheDType[] = ['int8', 'int4'];
-
 /**
  * The arithmetic option of createKVCache (with the cache's dtype) or loadKVCache (dtype undefined: the core
  * checks the save's): undefined is 'float'; another string a RangeError, another type a TypeError; set for a
@@ -58,10 +61,9 @@ export function checkArithmetic(fn: string, value: unknown, dtype?: KVCacheDType
     const message = `${fn}: arithmetic: expected 'float' or 'integer', got ${describe(value)}`;
     throw typeof value === 'string' ? new RangeError(message) : new TypeError(message);
   }
-  if (dtype !== undefined && !INTEGER_DTYPES.includes(dtype)) {
-    throw new TypeError(
-      `${fn}: arithmetic: applies to 'int8' and 'int4' caches only, got ${describe(value)} for a '${dtype}' cache`,
-    );
+  if (dtype !== undefined && !integerArithmeticDTypes.includes(dtype)) {
+    const only = `applies to ${INTEGER_DTYPE_NAME_LIST} caches only`;
+    throw new TypeError(`${fn}: arithmetic: ${only}, got ${describe(value)} for a '${dtype}' cache`);
   }
   return value;
 }

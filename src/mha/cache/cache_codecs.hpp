@@ -13,25 +13,26 @@
 #include "mha/cache/codec_int4.hpp"
 #include "mha/cache/codec_int8.hpp"
 
-// X(number, enumerator, "name", Codec, save version): number is the ABI's and the save format's
-// (docs/cache-format.md); save version is the oldest version of the saved format that holds the dtype.
-// Numbers run 0, 1, 2, ... in this order.
-#define MHA_CACHE_DTYPES(X)                     \
-  X(0, kFloat32, "float32", Float32Codec, 1)    \
-  X(1, kFloat16, "float16", Float16Codec, 1)    \
-  X(2, kBFloat16, "bfloat16", BFloat16Codec, 2) \
-  X(3, kInt8, "int8", Int8Codec, 2)             \
-  X(4, kInt4, "int4", Int4Codec, 4)
+// X(number, enumerator, "name", Codec, save version, integer): number is the ABI's and the save format's
+// (docs/cache-format.md); save version is the oldest version of the saved format that holds the dtype;
+// integer is 1 where the dtype takes integer arithmetic (docs/spec.md 5.1). Numbers run 0, 1, 2, ... in
+// this order.
+#define MHA_CACHE_DTYPES(X)                        \
+  X(0, kFloat32, "float32", Float32Codec, 1, 0)    \
+  X(1, kFloat16, "float16", Float16Codec, 1, 0)    \
+  X(2, kBFloat16, "bfloat16", BFloat16Codec, 2, 0) \
+  X(3, kInt8, "int8", Int8Codec, 2, 1)             \
+  X(4, kInt4, "int4", Int4Codec, 4, 1)
 
 namespace mha {
 
 enum class CacheDType : int32_t {
-#define MHA_CACHE_DTYPE_ENUM(number, id, name, Codec, version) id = number,
+#define MHA_CACHE_DTYPE_ENUM(number, id, name, Codec, version, integer) id = number,
   MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_ENUM)
 #undef MHA_CACHE_DTYPE_ENUM
 };
 
-#define MHA_CACHE_DTYPE_COUNT(number, id, name, Codec, version) +1
+#define MHA_CACHE_DTYPE_COUNT(number, id, name, Codec, version, integer) +1
 constexpr int32_t kCacheDTypeCount = 0 MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_COUNT);
 #undef MHA_CACHE_DTYPE_COUNT
 
@@ -40,7 +41,7 @@ constexpr int32_t kCacheDTypeCount = 0 MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_COUNT);
 template <typename F>
 inline decltype(auto) visit_codec(CacheDType dtype, F&& f) {
   switch (dtype) {
-#define MHA_CACHE_DTYPE_CASE(number, id, name, Codec, version) \
+#define MHA_CACHE_DTYPE_CASE(number, id, name, Codec, version, integer) \
   case CacheDType::id: return f(Codec{});
     MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_CASE)
 #undef MHA_CACHE_DTYPE_CASE
@@ -62,17 +63,19 @@ struct CacheDTypeInfo {
   bool finite_only;       // append refuses inf and NaN
   bool panel_rows8;       // append stores 8 tokens' keys a panel row piece at a time
   uint32_t save_version;  // the oldest saved-format version that holds it
+  bool integer;           // takes integer arithmetic (docs/spec.md 5.1)
 };
 constexpr CacheDTypeInfo kCacheDTypes[] = {
-#define MHA_CACHE_DTYPE_INFO(number, id, name, Codec, version) \
-  {name,                                                       \
-   Codec::kElementBits,                                        \
-   Codec::kScaled,                                             \
-   Codec::kTracksSpecials,                                     \
-   Codec::kReadsStored,                                        \
-   Codec::kFiniteOnly,                                         \
-   Codec::kPanelRows8,                                         \
-   version},
+#define MHA_CACHE_DTYPE_INFO(number, id, name, Codec, version, integer) \
+  {name,                                                                \
+   Codec::kElementBits,                                                 \
+   Codec::kScaled,                                                      \
+   Codec::kTracksSpecials,                                              \
+   Codec::kReadsStored,                                                 \
+   Codec::kFiniteOnly,                                                  \
+   Codec::kPanelRows8,                                                  \
+   version,                                                             \
+   integer != 0},
     MHA_CACHE_DTYPES(MHA_CACHE_DTYPE_INFO)
 #undef MHA_CACHE_DTYPE_INFO
 };

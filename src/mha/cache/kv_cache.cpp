@@ -69,7 +69,7 @@ MHA_MINSIZE Status validate_cache_config(const KVCacheConfig& c) {
   if (c.batch <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.capacity <= 0) return Status::kNonPositiveDim;
   if (c.v_head_dim < 0) return Status::kBadVHeadDim;
   if (!cache_dtype_valid(c.dtype)) return Status::kCacheBadDType;
-  if (c.integer && c.dtype != CacheDType::kInt8 && c.dtype != CacheDType::kInt4) return Status::kCacheBadArithmetic;
+  if (c.integer && !cache_dtype_info(c.dtype).integer) return Status::kCacheBadArithmetic;
   if (kv_cache_bytes(c) >= double(kMaxCacheBytes)) return Status::kCacheTooLarge;
   return Status::kOk;
 }
