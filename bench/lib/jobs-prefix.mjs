@@ -8,16 +8,12 @@
 // Hkv KV heads, Dh head size; T = Lp + S_own keys per sequence.
 import { makeInputs } from '../../scripts/lib/prng.mjs';
 import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
-import { attentionRows, compareRows } from '../../scripts/lib/reference.mjs';
+import { attentionRows } from '../../scripts/lib/reference.mjs';
+import { checkSummary } from './jobs-common.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 import { PREFIX_SHARED, PREFIX_ONE, PREFIX_COPIES, REORDER, REORDER_STEP } from './jobs.mjs';
 
 const distUrl = new URL('../../dist/index.js', import.meta.url).href;
-
-function checkSummary(got, want, rows, D) {
-  const c = compareRows(got, want, rows, D);
-  return { ok: c.ok, rows: rows.length, maxAbsErr: c.maxAbsErr, badCount: c.badCount, worst: c.worst };
-}
 
 /**
  * k, v (B, T, Hkv·Dh) whose first Lp rows are the same in every sequence (the prompt), q (B, 1, H·Dh), and

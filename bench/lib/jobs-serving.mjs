@@ -6,16 +6,12 @@
 // Shapes: B sequences, L_b keys of sequence b after the step (the cache holds L_b - 1 before it), H query
 // heads, Hkv KV heads, Dh head size.
 import { makeInputs } from '../../scripts/lib/prng.mjs';
-import { attentionRows, compareRows } from '../../scripts/lib/reference.mjs';
+import { attentionRows } from '../../scripts/lib/reference.mjs';
+import { checkSummary } from './jobs-common.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 import { RAGGED, SAVE_LOAD, RAGGED_ONE, RAGGED_SEPARATE, RAGGED_PADDED, SAVE, LOAD, COPY } from './jobs.mjs';
 
 const distUrl = new URL('../../dist/index.js', import.meta.url).href;
-
-function checkSummary(got, want, rows, D) {
-  const c = compareRows(got, want, rows, D);
-  return { ok: c.ok, rows: rows.length, maxAbsErr: c.maxAbsErr, badCount: c.badCount, worst: c.worst };
-}
 
 /** Row t of sequence b of a (B, T, width) tensor. */
 const rowOf = (x, T, width, b, t) => x.subarray((b * T + t) * width, (b * T + t + 1) * width);

@@ -1,0 +1,26 @@
+// What the interleaved jobs' runners share (bench/lib/jobs-run.mjs and the jobs-*.mjs contestant modules):
+// the output check against plain JS and the last-level-cache eviction before a timed step. Node only.
+import { compareRows } from '../../scripts/lib/reference.mjs';
+import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
+import { lastLevelCacheBytes } from './env.mjs';
+import { evictionBytes } from './jobs.mjs';
+
+/** A contestant's check: its rows of `got` against plain JS's `want` (D columns), as the report shows it. */
+export function checkSummary(got, want, rows, D) {
+  const c = compareRows(got, want, rows, D);
+  return { ok: c.ok, rows: rows.length, maxAbsErr: c.maxAbsErr, badCount: c.badCount, worst: c.worst };
+}
+
+/**
+ * An untimed streaming read over evictionBytes() of this machine's last-level cache, run before every timed
+ * step so each step reads its K/V from DRAM.
+ */
+export function evictor() {
+  const { memory, pages } = touchedMemory(evictionBytes(lastLevelCacheBytes()));
+  const read = bandwidthReader(memory, pages);
+  const end = pages * 65536;
+  const sink = new Int32Array(1);
+  return () => {
+    sink[0] += read(0, end);
+  };
+}
