@@ -1,5 +1,6 @@
 // What the interleaved jobs' runners share (bench/lib/jobs-run.mjs and the jobs-*.mjs contestant modules):
-// the output check against plain JS and the last-level-cache eviction before a timed step. Node only.
+// the output check against plain JS, a failed contestant's record and the last-level-cache eviction before a
+// timed step. Node only.
 import { compareRows } from '../../scripts/lib/reference.mjs';
 import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
 import { lastLevelCacheBytes } from './env.mjs';
@@ -9,6 +10,17 @@ import { evictionBytes } from './jobs.mjs';
 export function checkSummary(got, want, rows, D) {
   const c = compareRows(got, want, rows, D);
   return { ok: c.ok, rows: rows.length, maxAbsErr: c.maxAbsErr, badCount: c.badCount, worst: c.worst };
+}
+
+/** A contestant left out of the rounds: its name and the first 3 lines of what went wrong. */
+export function failure(name, error) {
+  return {
+    name,
+    error: String(error?.stack ?? error)
+      .split('\n')
+      .slice(0, 3)
+      .join(' | '),
+  };
 }
 
 /**

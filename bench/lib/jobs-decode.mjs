@@ -7,7 +7,7 @@ import { attentionRows, sampleRows } from '../../scripts/lib/reference.mjs';
 import { roundAsStored } from '../../scripts/lib/cache-rounding.mjs';
 import { float16Value } from '../../scripts/lib/float16.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
-import { checkSummary, evictor } from './jobs-common.mjs';
+import { checkSummary, evictor, failure } from './jobs-common.mjs';
 import {
   decodeShapeByName,
   decodeBytes,
@@ -227,13 +227,7 @@ export async function* decodeContestants(job, { seed, onPhase, disposers }) {
         throw new Error(`no such decode contestant "${name}"`);
       }
     } catch (error) {
-      yield {
-        name,
-        error: String(error?.stack ?? error)
-          .split('\n')
-          .slice(0, 3)
-          .join(' | '),
-      };
+      yield failure(name, error);
     }
   }
 }

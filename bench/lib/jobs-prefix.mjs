@@ -9,7 +9,7 @@
 import { makeInputs } from '../../scripts/lib/prng.mjs';
 import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
 import { attentionRows } from '../../scripts/lib/reference.mjs';
-import { checkSummary } from './jobs-common.mjs';
+import { checkSummary, failure } from './jobs-common.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 import { PREFIX_SHARED, PREFIX_ONE, PREFIX_COPIES, REORDER, REORDER_STEP } from './jobs.mjs';
 
@@ -124,13 +124,7 @@ export async function* prefixContestants(job, context) {
         checkOutput: () => checkSummary(step.out, want, checked, H * Dh),
       };
     } catch (error) {
-      yield {
-        name,
-        error: String(error?.stack ?? error)
-          .split('\n')
-          .slice(0, 3)
-          .join(' | '),
-      };
+      yield failure(name, error);
     }
   }
 }

@@ -13,7 +13,7 @@ import { prefixContestants, reorderContestants } from './jobs-prefix.mjs';
 import { ringContestants } from './jobs-ring.mjs';
 import { samplesContestants } from './jobs-samples.mjs';
 import { decodeContestants } from './jobs-decode.mjs';
-import { checkSummary, evictor } from './jobs-common.mjs';
+import { checkSummary, evictor, failure } from './jobs-common.mjs';
 import { float16Bits, float16Value, roundToFloat16 } from '../../scripts/lib/float16.mjs';
 
 const distUrl = new URL('../../dist/index.js', import.meta.url).href;
@@ -64,13 +64,7 @@ export async function runJob({ job: name, seed, budgetMs = 3000, onPhase = () =>
       c.firstCallMs = now() - t;
       c.check = c.checkOutput();
     } catch (error) {
-      failed.push({
-        name: c.name,
-        error: String(error?.stack ?? error)
-          .split('\n')
-          .slice(0, 3)
-          .join(' | '),
-      });
+      failed.push(failure(c.name, error));
       continue;
     }
     if (!c.check.ok) {

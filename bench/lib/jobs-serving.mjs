@@ -7,7 +7,7 @@
 // heads, Hkv KV heads, Dh head size.
 import { makeInputs } from '../../scripts/lib/prng.mjs';
 import { attentionRows } from '../../scripts/lib/reference.mjs';
-import { checkSummary } from './jobs-common.mjs';
+import { checkSummary, failure } from './jobs-common.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 import { RAGGED, SAVE_LOAD, RAGGED_ONE, RAGGED_SEPARATE, RAGGED_PADDED, SAVE, LOAD, COPY } from './jobs.mjs';
 
@@ -129,13 +129,7 @@ export async function* raggedContestants(job, { seed, onPhase, disposers, evict 
         throw new Error(`no such ragged contestant "${name}"`);
       }
     } catch (error) {
-      yield {
-        name,
-        error: String(error?.stack ?? error)
-          .split('\n')
-          .slice(0, 3)
-          .join(' | '),
-      };
+      yield failure(name, error);
     }
   }
 }
