@@ -80,8 +80,12 @@ export function errors(run, ref, N) {
       if (d > weights) weights = d;
     }
   let out = 0;
-  for (let i = 0; i < run.out.length; i++) out = Math.max(out, Math.abs(run.out[i] - ref.out[i]));
-  return { weights, out, map };
+  let outMax = 0; // the largest |output| of the reference: the scale an output error is read against
+  for (let i = 0; i < run.out.length; i++) {
+    out = Math.max(out, Math.abs(run.out[i] - ref.out[i]));
+    outMax = Math.max(outMax, Math.abs(ref.out[i]));
+  }
+  return { weights, out, outMax, map };
 }
 
 /**

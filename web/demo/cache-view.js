@@ -31,6 +31,13 @@ export const fmtBytes = (n) =>
         : `${(n / 1073741824).toFixed(2)} GiB`;
 const fmtCount = (n) => Math.floor(n).toLocaleString('en-US');
 const dd = (term, value, attrs = {}) => el('div', {}, el('dt', {}, term), el('dd', attrs, value));
+/** part / whole in percent, 2 digits (tiny shares as powers of ten): how large an error is for its values. */
+function percentOf(part, whole) {
+  if (!(whole > 0)) return '—';
+  const p = (100 * part) / whole;
+  return p === 0 ? '0 %' : p < 0.01 ? `${p.toExponential(1)} %` : `${p.toPrecision(2)} %`;
+}
+const maxDifference = (a, b) => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
 
 function readInt(id, [min, max], name, problems) {
   const raw = $(id).value.trim();
@@ -124,6 +131,8 @@ function update() {
   });
   const current = runs.find((r) => r.dtype === picked.dtype && (r.arithmetic ?? null) === (picked.arithmetic ?? null));
   const float32 = runs.find((r) => r.dtype === 'float32');
+  // Integer arithmetic: the same dtype's float arithmetic run, to show what the integer rounding alone adds.
+  const floatTwin = current.arithmetic ? runs.find((r) => r.dtype === current.dtype && !r.arithmetic) : null;
 
   $('cache-bytes').replaceChildren(
     dd('this cache, ' + `${N} tokens of ${SHAPE.HKV} KV heads × ${SHAPE.DH}`, fmtBytes(current.run.bytes), {
@@ -144,6 +153,18 @@ function update() {
       id: 'cache-out-error',
       'data-value': String(current.error.out),
     }),
+    dd(
+      `output, max |Δ| over its largest |value| (${current.error.outMax.toFixed(2)})`,
+      percentOf(current.error.out, current.error.outMax),
+      { id: 'cache-out-relative' },
+    ),
+    ...(floatTwin
+      ? [
+          dd('output against float arithmetic, max |Δ|', fmtDiff(maxDifference(current.run.out, floatTwin.run.out)), {
+            id: 'cache-integer-vs-float',
+          }),
+        ]
+      : []),
   );
   drawErrorMap($('cache-error-map'), current.error.map, N, current.error.weights);
   $('cache-error-note').textContent =
@@ -159,7 +180,9 @@ function update() {
       el(
         'tr',
         {},
-        ...['cache', 'bytes held', 'weights max |Δ|', 'output max |Δ|'].map((h) => el('th', { scope: 'col' }, h)),
+        ...['cache', 'bytes held', 'weights max |Δ|', 'output max |Δ|', 'of the largest |output|'].map((h) =>
+          el('th', { scope: 'col' }, h),
+        ),
       ),
     ),
     el(
@@ -173,6 +196,7 @@ function update() {
           el('td', {}, fmtBytes(r.run.bytes)),
           el('td', {}, fmtDiff(r.error.weights)),
           el('td', {}, fmtDiff(r.error.out)),
+          el('td', {}, percentOf(r.error.out, r.error.outMax)),
         ),
       ),
     ),

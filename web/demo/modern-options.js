@@ -47,12 +47,13 @@ export function syncKvHeads(numHeads) {
   const options = [];
   for (let g = numHeads; g >= 1; g--) {
     if (numHeads % g !== 0) continue;
+    // Short enough for the field's width at every layout; the help line below says what the presets mean.
     const label =
       g === numHeads
-        ? `${g}: multi-head (MHA)`
+        ? `${g}: MHA, one per head`
         : g === 1
-          ? `1: multi-query (MQA), all ${numHeads} heads share it`
-          : `${g}: grouped-query (GQA), ${numHeads / g} query heads each`;
+          ? `1: MQA, all ${numHeads} share it`
+          : `${g}: GQA, ${numHeads / g} heads each`;
     options.push(el('option', { value: String(g) }, label));
   }
   select.replaceChildren(...options);
