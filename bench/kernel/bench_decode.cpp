@@ -1,13 +1,11 @@
-// Timing harness of the KV cache's decode step (not a test: it asserts nothing). Over 500 lines: one
-// harness whose sections (steps, phases, softcap, ab, prefill) share the shapes, caches and timing.
+// Timing harness of the KV cache's decode step (not a test: it asserts nothing), its sections (steps, phases,
+// softcap, ab, prefill) sharing the shapes, caches and timing (ceilings.hpp: the ceilings and their timer).
 // Built natively and for wasm with threads (bench/kernel/CMakeLists.txt), run under Node for the engine users have:
 //   node --no-experimental-fetch build/wasm/bench/bench_decode.js [rounds] [phases|split|softcap|ab [shape]|prefill]
 //   build/native/bench/bench_decode [rounds] [prefill]
 //
-// Per round, interleaved: the streaming-read bandwidth (a SIMD sum over 256 MiB, 8x a 32 MiB L3) on
-// 1 and 2 threads, the mul+add ceiling (the faster of 12 f32x4 chains x = x * m + c and 8 x = x * m beside
-// 8 y = y + c) on 1 and 2 threads,
-// and ONE decode step of every row (shape x dtype x threads). A row's step therefore finds its cache
+// Per round, interleaved: the streaming-read bandwidth and the mul+add ceiling (ceilings.hpp) on 1 and 2
+// threads, and ONE decode step of every row (shape x dtype x threads). A row's step therefore finds its cache
 // evicted by the other rows (hundreds of MiB streamed in between), as a real model's layers would.
 // A step appends one token at length T and is undone by an O(1) truncate, so every step reads T + 1 keys.
 //
@@ -43,134 +41,11 @@
 #include "mha/core/parallel.hpp"
 
 #include "mha/core/test_seam.hpp"  // decode_phase_mask (`phases`)
+#include "ceilings.hpp"
 
 static_assert(mha::test_seam::kEnabled, "the bench cores are built with the test seam (CMakeLists.txt)");
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double now_ms() { return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count(); }
-
-struct Stats {
-  double median = 0, min = 0, max = 0;
-};
-Stats stats(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return Stats{v[v.size() / 2], v.front(), v.back()};
-}
-
-// ---- Ceilings
-
-constexpr size_t kBandwidthBytes = size_t{256} << 20;
-
-struct SumJob {
-  const int32_t* data;
-  size_t ints_per_part;
-  int32_t sums[4];
-};
-
-// Measured functions are never inlined into main: V8 tiers a wasm function up to optimized code only
-// between calls, and main runs for the whole benchmark.
-#define MHA_BENCH_NOINLINE __attribute__((noinline))
-
-// One pass over part `index`: 8 independent i32x4 accumulators, 128 bytes per iteration (integer adds
-// have one cycle of latency, so the loop is bound by the loads).
-MHA_BENCH_NOINLINE void sum_part(void* ctx, int64_t index, int) {
-  auto* job = static_cast<SumJob*>(ctx);
-  using VecI = xsimd::batch<int32_t>;
-  const int32_t* p = job->data + size_t(index) * job->ints_per_part;
-  const int32_t* end = p + job->ints_per_part;
-  VecI a0(0), a1(0), a2(0), a3(0), a4(0), a5(0), a6(0), a7(0);
-  for (; p < end; p += 32) {
-    a0 += VecI::load_aligned(p), a1 += VecI::load_aligned(p + 4), a2 += VecI::load_aligned(p + 8),
-        a3 += VecI::load_aligned(p + 12);
-    a4 += VecI::load_aligned(p + 16), a5 += VecI::load_aligned(p + 20), a6 += VecI::load_aligned(p + 24),
-        a7 += VecI::load_aligned(p + 28);
-  }
-  job->sums[index] = xsimd::hadd(((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)));
-}
-
-// GB/s of one pass over the buffer split into `threads` parts.
-MHA_BENCH_NOINLINE double bandwidth_pass(const int32_t* data, int threads, mha::ThreadPool* pool, int32_t* sink) {
-  SumJob job{data, kBandwidthBytes / sizeof(int32_t) / threads, {0, 0, 0, 0}};
-  const double t0 = now_ms();
-  if (threads == 1) {
-    sum_part(&job, 0, 0);
-  } else {
-    pool->parallel_for(threads, &sum_part, &job);
-  }
-  const double ms = now_ms() - t0;
-  *sink += job.sums[0] + job.sums[1];
-  return double(kBandwidthBytes) / (ms * 1e6);
-}
-
-struct MulAddJob {
-  int64_t iterations;
-  float multiplier;  // 0.9999 (dependent chains) or 1 (split chains); from memory, so LLVM cannot fold x * 1
-  float results[4];
-};
-
-// 12 chains x = x * m + c: a multiply feeding an add, as in a micro-kernel's step.
-MHA_BENCH_NOINLINE void mul_add_dependent_part(void* ctx, int64_t index, int) {
-  auto* job = static_cast<MulAddJob*>(ctx);
-  using VecF = xsimd::batch<float>;
-  const VecF m(job->multiplier), c(1e-4f);
-  VecF x[12];
-  for (int i = 0; i < 12; ++i) x[i] = VecF(1.0f + i / 64.0f + index);
-  for (int64_t it = 0; it < job->iterations; ++it)
-    for (int i = 0; i < 12; ++i) x[i] = x[i] * m + c;
-  VecF sum(0.0f);
-  for (int i = 0; i < 12; ++i) sum += x[i];
-  job->results[index] = xsimd::hadd(sum);
-}
-
-// 8 chains x = x * m beside 8 chains y = y + c, which no latency bounds (bench/lib/ceiling.mjs: where adds
-// issue on more ports than multiplies, the dependent chains are latency-bound). The fastest of ceiling.mjs's
-// loops in Node; its other two only matter in Chromium.
-MHA_BENCH_NOINLINE void mul_add_split_part(void* ctx, int64_t index, int) {
-  auto* job = static_cast<MulAddJob*>(ctx);
-  using VecF = xsimd::batch<float>;
-  const VecF m(job->multiplier), c(1e-4f);
-  VecF x[8], y[8];
-  for (int i = 0; i < 8; ++i) x[i] = y[i] = VecF(1.0f + i / 64.0f + index);
-#ifdef __clang__  // unrolled 4x as bench/lib/ceiling.mjs is: the loop's own instructions out of the way
-#pragma clang loop unroll_count(4)
-#endif
-  for (int64_t it = 0; it < job->iterations; ++it) {
-    for (int i = 0; i < 8; ++i) {
-      x[i] = x[i] * m;
-      y[i] = y[i] + c;
-    }
-  }
-  VecF sum(0.0f);
-  for (int i = 0; i < 8; ++i) sum += x[i] + y[i];
-  job->results[index] = xsimd::hadd(sum);
-}
-
-// GFLOP/s (a mul and an add count 2 per lane) of `threads` independent copies of the faster of the two
-// loops above.
-MHA_BENCH_NOINLINE double mul_add_pass(int threads, mha::ThreadPool* pool, float* sink) {
-  struct Form {
-    void (*part)(void*, int64_t, int);
-    float multiplier;
-    double flops_per_iteration;  // per thread
-  };
-  const Form forms[2] = {{&mul_add_dependent_part, 0.9999f, 12 * 4 * 2}, {&mul_add_split_part, 1.0f, 16 * 4}};
-  double best = 0.0;
-  for (const Form& form : forms) {
-    MulAddJob job{4000000, form.multiplier, {0, 0, 0, 0}};
-    const double t0 = now_ms();
-    if (threads == 1) {
-      form.part(&job, 0, 0);
-    } else {
-      pool->parallel_for(threads, form.part, &job);
-    }
-    const double ms = now_ms() - t0;
-    *sink += job.results[0] + job.results[1];
-    best = std::max(best, double(job.iterations) * form.flops_per_iteration * threads / (ms * 1e6));
-  }
-  return best;
-}
 
 // ---- Decode rows
 

@@ -22,31 +22,20 @@
 #include "mha/cache/kv_cache.hpp"
 
 #include "mha/core/test_seam.hpp"  // decode_phase_mask
+#include "ceilings.hpp"            // now_ms, streaming_sum
 
 static_assert(mha::test_seam::kEnabled, "the bench cores are built with the test seam (CMakeLists.txt)");
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double now_ms() { return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count(); }
-
 #define NOINLINE __attribute__((noinline))
 
 int32_t sink = 0;
 
-// Sum of [p, p + bytes): 8 independent i32x4 accumulators, 128 bytes per iteration.
+// Sum of [p, p + bytes) (ceilings.hpp's streaming read).
 NOINLINE void stream(const void* begin, size_t bytes) {
-  using VecI = xsimd::batch<int32_t>;
   const int32_t* p = static_cast<const int32_t*>(begin);
-  const int32_t* end = p + bytes / 4;
-  VecI a0(0), a1(0), a2(0), a3(0), a4(0), a5(0), a6(0), a7(0);
-  for (; p < end; p += 32) {
-    a0 += VecI::load_aligned(p), a1 += VecI::load_aligned(p + 4), a2 += VecI::load_aligned(p + 8),
-        a3 += VecI::load_aligned(p + 12);
-    a4 += VecI::load_aligned(p + 16), a5 += VecI::load_aligned(p + 20), a6 += VecI::load_aligned(p + 24),
-        a7 += VecI::load_aligned(p + 28);
-  }
-  sink += xsimd::hadd(((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)));
+  sink += streaming_sum(p, p + bytes / 4);
 }
 
 struct Setup {
