@@ -1,34 +1,12 @@
 // The attention backend of the tiny-gpt runner (runner.mjs): it holds the K/V of every layer of one
 // sequence in mha-wasm KV caches and runs causal attention over them. The interface (AttentionBackend) is documented
 // in runner.mjs. Plain ESM importing only scripts/lib/float16.mjs (itself import-free), for Node, pages and
-// Workers alike; the caller passes the mha-wasm instance in.
+// Workers alike; the caller passes the mha-wasm instance in. Any cache dtype of the package works.
 //
 // Shapes, with the letters of docs/spec.md (B = 1): S new tokens of one call (n in the code), T tokens
 // held, H query heads, Hkv KV heads, Dh head size, D = H * Dh.
 
 import { float16Value } from '../../scripts/lib/float16.mjs';
-
-const float16Scratch = new Float32Array(1);
-const float16ScratchBits = new Uint32Array(float16Scratch.buffer);
-
-/**
- * The float32 x rounded to the nearest binary16 value (ties to even; overflow to +-Infinity), returned as
- * a number: what a float16 KV cache stores and reads back.
- * @param {number} x
- */
-export function roundToFloat16(x) {
-  if (!Number.isFinite(x) || x === 0) return x;
-  const magnitude = Math.abs(x);
-  if (magnitude >= 65520) return x > 0 ? Infinity : -Infinity; // 65520 = halfway to 2^16, ties to even = Inf
-  float16Scratch[0] = magnitude;
-  const exponent = Math.max(((float16ScratchBits[0] >>> 23) & 0xff) - 127, -14); // below 2^-14: subnormal
-  const quantum = 2 ** (exponent - 10); // spacing of binary16 values in this binade
-  const scaled = magnitude / quantum; // exact: a power-of-two division of a float32
-  let rounded = Math.floor(scaled);
-  const fraction = scaled - rounded;
-  if (fraction > 0.5 || (fraction === 0.5 && rounded % 2 === 1)) rounded += 1;
-  return Math.sign(x) * rounded * quantum;
-}
 
 /**
  * The backend: one `mha.createKVCache` per layer (docs/spec.md Part 3), the Hkv-wide K/V passed as they are
@@ -36,8 +14,9 @@ export function roundToFloat16(x) {
  * and a decode step are the same call, `cache.attend`, causal with query positions starting at the length.
  *
  * `weights` (for the demo's heatmaps and the head scores): the cache has no weights-over-the-cache call,
- * so this backend also keeps each layer's K rows in JS, as the cache stores them (rounded to binary16 when
- * dtype is 'float16'; Hkv*Dh floats per token and layer, a copy that costs far less than the attend), and
+ * so this backend also keeps each layer's K rows in JS, as the cache stores them (read back after each
+ * attend: the dtype's rounding, exactly; Hkv*Dh floats per token and layer, a copy that costs far less
+ * than the attend), and
  * calls `mha.attentionWeights` with the n query rows over those T rows, `numKvHeads` and
  * `queryOffset: T - n`: the softmax the cache computed, up to the float32-vs-float64 rounding of the
  * reference. One decode step costs H * T * Dh multiply-adds.
@@ -48,7 +27,8 @@ export function roundToFloat16(x) {
  * the generation that saved them had kept.
  *
  * @param {{createKVCache: Function, loadKVCache?: Function, attentionWeights: Function, info?: {version: string}}} mha an instance from createMHA()
- * @param {{dtype?: 'float32' | 'float16'}} [options]
+ * @param {{dtype?: 'float32' | 'float16' | 'bfloat16' | 'int8' | 'int4'}} [options] the caches' dtype
+ *   (createKVCache's; the package's list is its export kvCacheDTypes)
  * @returns {(geometry: {numLayers: number, numHeads: number, numKvHeads: number, headDim: number, capacity: number}, saved?: Uint8Array[]) => import('./runner.mjs').AttentionBackend}
  */
 export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
@@ -57,34 +37,27 @@ export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
       `kvCacheBackend: mha: expected an mha-wasm instance with createKVCache (docs/spec.md Part 3), got ${mha?.info?.version ?? typeof mha}`,
     );
   }
-  if (dtype !== 'float32' && dtype !== 'float16')
-    throw new RangeError(`kvCacheBackend: dtype: expected 'float32' or 'float16', got ${dtype}`);
-  const round = dtype === 'float16' ? roundToFloat16 : (x) => x;
+  if (typeof dtype !== 'string')
+    throw new TypeError(`kvCacheBackend: dtype: expected a cache dtype name such as 'float16', got ${typeof dtype}`);
   return ({ numLayers, numHeads: H, numKvHeads: Hkv, headDim: Dh, capacity }, saved) => {
     const kvWidth = Hkv * Dh;
     const caches =
       saved === undefined
-        ? Array.from({ length: numLayers }, () =>
-            mha.createKVCache({ batch: 1, numKvHeads: Hkv, headDim: Dh, capacity, dtype }),
-          )
+        ? createCaches(mha, numLayers, { batch: 1, numKvHeads: Hkv, headDim: Dh, capacity, dtype })
         : loadCaches(mha, saved, { numLayers, kvWidth, capacity, dtype });
     // Per layer: the K rows the cache holds, (capacity, Hkv*Dh)
     const keys = caches.map((cache) => {
       const stored = new Float32Array(capacity * kvWidth);
-      if (cache.length > 0) {
-        const { k } = cache.read();
-        if (dtype === 'float16') for (let i = 0; i < k.length; i++) stored[i] = float16Value(k[i]);
-        else stored.set(k);
-      }
+      if (cache.length > 0) keepStoredKeys(cache, 0, cache.length, stored, kvWidth);
       return stored;
     });
 
-    /** q (n, H*Dh), k and v (n, Hkv*Dh) -> (n, H*Dh); keeps k's rows for `weights`. */
+    /** q (n, H*Dh), k and v (n, Hkv*Dh) -> (n, H*Dh); keeps k's rows, as stored, for `weights`. */
     function attend(layer, q, k, v) {
-      const held = caches[layer].length;
-      const out = caches[layer].attend(q, k, v, { numHeads: H }); // throws past capacity, changing nothing
-      const stored = keys[layer];
-      for (let i = 0; i < k.length; i++) stored[held * kvWidth + i] = round(k[i]);
+      const cache = caches[layer];
+      const held = cache.length;
+      const out = cache.attend(q, k, v, { numHeads: H }); // throws past capacity, changing nothing
+      keepStoredKeys(cache, held, cache.length, keys[layer], kvWidth);
       return out;
     }
 
@@ -115,6 +88,28 @@ export function kvCacheBackend(mha, { dtype = 'float32' } = {}) {
       },
     };
   };
+}
+
+/** numLayers caches of `options`, or none (a bad option: createKVCache's error, named as this backend's). */
+function createCaches(mha, numLayers, options) {
+  const caches = [];
+  try {
+    for (let l = 0; l < numLayers; l++) caches.push(mha.createKVCache(options));
+  } catch (error) {
+    for (const cache of caches) cache.free();
+    throw new error.constructor(`kvCacheBackend: ${error.message}`);
+  }
+  return caches;
+}
+
+/**
+ * K rows [start, end) as `cache` stores them, into `stored` (Float32Array of rows of kvWidth): read back,
+ * so every dtype's rounding is the cache's own (a float16 cache gives binary16 bits, widened here).
+ */
+function keepStoredKeys(cache, start, end, stored, kvWidth) {
+  const { k } = cache.read({ start, end });
+  if (k instanceof Uint16Array) for (let i = 0; i < k.length; i++) stored[start * kvWidth + i] = float16Value(k[i]);
+  else stored.set(k, start * kvWidth);
 }
 
 /**

@@ -2,11 +2,12 @@
 // one cache.save() per layer), restored into another mha-wasm instance without running a token again
 // (Llama.restoreSession, TinyGPT.restoreSession with kvCacheBackend), then continued by generate with the
 // token the first call chose last: the N + M tokens of one uninterrupted call, bit for bit, with f32 and
-// f16 caches, greedy and sampled (`drawn`), and past the context (the refill of models/lib/generate.mjs).
+// f16 caches (tiny-gpt: every cache dtype), greedy and sampled (`drawn`), and past the context (the refill of
+// models/lib/generate.mjs).
 // Also the checks of a state that does not fit the model.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createMHA } from '../../dist/index.js';
+import { createMHA, kvCacheDTypes } from '../../dist/index.js';
 import { encodeBytes } from '../../models/lib/generate.mjs';
 import { generate as generateLlama, generateBatch } from '../../models/tiny-llama/runner.mjs';
 import { readLlama } from '../../models/tiny-llama/load-node.mjs';
@@ -39,7 +40,7 @@ function splitAndWhole({ fresh, restore, generate, prompt, N, M, options }) {
   return { split: [...head, ...tail], all, state, again };
 }
 
-for (const dtype of ['float32', 'float16']) {
+for (const dtype of kvCacheDTypes) {
   test(`tiny-llama, ${dtype} cache: 30 greedy, save, restore in another instance, 40 more == 70 at once; the restored caches save to the same bytes`, () => {
     const { split, all, state } = splitAndWhole({
       fresh: () => llama.createSession(mha, { dtype }),

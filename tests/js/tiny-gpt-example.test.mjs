@@ -4,7 +4,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import path from 'node:path';
-import { readTinyGPTGolden, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
+import { createMHA } from '../../dist/index.js';
+import { generate } from '../../models/tiny-gpt/runner.mjs';
+import { kvCacheBackend } from '../../models/tiny-gpt/attention-backends.mjs';
+import { readTinyGPT, readTinyGPTGolden, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
 import { repoRoot } from './helpers.mjs';
 
 const script = path.join(repoRoot, 'examples/generate.mjs');
@@ -50,10 +53,33 @@ test("generate.mjs --cache f16: PyTorch's f16 greedy bytes with an f16 KV cache"
   assert.deepEqual(JSON.parse(child.stdout).tokens, g.f16.tokens);
 });
 
+test('generate.mjs --cache bf16, int8, int4: the greedy bytes of the runner on a cache of that dtype', async () => {
+  const mha = await createMHA();
+  const model = readTinyGPT(process.env.TINY_GPT_DIR ?? tinyGptDir);
+  const prompt = [...new TextEncoder().encode('And God said, ')];
+  try {
+    for (const [name, dtype] of [
+      ['bf16', 'bfloat16'],
+      ['int8', 'int8'],
+      ['int4', 'int4'],
+    ]) {
+      const session = model.createSession(kvCacheBackend(mha, { dtype }));
+      const want = generate(session, prompt, 24, { greedy: true });
+      session.free();
+      const got = JSON.parse(
+        run('--prompt', 'And God said, ', '--tokens', '24', '--greedy', '--json', '--cache', name),
+      );
+      assert.deepEqual(got.tokens, [...want], name);
+    }
+  } finally {
+    mha.dispose();
+  }
+});
+
 test('generate.mjs rejects bad arguments with a message naming them', () => {
   for (const [args, message] of [
     [['--tokens', '0'], /--tokens: expected a positive integer, got 0/],
-    [['--cache', 'f8'], /--cache: expected f32 or f16, got f8/],
+    [['--cache', 'f8'], /--cache: expected f32, f16, bf16, int8, int4, got f8/],
     [['--prompt', ''], /--prompt: expected at least one character/],
   ]) {
     const child = spawnSync(process.execPath, [script, ...args], { encoding: 'utf8' });

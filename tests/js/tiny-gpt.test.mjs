@@ -13,7 +13,8 @@ import {
   compareLogits,
   goldenPromptBytes,
 } from '../../models/tiny-gpt/golden-check.mjs';
-import { kvCacheBackend, roundToFloat16 } from '../../models/tiny-gpt/attention-backends.mjs';
+import { kvCacheBackend } from '../../models/tiny-gpt/attention-backends.mjs';
+import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
 import { headScores, inductionTargets } from '../../models/tiny-gpt/head-scores.mjs';
 import { readTinyGPT, readTinyGPTGolden, readTinyGPTHeads, tinyGptDir } from '../../models/tiny-gpt/load-node.mjs';
 import { mulberry32 } from './helpers.mjs';

@@ -5,6 +5,7 @@ import { clearSpeed, drawText, scheduleDraw } from './model-drawing.js';
 import { sendContinue, sendGenerate, sendReference, sendSave, startWorker, whenLoaded } from './model-protocol.js';
 import { resetScores } from './model-scores.js';
 import { saver, section, state, ui } from './model-state.js';
+import { kvCacheDTypes } from '/dist/index.js';
 
 /** The sampling controls, validated: { run: {greedy, temperature, topK, seed} } or { problem }. */
 function readSampling() {
@@ -147,6 +148,14 @@ function pickModel() {
 
 /** Wires every control of the view, and a Generate pressed while the model loads to its end. */
 export function wireControls() {
+  // Every cache dtype the package stores (its own list), float32 first: the models' caches take them all.
+  const picked = ui.cache.value;
+  ui.cache.replaceChildren(
+    ...kvCacheDTypes.map((dtype) =>
+      Object.assign(document.createElement('option'), { value: dtype, textContent: dtype }),
+    ),
+  );
+  ui.cache.value = kvCacheDTypes.includes(picked) ? picked : kvCacheDTypes[0];
   whenLoaded(() => {
     if (state.pendingStart) {
       state.pendingStart = false;

@@ -6,7 +6,7 @@
 //
 // in:  { type: 'load', model?: 'tiny-gpt' | 'tiny-llama' }  (default tiny-gpt)
 //      { type: 'reference' }  heads.json's scores recomputed on its inputs (about 1,300 bytes of prefill; tiny-gpt)
-//      { type: 'generate', prompt: number[], count, dtype: 'float32' | 'float16', greedy, temperature, topK, seed }
+//      { type: 'generate', prompt: number[], count, dtype (a cache dtype of kvCacheDTypes), greedy, temperature, topK, seed }
 //      { type: 'save' }  the last generation's session state and the token it chose last
 //      { type: 'continue', state: {tokens (the one sequence's), caches}, pending, count, dtype, greedy, temperature, topK, seed, drawn }
 //        a saved session restored (no prefill), then count tokens generated on from pending
@@ -33,6 +33,7 @@ import {
 } from '../../models/tiny-gpt/golden-check.mjs';
 import { fetchLlama, generate as generateLlama } from '../../models/tiny-llama/runner.mjs';
 import { llamaWeights, watchQueries } from './llama-heads.js';
+import { bytesPerToken } from './cache-dtypes.js';
 
 const MODEL_URL = new URL('../../models/tiny-gpt/', import.meta.url);
 
@@ -198,7 +199,7 @@ function run(session, prompt, count, { dtype, greedy, temperature, topK, seed, d
     dtype,
     tokens: held,
     capacity: context,
-    bytes: layers * held * kvHeads * 2 * headDim * (dtype === 'float16' ? 2 : 4),
+    bytes: layers * held * bytesPerToken(mha, dtype, kvHeads, headDim), // K and V, scales included
   };
   self.postMessage({ type: 'done', timing: { ...session.timing }, cache });
 }
