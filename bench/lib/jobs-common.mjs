@@ -1,10 +1,13 @@
 // What the interleaved jobs' runners share (bench/lib/jobs-run.mjs and the jobs-*.mjs contestant modules):
-// the output check against plain JS, a failed contestant's record and the last-level-cache eviction before a
-// timed step. Node only.
+// the built package's URL, the output check against plain JS, a failed contestant's record and the
+// last-level-cache eviction before a timed step. Node only.
 import { compareRows } from '../../scripts/lib/reference.mjs';
 import { touchedMemory, bandwidthReader } from './bandwidth.mjs';
 import { lastLevelCacheBytes } from './env.mjs';
 import { evictionBytes } from './jobs.mjs';
+
+/** The built package (dist/index.js), which every contestant imports. */
+export const distUrl = new URL('../../dist/index.js', import.meta.url).href;
 
 /** A contestant's check: its rows of `got` against plain JS's `want` (D columns), as the report shows it. */
 export function checkSummary(got, want, rows, D) {

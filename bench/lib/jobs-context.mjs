@@ -4,6 +4,7 @@
 // then the longest is filled to its last position and stepped there.
 import { LLAMA_1B, tokenHeadBytes } from './jobs.mjs';
 
+// Its own URL of the package, not jobs-common.mjs's: this module also runs in pages (bench/browser/context.mjs).
 const distUrl = new URL('../../dist/index.js', import.meta.url).href;
 
 const QUERY_HEADS = 32; // Llama-3.2-1B's query heads: 4 per KV head

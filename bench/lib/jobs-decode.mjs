@@ -7,7 +7,7 @@ import { attentionRows, sampleRows } from '../../scripts/lib/reference.mjs';
 import { roundAsStored } from '../../scripts/lib/cache-rounding.mjs';
 import { float16Value } from '../../scripts/lib/float16.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
-import { checkSummary, evictor, failure } from './jobs-common.mjs';
+import { checkSummary, distUrl, evictor, failure } from './jobs-common.mjs';
 import {
   decodeShapeByName,
   decodeBytes,
@@ -28,7 +28,6 @@ import {
   PLAIN_JS,
 } from './jobs.mjs';
 
-const distUrl = new URL('../../dist/index.js', import.meta.url).href;
 const range = (n) => Int32Array.from({ length: n }, (_, i) => i);
 
 /**

@@ -9,11 +9,9 @@
 import { makeInputs } from '../../scripts/lib/prng.mjs';
 import { roundToFloat16 } from '../../scripts/lib/float16.mjs';
 import { attentionRows } from '../../scripts/lib/reference.mjs';
-import { checkSummary, failure } from './jobs-common.mjs';
+import { checkSummary, distUrl, failure } from './jobs-common.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 import { PREFIX_SHARED, PREFIX_ONE, PREFIX_COPIES, REORDER, REORDER_STEP } from './jobs.mjs';
-
-const distUrl = new URL('../../dist/index.js', import.meta.url).href;
 
 /**
  * k, v (B, T, Hkv·Dh) whose first Lp rows are the same in every sequence (the prompt), q (B, 1, H·Dh), and

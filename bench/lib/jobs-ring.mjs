@@ -4,11 +4,10 @@
 //
 // Shapes: C = capacity = window + 1 keys seen by the step, H query heads, Hkv KV heads, Dh head size.
 import { makeInputs } from '../../scripts/lib/prng.mjs';
-import { attentionRows, compareRows } from '../../scripts/lib/reference.mjs';
+import { attentionRows } from '../../scripts/lib/reference.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 import { RING_CACHE, RING_SHAPE } from './jobs.mjs';
-
-const distUrl = new URL('../../dist/index.js', import.meta.url).href;
+import { checkSummary, distUrl } from './jobs-common.mjs';
 
 /**
  * A step over the C keys of k, v (1, C, Hkv·Dh): the cache holds the first C - 1 (after `before` tokens of
@@ -61,10 +60,7 @@ export async function* ringContestants(job, { seed, onPhase, disposers, evict })
       row: { dtype: 'float32', threads: 1, bytes: 2 * Hkv * Dh * C * 4, flops: 4 * H * Dh * C },
       before: evict,
       run: step.run,
-      checkOutput: () => {
-        const c = compareRows(step.out, want, rows, H * Dh);
-        return { ok: c.ok, rows: 1, maxAbsErr: c.maxAbsErr, badCount: c.badCount, worst: c.worst };
-      },
+      checkOutput: () => checkSummary(step.out, want, rows, H * Dh),
     };
   }
 }

@@ -13,10 +13,9 @@ import { prefixContestants, reorderContestants } from './jobs-prefix.mjs';
 import { ringContestants } from './jobs-ring.mjs';
 import { samplesContestants } from './jobs-samples.mjs';
 import { decodeContestants } from './jobs-decode.mjs';
-import { checkSummary, evictor, failure } from './jobs-common.mjs';
+import { checkSummary, distUrl, evictor, failure } from './jobs-common.mjs';
 import { float16Bits, float16Value, roundToFloat16 } from '../../scripts/lib/float16.mjs';
 
-const distUrl = new URL('../../dist/index.js', import.meta.url).href;
 const now = () => performance.now();
 /** Stateless contestants check this many query rows (spread evenly, first and last included). */
 const CHECK_ROWS = 16;

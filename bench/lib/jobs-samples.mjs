@@ -6,8 +6,7 @@ import { encodeBytes, generate } from '../../models/lib/generate.mjs';
 import { generateSamples } from '../../models/lib/samples.mjs';
 import { readLlama } from '../../models/tiny-llama/load-node.mjs';
 import { SAMPLES_SHARED, SAMPLES_SEPARATE, SAMPLES_SHAPE } from './jobs.mjs';
-
-const distUrl = new URL('../../dist/index.js', import.meta.url).href;
+import { distUrl } from './jobs-common.mjs';
 
 export async function* samplesContestants(job, { onPhase, disposers }) {
   const { samples, tokens, prompt: text } = SAMPLES_SHAPE;

@@ -7,11 +7,9 @@
 // heads, Hkv KV heads, Dh head size.
 import { makeInputs } from '../../scripts/lib/prng.mjs';
 import { attentionRows } from '../../scripts/lib/reference.mjs';
-import { checkSummary, failure } from './jobs-common.mjs';
+import { checkSummary, distUrl, failure } from './jobs-common.mjs';
 import { sliceRows } from '../../scripts/lib/golden-runner.mjs';
 import { RAGGED, SAVE_LOAD, RAGGED_ONE, RAGGED_SEPARATE, RAGGED_PADDED, SAVE, LOAD, COPY } from './jobs.mjs';
-
-const distUrl = new URL('../../dist/index.js', import.meta.url).href;
 
 /** Row t of sequence b of a (B, T, width) tensor. */
 const rowOf = (x, T, width, b, t) => x.subarray((b * T + t) * width, (b * T + t + 1) * width);

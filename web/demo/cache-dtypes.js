@@ -1,17 +1,4 @@
-// What the loaded package can store a KV cache as, from its own lists (kvCacheDTypes and
-// integerArithmeticDTypes, generated from the C++ table of dtypes), so that a dtype added there shows up here
-// with no change to the page.
-import { integerArithmeticDTypes, kvCacheDTypes } from '/dist/index.js';
-
-/** The cache dtype names of this release, in the table's order ('float32' first). */
-export function cacheDTypes() {
-  return [...kvCacheDTypes];
-}
-
-/** Whether createKVCache takes `arithmetic: 'integer'` for `dtype` (only the integer dtypes have it). */
-export function hasIntegerArithmetic(dtype) {
-  return integerArithmeticDTypes.includes(dtype);
-}
+// What a KV cache of each dtype costs, asked of the package itself (the dtypes are its kvCacheDTypes).
 
 /** Bytes a cache of `dtype` holds per token for one layer of Hkv heads of Dh (scales included). */
 export function bytesPerToken(mha, dtype, numKvHeads, headDim) {

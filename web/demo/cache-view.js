@@ -1,10 +1,10 @@
 // The cache view's entry: its controls (the dtypes and the integer arithmetic as the loaded package offers
 // them), validation (inline, never an exception) and the panels: bytes held and the context that fits for
 // named model shapes, the error against the float64 reference, the ring and the shared prefix.
-import { createMHA } from '/dist/index.js';
+import { createMHA, integerArithmeticDTypes, kvCacheDTypes } from '/dist/index.js';
 import { $, el } from './dom.js';
 import { fmtDiff } from './format.js';
-import { bytesPerToken, cacheDTypes, hasIntegerArithmetic } from './cache-dtypes.js';
+import { bytesPerToken } from './cache-dtypes.js';
 import { SHAPE, decode, errors, prefixRun, reference, ringRun, sequence } from './cache-runs.js';
 import { drawErrorMap, drawRingMap, prefixBars } from './cache-drawing.js';
 
@@ -238,10 +238,10 @@ function update() {
 
 async function main() {
   mha = await createMHA();
-  const dtypes = cacheDTypes();
+  const dtypes = kvCacheDTypes; // the package's own list: a dtype added to its table shows up here
   variants = dtypes.flatMap((dtype) => {
     const plain = { dtype, label: dtype };
-    return hasIntegerArithmetic(dtype)
+    return integerArithmeticDTypes.includes(dtype)
       ? [plain, { dtype, arithmetic: 'integer', label: `${dtype}, integer arithmetic` }]
       : [plain];
   });
